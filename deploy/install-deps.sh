@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Installs what Sluice needs to build, test and run its demo on Debian 12. Idempotent: packages
+# already present are left alone, and apt-get update runs only when something is missing.
+#   deploy/install-deps.sh            Debian packages + the Python test environment (build/venv)
+#   SLUICE_SKIP_PYTHON=1 deploy/...   Debian packages only
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+packages=(
+  # toolchain
+  build-essential cmake ninja-build pkg-config ccache git
+  # libraries (DESIGN.md: gRPC + Protobuf, oneTBB, libjpeg-turbo, Boost.Asio/Beast, zlib)
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libtbb-dev libturbojpeg0-dev libjpeg62-turbo-dev zlib1g-dev libboost-dev
+  # header-only helpers: CLI parsing, JSON output, formatting; Catch2 v2 for tests
+  libcli11-dev nlohmann-json3-dev libfmt-dev catch2
+  # demo and benchmark photographs (12 nature photos)
+  mate-backgrounds
+  # Python interop tests (TensorFlow in a venv under build/)
+  python3 python3-venv python3-pip
+)
+
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}"
+fi
+
+if [ "${SLUICE_SKIP_PYTHON:-0}" != 1 ]; then
+  # Debian's python3 (not whatever python3 is first on PATH) so the venv matches the system.
+  venv="$root/build/venv"
+  if [ ! -x "$venv/bin/python" ]; then
+    mkdir -p "$root/build"
+    /usr/bin/python3 -m venv "$venv"
+  fi
+  if ! "$venv/bin/python" -c 'import tensorflow, pytest, google.protobuf' 2>/dev/null; then
+    echo "install-deps: installing Python test packages into $venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check -r "$root/deploy/requirements-test.txt"
+  fi
+fi
+echo "install-deps: ok"

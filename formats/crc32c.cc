@@ -1,0 +1,1 @@
+#include "formats/crc32c.h"

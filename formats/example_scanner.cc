@@ -1,0 +1,1 @@
+#include "formats/example_scanner.h"

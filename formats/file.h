@@ -1,0 +1,58 @@
+// The file layer under the record readers and writers: sequential input, atomically committed
+// output, and an in-memory input for tests. All failures name the path.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "formats/status.h"
+
+namespace sluice {
+
+// A byte stream read front to back. Not thread-safe.
+class SequentialFile {
+ public:
+  virtual ~SequentialFile() = default;
+  // Reads up to n bytes into scratch and sets *bytes_read; *bytes_read == 0 means end of file.
+  // A short read is not end of file; callers loop.
+  virtual Status Read(size_t n, char* scratch, size_t* bytes_read) = 0;
+  // The path (or test name) used in error messages.
+  virtual const std::string& name() const = 0;
+};
+
+// Opens path for sequential reading (posix read(2), with a sequential-access hint).
+Result<std::unique_ptr<SequentialFile>> OpenSequentialFile(const std::string& path);
+
+// An in-memory SequentialFile over `contents`. When fail_at_offset is set, a read that reaches that
+// offset returns an I/O error there (fault injection for tests).
+std::unique_ptr<SequentialFile> NewMemoryFile(std::string name, std::string contents,
+                                              int64_t fail_at_offset = -1);
+
+// Output that appears at its path only when committed: bytes go to a temporary file beside the
+// target ("<path>.tmp.<pid>.<n>"), Commit() flushes and renames it into place, and destroying an
+// uncommitted file removes the temporary. So a crash or an error never leaves a half-written file
+// under the real name. Not thread-safe.
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  virtual Status Append(std::string_view data) = 0;
+  // Flushes everything and makes the file visible at its path. After Commit only the destructor
+  // may be called.
+  virtual Status Commit() = 0;
+  // Bytes appended so far (before any compression done by a wrapper).
+  virtual uint64_t size() const = 0;
+  virtual const std::string& name() const = 0;
+};
+
+// Creates the temporary for an atomically committed file at path; the directory must exist.
+Result<std::unique_ptr<WritableFile>> NewAtomicFile(const std::string& path);
+
+// Whole-file helpers.
+Result<std::string> ReadFileToString(const std::string& path);
+Status WriteFileAtomically(const std::string& path, std::string_view contents);
+Result<uint64_t> GetFileSize(const std::string& path);
+
+}  // namespace sluice

@@ -1,0 +1,1 @@
+#include "formats/image_ops.h"

@@ -1,0 +1,1 @@
+#include "formats/jpeg_header.h"

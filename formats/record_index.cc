@@ -1,0 +1,1 @@
+#include "formats/record_index.h"

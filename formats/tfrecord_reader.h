@@ -1,0 +1,78 @@
+// Reads TFRecord files: per record, little-endian
+//   uint64 length | uint32 masked_crc32c(length bytes) | data[length] | uint32 masked_crc32c(data)
+// with large buffered reads and both CRCs verified. Records come back as views into the reader's
+// buffer, so reading copies nothing beyond the file read itself.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "formats/compression.h"
+#include "formats/file.h"
+#include "formats/status.h"
+
+namespace sluice {
+
+inline constexpr size_t kTFRecordHeaderBytes = 12;  // length + its CRC
+inline constexpr size_t kTFRecordFooterBytes = 4;   // data CRC
+
+struct TFRecordReaderOptions {
+  // nullopt: detect from the file's first bytes.
+  std::optional<Compression> compression;
+  // Bytes asked of the file per read; grows when one record is larger.
+  size_t buffer_bytes = 4 << 20;
+  // A length above this is refused as corrupt before anything is allocated for it.
+  uint64_t max_record_bytes = uint64_t{1} << 31;
+};
+
+// Not thread-safe: one reader per thread.
+class TFRecordReader {
+ public:
+  // Opens path (detecting compression unless given). Errors name the path.
+  static Result<std::unique_ptr<TFRecordReader>> Open(const std::string& path,
+                                                      const TFRecordReaderOptions& options = {});
+  // Reads from an already opened (and already decompressed) stream.
+  TFRecordReader(std::unique_ptr<SequentialFile> file, const TFRecordReaderOptions& options = {});
+
+  TFRecordReader(const TFRecordReader&) = delete;
+  TFRecordReader& operator=(const TFRecordReader&) = delete;
+
+  // On OK: *end_of_file == false and *record views the next record's data (valid until the next
+  // call), or *end_of_file == true at a clean end of the file (an empty file has zero records).
+  // Errors, all naming "<file>:<offset>" of the record's first byte:
+  //  - DataLoss "corrupted record at F:O (data checksum mismatch)": the length was intact, so the
+  //    reader has stepped past that record and the next call reads the one after it.
+  //  - DataLoss "corrupted record at F:O (length checksum mismatch | length N over the limit)" and
+  //    DataLoss "truncated record at F:O (...)": nothing after can be trusted; every later call
+  //    returns the same status (see can_continue()).
+  //  - I/O errors from the file, also final.
+  Status ReadRecord(std::string_view* record, bool* end_of_file);
+
+  // Offset (in the uncompressed stream) of the record last returned or reported as corrupt.
+  uint64_t record_offset() const { return record_offset_; }
+  // Bytes of the stream consumed so far: the offset where the next record starts.
+  uint64_t offset() const { return offset_; }
+  // False once the reader hit an error it cannot step past.
+  bool can_continue() const { return final_status_.ok(); }
+  const std::string& name() const { return file_->name(); }
+
+ private:
+  // Makes at least n bytes available at buf_[pos_]; returns the number available (< n at EOF).
+  Result<size_t> Fill(size_t n);
+
+  std::unique_ptr<SequentialFile> file_;
+  TFRecordReaderOptions options_;
+  std::vector<char> buf_;
+  size_t pos_ = 0;     // first unconsumed byte in buf_
+  size_t limit_ = 0;   // one past the last valid byte in buf_
+  bool file_eof_ = false;
+  uint64_t offset_ = 0;
+  uint64_t record_offset_ = 0;
+  Status final_status_;
+};
+
+}  // namespace sluice

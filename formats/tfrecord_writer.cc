@@ -1,0 +1,1 @@
+#include "formats/tfrecord_writer.h"

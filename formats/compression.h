@@ -20,7 +20,9 @@ Result<Compression> ParseCompression(std::string_view name);
 
 // Decides from a file's first bytes: a TFRecord header whose length CRC matches → none; the gzip
 // magic 1f 8b → gzip; a valid zlib header (CMF/FLG check) → zlib. An empty file is none.
-// Anything else is InvalidArgument naming the path.
+// The TFRecord check comes first: a plain file's length bytes may spell either magic.
+// DetectCompression reads anything else as none (so a reader reports the damage at offset 0);
+// DetectFileCompression makes it InvalidArgument naming the path.
 Compression DetectCompression(std::string_view head);
 Result<Compression> DetectFileCompression(const std::string& path);
 

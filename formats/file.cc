@@ -1,1 +1,273 @@
 #include "formats/file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+namespace sluice {
+namespace {
+
+// Owns a file descriptor; closes it (ignoring errors) unless released.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  ~UniqueFd() { Reset(); }
+  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int Release() { return std::exchange(fd_, -1); }
+  void Reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+Result<UniqueFd> OpenForRead(const std::string& path) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return ErrnoStatus(errno, "open", path);
+  return UniqueFd(fd);
+}
+
+// Reads up to n bytes, retrying on EINTR. Returns bytes read (0 at end of file) or -1 with errno.
+ssize_t ReadRetrying(int fd, char* buf, size_t n) {
+  ssize_t r;
+  do {
+    r = ::read(fd, buf, n);
+  } while (r < 0 && errno == EINTR);
+  return r;
+}
+
+class PosixSequentialFile final : public SequentialFile {
+ public:
+  PosixSequentialFile(std::string path, UniqueFd fd) : path_(std::move(path)), fd_(std::move(fd)) {}
+
+  Status Read(size_t n, char* scratch, size_t* bytes_read) override {
+    *bytes_read = 0;
+    ssize_t r = ReadRetrying(fd_.get(), scratch, n);
+    if (r < 0) return ErrnoStatus(errno, "read", path_);
+    *bytes_read = static_cast<size_t>(r);
+    return Status::OK();
+  }
+
+  const std::string& name() const override { return path_; }
+
+ private:
+  std::string path_;
+  UniqueFd fd_;
+};
+
+class MemoryFile final : public SequentialFile {
+ public:
+  MemoryFile(std::string name, std::string contents, int64_t fail_at_offset)
+      : name_(std::move(name)), contents_(std::move(contents)), fail_at_(fail_at_offset) {}
+
+  // Bytes before fail_at_ are delivered (a read spanning it is cut short there); the read that
+  // starts at fail_at_ fails.
+  Status Read(size_t n, char* scratch, size_t* bytes_read) override {
+    *bytes_read = 0;
+    if (n == 0) return Status::OK();
+    size_t end = contents_.size();
+    if (fail_at_ >= 0) {
+      if (pos_ >= static_cast<uint64_t>(fail_at_)) {
+        return IOError("read " + name_ + ": injected I/O error at offset " +
+                       std::to_string(fail_at_));
+      }
+      end = std::min<size_t>(end, static_cast<size_t>(fail_at_));
+    }
+    size_t take = std::min(n, end - std::min<size_t>(end, pos_));
+    std::memcpy(scratch, contents_.data() + pos_, take);
+    pos_ += take;
+    *bytes_read = take;
+    return Status::OK();
+  }
+
+  const std::string& name() const override { return name_; }
+
+ private:
+  std::string name_;
+  std::string contents_;
+  int64_t fail_at_;
+  size_t pos_ = 0;
+};
+
+// Writes all of data, retrying on EINTR and short writes.
+Status WriteFully(int fd, const char* data, size_t n, const std::string& path) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, data, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, "write", path);
+    }
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+  return Status::OK();
+}
+
+class AtomicFile final : public WritableFile {
+ public:
+  // Large enough that the syscall cost per byte is negligible for record-sized appends.
+  static constexpr size_t kBufferBytes = 1 << 20;
+
+  AtomicFile(std::string path, std::string temp_path, UniqueFd fd)
+      : path_(std::move(path)), temp_path_(std::move(temp_path)), fd_(std::move(fd)) {
+    buf_.reserve(kBufferBytes);
+  }
+
+  ~AtomicFile() override {
+    if (!committed_) {
+      fd_.Reset();
+      ::unlink(temp_path_.c_str());
+    }
+  }
+
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  Status Append(std::string_view data) override {
+    RETURN_IF_ERROR(status_);
+    if (committed_) return FailedPrecondition("append to committed file " + path_);
+    size_ += data.size();
+    if (buf_.size() + data.size() <= kBufferBytes) {
+      buf_.insert(buf_.end(), data.begin(), data.end());
+      return Status::OK();
+    }
+    RETURN_IF_ERROR(Flush());
+    if (data.size() >= kBufferBytes) {
+      return Remember(WriteFully(fd_.get(), data.data(), data.size(), temp_path_));
+    }
+    buf_.insert(buf_.end(), data.begin(), data.end());
+    return Status::OK();
+  }
+
+  Status Commit() override {
+    RETURN_IF_ERROR(status_);
+    if (committed_) return FailedPrecondition("file already committed: " + path_);
+    RETURN_IF_ERROR(Flush());
+    // close(2) can report a deferred write error (NFS, quota); it must not be ignored.
+    if (::close(fd_.Release()) != 0) return Remember(ErrnoStatus(errno, "close", temp_path_));
+    if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
+      return Remember(ErrnoStatus(errno, "rename " + temp_path_ + " to", path_));
+    }
+    committed_ = true;
+    return Status::OK();
+  }
+
+  uint64_t size() const override { return size_; }
+  const std::string& name() const override { return path_; }
+
+ private:
+  Status Flush() {
+    if (buf_.empty()) return Status::OK();
+    Status s = WriteFully(fd_.get(), buf_.data(), buf_.size(), temp_path_);
+    buf_.clear();
+    return Remember(std::move(s));
+  }
+
+  // Errors are sticky: after a failed write the file's contents are unknown.
+  Status Remember(Status s) {
+    if (!s.ok() && status_.ok()) status_ = s;
+    return s;
+  }
+
+  std::string path_;
+  std::string temp_path_;
+  UniqueFd fd_;
+  std::vector<char> buf_;
+  uint64_t size_ = 0;
+  bool committed_ = false;
+  Status status_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<SequentialFile>> OpenSequentialFile(const std::string& path) {
+  ASSIGN_OR_RETURN(UniqueFd fd, OpenForRead(path));
+  // Only a hint: a failure changes nothing about correctness.
+  (void)::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+  return std::unique_ptr<SequentialFile>(new PosixSequentialFile(path, std::move(fd)));
+}
+
+std::unique_ptr<SequentialFile> NewMemoryFile(std::string name, std::string contents,
+                                              int64_t fail_at_offset) {
+  return std::make_unique<MemoryFile>(std::move(name), std::move(contents), fail_at_offset);
+}
+
+Result<std::unique_ptr<WritableFile>> NewAtomicFile(const std::string& path) {
+  // Unique within the process by the counter and across processes by the pid; O_EXCL catches the
+  // leftovers of a crashed process that had the same pid.
+  static std::atomic<uint64_t> counter{0};
+  std::string temp_path;
+  int fd;
+  do {
+    temp_path = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+    fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  } while (fd < 0 && (errno == EINTR || errno == EEXIST));
+  if (fd < 0) return ErrnoStatus(errno, "create", temp_path);
+  return std::unique_ptr<WritableFile>(new AtomicFile(path, std::move(temp_path), UniqueFd(fd)));
+}
+
+Result<std::string> ReadFileToString(const std::string& path) {
+  ASSIGN_OR_RETURN(UniqueFd fd, OpenForRead(path));
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "stat", path);
+  std::string out(st.st_size > 0 ? static_cast<size_t>(st.st_size) : 0, '\0');
+  size_t filled = 0;
+  // st_size is only a guess (0 for /proc files, stale if the file grows): read to end of file.
+  while (true) {
+    if (filled == out.size()) {
+      char probe[4096];
+      ssize_t r = ReadRetrying(fd.get(), probe, sizeof(probe));
+      if (r < 0) return ErrnoStatus(errno, "read", path);
+      if (r == 0) break;
+      out.append(probe, static_cast<size_t>(r));
+      filled += static_cast<size_t>(r);
+      continue;
+    }
+    ssize_t r = ReadRetrying(fd.get(), out.data() + filled, out.size() - filled);
+    if (r < 0) return ErrnoStatus(errno, "read", path);
+    if (r == 0) break;
+    filled += static_cast<size_t>(r);
+  }
+  out.resize(filled);
+  return out;
+}
+
+Status WriteFileAtomically(const std::string& path, std::string_view contents) {
+  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, NewAtomicFile(path));
+  RETURN_IF_ERROR(file->Append(contents));
+  return file->Commit();
+}
+
+Result<uint64_t> GetFileSize(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return ErrnoStatus(errno, "stat", path);
+  if (S_ISDIR(st.st_mode)) return ErrnoStatus(EISDIR, "stat", path);
+  return static_cast<uint64_t>(st.st_size);
+}
+
+}  // namespace sluice

@@ -1,1 +1,146 @@
 #include "formats/tfrecord_reader.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "formats/crc32c.h"
+
+namespace sluice {
+namespace {
+
+// The smallest buffer that holds a header; tests use tiny buffers to exercise every refill path.
+constexpr size_t kMinBufferBytes = kTFRecordHeaderBytes + kTFRecordFooterBytes;
+// A buffer grown for a large record is rounded up to this, so a run of slightly growing records
+// does not reallocate each time.
+constexpr size_t kGrowthQuantum = 1 << 20;
+
+inline uint64_t DecodeFixed64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
+inline uint32_t DecodeFixed32(const char* p) {
+  return uint32_t{static_cast<uint8_t>(p[0])} | (uint32_t{static_cast<uint8_t>(p[1])} << 8) |
+         (uint32_t{static_cast<uint8_t>(p[2])} << 16) |
+         (uint32_t{static_cast<uint8_t>(p[3])} << 24);
+}
+
+// Reads the first n bytes of path (fewer when the file is shorter).
+Result<std::string> ReadHead(const std::string& path, size_t n) {
+  ASSIGN_OR_RETURN(std::unique_ptr<SequentialFile> file, OpenSequentialFile(path));
+  std::string head(n, '\0');
+  size_t filled = 0;
+  while (filled < n) {
+    size_t got = 0;
+    RETURN_IF_ERROR(file->Read(n - filled, head.data() + filled, &got));
+    if (got == 0) break;
+    filled += got;
+  }
+  head.resize(filled);
+  return head;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<TFRecordReader>> TFRecordReader::Open(const std::string& path,
+                                                             const TFRecordReaderOptions& options) {
+  TFRecordReaderOptions opts = options;
+  if (!opts.compression) {
+    // Bytes that match no known header are read as a plain file, so damage at its start is
+    // reported as a corrupt record at offset 0 like damage anywhere else.
+    ASSIGN_OR_RETURN(std::string head, ReadHead(path, kTFRecordHeaderBytes));
+    opts.compression = DetectCompression(head);
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<SequentialFile> file, OpenSequentialFile(path));
+  if (*opts.compression != Compression::kNone) file = NewInflatingFile(std::move(file));
+  return std::make_unique<TFRecordReader>(std::move(file), opts);
+}
+
+TFRecordReader::TFRecordReader(std::unique_ptr<SequentialFile> file,
+                               const TFRecordReaderOptions& options)
+    : file_(std::move(file)), options_(options) {
+  buf_.resize(std::max(options_.buffer_bytes, kMinBufferBytes));
+}
+
+Result<size_t> TFRecordReader::Fill(size_t n) {
+  size_t avail = limit_ - pos_;
+  if (avail >= n || file_eof_) return avail;
+  if (pos_ > 0) {
+    std::memmove(buf_.data(), buf_.data() + pos_, avail);
+    pos_ = 0;
+    limit_ = avail;
+  }
+  if (buf_.size() < n) buf_.resize((n + kGrowthQuantum - 1) / kGrowthQuantum * kGrowthQuantum);
+  while (limit_ < n) {
+    size_t got = 0;
+    RETURN_IF_ERROR(file_->Read(buf_.size() - limit_, buf_.data() + limit_, &got));
+    if (got == 0) {
+      file_eof_ = true;
+      break;
+    }
+    limit_ += got;
+  }
+  return limit_;
+}
+
+Status TFRecordReader::ReadRecord(std::string_view* record, bool* end_of_file) {
+  *end_of_file = false;
+  if (!final_status_.ok()) return final_status_;
+  record_offset_ = offset_;
+
+  auto where = [&] {
+    std::string w = name() + ":" + std::to_string(record_offset_);
+    if (options_.compression.value_or(Compression::kNone) != Compression::kNone) {
+      w += " (uncompressed)";
+    }
+    return w;
+  };
+  auto fail = [&](Status s) {
+    final_status_ = std::move(s);
+    return final_status_;
+  };
+  auto truncated = [&](uint64_t expected, size_t got) {
+    return fail(DataLoss("truncated record at " + where() + " (expected " +
+                         std::to_string(expected) + " bytes, file ends after " +
+                         std::to_string(got) + ")"));
+  };
+
+  Result<size_t> avail = Fill(kTFRecordHeaderBytes);
+  if (!avail.ok()) return fail(avail.status());
+  if (*avail == 0) {
+    *end_of_file = true;
+    return Status::OK();
+  }
+  if (*avail < kTFRecordHeaderBytes) return truncated(kTFRecordHeaderBytes, *avail);
+
+  const char* header = buf_.data() + pos_;
+  uint64_t length = DecodeFixed64(header);
+  if (crc32c::Unmask(DecodeFixed32(header + 8)) != crc32c::Value(header, 8)) {
+    return fail(DataLoss("corrupted record at " + where() + " (length checksum mismatch)"));
+  }
+  if (length > options_.max_record_bytes ||
+      length > SIZE_MAX - kTFRecordHeaderBytes - kTFRecordFooterBytes) {
+    return fail(DataLoss("corrupted record at " + where() + " (length " + std::to_string(length) +
+                         " over the limit of " + std::to_string(options_.max_record_bytes) +
+                         " bytes)"));
+  }
+
+  const size_t frame = kTFRecordHeaderBytes + static_cast<size_t>(length) + kTFRecordFooterBytes;
+  avail = Fill(frame);
+  if (!avail.ok()) return fail(avail.status());
+  if (*avail < frame) return truncated(frame, *avail);
+
+  const char* data = buf_.data() + pos_ + kTFRecordHeaderBytes;
+  uint32_t stored = DecodeFixed32(data + length);
+  pos_ += frame;
+  offset_ += frame;
+  if (crc32c::Unmask(stored) != crc32c::Value(data, length)) {
+    return DataLoss("corrupted record at " + where() + " (data checksum mismatch)");
+  }
+  *record = std::string_view(data, length);
+  return Status::OK();
+}
+
+}  // namespace sluice

@@ -43,7 +43,8 @@ class TFRecordReader {
 
   // On OK: *end_of_file == false and *record views the next record's data (valid until the next
   // call), or *end_of_file == true at a clean end of the file (an empty file has zero records).
-  // Errors, all naming "<file>:<offset>" of the record's first byte:
+  // Errors, all naming "<file>:<offset>" of the record's first byte (for a compressed file, an
+  // offset in the uncompressed stream, written "<file>:<offset> (uncompressed)"):
   //  - DataLoss "corrupted record at F:O (data checksum mismatch)": the length was intact, so the
   //    reader has stepped past that record and the next call reads the one after it.
   //  - DataLoss "corrupted record at F:O (length checksum mismatch | length N over the limit)" and

@@ -1,0 +1,123 @@
+#include "formats/record_index.h"
+
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "formats/tfrecord_writer.h"
+#include "tests/test_support.h"
+
+namespace sluice {
+namespace {
+
+using testing::TempDir;
+
+TEST_CASE("IndexLivesBesideItsShard") {
+  CHECK(IndexPathFor("/data/train-00001.tfrecord") == "/data/train-00001.tfrecord.idx");
+  CHECK(IndexPathFor("a.gz") == "a.gz.idx");
+}
+
+TEST_CASE("FormatWritesDaliTfrecord2idxLines") {
+  CHECK(FormatRecordIndex({}).empty());
+  CHECK(FormatRecordIndex({{0, 21}, {21, 16}, {37, 18446744073709551578u}}) ==
+        "0 21\n21 16\n37 18446744073709551578\n");
+}
+
+TEST_CASE("ParseAcceptsWhatFormatWritesAndToleratedVariants") {
+  const std::vector<IndexEntry> entries = {{0, 100}, {100, 16}, {116, 5000}};
+  struct Case {
+    const char* what;
+    std::string text;
+    std::vector<IndexEntry> expected;
+  };
+  const std::vector<Case> cases = {
+      {"formatted", FormatRecordIndex(entries), entries},
+      {"empty", "", {}},
+      {"no final newline", "0 100\n100 16\n116 5000", entries},
+      {"CRLF", "0 100\r\n100 16\r\n116 5000\r\n", entries},
+      {"tabs and extra spaces", "0\t100\n100  16 \n 116 5000\n", entries},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    auto parsed = ParseRecordIndex(c.text, "x.idx");
+    REQUIRE(parsed.ok());
+    CHECK(*parsed == c.expected);
+  }
+}
+
+TEST_CASE("ParseRejectsGapsOverlapsAndGarbageNamingTheLine") {
+  struct Case {
+    const char* what;
+    std::string text;
+    std::string message;  // expected to appear in the error
+  };
+  const std::vector<Case> cases = {
+      {"first record not at 0", "5 20\n", "x.idx:1: gap"},
+      {"gap", "0 20\n20 16\n40 16\n",
+       "x.idx:3: gap: record at 40, but the previous one ends at 36"},
+      {"overlap", "0 20\n19 16\n", "x.idx:2: overlap"},
+      {"repeated line", "0 20\n0 20\n", "x.idx:2: overlap"},
+      {"frame below 16 bytes", "0 20\n20 15\n", "x.idx:2: length 15"},
+      {"zero length", "0 0\n", "x.idx:1: length 0"},
+      {"one field", "0 20\n20\n", "x.idx:2: expected"},
+      {"three fields", "0 20 7\n", "x.idx:1: expected"},
+      {"negative", "0 20\n-20 16\n", "x.idx:2: expected"},
+      {"words", "offset length\n", "x.idx:1: expected"},
+      {"empty line", "0 20\n\n20 16\n", "x.idx:2: expected"},
+      {"hex", "0 0x20\n", "x.idx:1: expected"},
+      {"overflowing number", "0 99999999999999999999\n", "x.idx:1: expected"},
+      {"past 2^64", "0 18446744073709551615\n18446744073709551615 16\n", "x.idx:2: record extends"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    auto parsed = ParseRecordIndex(c.text, "x.idx");
+    REQUIRE_FALSE(parsed.ok());
+    CHECK(parsed.status().code() == StatusCode::kDataLoss);
+    CHECK_THAT(parsed.status().message(), Catch::Contains(c.message));
+  }
+}
+
+TEST_CASE("WriteAndReadRoundTripThroughAFile") {
+  TempDir dir;
+  const std::vector<IndexEntry> entries = {{0, 16}, {16, 1 << 20}, {16 + (1 << 20), 17}};
+  REQUIRE(WriteRecordIndex(dir.file("s.idx"), entries).ok());
+  auto read = ReadRecordIndex(dir.file("s.idx"));
+  REQUIRE(read.ok());
+  CHECK(*read == entries);
+  auto missing = ReadRecordIndex(dir.file("missing.idx"));
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.status().code() == StatusCode::kNotFound);
+}
+
+TEST_CASE("ReadRecordIndexNamesTheFileOfABadLine") {
+  TempDir dir;
+  testing::WriteAll(dir.file("s.idx"), "0 16\n17 16\n");
+  auto read = ReadRecordIndex(dir.file("s.idx"));
+  REQUIRE_FALSE(read.ok());
+  CHECK_THAT(read.status().message(), Catch::Contains(dir.file("s.idx") + ":2"));
+}
+
+TEST_CASE("BuildRecordIndexRefusesAShardWithACorruptRecord") {
+  TempDir dir;
+  std::string shard;
+  AppendTFRecordFrame("first", &shard);
+  AppendTFRecordFrame("second", &shard);
+  AppendTFRecordFrame("third", &shard);
+  testing::WriteAll(dir.file("good"), shard);
+  auto good = BuildRecordIndex(dir.file("good"));
+  REQUIRE(good.ok());
+  CHECK(*good == std::vector<IndexEntry>{{0, 21}, {21, 22}, {43, 21}});
+
+  shard[21 + 12] ^= 1;  // data of the second record
+  testing::WriteAll(dir.file("bad"), shard);
+  auto bad = BuildRecordIndex(dir.file("bad"));
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().code() == StatusCode::kDataLoss);
+  CHECK_THAT(bad.status().message(), Catch::Contains(dir.file("bad") + ":21"));
+
+  auto missing = BuildRecordIndex(dir.file("missing"));
+  CHECK(missing.status().code() == StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,328 @@
+#include "formats/tfrecord_reader.h"
+
+#include <catch2/catch.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "formats/crc32c.h"
+#include "formats/tfrecord_writer.h"
+#include "tests/test_support.h"
+
+namespace sluice {
+namespace {
+
+using testing::TempDir;
+
+constexpr size_t kOverhead = kTFRecordHeaderBytes + kTFRecordFooterBytes;
+
+std::string Shard(const std::vector<std::string>& records) {
+  std::string out;
+  for (const std::string& r : records) AppendTFRecordFrame(r, &out);
+  return out;
+}
+
+std::string Record(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (char& ch : s) ch = static_cast<char>(rng());
+  return s;
+}
+
+std::unique_ptr<TFRecordReader> MemoryReader(std::string contents, size_t buffer_bytes = 4 << 20,
+                                             int64_t fail_at = -1) {
+  TFRecordReaderOptions options;
+  options.buffer_bytes = buffer_bytes;
+  return std::make_unique<TFRecordReader>(NewMemoryFile("mem", std::move(contents), fail_at),
+                                          options);
+}
+
+// Reads until end of file or the first error; returns the records and that error (OK at EOF).
+struct ReadAll {
+  std::vector<std::string> records;
+  Status status;
+};
+ReadAll ReadUntilError(TFRecordReader* reader) {
+  ReadAll out;
+  while (true) {
+    std::string_view record;
+    bool eof = false;
+    out.status = reader->ReadRecord(&record, &eof);
+    if (!out.status.ok() || eof) return out;
+    out.records.emplace_back(record);
+  }
+}
+
+TEST_CASE("EmptyFileHasZeroRecords") {
+  auto reader = MemoryReader("");
+  std::string_view record;
+  bool eof = false;
+  REQUIRE(reader->ReadRecord(&record, &eof).ok());
+  CHECK(eof);
+  REQUIRE(reader->ReadRecord(&record, &eof).ok());  // end of file stays end of file
+  CHECK(eof);
+  CHECK(reader->offset() == 0);
+
+  TempDir dir;
+  testing::WriteAll(dir.file("empty"), "");
+  auto opened = TFRecordReader::Open(dir.file("empty"));
+  REQUIRE(opened.ok());
+  ReadAll all = ReadUntilError(opened->get());
+  CHECK(all.status.ok());
+  CHECK(all.records.empty());
+}
+
+TEST_CASE("RecordsOfEverySizeReadBackAcrossBufferBoundaries") {
+  std::vector<std::string> records;
+  for (uint32_t i = 0; i < 300; ++i) records.push_back(Record((i * 37) % 1000, i));
+  records.push_back("");
+  records.insert(records.begin(), "");
+  const std::string shard = Shard(records);
+  for (size_t buffer :
+       {size_t{1}, size_t{16}, size_t{17}, size_t{100}, size_t{4096}, size_t{4} << 20}) {
+    INFO("buffer " << buffer);
+    auto reader = MemoryReader(shard, buffer);
+    ReadAll all = ReadUntilError(reader.get());
+    REQUIRE(all.status.ok());
+    CHECK(all.records == records);
+    CHECK(reader->offset() == shard.size());
+  }
+}
+
+TEST_CASE("RecordLargerThanTheBufferGrowsIt") {
+  const std::vector<std::string> records = {"small", Record(3 << 20, 1), "", Record(100, 2),
+                                            Record(5 << 20, 3)};
+  auto reader = MemoryReader(Shard(records), 1 << 16);
+  ReadAll all = ReadUntilError(reader.get());
+  REQUIRE(all.status.ok());
+  CHECK(all.records == records);
+}
+
+TEST_CASE("OffsetsNameEachRecordsFrame") {
+  const std::vector<std::string> records = {"a", "", "abcdef"};
+  auto reader = MemoryReader(Shard(records), 16);
+  uint64_t expected = 0;
+  for (const std::string& r : records) {
+    std::string_view record;
+    bool eof = false;
+    REQUIRE(reader->ReadRecord(&record, &eof).ok());
+    REQUIRE_FALSE(eof);
+    CHECK(record == r);
+    CHECK(reader->record_offset() == expected);
+    expected += r.size() + kOverhead;
+    CHECK(reader->offset() == expected);
+  }
+}
+
+// A damaged byte in the second of three records. Damage to the data or its CRC is stepped over;
+// damage to the length or its CRC leaves nothing to trust after it.
+TEST_CASE("FlippedByteInEachFieldIsDataLossNamingTheRecordOffset") {
+  const std::vector<std::string> records = {"first record", "second record", "third"};
+  const std::string shard = Shard(records);
+  const uint64_t second = records[0].size() + kOverhead;
+  const size_t data_bytes = records[1].size();
+  struct Case {
+    const char* field;
+    size_t byte;  // within the second frame
+    const char* reason;
+    bool continues;
+  };
+  const std::vector<Case> cases = {
+      {"length, low byte", 0, "length checksum mismatch", false},
+      {"length, high byte", 7, "length checksum mismatch", false},
+      {"length CRC", 8, "length checksum mismatch", false},
+      {"length CRC, last byte", 11, "length checksum mismatch", false},
+      {"data, first byte", 12, "data checksum mismatch", true},
+      {"data, last byte", 12 + data_bytes - 1, "data checksum mismatch", true},
+      {"data CRC", 12 + data_bytes, "data checksum mismatch", true},
+      {"data CRC, last byte", 12 + data_bytes + 3, "data checksum mismatch", true},
+  };
+  const std::string message_prefix = "corrupted record at mem:" + std::to_string(second) + " (";
+  for (const Case& c : cases) {
+    for (size_t buffer : {size_t{16}, size_t{4096}}) {
+      INFO(c.field << ", buffer " << buffer);
+      std::string damaged = shard;
+      damaged[second + c.byte] ^= 0x01;
+      auto reader = MemoryReader(damaged, buffer);
+      std::string_view record;
+      bool eof = false;
+      REQUIRE(reader->ReadRecord(&record, &eof).ok());
+      CHECK(record == records[0]);
+
+      Status s = reader->ReadRecord(&record, &eof);
+      REQUIRE_FALSE(s.ok());
+      CHECK(s.code() == StatusCode::kDataLoss);
+      CHECK(s.message() == message_prefix + c.reason + ")");
+      CHECK(reader->record_offset() == second);
+      CHECK(reader->can_continue() == c.continues);
+
+      Status next = reader->ReadRecord(&record, &eof);
+      if (c.continues) {
+        REQUIRE(next.ok());
+        CHECK_FALSE(eof);
+        CHECK(record == records[2]);
+        REQUIRE(reader->ReadRecord(&record, &eof).ok());
+        CHECK(eof);
+      } else {
+        CHECK(next.message() == s.message());  // final: every later call repeats it
+        CHECK(reader->ReadRecord(&record, &eof).message() == s.message());
+      }
+    }
+  }
+}
+
+TEST_CASE("TruncatedTrailingRecordIsDataLossAtEveryCutPoint") {
+  const std::vector<std::string> records = {"complete", "cut somewhere in here"};
+  const std::string shard = Shard(records);
+  const size_t second = records[0].size() + kOverhead;
+  const size_t frame = records[1].size() + kOverhead;
+  for (size_t kept = 1; kept < frame; ++kept) {
+    for (size_t buffer : {size_t{16}, size_t{4096}}) {
+      INFO("kept " << kept << " of " << frame << ", buffer " << buffer);
+      auto reader = MemoryReader(shard.substr(0, second + kept), buffer);
+      ReadAll all = ReadUntilError(reader.get());
+      CHECK(all.records == std::vector<std::string>{records[0]});
+      CHECK(all.status.code() == StatusCode::kDataLoss);
+      const size_t expected = kept < kTFRecordHeaderBytes ? kTFRecordHeaderBytes : frame;
+      CHECK(all.status.message() == "truncated record at mem:" + std::to_string(second) +
+                                        " (expected " + std::to_string(expected) +
+                                        " bytes, file ends after " + std::to_string(kept) + ")");
+      CHECK_FALSE(reader->can_continue());
+    }
+  }
+}
+
+TEST_CASE("LengthOverTheLimitIsRefusedBeforeAllocating") {
+  TFRecordReaderOptions options;
+  options.max_record_bytes = 10;
+  TFRecordReader at_limit(NewMemoryFile("mem", Shard({std::string(10, 'x')})), options);
+  ReadAll ok = ReadUntilError(&at_limit);
+  REQUIRE(ok.status.ok());
+  CHECK(ok.records.size() == 1);
+
+  TFRecordReader over(NewMemoryFile("mem", Shard({"0123456789", std::string(11, 'x')})), options);
+  ReadAll all = ReadUntilError(&over);
+  CHECK(all.records.size() == 1);
+  CHECK(all.status.code() == StatusCode::kDataLoss);
+  CHECK(all.status.message() ==
+        "corrupted record at mem:26 (length 11 over the limit of 10 bytes)");
+  CHECK_FALSE(over.can_continue());
+
+  // A header claiming 1 TiB with a valid length CRC and only a few bytes behind it: refused by
+  // the default limit, not allocated.
+  std::string header(8, '\0');
+  const uint64_t huge = uint64_t{1} << 40;
+  for (int i = 0; i < 8; ++i) header[i] = static_cast<char>(huge >> (8 * i));
+  uint32_t masked = crc32c::Mask(crc32c::Value(header));
+  for (int i = 0; i < 4; ++i) header.push_back(static_cast<char>(masked >> (8 * i)));
+  auto reader = MemoryReader(header + "tail");
+  ReadAll huge_all = ReadUntilError(reader.get());
+  CHECK(huge_all.status.code() == StatusCode::kDataLoss);
+  CHECK_THAT(huge_all.status.message(),
+             Catch::Contains("mem:0 (length 1099511627776 over the limit of 2147483648 bytes)"));
+}
+
+TEST_CASE("IoErrorIsFinalAndNamesTheFile") {
+  const std::string shard = Shard({"one", "two", "three"});
+  for (int64_t fail_at : {int64_t{0}, int64_t{5}, int64_t{20}, int64_t{25}}) {
+    INFO("fail at " << fail_at);
+    auto reader = MemoryReader(shard, 16, fail_at);
+    ReadAll all = ReadUntilError(reader.get());
+    CHECK(all.status.code() == StatusCode::kUnavailable);
+    CHECK_THAT(all.status.message(), Catch::Contains("mem"));
+    CHECK(all.records.size() == static_cast<size_t>(fail_at / 19));
+    CHECK_FALSE(reader->can_continue());
+    std::string_view record;
+    bool eof = false;
+    CHECK(reader->ReadRecord(&record, &eof).code() == StatusCode::kUnavailable);
+  }
+}
+
+TEST_CASE("OpenReadsPlainFilesWhoseFirstBytesLookCompressed") {
+  TempDir dir;
+  // Lengths 0x178 and 0x8b1f start the file with a valid zlib header and the gzip magic.
+  for (size_t length : {size_t{0x178}, size_t{0x8b1f}}) {
+    const std::vector<std::string> records = {std::string(length, 'x'), "next"};
+    testing::WriteAll(dir.file("plain"), Shard(records));
+    auto reader = TFRecordReader::Open(dir.file("plain"));
+    REQUIRE(reader.ok());
+    ReadAll all = ReadUntilError(reader->get());
+    REQUIRE(all.status.ok());
+    CHECK(all.records == records);
+  }
+}
+
+TEST_CASE("OpenReportsDamageAtTheStartOfAPlainFileAsACorruptRecord") {
+  TempDir dir;
+  struct Case {
+    std::string contents;
+    std::string message;
+  };
+  std::string damaged = Shard({"abc"});
+  damaged[3] ^= 0x10;
+  const std::vector<Case> cases = {
+      {damaged, "corrupted record at " + dir.file("f") + ":0 (length checksum mismatch)"},
+      {Shard({"abc"}).substr(0, 5),
+       "truncated record at " + dir.file("f") + ":0 (expected 12 bytes, file ends after 5)"},
+  };
+  for (const Case& c : cases) {
+    testing::WriteAll(dir.file("f"), c.contents);
+    auto reader = TFRecordReader::Open(dir.file("f"));
+    REQUIRE(reader.ok());
+    ReadAll all = ReadUntilError(reader->get());
+    CHECK(all.status.code() == StatusCode::kDataLoss);
+    CHECK(all.status.message() == c.message);
+  }
+}
+
+TEST_CASE("OpenMissingFileIsNotFoundNamingThePath") {
+  TempDir dir;
+  auto reader = TFRecordReader::Open(dir.file("missing"));
+  REQUIRE_FALSE(reader.ok());
+  CHECK(reader.status().code() == StatusCode::kNotFound);
+  CHECK_THAT(reader.status().message(), Catch::Contains(dir.file("missing")));
+}
+
+TEST_CASE("CorruptRecordInCompressedShardNamesTheUncompressedOffset") {
+  TempDir dir;
+  const std::vector<std::string> records = {"first", "second", "third"};
+  std::string damaged = Shard(records);
+  const size_t second = records[0].size() + kOverhead;
+  damaged[second + kTFRecordHeaderBytes] ^= 0x01;
+  for (Compression c : {Compression::kGzip, Compression::kZlib}) {
+    INFO(CompressionName(c));
+    const std::string path = dir.file("shard");
+    auto base = NewAtomicFile(path);
+    REQUIRE(base.ok());
+    auto file = NewDeflatingFile(std::move(*base), c);
+    REQUIRE(file->Append(damaged).ok());
+    REQUIRE(file->Commit().ok());
+
+    auto reader = TFRecordReader::Open(path);
+    REQUIRE(reader.ok());
+    ReadAll all = ReadUntilError(reader->get());
+    CHECK(all.records == std::vector<std::string>{"first"});
+    CHECK(all.status.message() == "corrupted record at " + path + ":" + std::to_string(second) +
+                                      " (uncompressed) (data checksum mismatch)");
+    CHECK((*reader)->can_continue());
+    all = ReadUntilError(reader->get());
+    REQUIRE(all.status.ok());
+    CHECK(all.records == std::vector<std::string>{"third"});
+  }
+}
+
+TEST_CASE("ExplicitCompressionOptionOverridesDetection") {
+  TempDir dir;
+  const std::vector<std::string> records = {"a", "b"};
+  testing::WriteAll(dir.file("plain"), Shard(records));
+  TFRecordReaderOptions options;
+  options.compression = Compression::kGzip;
+  auto reader = TFRecordReader::Open(dir.file("plain"), options);
+  REQUIRE(reader.ok());
+  ReadAll all = ReadUntilError(reader->get());
+  CHECK(all.status.code() == StatusCode::kDataLoss);
+  CHECK_THAT(all.status.message(), Catch::Contains(dir.file("plain")));
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,169 @@
+// `sluice convert` end to end on a small ImageFolder tree holding every kind of awkward file.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "formats/example_scanner.h"
+#include "formats/image_example.h"
+#include "formats/jpeg_header.h"
+#include "formats/record_index.h"
+#include "formats/tfrecord_reader.h"
+#include "tests/jpeg_test_images.h"
+#include "tests/test_support.h"
+
+namespace sluice {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::RunSluice;
+using testing::TempDir;
+using testing::TestJpegKind;
+
+struct Converted {
+  int64_t label = -1;
+  std::string class_text;
+  JpegHeader header;
+  int64_t height = 0, width = 0;
+};
+
+// Reads every record of the shards in dir with prefix, keyed by image/filename.
+std::map<std::string, Converted> ReadBack(const fs::path& dir, const std::string& prefix) {
+  std::map<std::string, Converted> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind(prefix + "-", 0) != 0 || e.path().extension() != ".tfrecord") continue;
+    auto reader = TFRecordReader::Open(e.path().string());
+    REQUIRE(reader.ok());
+    for (;;) {
+      std::string_view record;
+      bool eof = false;
+      REQUIRE((*reader)->ReadRecord(&record, &eof).ok());
+      if (eof) break;
+      Converted c;
+      std::string filename;
+      std::string_view jpeg;
+      REQUIRE(ForEachFeature(record, [&](std::string_view key, const FeatureView& v) {
+                if (key == kImageFilenameKey) filename = std::string(*v.FirstBytes(key));
+                if (key == kImageClassTextKey) c.class_text = std::string(*v.FirstBytes(key));
+                if (key == kImageEncodedKey) jpeg = *v.FirstBytes(key);
+                if (key == kImageLabelKey) c.label = *v.FirstInt64(key);
+                if (key == kImageHeightKey) c.height = *v.FirstInt64(key);
+                if (key == kImageWidthKey) c.width = *v.FirstInt64(key);
+              }).ok());
+      auto header = ReadJpegHeader(jpeg);
+      REQUIRE(header.ok());
+      c.header = *header;
+      out[filename] = c;
+    }
+    // Each shard has an index that matches it.
+    auto index = ReadRecordIndex(IndexPathFor(e.path().string()));
+    REQUIRE(index.ok());
+    CHECK(*index == *BuildRecordIndex(e.path().string()));
+  }
+  return out;
+}
+
+TEST_CASE("ConvertHandlesCmykGrayPngAndEmptyFiles") {
+  TempDir dir;
+  fs::path src = dir.path() / "images";
+  fs::create_directories(src / "apple");
+  fs::create_directories(src / "banana");
+  fs::create_directories(src / ".hidden");
+  auto rgb = testing::MakeGradientJpeg(64, 48);
+  testing::WriteAll((src / "apple/rgb.jpg").string(), rgb);
+  // Pure cyan ink (inverted CMYK: C = 0 means full ink).
+  testing::WriteAll((src / "apple/cmyk.jpg").string(),
+                    testing::MakeTestJpeg(TestJpegKind::kCmyk, 32, 32,
+                                          [](int, int, int ch) -> uint8_t { return ch == 0 ? 0 : 255; }));
+  testing::WriteAll((src / "banana/gray.jpg").string(),
+                    testing::MakeTestJpeg(TestJpegKind::kGray, 20, 30,
+                                          [](int x, int, int) -> uint8_t { return x * 10; }));
+  testing::WriteAll((src / "banana/photo.png").string(), "\x89PNG\r\n\x1a\n0000IHDR");
+  testing::WriteAll((src / "banana/zero.jpg").string(), "");
+  testing::WriteAll((src / "banana/cut.jpg").string(), rgb.substr(0, 200));
+  testing::WriteAll((src / ".hidden/x.jpg").string(), rgb);
+
+  fs::path out = dir.path() / "out";
+  testing::CommandResult r =
+      RunSluice("convert --from " + src.string() + " --out " + out.string() + " --shards 2");
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.find("skipped 3 files") != std::string::npos);
+  CHECK(r.err.find("banana/photo.png: not a JPEG (PNG)") != std::string::npos);
+  CHECK(r.err.find("banana/zero.jpg: empty file") != std::string::npos);
+  CHECK(r.err.find("banana/cut.jpg: does not decode") != std::string::npos);
+  CHECK(testing::ReadAll((out / "labels.txt").string()) == "apple\nbanana\n");
+  CHECK(fs::exists(out / "train-00000-of-00002.tfrecord"));
+  CHECK(fs::exists(out / "train-00001-of-00002.tfrecord.idx"));
+
+  auto records = ReadBack(out, "train");
+  REQUIRE(records.size() == 3);
+  CHECK(records["apple/rgb.jpg"].label == 0);
+  CHECK(records["apple/rgb.jpg"].class_text == "apple");
+  CHECK(records["apple/rgb.jpg"].width == 64);
+  CHECK(records["apple/rgb.jpg"].height == 48);
+  // CMYK and gray came out as 3-component YCbCr JPEGs.
+  CHECK(records["apple/cmyk.jpg"].header.color_space == JpegColorSpace::kYCbCr);
+  CHECK(records["apple/cmyk.jpg"].header.components == 3);
+  CHECK(records["banana/gray.jpg"].header.color_space == JpegColorSpace::kYCbCr);
+  CHECK(records["banana/gray.jpg"].label == 1);
+  CHECK(records["banana/gray.jpg"].width == 20);
+  // Nothing temporary is left in the output directory.
+  for (const auto& e : fs::directory_iterator(out)) {
+    CHECK(e.path().filename().string().find(".tmp") == std::string::npos);
+  }
+}
+
+TEST_CASE("ConvertSplitsEachClassIntoValidation") {
+  TempDir dir;
+  fs::path src = dir.path() / "images";
+  auto jpeg = testing::MakeGradientJpeg(16, 16);
+  for (const char* cls : {"a", "b"}) {
+    fs::create_directories(src / cls);
+    for (int i = 0; i < 10; ++i) {
+      testing::WriteAll((src / cls / (std::to_string(i) + ".jpg")).string(), jpeg);
+    }
+  }
+  fs::path out = dir.path() / "out";
+  testing::CommandResult r = RunSluice("convert --from " + src.string() + " --out " +
+                                       out.string() + " --shards 3 --val-fraction 0.2");
+  REQUIRE(r.exit_code == 0);
+  auto train = ReadBack(out, "train");
+  auto val = ReadBack(out, "validation");
+  CHECK(train.size() == 16);
+  REQUIRE(val.size() == 4);
+  int val_a = 0;
+  for (const auto& [name, c] : val) {
+    CHECK(train.count(name) == 0);
+    if (c.label == 0) ++val_a;
+  }
+  CHECK(val_a == 2);
+}
+
+TEST_CASE("ConvertRefusesToReplaceExistingShardsWithoutOverwrite") {
+  TempDir dir;
+  fs::path src = dir.path() / "images";
+  fs::create_directories(src / "a");
+  testing::WriteAll((src / "a/1.jpg").string(), testing::MakeGradientJpeg(8, 8));
+  fs::path out = dir.path() / "out";
+  std::string args = "convert --from " + src.string() + " --out " + out.string() + " --shards 1";
+  REQUIRE(RunSluice(args).exit_code == 0);
+  testing::CommandResult again = RunSluice(args);
+  CHECK(again.exit_code == 1);
+  CHECK(again.err.find("already exists (pass --overwrite") != std::string::npos);
+  CHECK(RunSluice(args + " --overwrite").exit_code == 0);
+}
+
+TEST_CASE("ConvertOfMissingFolderSaysSo") {
+  TempDir dir;
+  testing::CommandResult r =
+      RunSluice("convert --from " + dir.file("nope") + " --out " + dir.file("out"));
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find(dir.file("nope")) != std::string::npos);
+  CHECK_FALSE(fs::exists(dir.file("out/train-00000-of-00016.tfrecord")));
+}
+
+}  // namespace
+}  // namespace sluice

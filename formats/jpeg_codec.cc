@@ -1,1 +1,375 @@
 #include "formats/jpeg_codec.h"
+
+#include <algorithm>
+#include <csetjmp>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+// clang-format off
+// jpeglib.h uses FILE and size_t without declaring them: <cstdio> must come first.
+#include <jpeglib.h>
+#include <jerror.h>
+// clang-format on
+
+#include "formats/jpeg_header.h"
+
+namespace sluice {
+namespace {
+
+// libjpeg reports errors by calling error_exit, which must not return. We longjmp back to the
+// setjmp of the small C-style function that made the libjpeg call. Those functions keep no C++
+// objects with destructors in their frames, so nothing is skipped by the jump; C++ work
+// (allocation, Status) happens in their callers, outside any setjmp frame.
+//
+// Warnings policy. libjpeg recovers from most corrupt data (bad Huffman codes, stray bytes, a
+// marker inside a scan) by filling the damaged blocks; like most decoders we accept those images.
+// The exception is data that ends early: the memory source then feeds a fake EOI and libjpeg
+// paints the rest grey. We refuse that when it happens before the last MCU row of the scan being
+// read (a truncated file: whole rows would be grey, or for a progressive image, missing from that
+// scan on), and accept it within that last row or between scans (only the final bytes or the EOI
+// marker are missing; a progressive image is then complete, at the detail of the scans it has).
+enum class Phase { kHeader, kDecode, kEncode };
+
+struct ErrorManager {
+  jpeg_error_mgr pub;  // first, so a j_common_ptr's err can be cast back to ErrorManager
+  std::jmp_buf jump;
+  Phase phase = Phase::kHeader;
+  char message[JMSG_LENGTH_MAX] = {};
+};
+
+ErrorManager* GetErrorManager(j_common_ptr cinfo) {
+  return reinterpret_cast<ErrorManager*>(cinfo->err);
+}
+
+[[noreturn]] void ErrorExit(j_common_ptr cinfo) {
+  ErrorManager* err = GetErrorManager(cinfo);
+  (*cinfo->err->format_message)(cinfo, err->message);
+  std::longjmp(err->jump, 1);
+}
+
+bool TruncatedBeforeLastRow(j_common_ptr cinfo, Phase phase) {
+  if (phase == Phase::kHeader) return true;
+  if (!cinfo->is_decompressor) return false;
+  auto* d = reinterpret_cast<j_decompress_ptr>(cinfo);
+  return d->input_iMCU_row + 1 < d->total_iMCU_rows;
+}
+
+// msg_level -1 is a warning, 0 and up are trace messages; neither is printed.
+void EmitMessage(j_common_ptr cinfo, int msg_level) {
+  if (msg_level >= 0) return;
+  ++cinfo->err->num_warnings;
+  ErrorManager* err = GetErrorManager(cinfo);
+  if (cinfo->err->msg_code == JWRN_JPEG_EOF && TruncatedBeforeLastRow(cinfo, err->phase)) {
+    ErrorExit(cinfo);
+  }
+}
+
+void InitErrorManager(ErrorManager* err) {
+  jpeg_std_error(&err->pub);
+  err->pub.error_exit = ErrorExit;
+  err->pub.emit_message = EmitMessage;
+}
+
+// TurboJPEG's bound (TJFLAG_LIMITSCANS): a crafted progressive file can hold thousands of tiny
+// scans, each a full pass over the coefficients; real encoders write about ten.
+constexpr int kMaxProgressiveScans = 500;
+
+void ProgressMonitor(j_common_ptr cinfo) {
+  if (!cinfo->is_decompressor) return;
+  auto* d = reinterpret_cast<j_decompress_ptr>(cinfo);
+  if (d->progressive_mode && d->input_scan_number > kMaxProgressiveScans) {
+    ErrorManager* err = GetErrorManager(cinfo);
+    std::snprintf(err->message, sizeof(err->message), "progressive JPEG has more than %d scans",
+                  kMaxProgressiveScans);
+    std::longjmp(err->jump, 1);
+  }
+}
+
+// Rows handed to libjpeg per jpeg_read_scanlines/jpeg_write_scanlines call; more than any
+// rec_outbuf_height, so libjpeg never has to stop short of what its buffers hold.
+constexpr int kRowBatch = 16;
+
+// The setjmp frames. Each returns false after a libjpeg error, with err->message set and the
+// libjpeg object reset (jpeg_abort_*) so it can be reused.
+
+bool CreateDecompress(j_decompress_ptr cinfo, ErrorManager* err) {
+  if (setjmp(err->jump)) return false;
+  jpeg_create_decompress(cinfo);
+  return true;
+}
+
+bool ReadHeader(j_decompress_ptr cinfo, ErrorManager* err, const uint8_t* data, size_t size) {
+  if (setjmp(err->jump)) {
+    jpeg_abort_decompress(cinfo);
+    return false;
+  }
+  err->phase = Phase::kHeader;
+  jpeg_mem_src(cinfo, data, static_cast<unsigned long>(size));  // NOLINT(google-runtime-int)
+  jpeg_read_header(cinfo, TRUE);
+  return true;
+}
+
+// Decodes every row into out (rows `stride` bytes apart). With cmyk_row non-null the output colour
+// space is CMYK: each row lands there first and is converted to RGB.
+bool DecodeRows(j_decompress_ptr cinfo, ErrorManager* err, uint8_t* out, size_t stride,
+                uint8_t* cmyk_row, bool inverted) {
+  if (setjmp(err->jump)) {
+    jpeg_abort_decompress(cinfo);
+    return false;
+  }
+  err->phase = Phase::kDecode;
+  jpeg_start_decompress(cinfo);
+  const JDIMENSION height = cinfo->output_height;
+  while (cinfo->output_scanline < height) {
+    const JDIMENSION y = cinfo->output_scanline;
+    JSAMPROW rows[kRowBatch];
+    JDIMENSION got;
+    if (cmyk_row != nullptr) {
+      rows[0] = cmyk_row;
+      got = jpeg_read_scanlines(cinfo, rows, 1);
+      if (got == 1) CmykToRgb(cmyk_row, cinfo->output_width, inverted, out + y * stride);
+    } else {
+      const JDIMENSION n = std::min<JDIMENSION>(kRowBatch, height - y);
+      for (JDIMENSION i = 0; i < n; ++i) rows[i] = out + (y + i) * stride;
+      got = jpeg_read_scanlines(cinfo, rows, n);
+    }
+    if (got == 0) {  // only a suspending data source does this; ours never suspends
+      std::snprintf(err->message, sizeof(err->message), "decoder stalled at row %u", y);
+      jpeg_abort_decompress(cinfo);
+      return false;
+    }
+  }
+  jpeg_finish_decompress(cinfo);
+  return true;
+}
+
+}  // namespace
+
+struct JpegDecoder::State {
+  jpeg_decompress_struct cinfo;
+  ErrorManager err;
+  jpeg_progress_mgr progress;
+  bool created = false;
+  std::vector<uint8_t> cmyk_row;
+
+  State() {
+    std::memset(&cinfo, 0, sizeof(cinfo));
+    std::memset(&progress, 0, sizeof(progress));
+    InitErrorManager(&err);
+    cinfo.err = &err.pub;
+    created = CreateDecompress(&cinfo, &err);
+    progress.progress_monitor = ProgressMonitor;
+    cinfo.progress = &progress;
+  }
+  ~State() {
+    if (created) jpeg_destroy_decompress(&cinfo);
+  }
+};
+
+JpegDecoder::JpegDecoder() : state_(std::make_unique<State>()) {}
+JpegDecoder::~JpegDecoder() = default;
+
+Status JpegDecoder::Decode(std::string_view data, Image* out, int64_t max_pixels) {
+  // Names what the data is instead ("PNG image, not JPEG"), without walking the markers.
+  if (SniffImageFormat(data) != "JPEG") return ReadJpegHeader(data).status();
+  State& s = *state_;
+  if (!s.created) return Internal(std::string("libjpeg initialisation failed: ") + s.err.message);
+  j_decompress_ptr cinfo = &s.cinfo;
+  auto invalid = [&s] { return InvalidArgument(std::string("invalid JPEG: ") + s.err.message); };
+
+  if (!ReadHeader(cinfo, &s.err, reinterpret_cast<const uint8_t*>(data.data()), data.size())) {
+    return invalid();
+  }
+  const int64_t width = cinfo->image_width;
+  const int64_t height = cinfo->image_height;
+  if (width * height > max_pixels) {
+    jpeg_abort_decompress(cinfo);
+    return InvalidArgument("image of " + std::to_string(width) + "x" + std::to_string(height) +
+                           " = " + std::to_string(width * height) + " pixels exceeds max_pixels " +
+                           std::to_string(max_pixels));
+  }
+  bool cmyk = false;
+  switch (cinfo->jpeg_color_space) {
+    case JCS_GRAYSCALE:
+    case JCS_YCbCr:
+    case JCS_RGB:
+      cinfo->out_color_space = JCS_EXT_RGB;
+      break;
+    case JCS_CMYK:
+    case JCS_YCCK:
+      cinfo->out_color_space = JCS_CMYK;
+      cmyk = true;
+      break;
+    default:
+      jpeg_abort_decompress(cinfo);
+      return InvalidArgument("unsupported JPEG colour space with " +
+                             std::to_string(cinfo->num_components) + " components");
+  }
+  cinfo->dct_method = JDCT_ISLOW;
+
+  out->Resize(static_cast<int>(width), static_cast<int>(height));
+  uint8_t* cmyk_row = nullptr;
+  if (cmyk) {
+    s.cmyk_row.resize(static_cast<size_t>(width) * 4);
+    cmyk_row = s.cmyk_row.data();
+  }
+  // Adobe's CMYK JPEGs hold inverted values, and every CMYK JPEG in practice carries its marker.
+  const bool inverted = cinfo->saw_Adobe_marker;
+  if (!DecodeRows(cinfo, &s.err, out->pixels.data(), static_cast<size_t>(width) * 3, cmyk_row,
+                  inverted)) {
+    return invalid();
+  }
+  return Status::OK();
+}
+
+namespace {
+
+// A destination that grows one malloc'd buffer, kept across calls so steady-state encoding does not
+// allocate. realloc failure is reported through libjpeg's error path, not an exception.
+struct GrowingDestination {
+  jpeg_destination_mgr pub;  // first, so cinfo->dest can be cast back
+  uint8_t* buffer = nullptr;
+  size_t capacity = 0;
+  size_t size = 0;  // bytes written, valid after jpeg_finish_compress
+};
+
+constexpr size_t kInitialCapacity = size_t{64} * 1024;
+
+GrowingDestination* GetDestination(j_compress_ptr cinfo) {
+  return reinterpret_cast<GrowingDestination*>(cinfo->dest);
+}
+
+// Doubles the buffer, keeping what it holds.
+void GrowDestination(j_compress_ptr cinfo, GrowingDestination* d) {
+  const size_t capacity = d->capacity < kInitialCapacity ? kInitialCapacity : d->capacity * 2;
+  auto* grown = static_cast<uint8_t*>(std::realloc(d->buffer, capacity));
+  if (grown == nullptr) ERREXIT1(cinfo, JERR_OUT_OF_MEMORY, 0);
+  d->buffer = grown;
+  d->capacity = capacity;
+}
+
+// libjpeg stores a byte before it checks for room, so the buffer must never start empty.
+void InitDestination(j_compress_ptr cinfo) {
+  GrowingDestination* d = GetDestination(cinfo);
+  if (d->capacity == 0) GrowDestination(cinfo, d);
+  d->size = 0;
+  d->pub.next_output_byte = d->buffer;
+  d->pub.free_in_buffer = d->capacity;
+}
+
+// Called only when the buffer is full.
+boolean EmptyOutputBuffer(j_compress_ptr cinfo) {
+  GrowingDestination* d = GetDestination(cinfo);
+  const size_t used = d->capacity;
+  GrowDestination(cinfo, d);
+  d->pub.next_output_byte = d->buffer + used;
+  d->pub.free_in_buffer = d->capacity - used;
+  return TRUE;
+}
+
+void TermDestination(j_compress_ptr cinfo) {
+  GrowingDestination* d = GetDestination(cinfo);
+  d->size = d->capacity - d->pub.free_in_buffer;
+}
+
+bool CreateCompress(j_compress_ptr cinfo, ErrorManager* err) {
+  if (setjmp(err->jump)) return false;
+  jpeg_create_compress(cinfo);
+  return true;
+}
+
+bool EncodeRows(j_compress_ptr cinfo, ErrorManager* err, const ImageView& image, int quality,
+                bool subsample_420) {
+  if (setjmp(err->jump)) {
+    jpeg_abort_compress(cinfo);
+    return false;
+  }
+  err->phase = Phase::kEncode;
+  cinfo->image_width = static_cast<JDIMENSION>(image.width);
+  cinfo->image_height = static_cast<JDIMENSION>(image.height);
+  cinfo->input_components = 3;
+  cinfo->in_color_space = JCS_EXT_RGB;
+  jpeg_set_defaults(cinfo);
+  jpeg_set_quality(cinfo, quality, TRUE);
+  const int luma_factor = subsample_420 ? 2 : 1;
+  cinfo->comp_info[0].h_samp_factor = luma_factor;
+  cinfo->comp_info[0].v_samp_factor = luma_factor;
+  for (int c = 1; c < 3; ++c) {
+    cinfo->comp_info[c].h_samp_factor = 1;
+    cinfo->comp_info[c].v_samp_factor = 1;
+  }
+  cinfo->optimize_coding = FALSE;  // a second pass over the data costs more than the bytes saved
+  cinfo->dct_method = JDCT_ISLOW;
+  jpeg_start_compress(cinfo, TRUE);
+  const JDIMENSION height = cinfo->image_height;
+  while (cinfo->next_scanline < height) {
+    const JDIMENSION y = cinfo->next_scanline;
+    const JDIMENSION n = std::min<JDIMENSION>(kRowBatch, height - y);
+    JSAMPROW rows[kRowBatch];
+    // libjpeg's row type is non-const; it only reads input rows.
+    for (JDIMENSION i = 0; i < n; ++i) {
+      rows[i] = const_cast<uint8_t*>(image.row(static_cast<int>(y + i)));
+    }
+    jpeg_write_scanlines(cinfo, rows, n);
+  }
+  jpeg_finish_compress(cinfo);
+  return true;
+}
+
+}  // namespace
+
+struct JpegEncoder::State {
+  jpeg_compress_struct cinfo;
+  ErrorManager err;
+  GrowingDestination dest;
+  bool created = false;
+
+  State() {
+    std::memset(&cinfo, 0, sizeof(cinfo));
+    std::memset(&dest.pub, 0, sizeof(dest.pub));
+    InitErrorManager(&err);
+    cinfo.err = &err.pub;
+    created = CreateCompress(&cinfo, &err);
+    dest.pub.init_destination = InitDestination;
+    dest.pub.empty_output_buffer = EmptyOutputBuffer;
+    dest.pub.term_destination = TermDestination;
+    cinfo.dest = &dest.pub;
+  }
+  ~State() {
+    if (created) jpeg_destroy_compress(&cinfo);
+    std::free(dest.buffer);
+  }
+};
+
+JpegEncoder::JpegEncoder() : state_(std::make_unique<State>()) {}
+JpegEncoder::~JpegEncoder() = default;
+
+Status JpegEncoder::Encode(const ImageView& image, const JpegEncodeOptions& options,
+                           std::string* out) {
+  if (options.quality < 1 || options.quality > 100) {
+    return InvalidArgument("JPEG quality " + std::to_string(options.quality) +
+                           " is outside 1..100");
+  }
+  if (image.width <= 0 || image.height <= 0 || image.data == nullptr ||
+      image.stride < static_cast<size_t>(image.width) * 3) {
+    return InvalidArgument("cannot encode an image of " + std::to_string(image.width) + "x" +
+                           std::to_string(image.height) + " with stride " +
+                           std::to_string(image.stride));
+  }
+  if (image.width > JPEG_MAX_DIMENSION || image.height > JPEG_MAX_DIMENSION) {
+    return InvalidArgument("image of " + std::to_string(image.width) + "x" +
+                           std::to_string(image.height) + " exceeds JPEG's limit of " +
+                           std::to_string(JPEG_MAX_DIMENSION) + " per side");
+  }
+  State& s = *state_;
+  if (!s.created) return Internal(std::string("libjpeg initialisation failed: ") + s.err.message);
+  if (!EncodeRows(&s.cinfo, &s.err, image, options.quality, options.subsample_420)) {
+    return Internal(std::string("JPEG encode: ") + s.err.message);
+  }
+  out->append(reinterpret_cast<const char*>(s.dest.buffer), s.dest.size);
+  return Status::OK();
+}
+
+}  // namespace sluice

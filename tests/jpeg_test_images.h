@@ -8,18 +8,29 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <string>
 #include <vector>
 
 namespace sluice::testing {
 
-enum class TestJpegKind { kGray, kYCbCr, kCmyk, kYcck };
+// How a test JPEG is written: the input layout and the colour space stored in the file.
+struct LibjpegSpec {
+  J_COLOR_SPACE in_space = JCS_RGB;  // JCS_RGB, JCS_GRAYSCALE or JCS_CMYK
+  J_COLOR_SPACE jpeg_space = JCS_YCbCr;
+  bool progressive = false;
+  int quality = 95;
+};
 
-// pixel(x, y, channel) gives the sample values in the input colour space: 1 channel for gray, 3
-// RGB for YCbCr, 4 *inverted* CMYK (255 = no ink) for CMYK and YCCK.
-template <typename PixelFn>
-std::string MakeTestJpeg(TestJpegKind kind, int width, int height, PixelFn pixel,
-                         bool progressive = false, int quality = 95) {
+inline int InputComponents(J_COLOR_SPACE in_space) {
+  return in_space == JCS_GRAYSCALE ? 1 : in_space == JCS_CMYK ? 4 : 3;
+}
+
+// pixels: width * height * InputComponents(spec.in_space) samples, row-major.
+inline std::string EncodeWithLibjpeg(const std::vector<uint8_t>& pixels, int width, int height,
+                                     const LibjpegSpec& spec) {
+  const int comps = InputComponents(spec.in_space);
+  if (pixels.size() != static_cast<size_t>(width) * height * comps) std::abort();
   jpeg_compress_struct c;
   jpeg_error_mgr err;
   c.err = jpeg_std_error(&err);
@@ -29,34 +40,51 @@ std::string MakeTestJpeg(TestJpegKind kind, int width, int height, PixelFn pixel
   jpeg_mem_dest(&c, &buf, &size);
   c.image_width = width;
   c.image_height = height;
-  int channels = 3;
-  switch (kind) {
-    case TestJpegKind::kGray: c.in_color_space = JCS_GRAYSCALE, channels = 1; break;
-    case TestJpegKind::kYCbCr: c.in_color_space = JCS_RGB, channels = 3; break;
-    case TestJpegKind::kCmyk:
-    case TestJpegKind::kYcck: c.in_color_space = JCS_CMYK, channels = 4; break;
-  }
-  c.input_components = channels;
+  c.input_components = comps;
+  c.in_color_space = spec.in_space;
   jpeg_set_defaults(&c);
-  if (kind == TestJpegKind::kCmyk) jpeg_set_colorspace(&c, JCS_CMYK);
-  if (kind == TestJpegKind::kYcck) jpeg_set_colorspace(&c, JCS_YCCK);
-  jpeg_set_quality(&c, quality, TRUE);
-  if (progressive) jpeg_simple_progression(&c);
+  jpeg_set_colorspace(&c, spec.jpeg_space);
+  jpeg_set_quality(&c, spec.quality, TRUE);
+  if (spec.progressive) jpeg_simple_progression(&c);
   jpeg_start_compress(&c, TRUE);
-  std::vector<uint8_t> row(static_cast<size_t>(width) * channels);
   while (c.next_scanline < c.image_height) {
-    int y = static_cast<int>(c.next_scanline);
-    for (int x = 0; x < width; ++x) {
-      for (int ch = 0; ch < channels; ++ch) row[x * channels + ch] = pixel(x, y, ch);
-    }
-    JSAMPROW r = row.data();
-    jpeg_write_scanlines(&c, &r, 1);
+    JSAMPROW row =
+        const_cast<uint8_t*>(&pixels[static_cast<size_t>(c.next_scanline) * width * comps]);
+    jpeg_write_scanlines(&c, &row, 1);
   }
   jpeg_finish_compress(&c);
   jpeg_destroy_compress(&c);
   std::string out(reinterpret_cast<char*>(buf), size);
   std::free(buf);
   return out;
+}
+
+enum class TestJpegKind { kGray, kYCbCr, kCmyk, kYcck };
+
+// pixel(x, y, channel) gives the sample values in the input colour space: 1 channel for gray, 3
+// RGB for YCbCr, 4 *inverted* CMYK (255 = no ink) for CMYK and YCCK.
+template <typename PixelFn>
+std::string MakeTestJpeg(TestJpegKind kind, int width, int height, PixelFn pixel,
+                         bool progressive = false, int quality = 95) {
+  LibjpegSpec spec;
+  spec.progressive = progressive;
+  spec.quality = quality;
+  switch (kind) {
+    case TestJpegKind::kGray: spec.in_space = spec.jpeg_space = JCS_GRAYSCALE; break;
+    case TestJpegKind::kYCbCr: spec.in_space = JCS_RGB, spec.jpeg_space = JCS_YCbCr; break;
+    case TestJpegKind::kCmyk: spec.in_space = spec.jpeg_space = JCS_CMYK; break;
+    case TestJpegKind::kYcck: spec.in_space = JCS_CMYK, spec.jpeg_space = JCS_YCCK; break;
+  }
+  const int comps = InputComponents(spec.in_space);
+  std::vector<uint8_t> pixels(static_cast<size_t>(width) * height * comps);
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < width; ++x) {
+      for (int ch = 0; ch < comps; ++ch) {
+        pixels[(static_cast<size_t>(y) * width + x) * comps + ch] = pixel(x, y, ch);
+      }
+    }
+  }
+  return EncodeWithLibjpeg(pixels, width, height, spec);
 }
 
 // A smooth colourful gradient, easy on JPEG so round trips stay close.

@@ -9,7 +9,7 @@ data=${1:-/tmp/sluice-bench-inspect}
 photos=/usr/share/backgrounds/mate/nature
 
 if [ ! -f "$data/labels.txt" ]; then
-  "$sluice" synth --photos "$photos" --classes 12 --images 3900 --shards 16 --seed 1 --out "$data"
+  "$sluice" synth --photos "$photos" --classes 12 --images 6400 --shards 16 --seed 1 --out "$data"
 fi
 du -sh "$data"
 "$sluice" inspect --json "$data"/*.tfrecord >/dev/null  # warm the page cache

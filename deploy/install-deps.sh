@@ -2,10 +2,20 @@
 # Installs what Sluice needs to build, test and run its demo on Debian 12. Idempotent: packages
 # already present are left alone, and apt-get update runs only when something is missing.
 #   deploy/install-deps.sh            Debian packages + the Python test environment (build/venv)
+#   deploy/install-deps.sh --bench    also PyTorch + torchvision + Pillow for /usr/bin/python3
+#                                     (the competitor loaders in tests/bench/)
 #   SLUICE_SKIP_PYTHON=1 deploy/...   Debian packages only
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+bench=0
+for arg in "$@"; do
+  case "$arg" in
+    --bench) bench=1 ;;
+    *) echo "install-deps: unknown argument: $arg (known: --bench)" >&2; exit 2 ;;
+  esac
+done
 
 packages=(
   # toolchain
@@ -20,6 +30,9 @@ packages=(
   # Python interop tests (TensorFlow in a venv under build/)
   python3 python3-venv python3-pip
 )
+if ((bench)); then
+  packages+=(python3-torch python3-torchvision python3-pil)
+fi
 
 sudo_cmd=()
 if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi

@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Competitor benchmark: a tf.data input pipeline over TFRecord shards of JPEGs.
+
+Measures images/s of the TRAIN pipeline as written for TensorFlow, using TF's fast path:
+TFRecordDataset(num_parallel_reads=AUTOTUNE) -> shuffle(512) -> repeat -> map(parse_single_example,
+sample_distorted_bounding_box (area [0.08, 1], aspect [3/4, 4/3], 10 attempts) + decode_and_crop_jpeg
+(fused crop decode) + resize to 224x224 (bilinear, no antialias) + cast uint8 + random_flip_left_right,
+num_parallel_calls=AUTOTUNE) -> batch(256, drop_remainder) -> prefetch(AUTOTUNE). Output: NHWC uint8,
+as Sluice's. tf.data runs on a private thread pool of --threads threads and intra/inter-op
+parallelism is set to --threads too; deterministic order is off (the usual training setting, and
+tf.data's fastest). After --warmup batches it times --batches batches and prints one JSON line, e.g.
+  {"loader": "tf.data", "images_per_sec": 1234.5, "batches": 30, "threads": 2, ...}
+with the CPU time it used meanwhile (images_per_cpu_sec: less sensitive to other load).
+
+Run with the venv python (tensorflow-cpu from deploy/install-deps.sh), pinned to the cores under test:
+  taskset -c 0-1 build/venv/bin/python tests/bench/tfdata_loader.py \
+      '/tmp/sluice-bench-data/train-*' --threads 2 --batches 30
+tests/bench/compare.sh runs this next to `sluice profile` and PyTorch.
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+import tensorflow as tf  # noqa: E402
+
+
+def build_dataset(files, threads, batch_size, image_size, seed):
+    features = {
+        'image/encoded': tf.io.FixedLenFeature([], tf.string),
+        'image/class/label': tf.io.FixedLenFeature([], tf.int64),
+    }
+    no_boxes = tf.zeros([1, 0, 4], tf.float32)  # with use_image_if_no_bounding_boxes: whole image
+
+    def train_map(record):
+        example = tf.io.parse_single_example(record, features)
+        jpeg = example['image/encoded']
+        begin, size, _ = tf.image.sample_distorted_bounding_box(
+            tf.image.extract_jpeg_shape(jpeg), no_boxes,
+            min_object_covered=0.0, aspect_ratio_range=(3 / 4, 4 / 3), area_range=(0.08, 1.0),
+            max_attempts=10, use_image_if_no_bounding_boxes=True)
+        y, x, _ = tf.unstack(begin)
+        h, w, _ = tf.unstack(size)
+        image = tf.image.decode_and_crop_jpeg(jpeg, tf.stack([y, x, h, w]), channels=3)
+        image = tf.image.resize(image, [image_size, image_size], method='bilinear',
+                                antialias=False)
+        image = tf.cast(image, tf.uint8)
+        image = tf.image.random_flip_left_right(image)
+        return image, tf.cast(example['image/class/label'], tf.int32)
+
+    ds = tf.data.TFRecordDataset(files, num_parallel_reads=tf.data.AUTOTUNE)
+    ds = ds.shuffle(512, seed=seed).repeat()
+    ds = ds.map(train_map, num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+    options = tf.data.Options()
+    options.threading.private_threadpool_size = threads
+    options.deterministic = False
+    return ds.with_options(options)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('files', nargs='+', help='TFRecord files or globs')
+    ap.add_argument('--threads', type=int, default=2)
+    ap.add_argument('--batches', type=int, default=30, help='timed batches')
+    ap.add_argument('--warmup', type=int, default=2, help='untimed batches first')
+    ap.add_argument('--batch-size', type=int, default=256)
+    ap.add_argument('--image-size', type=int, default=224)
+    ap.add_argument('--seed', type=int, default=1)
+    args = ap.parse_args()
+
+    files = sorted({f for pattern in args.files for f in (glob.glob(pattern) or [pattern])})
+    if not files:
+        sys.exit('tfdata_loader: no files')
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    tf.random.set_seed(args.seed)
+
+    it = iter(build_dataset(files, args.threads, args.batch_size, args.image_size, args.seed))
+    for _ in range(args.warmup):
+        images, labels = next(it)
+    cpu_start, start = time.process_time(), time.perf_counter()  # process time: all threads
+    n = 0
+    for _ in range(args.batches):
+        images, labels = next(it)
+        n += int(images.shape[0])
+    seconds = time.perf_counter() - start
+    cpu_seconds = time.process_time() - cpu_start
+    print(json.dumps({
+        'loader': 'tf.data',
+        'images_per_sec': round(n / seconds, 1),
+        'batches': args.batches,
+        'threads': args.threads,
+        'images': n,
+        'seconds': round(seconds, 3),
+        'cpu_seconds': round(cpu_seconds, 2),
+        'images_per_cpu_sec': round(n / cpu_seconds, 1),
+        'shape': list(images.shape),
+        'dtype': images.dtype.name,
+        'tensorflow': tf.__version__,
+    }), flush=True)
+
+
+if __name__ == '__main__':
+    main()

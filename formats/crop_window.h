@@ -1,0 +1,48 @@
+// Where in a source image the output comes from: torchvision's RandomResizedCrop for training and
+// the ImageNet centre crop for evaluation, as rectangles in source pixel coordinates. Pure maths,
+// deterministic for a given random source.
+#pragma once
+
+#include <cstdint>
+
+namespace sluice {
+
+struct CropWindow {
+  int x = 0;
+  int y = 0;
+  int width = 0;
+  int height = 0;
+  bool operator==(const CropWindow&) const = default;
+};
+
+struct RandomResizedCropParams {
+  double min_area = 0.08;  // fraction of the source area
+  double max_area = 1.0;
+  double min_aspect = 3.0 / 4.0;  // width / height
+  double max_aspect = 4.0 / 3.0;
+  int attempts = 10;
+};
+
+// A counter-based generator: the same (seed, stream) gives the same numbers on any thread, so
+// augmentation depends on a record's position, not on which worker ran it.
+class AugmentRng {
+ public:
+  AugmentRng(uint64_t seed, uint64_t stream);
+  uint64_t NextU64();
+  double NextDouble();  // [0, 1)
+
+ private:
+  uint64_t state_;
+};
+
+// torchvision.transforms.RandomResizedCrop.get_params: up to `attempts` tries of a random area
+// fraction and log-uniform aspect; if none fits, the centre crop of the largest window whose
+// aspect is clamped to [min_aspect, max_aspect]. REQUIRES: width, height >= 1.
+CropWindow RandomResizedCrop(int width, int height, const RandomResizedCropParams& params,
+                             AugmentRng& rng);
+
+// Evaluation: the window that, once the shorter side is resized to out * 256 / 224, is the centre
+// out_width x out_height crop — computed directly in source coordinates.
+CropWindow CenterCrop(int width, int height, int out_width, int out_height);
+
+}  // namespace sluice

@@ -1,0 +1,58 @@
+// The fused decode at the heart of the pipeline: JPEG → crop window → resized RGB, decoding only
+// what the crop needs. From the header it picks the smallest DCT scale among 1/8, 1/4, 1/2 and 1
+// (the SIMD-accelerated ones; others are slower than a full decode here) that keeps the crop at
+// least the output size, decodes only the crop's columns (jpeg_crop_scanline) and rows
+// (jpeg_skip_scanlines, stopping after the last one with jpeg_abort_decompress), then resizes
+// and optionally mirrors straight into the caller's memory (a slot of a batch buffer).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "formats/crop_window.h"
+#include "formats/jpeg_codec.h"
+#include "formats/jpeg_header.h"
+#include "formats/status.h"
+
+namespace sluice {
+
+struct RoiDecodeStats {
+  int scale_denom = 1;  // 1, 2, 4 or 8
+  // At the chosen scale: rows up to the crop's last, where decoding stops. Those above the crop
+  // are skipped (entropy-decoded only, no IDCT or colour conversion); those below are never read.
+  int64_t rows_decoded = 0;
+  int64_t rows_total = 0;  // image rows at the chosen scale
+};
+
+// One per thread: holds the libjpeg state and scratch rows, reused across images.
+class JpegRoiDecoder {
+ public:
+  JpegRoiDecoder();
+  ~JpegRoiDecoder();
+  JpegRoiDecoder(const JpegRoiDecoder&) = delete;
+  JpegRoiDecoder& operator=(const JpegRoiDecoder&) = delete;
+
+  // Reads only the header: dimensions and colour space. A header over max_pixels is
+  // InvalidArgument before anything is allocated.
+  Result<JpegHeader> ReadHeader(std::string_view jpeg, int64_t max_pixels = kDefaultMaxPixels);
+
+  // Decodes `crop` (source pixel coordinates, inside the image) of jpeg and writes it resized to
+  // out_width x out_height RGB at out (rows out_stride bytes apart), mirrored when flip. Any
+  // colour space (gray, YCbCr, RGB, CMYK, YCCK) comes out RGB. Corrupt data is InvalidArgument;
+  // out is then partly written.
+  // At a DCT scale of 1/d (d > 1) the crop's edges snap to the nearest multiple of d source
+  // pixels: within d/2 of the exact window, which is under half an output pixel since the scaled
+  // crop is at least the output size. At full scale the window is exact.
+  Status DecodeCrop(std::string_view jpeg, const CropWindow& crop, int out_width, int out_height,
+                    bool flip, uint8_t* out, size_t out_stride,
+                    int64_t max_pixels = kDefaultMaxPixels, RoiDecodeStats* stats = nullptr);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace sluice

@@ -10,5 +10,6 @@ void RegisterInspectCommand(CLI::App& app, int* exit_code);
 void RegisterIndexCommand(CLI::App& app, int* exit_code);
 void RegisterConvertCommand(CLI::App& app, int* exit_code);
 void RegisterSynthCommand(CLI::App& app, int* exit_code);
+void RegisterProfileCommand(CLI::App& app, int* exit_code);
 
 }  // namespace sluice

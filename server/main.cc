@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   sluice::RegisterIndexCommand(app, &exit_code);
   sluice::RegisterConvertCommand(app, &exit_code);
   sluice::RegisterSynthCommand(app, &exit_code);
+  sluice::RegisterProfileCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,115 @@
+#include "pipeline/augmenter.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+namespace sluice {
+namespace {
+
+uint64_t Mix(uint64_t seed, uint64_t salt) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (salt + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+Augmenter::Augmenter(const ResolvedOptions& options, DecodedCache* cache, PipelineStats* stats)
+    : options_(options), cache_(cache), stats_(stats), scanner_(options.image_key, options.label_key) {}
+
+AugmentRng Augmenter::RngFor(const WorkItem& w) const {
+  return AugmentRng(Mix(options_.seed, static_cast<uint64_t>(w.epoch)), w.epoch_index);
+}
+
+void Augmenter::CropFrom(const ImageView& image, AugmentRng& rng, uint8_t* out) const {
+  const size_t stride = static_cast<size_t>(options_.width) * 3;
+  CropWindow crop;
+  bool flip = false;
+  if (options_.mode == PipelineMode::kTrain) {
+    crop = RandomResizedCrop(image.width, image.height, crop_params_, rng);
+    flip = (rng.NextU64() & 1) != 0;
+  } else {
+    crop = CenterCrop(image.width, image.height, options_.width, options_.height);
+  }
+  Resize(image.Crop(crop.x, crop.y, crop.width, crop.height), out, options_.width,
+         options_.height, stride);
+  if (flip) FlipHorizontal(out, options_.width, options_.height, stride);
+}
+
+Status Augmenter::Decode(WorkItem* w, uint8_t* out) {
+  AugmentRng rng = RngFor(*w);
+  if (w->cached != nullptr) {
+    const CachedImage& c = *w->cached;
+    if (!c.error.empty()) return InvalidArgument(c.error);
+    w->label = c.label;
+    CropFrom(ImageView{c.pixels.get(), c.width, c.height, static_cast<size_t>(c.width) * 3}, rng,
+             out);
+    return Status::OK();
+  }
+
+  std::string_view jpeg;
+  int64_t label = 0;
+  Status parsed = scanner_.Scan(w->bytes, &jpeg, &label);
+  if (parsed.ok()) {
+    label += options_.label_offset;
+    if (label < std::numeric_limits<int32_t>::min() || label > std::numeric_limits<int32_t>::max()) {
+      parsed = InvalidArgument("label " + std::to_string(label) + " does not fit in int32");
+    }
+  }
+  w->label = static_cast<int32_t>(label);
+
+  if (cache_ != nullptr) {
+    // Decode the whole image once, shrink it to the cache size, and crop from that — the same
+    // path later epochs take from the cache, so every epoch sees the same source pixels.
+    CachedImage entry;
+    entry.label = w->label;
+    entry.offset = w->offset;
+    Status s = parsed;
+    if (s.ok()) {
+      stats_->jpeg_decodes.fetch_add(1, std::memory_order_relaxed);
+      s = full_.Decode(jpeg, &decoded_, options_.max_pixels);
+    }
+    if (!s.ok()) {
+      entry.error = s.message();
+      cache_->Insert(w->file, w->record, std::move(entry));
+      return s;
+    }
+    int short_side = std::min(decoded_.width, decoded_.height);
+    double f = std::min(1.0, static_cast<double>(options_.decoded_short_side) / short_side);
+    entry.width = std::max(1, static_cast<int>(decoded_.width * f + 0.5));
+    entry.height = std::max(1, static_cast<int>(decoded_.height * f + 0.5));
+    entry.pixels.reset(new uint8_t[static_cast<size_t>(entry.bytes())]);
+    Resize(decoded_.view(), entry.pixels.get(), entry.width, entry.height,
+           static_cast<size_t>(entry.width) * 3);
+    CropFrom(ImageView{entry.pixels.get(), entry.width, entry.height,
+                       static_cast<size_t>(entry.width) * 3},
+             rng, out);
+    cache_->Insert(w->file, w->record, std::move(entry));
+    return Status::OK();
+  }
+
+  RETURN_IF_ERROR(parsed);
+  stats_->jpeg_decodes.fetch_add(1, std::memory_order_relaxed);
+  ASSIGN_OR_RETURN(JpegHeader header, roi_.ReadHeader(jpeg, options_.max_pixels));
+  CropWindow crop;
+  bool flip = false;
+  if (options_.mode == PipelineMode::kTrain) {
+    crop = RandomResizedCrop(header.width, header.height, crop_params_, rng);
+    flip = (rng.NextU64() & 1) != 0;
+  } else {
+    crop = CenterCrop(header.width, header.height, options_.width, options_.height);
+  }
+  return roi_.DecodeCrop(jpeg, crop, options_.width, options_.height, flip, out,
+                         static_cast<size_t>(options_.width) * 3, options_.max_pixels);
+}
+
+void Augmenter::Process(WorkItem* w) {
+  Status s = Decode(w, w->buffer->image(w->slot));
+  if (!s.ok()) {
+    w->status = s.WithContext(options_.files[w->file] + ":" + std::to_string(w->offset));
+  }
+}
+
+}  // namespace sluice

@@ -1,0 +1,24 @@
+#include "pipeline/batch.h"
+
+#include <cstdlib>
+#include <new>
+
+namespace sluice {
+
+BatchBuffer::BatchBuffer(int capacity, int height, int width)
+    : capacity(capacity),
+      height(height),
+      width(width),
+      image_bytes(static_cast<size_t>(height) * width * 3) {
+  size_t bytes = (static_cast<size_t>(capacity) * image_bytes + 63) / 64 * 64;
+  images = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
+  labels = new int32_t[capacity]();
+  if (images == nullptr) throw std::bad_alloc();
+}
+
+BatchBuffer::~BatchBuffer() {
+  std::free(images);
+  delete[] labels;
+}
+
+}  // namespace sluice

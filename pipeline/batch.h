@@ -1,0 +1,105 @@
+// What the pipeline hands its consumer: N images (NHWC uint8) and N int32 labels in one pooled
+// buffer, with the batch's position in the stream. Move-only; destroying it returns the buffer to
+// the pool and lets the pipeline run ahead again, so a consumer that holds batches slows the
+// pipeline instead of growing its memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+namespace sluice {
+
+// Storage for one batch: images and labels, allocated once and reused.
+struct BatchBuffer {
+  BatchBuffer(int capacity, int height, int width);
+  ~BatchBuffer();
+  BatchBuffer(const BatchBuffer&) = delete;
+  BatchBuffer& operator=(const BatchBuffer&) = delete;
+
+  uint8_t* image(int slot) { return images + static_cast<size_t>(slot) * image_bytes; }
+  size_t bytes() const { return static_cast<size_t>(capacity) * image_bytes; }
+
+  const int capacity;
+  const int height;
+  const int width;
+  const size_t image_bytes;
+  uint8_t* images;  // capacity * image_bytes, 64-byte aligned
+  int32_t* labels;  // capacity
+};
+
+// Takes buffers back when batches are released. Thread-safe; kept alive by the batches it lent.
+class BatchRecycler {
+ public:
+  virtual ~BatchRecycler() = default;
+  // items: the records the batch accounted for (images plus skipped ones).
+  virtual void Recycle(BatchBuffer* buffer, uint64_t items) = 0;
+};
+
+struct BatchPosition {
+  int64_t epoch = 0;
+  int64_t index = 0;  // batch number within the epoch
+  bool operator==(const BatchPosition&) const = default;
+};
+
+class Batch {
+ public:
+  Batch() = default;
+  Batch(std::shared_ptr<BatchRecycler> recycler, BatchBuffer* buffer, int size,
+        BatchPosition position, uint64_t items, uint64_t skipped)
+      : recycler_(std::move(recycler)), buffer_(buffer), size_(size), position_(position),
+        items_(items), skipped_(skipped) {}
+  ~Batch() { Release(); }
+  Batch(Batch&& other) noexcept { *this = std::move(other); }
+  Batch& operator=(Batch&& other) noexcept {
+    if (this != &other) {
+      Release();
+      recycler_ = std::move(other.recycler_);
+      buffer_ = other.buffer_;
+      size_ = other.size_;
+      position_ = other.position_;
+      items_ = other.items_;
+      skipped_ = other.skipped_;
+      other.buffer_ = nullptr;
+    }
+    return *this;
+  }
+  Batch(const Batch&) = delete;
+  Batch& operator=(const Batch&) = delete;
+
+  bool valid() const { return buffer_ != nullptr; }
+  int size() const { return size_; }  // images; < batch_size only for a last partial batch
+  int height() const { return buffer_->height; }
+  int width() const { return buffer_->width; }
+  BatchPosition position() const { return position_; }
+  // Records skipped (corrupt or undecodable) while this batch was filled.
+  uint64_t skipped() const { return skipped_; }
+
+  std::span<const uint8_t> images() const {
+    return {buffer_->images, static_cast<size_t>(size_) * buffer_->image_bytes};
+  }
+  std::span<const int32_t> labels() const {
+    return {buffer_->labels, static_cast<size_t>(size_)};
+  }
+  const uint8_t* image(int i) const { return buffer_->image(i); }
+
+  // Gives the buffer back now (also done by the destructor).
+  void Release() {
+    if (buffer_ != nullptr) {
+      recycler_->Recycle(buffer_, items_);
+      buffer_ = nullptr;
+      recycler_.reset();
+    }
+  }
+
+ private:
+  std::shared_ptr<BatchRecycler> recycler_;
+  BatchBuffer* buffer_ = nullptr;
+  int size_ = 0;
+  BatchPosition position_;
+  uint64_t items_ = 0;
+  uint64_t skipped_ = 0;
+};
+
+}  // namespace sluice

@@ -1,0 +1,69 @@
+// PipelineOptions (proto/sluice/v1/config.proto) with every default applied, globs expanded and
+// limits checked: what the pipeline actually runs with. Immutable once made.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "formats/compression.h"
+#include "formats/status.h"
+#include "sluice/v1/config.pb.h"
+
+namespace sluice {
+
+enum class PipelineMode { kTrain, kEval };
+enum class CacheKind { kNone, kRecords, kDecoded };
+enum class ErrorPolicy { kSkip, kFail };
+
+struct ResolvedOptions {
+  std::vector<std::string> files;  // sorted, unique
+  std::optional<Compression> compression;  // nullopt: detect per file
+  std::string image_key;
+  std::string label_key;
+  int64_t label_offset = 0;
+  int cycle_length = 1;
+  int block_length = 1;
+  bool shuffle_files = true;
+  int64_t shuffle_buffer = 0;
+  uint64_t shuffle_seed = 0;
+  bool reshuffle_each_epoch = true;
+  CacheKind cache = CacheKind::kNone;
+  int64_t cache_budget_bytes = 0;
+  int decoded_short_side = 0;
+  PipelineMode mode = PipelineMode::kTrain;
+  int height = 224;
+  int width = 224;
+  int batch_size = 256;
+  bool drop_remainder = false;
+  int prefetch = 2;
+  int threads = 1;
+  int64_t epochs = 0;  // 0: forever
+  int shard_index = 0;
+  int shard_count = 1;
+  ErrorPolicy error_policy = ErrorPolicy::kSkip;
+  int64_t max_errors = 0;
+  int64_t max_pixels = 0;
+  uint64_t seed = 0;
+  int64_t memory_budget_bytes = 0;
+
+  size_t image_bytes() const { return static_cast<size_t>(height) * width * 3; }
+  size_t batch_image_bytes() const { return image_bytes() * batch_size; }
+};
+
+inline constexpr int64_t kDefaultMemoryBudget = int64_t{4} << 30;
+// Batch buffers beyond `prefetch`: the consumer's current batch, the ones being filled, and one
+// for the compaction that follows a skipped record.
+inline constexpr int kBatchPoolExtra = 4;
+
+// Applies defaults and checks bounds. Errors name the field: InvalidArgument for values out of
+// range, NotFound when a glob matches no file, ResourceExhausted when the batch pool alone would
+// not fit the memory budget.
+Result<ResolvedOptions> ResolveOptions(const v1::PipelineOptions& options);
+
+// Expands glob patterns (sorted, duplicates removed). NotFound naming the first pattern that
+// matches nothing.
+Result<std::vector<std::string>> ExpandGlobs(const std::vector<std::string>& patterns);
+
+}  // namespace sluice

@@ -1,0 +1,394 @@
+#include "pipeline/pipeline.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include <tbb/enumerable_thread_specific.h>
+#include <tbb/flow_graph.h>
+#include <tbb/global_control.h>
+#include <tbb/task_arena.h>
+
+#include "pipeline/augmenter.h"
+#include "pipeline/batcher.h"
+#include "pipeline/caches.h"
+#include "pipeline/record_source.h"
+#include "pipeline/shuffle_buffer.h"
+
+namespace sluice {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t NanosSince(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count();
+}
+
+uint64_t Mix(uint64_t seed, uint64_t salt) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (salt + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// State shared with the batches handed out: the buffer pool and the in-flight window. Kept alive
+// by every Batch, so a batch may outlive its iterator.
+class Core : public BatchRecycler {
+ public:
+  Core(const ResolvedOptions& o, PipelineStats* stats) : stats_(stats) {
+    const int buffers = o.prefetch + kBatchPoolExtra;
+    for (int i = 0; i < buffers; ++i) {
+      buffers_.push_back(std::make_unique<BatchBuffer>(o.batch_size, o.height, o.width));
+      free_.push_back(buffers_.back().get());
+    }
+    stats_->pool(Pool::kBatchPool).limit =
+        static_cast<int64_t>(buffers) * static_cast<int64_t>(buffers_[0]->bytes());
+    window_ = static_cast<int64_t>(o.prefetch + 2) * o.batch_size;
+  }
+  ~Core() override {
+    for (BatchBuffer* b : in_use_) stats_->pool(Pool::kBatchPool).Remove(b->bytes());
+  }
+
+  // nullptr only if the in-flight window is sized wrong (a bug): the caller fails the stream.
+  BatchBuffer* AcquireBuffer() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (free_.empty()) return nullptr;
+    BatchBuffer* b = free_.back();
+    free_.pop_back();
+    in_use_.push_back(b);
+    if (!detached_) stats_->pool(Pool::kBatchPool).Add(static_cast<int64_t>(b->bytes()));
+    return b;
+  }
+
+  void ReleaseBuffer(BatchBuffer* b) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::erase(in_use_, b);
+    free_.push_back(b);
+    if (!detached_) stats_->pool(Pool::kBatchPool).Remove(static_cast<int64_t>(b->bytes()));
+  }
+
+  // Blocks while `window_` records are in flight (from the source to the consumer's release).
+  // Returns false when stopping.
+  bool AcquireItem(const std::atomic<bool>& stop) {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (in_flight_ >= window_) {
+      if (stop.load()) return false;
+      cv_.wait_for(lock, std::chrono::milliseconds(50));
+    }
+    ++in_flight_;
+    return true;
+  }
+  void ReleaseItems(uint64_t n) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      in_flight_ -= static_cast<int64_t>(n);
+    }
+    cv_.notify_all();
+  }
+
+  void Recycle(BatchBuffer* buffer, uint64_t items) override {
+    ReleaseBuffer(buffer);
+    ReleaseItems(items);
+  }
+
+  // The iterator is gone: stats may no longer be touched.
+  void Detach() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (BatchBuffer* b : in_use_) stats_->pool(Pool::kBatchPool).Remove(b->bytes());
+    in_use_.clear();
+    detached_ = true;
+  }
+
+ private:
+  PipelineStats* stats_;
+  std::vector<std::unique_ptr<BatchBuffer>> buffers_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<BatchBuffer*> free_;    // guarded by mu_
+  std::vector<BatchBuffer*> in_use_;  // guarded by mu_
+  int64_t in_flight_ = 0;             // guarded by mu_
+  int64_t window_ = 0;
+  bool detached_ = false;             // guarded by mu_
+};
+
+// One entry of the prefetch queue.
+struct Ready {
+  Batch batch;
+  Status error;
+  bool end = false;
+};
+
+class PipelineIterator : public Iterator, private BatcherSink {
+ public:
+  explicit PipelineIterator(const ResolvedOptions& options)
+      : options_(options),
+        // oneTBB caps its workers at cores - 1 by default (one core is left for the thread that
+        // called in). Our decode threads are all workers, so the cap must allow `threads`.
+        workers_(tbb::global_control::max_allowed_parallelism,
+                 static_cast<size_t>(options.threads) + 1),
+        arena_(options.threads, 0),
+        batcher_(options_, &stats_, this),
+        shuffle_(static_cast<size_t>(options.shuffle_buffer),
+                 &stats_.pool(Pool::kShuffleBuffer)) {
+    stats_.threads = options.threads;
+    stats_.queue_capacity = options.prefetch;
+    if (options.cache == CacheKind::kRecords) {
+      record_cache_ = std::make_unique<RecordCache>(options.files.size(),
+                                                    options.cache_budget_bytes, &stats_);
+    }
+    source_ = std::make_unique<RecordSource>(options_, &stats_, record_cache_.get(), nullptr);
+    if (options.cache == CacheKind::kDecoded) {
+      int index = source_->record_sharding() ? options.shard_index : 0;
+      int count = source_->record_sharding() ? options.shard_count : 1;
+      decoded_cache_ = std::make_unique<DecodedCache>(options.files.size(), index, count,
+                                                      options.cache_budget_bytes, &stats_);
+      source_ = std::make_unique<RecordSource>(options_, &stats_, nullptr, decoded_cache_.get());
+    }
+    core_ = std::make_shared<Core>(options_, &stats_);
+    augmenters_.emplace([this] { return Augmenter(options_, decoded_cache_.get(), &stats_); });
+    arena_.execute([this] { BuildGraph(); });
+    source_thread_ = std::thread([this] { RunSource(); });
+  }
+
+  ~PipelineIterator() override {
+    stop_ = true;
+    source_thread_.join();  // it waits for the graph to drain
+    {
+      std::lock_guard<std::mutex> lock(ready_mu_);
+      ready_.clear();
+    }
+    core_->Detach();
+    for (WorkItem* w : free_items_) delete w;
+  }
+
+  Status GetNext(Batch* batch, bool* end_of_sequence) override {
+    *end_of_sequence = false;
+    if (!final_.ok()) return final_;
+    if (ended_) {
+      *end_of_sequence = true;
+      return Status::OK();
+    }
+    Ready r;
+    {
+      auto start = Clock::now();
+      std::unique_lock<std::mutex> lock(ready_mu_);
+      ready_cv_.wait(lock, [this] { return !ready_.empty(); });
+      r = std::move(ready_.front());
+      ready_.pop_front();
+      stats_.queue_fill = static_cast<int>(ready_.size());
+      stats_.stage(Stage::kConsumer).starved_ns.fetch_add(NanosSince(start));
+    }
+    if (!r.error.ok()) {
+      final_ = r.error;
+      return final_;
+    }
+    if (r.end) {
+      ended_ = true;
+      *end_of_sequence = true;
+      return Status::OK();
+    }
+    stats_.stage(Stage::kConsumer).items.fetch_add(1, std::memory_order_relaxed);
+    *batch = std::move(r.batch);
+    return Status::OK();
+  }
+
+  StatsSnapshot Stats() const override { return stats_.Snapshot(); }
+
+ private:
+  void BuildGraph() {
+    using namespace tbb::flow;
+    graph_ = std::make_unique<graph>();
+    graph& g = *graph_;
+    decode_ = std::make_unique<function_node<WorkItem*, WorkItem*>>(
+        g, options_.threads, [this](WorkItem* w) {
+          if (w->kind == WorkKind::kRecord && !stop_.load(std::memory_order_relaxed)) {
+            StageTimer timer(stats_.stage(Stage::kDecode));
+            augmenters_->local().Process(w);
+            stats_.stage(Stage::kDecode).items.fetch_add(1, std::memory_order_relaxed);
+            stats_.stage(Stage::kDecode).bytes.fetch_add(w->bytes.size(),
+                                                         std::memory_order_relaxed);
+          }
+          return w;
+        });
+    sequencer_ = std::make_unique<sequencer_node<WorkItem*>>(
+        g, [](WorkItem* const& w) { return static_cast<size_t>(w->sequence); });
+    batch_ = std::make_unique<function_node<WorkItem*>>(
+        g, serial, [this](WorkItem* w) {
+          stats_.pool(Pool::kRecordsInFlight).Remove(w->held_bytes());
+          batcher_.Add(*w);
+          RecycleItem(w);
+          return continue_msg();
+        });
+    make_edge(*decode_, *sequencer_);
+    make_edge(*sequencer_, *batch_);
+  }
+
+  // BatcherSink, called on the batch stage.
+  void EmitBatch(BatchBuffer* buffer, int size, BatchPosition position, uint64_t items,
+                 uint64_t skipped) override {
+    stats_.batches.fetch_add(1, std::memory_order_relaxed);
+    stats_.images.fetch_add(size, std::memory_order_relaxed);
+    stats_.image_bytes.fetch_add(static_cast<uint64_t>(size) * buffer->image_bytes,
+                                 std::memory_order_relaxed);
+    Push(Ready{Batch(core_, buffer, size, position, items, skipped), Status::OK(), false});
+  }
+  void EmitError(Status status) override {
+    stop_ = true;
+    Push(Ready{Batch(), std::move(status), false});
+  }
+  void DropBuffer(BatchBuffer* buffer) override { core_->ReleaseBuffer(buffer); }
+  void DropItems(uint64_t items) override { core_->ReleaseItems(items); }
+
+  void Push(Ready r) {
+    {
+      std::lock_guard<std::mutex> lock(ready_mu_);
+      ready_.push_back(std::move(r));
+      stats_.queue_fill = static_cast<int>(ready_.size());
+    }
+    ready_cv_.notify_one();
+  }
+
+  WorkItem* NewItem() {
+    std::lock_guard<std::mutex> lock(items_mu_);
+    if (free_items_.empty()) return new WorkItem();
+    WorkItem* w = free_items_.back();
+    free_items_.pop_back();
+    return w;
+  }
+  void RecycleItem(WorkItem* w) {
+    w->cached = nullptr;
+    w->bytes = {};
+    w->status = Status::OK();
+    std::lock_guard<std::mutex> lock(items_mu_);
+    free_items_.push_back(w);
+  }
+
+  // Hands w to the graph once the in-flight window has room. False when stopping.
+  bool Emit(WorkItem* w, int64_t epoch) {
+    auto start = Clock::now();
+    if (!core_->AcquireItem(stop_)) {
+      RecycleItem(w);
+      return false;
+    }
+    stats_.stage(Stage::kRead).blocked_ns.fetch_add(NanosSince(start), std::memory_order_relaxed);
+    w->sequence = sequence_++;
+    w->epoch = epoch;
+    if (w->kind != WorkKind::kEpochEnd) {
+      w->epoch_index = epoch_index_++;
+      w->slot = static_cast<int>(w->epoch_index % static_cast<uint64_t>(options_.batch_size));
+      if (w->slot == 0) {
+        current_buffer_ = core_->AcquireBuffer();
+        if (current_buffer_ == nullptr) {
+          w->kind = WorkKind::kBadRecord;
+          w->status = Internal("batch buffer pool exhausted");
+        }
+      }
+      w->buffer = current_buffer_;
+    } else {
+      w->buffer = nullptr;
+    }
+    stats_.pool(Pool::kRecordsInFlight).Add(w->held_bytes());
+    decode_->try_put(w);
+    return true;
+  }
+
+  void RunSource() {
+    for (int64_t epoch = 0; options_.epochs == 0 || epoch < options_.epochs; ++epoch) {
+      source_->StartEpoch(epoch);
+      shuffle_.StartEpoch(Mix(options_.shuffle_seed,
+                              options_.reshuffle_each_epoch ? static_cast<uint64_t>(epoch) : 0));
+      epoch_index_ = 0;
+      bool running = true;
+      while (running) {
+        if (stop_) break;
+        WorkItem* w = NewItem();
+        bool end = false;
+        source_->Next(w, &end);
+        if (end) {
+          RecycleItem(w);
+          while (WorkItem* x = shuffle_.Drain()) {
+            if (!Emit(x, epoch)) break;
+          }
+          running = false;
+          break;
+        }
+        if (WorkItem* x = shuffle_.Push(w)) {
+          if (!Emit(x, epoch)) break;
+        }
+      }
+      if (stop_) break;
+      bool empty = epoch_index_ == 0;
+      WorkItem* marker = NewItem();
+      marker->kind = WorkKind::kEpochEnd;
+      if (!Emit(marker, epoch)) break;
+      if (decoded_cache_ && epoch == 0) {
+        // The first epoch fills the DECODED cache from the decode workers. Waiting for its last
+        // items (no consumer action needed: they are all emitted) lets epoch 1 find every file
+        // complete and skip its I/O and decode, instead of re-reading the last few files.
+        while (!stop_ && stats_.epochs_done.load() < 1) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+      }
+      // A data set with no records would otherwise repeat nothing forever.
+      if (empty) break;
+    }
+    while (WorkItem* x = shuffle_.Drain()) RecycleItem(x);
+    arena_.execute([this] { graph_->wait_for_all(); });
+    if (!stop_ && !batcher_.failed()) Push(Ready{Batch(), Status::OK(), true});
+  }
+
+  const ResolvedOptions options_;
+  PipelineStats stats_;
+  tbb::global_control workers_;
+  tbb::task_arena arena_;
+  // Made inside arena_ (BuildGraph), so the graph's tasks run on the arena's threads.
+  std::unique_ptr<tbb::flow::graph> graph_;
+  std::unique_ptr<RecordCache> record_cache_;
+  std::unique_ptr<DecodedCache> decoded_cache_;
+  std::unique_ptr<RecordSource> source_;
+  std::shared_ptr<Core> core_;
+  std::optional<tbb::enumerable_thread_specific<Augmenter>> augmenters_;
+  Batcher batcher_;
+  ShuffleBuffer shuffle_;
+  std::unique_ptr<tbb::flow::function_node<WorkItem*, WorkItem*>> decode_;
+  std::unique_ptr<tbb::flow::sequencer_node<WorkItem*>> sequencer_;
+  std::unique_ptr<tbb::flow::function_node<WorkItem*>> batch_;
+
+  std::atomic<bool> stop_{false};
+  std::thread source_thread_;
+  uint64_t sequence_ = 0;     // source thread only
+  uint64_t epoch_index_ = 0;  // source thread only
+  BatchBuffer* current_buffer_ = nullptr;  // source thread only
+
+  std::mutex items_mu_;
+  std::vector<WorkItem*> free_items_;  // guarded by items_mu_
+
+  std::mutex ready_mu_;
+  std::condition_variable ready_cv_;
+  std::deque<Ready> ready_;  // guarded by ready_mu_
+
+  Status final_;       // consumer only
+  bool ended_ = false; // consumer only
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Pipeline>> Pipeline::Create(const v1::PipelineOptions& options) {
+  ASSIGN_OR_RETURN(ResolvedOptions resolved, ResolveOptions(options));
+  return FromResolved(std::move(resolved));
+}
+
+std::unique_ptr<Pipeline> Pipeline::FromResolved(ResolvedOptions options) {
+  return std::unique_ptr<Pipeline>(new Pipeline(std::move(options)));
+}
+
+Result<std::unique_ptr<Iterator>> Pipeline::MakeIterator() const {
+  return std::unique_ptr<Iterator>(new PipelineIterator(options_));
+}
+
+}  // namespace sluice

@@ -1,0 +1,48 @@
+// The input pipeline: shards → interleaved records → [record cache] → shuffle → parse + fused
+// decode/augment (oneTBB flow graph, `threads` workers) → [decoded cache] → in-order batches →
+// bounded prefetch queue. A Pipeline is immutable options; each Iterator is one independent run.
+//
+//   ASSIGN_OR_RETURN(auto pipeline, Pipeline::Create(options));
+//   ASSIGN_OR_RETURN(auto it, pipeline->MakeIterator());
+//   Batch batch; bool end = false;
+//   while (it->GetNext(&batch, &end).ok() && !end) Train(batch);
+#pragma once
+
+#include <memory>
+
+#include "formats/status.h"
+#include "pipeline/batch.h"
+#include "pipeline/options.h"
+#include "pipeline/stats.h"
+#include "sluice/v1/config.pb.h"
+
+namespace sluice {
+
+class Iterator {
+ public:
+  virtual ~Iterator() = default;
+  // Blocks until the next batch is ready. *end_of_sequence = true (and no batch) when a finite
+  // number of epochs is done; that is not an error. A failed stream (policy FAIL, too many errors)
+  // returns the error, naming file and offset, here and on every later call. Thread-compatible:
+  // one consumer at a time.
+  virtual Status GetNext(Batch* batch, bool* end_of_sequence) = 0;
+  virtual StatsSnapshot Stats() const = 0;
+};
+
+class Pipeline {
+ public:
+  // Resolves and checks options (see ResolveOptions); errors name the field.
+  static Result<std::unique_ptr<Pipeline>> Create(const v1::PipelineOptions& options);
+  static std::unique_ptr<Pipeline> FromResolved(ResolvedOptions options);
+
+  const ResolvedOptions& options() const { return options_; }
+
+  // Starts reading. Each iterator has its own threads, caches and buffers.
+  Result<std::unique_ptr<Iterator>> MakeIterator() const;
+
+ private:
+  explicit Pipeline(ResolvedOptions options) : options_(std::move(options)) {}
+  const ResolvedOptions options_;
+};
+
+}  // namespace sluice

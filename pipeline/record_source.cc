@@ -1,0 +1,235 @@
+#include "pipeline/record_source.h"
+
+#include <algorithm>
+#include <random>
+
+namespace sluice {
+namespace {
+
+uint64_t Mix(uint64_t seed, uint64_t salt) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (salt + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+// One open file of the interleave cycle, served from disk, the record cache or the decoded cache.
+struct RecordSource::Cursor {
+  uint32_t file = 0;
+  std::unique_ptr<TFRecordReader> reader;                  // from disk
+  const std::vector<RecordCache::Record>* cached = nullptr;  // from the record cache
+  size_t cached_pos = 0;
+  bool decoded = false;     // every record is in the decoded cache
+  uint64_t next_record = 0; // record number of the next record in the file
+  bool done = false;
+  bool clean = true;        // read to the end without damage
+  // Filling the record cache while reading from disk.
+  bool caching = false;
+  std::vector<RecordCache::Record> pending;
+  int64_t pending_bytes = 0;
+};
+
+RecordSource::RecordSource(const ResolvedOptions& options, PipelineStats* stats,
+                           RecordCache* record_cache, DecodedCache* decoded_cache)
+    : options_(options), stats_(stats), record_cache_(record_cache), decoded_cache_(decoded_cache) {
+  const uint32_t n = static_cast<uint32_t>(options.files.size());
+  if (options.shard_count > 1 && n >= static_cast<uint32_t>(options.shard_count)) {
+    // Enough files: each shard reads whole files, i ≡ index (mod count), in the sorted order
+    // every worker computes the same way.
+    for (uint32_t i = options.shard_index; i < n; i += options.shard_count) my_files_.push_back(i);
+  } else {
+    for (uint32_t i = 0; i < n; ++i) my_files_.push_back(i);
+    record_shard_index_ = options.shard_index;
+    record_shard_count_ = options.shard_count;
+  }
+}
+
+RecordSource::~RecordSource() {
+  for (auto& c : cycle_) {
+    if (c && c->caching) record_cache_->Unreserve(c->pending_bytes);
+  }
+}
+
+void RecordSource::StartEpoch(int64_t epoch) {
+  for (auto& c : cycle_) {
+    if (c && c->caching) record_cache_->Unreserve(c->pending_bytes);
+  }
+  cycle_.clear();
+  pos_ = 0;
+  taken_ = 0;
+  next_file_ = 0;
+  order_ = my_files_;
+  if (options_.shuffle_files) {
+    std::mt19937_64 rng(Mix(options_.seed, options_.reshuffle_each_epoch ? 1000 + epoch : 999));
+    std::shuffle(order_.begin(), order_.end(), rng);
+  }
+}
+
+std::unique_ptr<RecordSource::Cursor> RecordSource::Open(uint32_t file) {
+  auto c = std::make_unique<Cursor>();
+  c->file = file;
+  if (decoded_cache_ && decoded_cache_->Complete(file)) {
+    c->decoded = true;
+    return c;
+  }
+  if (record_cache_) {
+    c->cached = record_cache_->Find(file);
+    if (c->cached) return c;
+    c->caching = true;
+  }
+  return c;  // the reader opens on first read, so its errors surface in order
+}
+
+void RecordSource::Finish(Cursor& c) {
+  c.done = true;
+  if (c.caching) {
+    if (c.clean) {
+      record_cache_->Commit(c.file, std::move(c.pending), c.pending_bytes);
+    } else {
+      record_cache_->Unreserve(c.pending_bytes);
+    }
+    c.caching = false;
+    c.pending_bytes = 0;
+  }
+  if (decoded_cache_ && c.reader && c.clean) decoded_cache_->SetRecordCount(c.file, c.next_record);
+}
+
+bool RecordSource::Read(Cursor& c, WorkItem* w) {
+  StageTimer timer(stats_->stage(Stage::kRead));
+  w->kind = WorkKind::kRecord;
+  w->file = c.file;
+  w->cached = nullptr;
+  w->status = Status::OK();
+  w->owned.clear();
+  w->bytes = {};
+  if (c.done) return false;
+
+  if (c.decoded) {
+    // Every record of this file is a decoded-cache entry: no I/O, no parse.
+    const auto total = static_cast<uint64_t>(decoded_cache_->RecordCount(c.file));
+    while (c.next_record < total) {
+      uint64_t index = c.next_record++;
+      if (index % static_cast<uint64_t>(record_shard_count_) !=
+          static_cast<uint64_t>(record_shard_index_)) {
+        continue;
+      }
+      const CachedImage* img = decoded_cache_->Find(c.file, index);
+      w->record = index;
+      w->cached = img;
+      w->offset = img->offset;
+      stats_->stage(Stage::kRead).items.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
+    c.done = true;
+    return false;
+  }
+
+  if (c.cached) {
+    if (c.cached_pos >= c.cached->size()) {
+      c.done = true;
+      return false;
+    }
+    const RecordCache::Record& r = (*c.cached)[c.cached_pos++];
+    w->record = r.index;
+    w->offset = r.offset;
+    w->bytes = r.bytes;
+    stats_->stage(Stage::kRead).items.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+
+  if (!c.reader) {
+    TFRecordReaderOptions ro;
+    ro.compression = options_.compression;
+    Result<std::unique_ptr<TFRecordReader>> reader =
+        TFRecordReader::Open(options_.files[c.file], ro);
+    if (!reader.ok()) {
+      c.clean = false;
+      Finish(c);
+      w->kind = WorkKind::kBadRecord;
+      w->status = reader.status();
+      w->offset = 0;
+      return true;
+    }
+    c.reader = std::move(*reader);
+  }
+  for (;;) {
+    std::string_view record;
+    bool eof = false;
+    Status s = c.reader->ReadRecord(&record, &eof);
+    if (s.ok() && eof) {
+      Finish(c);
+      return false;
+    }
+    uint64_t index = c.next_record++;
+    bool mine = record_shard_count_ == 1 ||
+                index % static_cast<uint64_t>(record_shard_count_) ==
+                    static_cast<uint64_t>(record_shard_index_);
+    if (!s.ok()) {
+      c.clean = false;
+      if (!c.reader->can_continue()) Finish(c);
+      if (!mine) {
+        if (c.done) return false;
+        continue;
+      }
+      w->kind = WorkKind::kBadRecord;
+      w->status = s;
+      w->record = index;
+      w->offset = c.reader->record_offset();
+      return true;
+    }
+    if (!mine) continue;
+    w->record = index;
+    w->offset = c.reader->record_offset();
+    w->owned.assign(record.data(), record.size());
+    w->bytes = w->owned;
+    stats_->stage(Stage::kRead).items.fetch_add(1, std::memory_order_relaxed);
+    stats_->stage(Stage::kRead).bytes.fetch_add(record.size(), std::memory_order_relaxed);
+    if (c.caching) {
+      if (record_cache_->Reserve(static_cast<int64_t>(record.size()))) {
+        c.pending_bytes += static_cast<int64_t>(record.size());
+        c.pending.push_back({index, w->offset, w->owned});
+      } else {
+        record_cache_->Unreserve(c.pending_bytes);
+        c.pending.clear();
+        c.pending.shrink_to_fit();
+        c.pending_bytes = 0;
+        c.caching = false;
+      }
+    }
+    return true;
+  }
+}
+
+void RecordSource::Next(WorkItem* w, bool* end_of_epoch) {
+  *end_of_epoch = false;
+  for (;;) {
+    while (cycle_.size() < static_cast<size_t>(options_.cycle_length) &&
+           next_file_ < order_.size()) {
+      cycle_.push_back(Open(order_[next_file_++]));
+    }
+    if (cycle_.empty()) {
+      *end_of_epoch = true;
+      return;
+    }
+    if (pos_ >= cycle_.size()) pos_ = 0;
+    Cursor& c = *cycle_[pos_];
+    if (Read(c, w)) {
+      if (++taken_ >= options_.block_length) {
+        taken_ = 0;
+        pos_ = (pos_ + 1) % cycle_.size();
+      }
+      return;
+    }
+    // This file is done: the next file takes its place in the cycle, as in tf.data.
+    taken_ = 0;
+    if (next_file_ < order_.size()) {
+      cycle_[pos_] = Open(order_[next_file_++]);
+    } else {
+      cycle_.erase(cycle_.begin() + static_cast<ptrdiff_t>(pos_));
+    }
+  }
+}
+
+}  // namespace sluice

@@ -1,0 +1,63 @@
+// The front of the pipeline, run serially on the source thread: this epoch's file order (seeded
+// shuffle, static sharding), interleaving of cycle_length open files with block_length records
+// from each in turn, and the record caches. Produces records in a deterministic order.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "formats/tfrecord_reader.h"
+#include "pipeline/caches.h"
+#include "pipeline/options.h"
+#include "pipeline/stats.h"
+#include "pipeline/work_item.h"
+
+namespace sluice {
+
+class RecordSource {
+ public:
+  // caches may be null. Not thread-safe: one source thread.
+  RecordSource(const ResolvedOptions& options, PipelineStats* stats, RecordCache* record_cache,
+               DecodedCache* decoded_cache);
+  ~RecordSource();
+
+  // Begins epoch `epoch` (0-based): computes its file order. Any unfinished epoch is abandoned.
+  void StartEpoch(int64_t epoch);
+
+  // Fills w with the epoch's next record: kind kRecord with bytes (or a decoded-cache hit), or
+  // kBadRecord with the status naming file and offset when a record or file could not be read.
+  // Sets *end_of_epoch instead when the epoch has no more records.
+  void Next(WorkItem* w, bool* end_of_epoch);
+
+  // This pipeline's files, in the order of the whole list (indexes used by WorkItem::file).
+  const std::vector<std::string>& files() const { return options_.files; }
+  // Files this pipeline reads in every epoch (after file-level sharding).
+  const std::vector<uint32_t>& my_files() const { return my_files_; }
+  // Record-level sharding is used when there are fewer files than shards.
+  bool record_sharding() const { return record_shard_count_ > 1; }
+
+ private:
+  struct Cursor;
+  std::unique_ptr<Cursor> Open(uint32_t file);
+  // Returns false at the end of the cursor's file.
+  bool Read(Cursor& c, WorkItem* w);
+  void Finish(Cursor& c);
+
+  const ResolvedOptions& options_;
+  PipelineStats* stats_;
+  RecordCache* record_cache_;
+  DecodedCache* decoded_cache_;
+  std::vector<uint32_t> my_files_;
+  int record_shard_index_ = 0;
+  int record_shard_count_ = 1;
+
+  std::vector<uint32_t> order_;  // this epoch's files
+  size_t next_file_ = 0;         // into order_
+  std::vector<std::unique_ptr<Cursor>> cycle_;
+  size_t pos_ = 0;               // cursor whose turn it is
+  int taken_ = 0;                // records taken from it in this block
+};
+
+}  // namespace sluice

@@ -1,0 +1,69 @@
+#include "pipeline/options.h"
+
+#include <catch2/catch.hpp>
+
+#include "tests/pipeline/pipeline_test_data.h"
+
+namespace sluice {
+namespace {
+
+using testing::TempDir;
+
+TEST_CASE("DefaultsAreAppliedAndGlobsExpanded") {
+  TempDir dir;
+  testing::WriteTestShards(dir, 3, 1);
+  v1::PipelineOptions o;
+  o.add_files(dir.file("shard-*.tfrecord"));
+  o.add_files(dir.file("shard-1.tfrecord"));  // duplicates collapse
+  auto r = ResolveOptions(o);
+  REQUIRE(r.ok());
+  CHECK(r->files.size() == 3);
+  CHECK(r->height == 224);
+  CHECK(r->width == 224);
+  CHECK(r->batch_size == 256);
+  CHECK(r->image_key == "image/encoded");
+  CHECK(r->label_key == "image/class/label");
+  CHECK(r->cycle_length == 3);
+  CHECK(r->threads >= 1);
+  CHECK(r->decoded_short_side == 256);
+  CHECK(r->error_policy == ErrorPolicy::kSkip);
+  CHECK(r->mode == PipelineMode::kTrain);
+}
+
+TEST_CASE("BadValuesNameTheirField") {
+  TempDir dir;
+  testing::WriteTestShards(dir, 1, 1);
+  struct Case {
+    const char* field;
+    std::function<void(v1::PipelineOptions&)> set;
+  } cases[] = {
+      {"batch_size", [](auto& o) { o.set_batch_size(100000); }},
+      {"image_height", [](auto& o) { o.set_image_height(5000); }},
+      {"shard.index", [](auto& o) { o.mutable_shard()->set_count(2), o.mutable_shard()->set_index(2); }},
+      {"prefetch", [](auto& o) { o.set_prefetch(1000); }},
+      {"interleave.cycle_length", [](auto& o) { o.mutable_interleave()->set_cycle_length(5000); }},
+  };
+  for (const auto& c : cases) {
+    v1::PipelineOptions o;
+    o.add_files(dir.file("shard-*.tfrecord"));
+    c.set(o);
+    auto r = ResolveOptions(o);
+    INFO(c.field);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == StatusCode::kInvalidArgument);
+    CHECK(r.status().message().find(c.field) == 0);
+  }
+}
+
+TEST_CASE("GlobMatchingNothingIsNotFound") {
+  TempDir dir;
+  v1::PipelineOptions o;
+  o.add_files(dir.file("nothing-*.tfrecord"));
+  auto r = ResolveOptions(o);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == StatusCode::kNotFound);
+  CHECK(r.status().message() == "no file matches '" + dir.file("nothing-*.tfrecord") + "'");
+}
+
+}  // namespace
+}  // namespace sluice

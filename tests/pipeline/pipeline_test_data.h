@@ -1,0 +1,119 @@
+// Shards for pipeline tests: small real JPEGs whose label is the record's global id, so a test can
+// tell exactly which records a batch holds.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "formats/image_example.h"
+#include "formats/jpeg_codec.h"
+#include "formats/tfrecord_writer.h"
+#include "pipeline/options.h"
+#include "pipeline/pipeline.h"
+#include "sluice/v1/config.pb.h"
+#include "tests/test_support.h"
+
+namespace sluice::testing {
+
+// A w x h JPEG whose pixels depend on id (so images of different records differ).
+inline std::string IdJpeg(int id, int w = 64, int h = 48) {
+  Image img;
+  img.Resize(w, h);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      uint8_t* p = &img.pixels[(static_cast<size_t>(y) * w + x) * 3];
+      p[0] = static_cast<uint8_t>(x * 4 + id * 7);
+      p[1] = static_cast<uint8_t>(y * 5 + id * 13);
+      p[2] = static_cast<uint8_t>((x + y) * 2 + id * 29);
+    }
+  }
+  JpegEncoder enc;
+  std::string out;
+  JpegEncodeOptions eo;
+  eo.quality = 90;
+  if (!enc.Encode(img.view(), eo, &out).ok()) std::abort();
+  return out;
+}
+
+struct TestShards {
+  std::vector<std::string> paths;
+  std::vector<std::vector<IndexEntry>> index;  // per file
+  int records = 0;
+};
+
+// files shards of per_file records each; record ids (= labels) run 0..files*per_file-1.
+inline TestShards WriteTestShards(const TempDir& dir, int files, int per_file, int w = 64,
+                                  int h = 48) {
+  TestShards s;
+  int id = 0;
+  for (int f = 0; f < files; ++f) {
+    std::string path = dir.file("shard-" + std::to_string(f) + ".tfrecord");
+    auto writer = TFRecordWriter::Create(path);
+    if (!writer.ok()) std::abort();
+    for (int r = 0; r < per_file; ++r, ++id) {
+      std::string jpeg = IdJpeg(id, w, h);
+      ImageRecord rec{jpeg, id, "c", h, w, "x.jpg"};
+      if (!(*writer)->Write(EncodeImageExample(rec)).ok()) std::abort();
+    }
+    s.index.push_back((*writer)->index());
+    if (!(*writer)->Close().ok()) std::abort();
+    s.paths.push_back(path);
+  }
+  s.records = id;
+  return s;
+}
+
+inline v1::PipelineOptions BaseOptions(const TempDir& dir) {
+  v1::PipelineOptions o;
+  o.add_files(dir.file("shard-*.tfrecord"));
+  o.set_image_height(32);
+  o.set_image_width(40);
+  o.set_batch_size(8);
+  o.set_threads(2);
+  o.set_epochs(1);
+  o.set_seed(42);
+  o.mutable_shuffle()->set_buffer_size(20);
+  return o;
+}
+
+struct Collected {
+  std::vector<std::vector<int32_t>> labels_by_epoch;
+  std::vector<BatchPosition> positions;
+  std::vector<int> sizes;
+  std::string image_bytes;  // all images, concatenated
+  uint64_t skipped = 0;
+  Status status;
+};
+
+inline Collected RunToEnd(const v1::PipelineOptions& options, StatsSnapshot* stats = nullptr) {
+  Collected c;
+  auto pipeline = Pipeline::Create(options);
+  if (!pipeline.ok()) {
+    c.status = pipeline.status();
+    return c;
+  }
+  auto it = (*pipeline)->MakeIterator();
+  if (!it.ok()) {
+    c.status = it.status();
+    return c;
+  }
+  for (;;) {
+    Batch b;
+    bool end = false;
+    c.status = (*it)->GetNext(&b, &end);
+    if (!c.status.ok() || end) break;
+    auto pos = b.position();
+    if (static_cast<size_t>(pos.epoch) >= c.labels_by_epoch.size()) {
+      c.labels_by_epoch.resize(pos.epoch + 1);
+    }
+    for (int32_t l : b.labels()) c.labels_by_epoch[pos.epoch].push_back(l);
+    c.positions.push_back(pos);
+    c.sizes.push_back(b.size());
+    c.skipped += b.skipped();
+    c.image_bytes.append(reinterpret_cast<const char*>(b.images().data()), b.images().size());
+  }
+  if (stats) *stats = (*it)->Stats();
+  return c;
+}
+
+}  // namespace sluice::testing

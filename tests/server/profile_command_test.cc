@@ -1,0 +1,66 @@
+// `sluice profile` end to end on small shards: the JSON contract and error reporting.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "tests/pipeline/pipeline_test_data.h"
+#include "tests/test_support.h"
+
+namespace sluice {
+namespace {
+
+using testing::RunSluice;
+using testing::TempDir;
+
+TEST_CASE("ProfileJsonHasTheDocumentedFields") {
+  TempDir dir;
+  testing::WriteTestShards(dir, 3, 40);
+  std::string glob = "'" + dir.file("shard-*.tfrecord") + "'";
+  for (const char* cache : {"none", "decoded"}) {
+    testing::CommandResult r =
+        RunSluice("profile --files " + glob + " --batch-size 8 --image-size 32x40 --threads 2 " +
+                  "--batches 5 --warmup-batches 1 --json --decode-bound --cache " + cache);
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    auto j = nlohmann::json::parse(r.out);
+    CHECK(j["batches"] == 5);
+    CHECK(j["images"] == 40);
+    CHECK(j["images_per_sec"].get<double>() > 0);
+    CHECK(j["bytes_per_sec"].get<double>() ==
+          Approx(j["images_per_sec"].get<double>() * 32 * 40 * 3));
+    CHECK(j["height"] == 32);
+    CHECK(j["width"] == 40);
+    std::vector<std::string> names;
+    for (const auto& s : j["stages"]) {
+      names.push_back(s["name"]);
+      CHECK(s.contains("items_per_sec"));
+      CHECK(s.contains("busy_fraction"));
+      CHECK(s.contains("parallelism"));
+    }
+    CHECK(names == std::vector<std::string>{"read", "decode", "batch"});
+    CHECK(j["bottleneck"]["stage"].is_string());
+    CHECK_FALSE(j["bottleneck"]["fixes"].empty());
+    CHECK(j["memory"]["batch_pool"]["limit_bytes"] == 6 * 8 * 32 * 40 * 3);
+    CHECK(j["decode_bound"]["single_thread_full_decode_per_sec"].get<double>() > 0);
+  }
+}
+
+TEST_CASE("ProfileHumanOutputNamesTheBottleneck") {
+  TempDir dir;
+  testing::WriteTestShards(dir, 2, 30);
+  testing::CommandResult r = RunSluice("profile --files '" + dir.file("shard-*.tfrecord") +
+                                       "' --batch-size 8 --image-size 32 --batches 3");
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("images/s") != std::string::npos);
+  CHECK(r.out.find("bottleneck: ") != std::string::npos);
+  CHECK(r.out.find("batch_pool") != std::string::npos);
+}
+
+TEST_CASE("ProfileOfMissingFilesSaysWhichPattern") {
+  TempDir dir;
+  testing::CommandResult r = RunSluice("profile --files '" + dir.file("none-*.tfrecord") + "'");
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("no file matches '" + dir.file("none-*.tfrecord") + "'") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace sluice

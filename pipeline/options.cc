@@ -115,14 +115,18 @@ Result<ResolvedOptions> ResolveOptions(const v1::PipelineOptions& o) {
   // or held by the consumer. It must leave room for the rest within the budget.
   int64_t pool_bytes = static_cast<int64_t>(r.batch_image_bytes()) * (r.prefetch + kBatchPoolExtra);
   int64_t cache_bytes = r.cache == CacheKind::kNone ? 0 : r.cache_budget_bytes;
-  if (pool_bytes + cache_bytes > r.memory_budget_bytes) {
+  int64_t read_bytes = kReadBufferBytes * r.cycle_length;
+  r.records_budget_bytes = r.memory_budget_bytes - pool_bytes - cache_bytes - read_bytes;
+  if (r.records_budget_bytes < r.memory_budget_bytes / 16) {
     return ResourceExhausted(
         "memory_budget_bytes = " + std::to_string(r.memory_budget_bytes) + " cannot hold " +
         std::to_string(r.prefetch + kBatchPoolExtra) + " batches of " + std::to_string(r.batch_size) + "x" +
         std::to_string(r.height) + "x" + std::to_string(r.width) + "x3 (" +
         std::to_string(pool_bytes) + " bytes)" +
         (cache_bytes ? " plus a cache of " + std::to_string(cache_bytes) + " bytes" : "") +
-        "; raise the budget or lower batch_size, image size or prefetch");
+        " and read buffers of " + std::to_string(read_bytes) +
+        " bytes with room for records in flight; raise the budget or lower batch_size, image "
+        "size, prefetch or the cache budget");
   }
   return r;
 }

@@ -47,6 +47,9 @@ struct ResolvedOptions {
   int64_t max_pixels = 0;
   uint64_t seed = 0;
   int64_t memory_budget_bytes = 0;
+  // What the budget leaves for records between the reader and the batcher (after the batch pool,
+  // the read buffers and the cache). At least one record is always let through.
+  int64_t records_budget_bytes = 0;
 
   size_t image_bytes() const { return static_cast<size_t>(height) * width * 3; }
   size_t batch_image_bytes() const { return image_bytes() * batch_size; }
@@ -56,6 +59,8 @@ inline constexpr int64_t kDefaultMemoryBudget = int64_t{4} << 30;
 // Batch buffers beyond `prefetch`: the consumer's current batch, the ones being filled, and one
 // for the compaction that follows a skipped record.
 inline constexpr int kBatchPoolExtra = 4;
+// Each open file of the interleave cycle reads through a buffer this large.
+inline constexpr int64_t kReadBufferBytes = 1 << 20;
 
 // Applies defaults and checks bounds. Errors name the field: InvalidArgument for values out of
 // range, NotFound when a glob matches no file, ResourceExhausted when the batch pool alone would

@@ -49,6 +49,7 @@ class Core : public BatchRecycler {
     stats_->pool(Pool::kBatchPool).limit =
         static_cast<int64_t>(buffers) * static_cast<int64_t>(buffers_[0]->bytes());
     window_ = static_cast<int64_t>(o.prefetch + 2) * o.batch_size;
+    bytes_window_ = o.records_budget_bytes;
   }
   ~Core() override {
     for (BatchBuffer* b : in_use_) stats_->pool(Pool::kBatchPool).Remove(b->bytes());
@@ -72,16 +73,27 @@ class Core : public BatchRecycler {
     if (!detached_) stats_->pool(Pool::kBatchPool).Remove(static_cast<int64_t>(b->bytes()));
   }
 
-  // Blocks while `window_` records are in flight (from the source to the consumer's release).
-  // Returns false when stopping.
-  bool AcquireItem(const std::atomic<bool>& stop) {
+  // Blocks while `window_` records are in flight (from the source to the consumer's release of
+  // their batch), or while their bytes (from the source to the batcher) would pass the records
+  // budget — one record always passes, however large. Returns false when stopping.
+  bool AcquireItem(int64_t bytes, const std::atomic<bool>& stop) {
     std::unique_lock<std::mutex> lock(mu_);
-    while (in_flight_ >= window_) {
+    while (in_flight_ >= window_ ||
+           (bytes_in_flight_ > 0 && bytes_in_flight_ + bytes > bytes_window_)) {
       if (stop.load()) return false;
       cv_.wait_for(lock, std::chrono::milliseconds(50));
     }
     ++in_flight_;
+    bytes_in_flight_ += bytes;
     return true;
+  }
+  // A record's bytes are done with (the batcher has placed or skipped it).
+  void ReleaseBytes(int64_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      bytes_in_flight_ -= bytes;
+    }
+    cv_.notify_all();
   }
   void ReleaseItems(uint64_t n) {
     {
@@ -112,7 +124,9 @@ class Core : public BatchRecycler {
   std::vector<BatchBuffer*> free_;    // guarded by mu_
   std::vector<BatchBuffer*> in_use_;  // guarded by mu_
   int64_t in_flight_ = 0;             // guarded by mu_
+  int64_t bytes_in_flight_ = 0;       // guarded by mu_
   int64_t window_ = 0;
+  int64_t bytes_window_ = 0;
   bool detached_ = false;             // guarded by mu_
 };
 
@@ -220,6 +234,7 @@ class PipelineIterator : public Iterator, private BatcherSink {
     batch_ = std::make_unique<function_node<WorkItem*>>(
         g, serial, [this](WorkItem* w) {
           stats_.pool(Pool::kRecordsInFlight).Remove(w->held_bytes());
+          core_->ReleaseBytes(w->held_bytes());
           batcher_.Add(*w);
           RecycleItem(w);
           return continue_msg();
@@ -263,6 +278,9 @@ class PipelineIterator : public Iterator, private BatcherSink {
   void RecycleItem(WorkItem* w) {
     w->cached = nullptr;
     w->bytes = {};
+    // Free the record: a pooled item must not keep a record's worth of memory that no budget
+    // counts. malloc hands the same chunks to the next records.
+    std::string().swap(w->owned);
     w->status = Status::OK();
     std::lock_guard<std::mutex> lock(items_mu_);
     free_items_.push_back(w);
@@ -271,7 +289,7 @@ class PipelineIterator : public Iterator, private BatcherSink {
   // Hands w to the graph once the in-flight window has room. False when stopping.
   bool Emit(WorkItem* w, int64_t epoch) {
     auto start = Clock::now();
-    if (!core_->AcquireItem(stop_)) {
+    if (!core_->AcquireItem(w->held_bytes(), stop_)) {
       RecycleItem(w);
       return false;
     }

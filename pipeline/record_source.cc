@@ -46,17 +46,18 @@ RecordSource::RecordSource(const ResolvedOptions& options, PipelineStats* stats,
   }
 }
 
-RecordSource::~RecordSource() {
+RecordSource::~RecordSource() { DropCycle(); }
+
+void RecordSource::DropCycle() {
   for (auto& c : cycle_) {
     if (c && c->caching) record_cache_->Unreserve(c->pending_bytes);
+    if (c && c->reader) stats_->pool(Pool::kReadBuffers).Remove(kReadBufferBytes);
   }
+  cycle_.clear();
 }
 
 void RecordSource::StartEpoch(int64_t epoch) {
-  for (auto& c : cycle_) {
-    if (c && c->caching) record_cache_->Unreserve(c->pending_bytes);
-  }
-  cycle_.clear();
+  DropCycle();
   pos_ = 0;
   taken_ = 0;
   next_file_ = 0;
@@ -84,6 +85,10 @@ std::unique_ptr<RecordSource::Cursor> RecordSource::Open(uint32_t file) {
 
 void RecordSource::Finish(Cursor& c) {
   c.done = true;
+  if (c.reader) {
+    stats_->pool(Pool::kReadBuffers).Remove(kReadBufferBytes);
+    c.reader.reset();
+  }
   if (c.caching) {
     if (c.clean) {
       record_cache_->Commit(c.file, std::move(c.pending), c.pending_bytes);
@@ -93,7 +98,9 @@ void RecordSource::Finish(Cursor& c) {
     c.caching = false;
     c.pending_bytes = 0;
   }
-  if (decoded_cache_ && c.reader && c.clean) decoded_cache_->SetRecordCount(c.file, c.next_record);
+  if (decoded_cache_ && c.clean && c.next_record > 0) {
+    decoded_cache_->SetRecordCount(c.file, c.next_record);
+  }
 }
 
 bool RecordSource::Read(Cursor& c, WorkItem* w) {
@@ -142,6 +149,7 @@ bool RecordSource::Read(Cursor& c, WorkItem* w) {
   if (!c.reader) {
     TFRecordReaderOptions ro;
     ro.compression = options_.compression;
+    ro.buffer_bytes = kReadBufferBytes;
     Result<std::unique_ptr<TFRecordReader>> reader =
         TFRecordReader::Open(options_.files[c.file], ro);
     if (!reader.ok()) {
@@ -153,6 +161,7 @@ bool RecordSource::Read(Cursor& c, WorkItem* w) {
       return true;
     }
     c.reader = std::move(*reader);
+    stats_->pool(Pool::kReadBuffers).Add(kReadBufferBytes);
   }
   for (;;) {
     std::string_view record;
@@ -168,6 +177,7 @@ bool RecordSource::Read(Cursor& c, WorkItem* w) {
                     static_cast<uint64_t>(record_shard_index_);
     if (!s.ok()) {
       c.clean = false;
+      const uint64_t offset = c.reader->record_offset();
       if (!c.reader->can_continue()) Finish(c);
       if (!mine) {
         if (c.done) return false;
@@ -176,7 +186,7 @@ bool RecordSource::Read(Cursor& c, WorkItem* w) {
       w->kind = WorkKind::kBadRecord;
       w->status = s;
       w->record = index;
-      w->offset = c.reader->record_offset();
+      w->offset = offset;
       return true;
     }
     if (!mine) continue;
@@ -225,7 +235,7 @@ void RecordSource::Next(WorkItem* w, bool* end_of_epoch) {
     // This file is done: the next file takes its place in the cycle, as in tf.data.
     taken_ = 0;
     if (next_file_ < order_.size()) {
-      cycle_[pos_] = Open(order_[next_file_++]);
+      cycle_[pos_] = Open(order_[next_file_++]);  // the old cursor was Finish()ed
     } else {
       cycle_.erase(cycle_.begin() + static_cast<ptrdiff_t>(pos_));
     }

@@ -44,6 +44,7 @@ class RecordSource {
   // Returns false at the end of the cursor's file.
   bool Read(Cursor& c, WorkItem* w);
   void Finish(Cursor& c);
+  void DropCycle();
 
   const ResolvedOptions& options_;
   PipelineStats* stats_;

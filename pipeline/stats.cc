@@ -20,6 +20,7 @@ std::string_view StageName(Stage s) {
 
 std::string_view PoolName(Pool p) {
   switch (p) {
+    case Pool::kReadBuffers: return "read_buffers";
     case Pool::kRecordsInFlight: return "records_in_flight";
     case Pool::kShuffleBuffer: return "shuffle_buffer";
     case Pool::kRecordCache: return "record_cache";

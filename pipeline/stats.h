@@ -56,8 +56,8 @@ struct PoolCounters {
 };
 
 enum class Stage { kRead, kShuffle, kDecode, kBatch, kConsumer, kCount };
-enum class Pool { kRecordsInFlight, kShuffleBuffer, kRecordCache, kDecodedCache, kBatchPool,
-                  kCount };
+enum class Pool { kReadBuffers, kRecordsInFlight, kShuffleBuffer, kRecordCache, kDecodedCache,
+                  kBatchPool, kCount };
 
 std::string_view StageName(Stage s);
 std::string_view PoolName(Pool p);

@@ -321,6 +321,43 @@ int64_t RssBytes() {
   return resident * 4096;
 }
 
+int64_t StatusField(const std::string& name) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind(name + ":", 0) == 0) return std::stoll(line.substr(name.size() + 1)) * 1024;
+  }
+  return -1;
+}
+
+TEST_CASE("ProcessRssStaysUnderASmallBudget") {
+  TempDir dir;
+  // ~60 MB of records (noisy 600x450 JPEGs), more than the whole budget.
+  auto shards = WriteTestShards(dir, 4, 40, 600, 450, /*noisy=*/true);
+  int64_t data_bytes = 0;
+  for (const auto& p : shards.paths) data_bytes += static_cast<int64_t>(testing::ReadAll(p).size());
+  auto o = BaseOptions(dir);
+  o.set_epochs(3);
+  o.set_batch_size(16);
+  o.set_image_height(96);
+  o.set_image_width(96);
+  o.mutable_cache()->set_mode(v1::CACHE_RECORDS);
+  const int64_t budget = 24 << 20;
+  o.set_memory_budget_bytes(budget);
+  const int64_t baseline = StatusField("VmRSS");
+  StatsSnapshot stats;
+  auto c = RunToEnd(o, &stats, /*keep_images=*/false);
+  REQUIRE(c.status.ok());
+  CHECK(Sorted(c.labels_by_epoch[2]) == Iota(160));
+  CHECK(stats.cache_full);  // the data does not fit: the cache stopped at its budget
+  for (const auto& p : stats.pools) {
+    if (p.limit_bytes > 0) CHECK(p.peak_bytes <= p.limit_bytes);
+  }
+  INFO("data " << data_bytes << " peak RSS " << StatusField("VmHWM") << " baseline " << baseline);
+  // Decoder scratch and thread stacks come on top of the accounted pools.
+  CHECK(StatusField("VmHWM") - baseline < budget + (16 << 20));
+}
+
 TEST_CASE("SlowConsumerDoesNotGrowMemory") {
   TempDir dir;
   WriteTestShards(dir, 4, 60, 200, 150);

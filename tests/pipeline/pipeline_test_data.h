@@ -15,16 +15,20 @@
 
 namespace sluice::testing {
 
-// A w x h JPEG whose pixels depend on id (so images of different records differ).
-inline std::string IdJpeg(int id, int w = 64, int h = 48) {
+// A w x h JPEG whose pixels depend on id (so images of different records differ). Noise makes
+// it as costly to store as a photograph.
+inline std::string IdJpeg(int id, int w = 64, int h = 48, bool noisy = false) {
   Image img;
   img.Resize(w, h);
+  uint32_t state = static_cast<uint32_t>(id) * 2654435761u + 1;
   for (int y = 0; y < h; ++y) {
     for (int x = 0; x < w; ++x) {
       uint8_t* p = &img.pixels[(static_cast<size_t>(y) * w + x) * 3];
-      p[0] = static_cast<uint8_t>(x * 4 + id * 7);
-      p[1] = static_cast<uint8_t>(y * 5 + id * 13);
-      p[2] = static_cast<uint8_t>((x + y) * 2 + id * 29);
+      state = state * 1664525u + 1013904223u;
+      int n = noisy ? static_cast<int>(state >> 27) - 16 : 0;
+      p[0] = static_cast<uint8_t>(x * 4 + id * 7 + n);
+      p[1] = static_cast<uint8_t>(y * 5 + id * 13 + n);
+      p[2] = static_cast<uint8_t>((x + y) * 2 + id * 29 + n);
     }
   }
   JpegEncoder enc;
@@ -43,7 +47,7 @@ struct TestShards {
 
 // files shards of per_file records each; record ids (= labels) run 0..files*per_file-1.
 inline TestShards WriteTestShards(const TempDir& dir, int files, int per_file, int w = 64,
-                                  int h = 48) {
+                                  int h = 48, bool noisy = false) {
   TestShards s;
   int id = 0;
   for (int f = 0; f < files; ++f) {
@@ -51,7 +55,7 @@ inline TestShards WriteTestShards(const TempDir& dir, int files, int per_file, i
     auto writer = TFRecordWriter::Create(path);
     if (!writer.ok()) std::abort();
     for (int r = 0; r < per_file; ++r, ++id) {
-      std::string jpeg = IdJpeg(id, w, h);
+      std::string jpeg = IdJpeg(id, w, h, noisy);
       ImageRecord rec{jpeg, id, "c", h, w, "x.jpg"};
       if (!(*writer)->Write(EncodeImageExample(rec)).ok()) std::abort();
     }
@@ -85,7 +89,9 @@ struct Collected {
   Status status;
 };
 
-inline Collected RunToEnd(const v1::PipelineOptions& options, StatsSnapshot* stats = nullptr) {
+// keep_images = false: check only labels and positions (for tests measuring memory).
+inline Collected RunToEnd(const v1::PipelineOptions& options, StatsSnapshot* stats = nullptr,
+                          bool keep_images = true) {
   Collected c;
   auto pipeline = Pipeline::Create(options);
   if (!pipeline.ok()) {
@@ -110,7 +116,9 @@ inline Collected RunToEnd(const v1::PipelineOptions& options, StatsSnapshot* sta
     c.positions.push_back(pos);
     c.sizes.push_back(b.size());
     c.skipped += b.skipped();
-    c.image_bytes.append(reinterpret_cast<const char*>(b.images().data()), b.images().size());
+    if (keep_images) {
+      c.image_bytes.append(reinterpret_cast<const char*>(b.images().data()), b.images().size());
+    }
   }
   if (stats) *stats = (*it)->Stats();
   return c;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # From a fresh Debian 12 machine to a demo data set: installs what is missing, builds `sluice`,
-# makes an ImageNet-like demo set from the photos of Debian's mate-backgrounds and inspects it.
+# makes an ImageNet-like demo set from the photos of Debian's mate-backgrounds, inspects it and
+# runs the training pipeline over it.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 demo="$root/build/demo"
@@ -19,3 +20,6 @@ if [ ! -f "$demo/labels.txt" ]; then
 fi
 echo "== inspecting it"
 "$sluice" inspect "$demo"/train-*.tfrecord "$demo"/validation-*.tfrecord
+echo "== running the TRAIN pipeline over it (RandomResizedCrop 224, flip, batches of 128)"
+"$sluice" profile --files "$demo/train-*.tfrecord" --batch-size 128 --image-size 224 \
+  --shuffle-buffer 512 --batches 20

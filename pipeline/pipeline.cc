@@ -151,6 +151,8 @@ class PipelineIterator : public Iterator, private BatcherSink {
                  &stats_.pool(Pool::kShuffleBuffer)) {
     stats_.threads = options.threads;
     stats_.queue_capacity = options.prefetch;
+    stats_.pool(Pool::kReadBuffers).limit = kReadBufferBytes * options.cycle_length;
+    stats_.pool(Pool::kRecordsInFlight).limit = options.records_budget_bytes;
     if (options.cache == CacheKind::kRecords) {
       record_cache_ = std::make_unique<RecordCache>(options.files.size(),
                                                     options.cache_budget_bytes, &stats_);

@@ -34,8 +34,10 @@ int RoundHalfEven(double v) { return static_cast<int>(std::nearbyint(v)); }
 
 }  // namespace
 
+uint64_t MixSeed(uint64_t seed, uint64_t salt) { return Mix(seed ^ Mix(salt + kGolden)); }
+
 AugmentRng::AugmentRng(uint64_t seed, uint64_t stream)
-    : state_(Mix(seed ^ Mix(stream + kGolden))) {}
+    : state_(MixSeed(seed, stream)) {}
 
 uint64_t AugmentRng::NextU64() {
   state_ += kGolden;

@@ -23,6 +23,10 @@ struct RandomResizedCropParams {
   int attempts = 10;
 };
 
+// Derives an independent 64-bit seed from (seed, salt) with the SplitMix64 finaliser: how every
+// seeded choice (file order, shuffle, split, per-image randomness) gets its own stream.
+uint64_t MixSeed(uint64_t seed, uint64_t salt);
+
 // A counter-based generator: the same (seed, stream) gives the same numbers on any thread, so
 // augmentation depends on a record's position, not on which worker ran it.
 class AugmentRng {

@@ -14,6 +14,7 @@
 #include <tbb/global_control.h>
 #include <tbb/task_arena.h>
 
+#include "formats/crop_window.h"
 #include "pipeline/augmenter.h"
 #include "pipeline/batcher.h"
 #include "pipeline/caches.h"
@@ -27,13 +28,6 @@ using Clock = std::chrono::steady_clock;
 
 int64_t NanosSince(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count();
-}
-
-uint64_t Mix(uint64_t seed, uint64_t salt) {
-  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (salt + 1);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
 }
 
 // State shared with the batches handed out: the buffer pool and the in-flight window. Kept alive
@@ -320,7 +314,7 @@ class PipelineIterator : public Iterator, private BatcherSink {
   void RunSource() {
     for (int64_t epoch = 0; options_.epochs == 0 || epoch < options_.epochs; ++epoch) {
       source_->StartEpoch(epoch);
-      shuffle_.StartEpoch(Mix(options_.shuffle_seed,
+      shuffle_.StartEpoch(MixSeed(options_.shuffle_seed,
                               options_.reshuffle_each_epoch ? static_cast<uint64_t>(epoch) : 0));
       epoch_index_ = 0;
       bool running = true;

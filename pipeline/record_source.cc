@@ -3,17 +3,9 @@
 #include <algorithm>
 #include <random>
 
+#include "formats/crop_window.h"
+
 namespace sluice {
-namespace {
-
-uint64_t Mix(uint64_t seed, uint64_t salt) {
-  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (salt + 1);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
 
 // One open file of the interleave cycle, served from disk, the record cache or the decoded cache.
 struct RecordSource::Cursor {
@@ -63,7 +55,7 @@ void RecordSource::StartEpoch(int64_t epoch) {
   next_file_ = 0;
   order_ = my_files_;
   if (options_.shuffle_files) {
-    std::mt19937_64 rng(Mix(options_.seed, options_.reshuffle_each_epoch ? 1000 + epoch : 999));
+    std::mt19937_64 rng(MixSeed(options_.seed, options_.reshuffle_each_epoch ? 1000 + epoch : 999));
     std::shuffle(order_.begin(), order_.end(), rng);
   }
 }

@@ -38,13 +38,6 @@ void AddDatasetLayoutFlags(CLI::App* cmd, DatasetLayoutOptions* opt) {
   cmd->add_flag("--overwrite", opt->overwrite, "Replace shards of the same names");
 }
 
-uint64_t MixSeed(uint64_t seed, uint64_t salt) {
-  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (salt + 1);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 Split StratifiedSplit(const std::vector<int>& labels, double val_fraction, uint64_t seed) {
   std::map<int, std::vector<uint64_t>> by_class;
   for (uint64_t i = 0; i < labels.size(); ++i) by_class[labels[i]].push_back(i);

@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "formats/crop_window.h"  // MixSeed
 #include "formats/status.h"
 #include "server/shard_set_writer.h"
 
@@ -39,9 +40,6 @@ struct Split {
 // validation, so rare classes are represented in both; both lists come back shuffled. Depends
 // only on labels, val_fraction and seed.
 Split StratifiedSplit(const std::vector<int>& labels, double val_fraction, uint64_t seed);
-
-// A stable 64-bit mix (splitmix64), for deriving independent per-item seeds from one seed.
-uint64_t MixSeed(uint64_t seed, uint64_t salt);
 
 // Makes the record of item `id` (an index into labels). Called concurrently.
 using MakeItemFn = std::function<Status(uint64_t id, std::string* record)>;

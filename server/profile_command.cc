@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 #include <nlohmann/json.hpp>
 
@@ -29,11 +30,11 @@ namespace {
 struct ProfileFlags {
   std::vector<std::string> files;
   std::string options_file;
-  int batch_size = 256;
-  std::string image_size = "224";
-  std::string mode = "train";
+  int batch_size = 0;     // 0: PipelineOptions' default (256) or the --options file's
+  std::string image_size;  // "": default (224) or the file's
+  std::string mode;        // "": default (train) or the file's
   int threads = 0;
-  std::string cache = "none";
+  std::string cache;  // "": none, or the file's
   std::string cache_budget;
   std::string memory_budget;
   int64_t shuffle_buffer = -1;
@@ -72,15 +73,25 @@ Result<v1::PipelineOptions> BuildOptions(const ProfileFlags& f) {
   v1::PipelineOptions o;
   if (!f.options_file.empty()) {
     ASSIGN_OR_RETURN(std::string text, ReadFileToString(f.options_file));
-    if (!google::protobuf::TextFormat::ParseFromString(text, &o)) {
-      return InvalidArgument(f.options_file + ": not a text-format sluice.v1.PipelineOptions");
+    // Report the first error as FILE:LINE:COLUMN, 1-based like a compiler.
+    struct Collector : google::protobuf::io::ErrorCollector {
+      std::string first;
+      void AddError(int line, int column, const std::string& message) override {
+        if (first.empty()) first = fmt::format("{}:{}: {}", line + 1, column + 1, message);
+      }
+    } errors;
+    google::protobuf::TextFormat::Parser parser;
+    parser.RecordErrorsTo(&errors);
+    if (!parser.ParseFromString(text, &o)) {
+      return InvalidArgument(f.options_file + ":" + errors.first);
     }
   }
   for (const std::string& g : f.files) o.add_files(g);
   if (o.files().empty()) return InvalidArgument("give --files GLOB or --options FILE");
-  o.set_batch_size(f.batch_size);
+  if (f.batch_size > 0) o.set_batch_size(f.batch_size);
   int h = 0, w = 0;
-  if (std::sscanf(f.image_size.c_str(), "%dx%d", &h, &w) == 2) {
+  if (f.image_size.empty()) {
+  } else if (std::sscanf(f.image_size.c_str(), "%dx%d", &h, &w) == 2) {
     o.set_image_height(h);
     o.set_image_width(w);
   } else if (std::sscanf(f.image_size.c_str(), "%d", &h) == 1) {
@@ -89,8 +100,9 @@ Result<v1::PipelineOptions> BuildOptions(const ProfileFlags& f) {
   } else {
     return InvalidArgument("--image-size wants N or HxW, not '" + f.image_size + "'");
   }
-  o.set_mode(f.mode == "eval" ? v1::MODE_EVAL : v1::MODE_TRAIN);
+  if (!f.mode.empty()) o.set_mode(f.mode == "eval" ? v1::MODE_EVAL : v1::MODE_TRAIN);
   if (f.threads > 0) o.set_threads(f.threads);
+  if (f.cache == "none") o.mutable_cache()->set_mode(v1::CACHE_NONE);
   if (f.cache == "records") o.mutable_cache()->set_mode(v1::CACHE_RECORDS);
   if (f.cache == "decoded") o.mutable_cache()->set_mode(v1::CACHE_DECODED);
   if (!f.cache_budget.empty()) {
@@ -347,9 +359,10 @@ int RunProfile(const ProfileFlags& f) {
     return 0;
   }
 
+  const char* cache_names[] = {"none", "records", "decoded"};
   fmt::print("sluice profile: {} batches of {} at {}x{} ({}), {} threads, cache {}\n", measured,
              o.batch_size, o.height, o.width, o.mode == PipelineMode::kTrain ? "train" : "eval",
-             o.threads, f.cache);
+             o.threads, cache_names[static_cast<int>(o.cache)]);
   fmt::print("  {:.0f} images/s   {:.1f} MB/s   {:.2f} batches/s   {:.2f} s measured\n\n",
              images_per_sec, bytes_per_sec / 1e6, measured / wall, wall);
   fmt::print("  {:<9} {:>11} {:>9} {:>7} {:>6} {:>9} {:>9}\n", "stage", "items/s", "MB/s", "busy",
@@ -388,15 +401,13 @@ void RegisterProfileCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--files", f->files, "TFRecord glob(s)");
   cmd->add_option("--options", f->options_file,
                   "Text-format sluice.v1.PipelineOptions (flags given as well override it)");
-  cmd->add_option("--batch-size", f->batch_size, "Images per batch")->capture_default_str();
-  cmd->add_option("--image-size", f->image_size, "Output size: N or HxW")->capture_default_str();
-  cmd->add_option("--mode", f->mode, "train (random crop + flip) or eval (centre crop)")
-      ->check(CLI::IsMember({"train", "eval"}))
-      ->capture_default_str();
+  cmd->add_option("--batch-size", f->batch_size, "Images per batch (default 256)");
+  cmd->add_option("--image-size", f->image_size, "Output size: N or HxW (default 224)");
+  cmd->add_option("--mode", f->mode, "train (random crop + flip; default) or eval (centre crop)")
+      ->check(CLI::IsMember({"train", "eval"}));
   cmd->add_option("--threads", f->threads, "Decode threads (0 = all cores)");
-  cmd->add_option("--cache", f->cache, "none, records or decoded")
-      ->check(CLI::IsMember({"none", "records", "decoded"}))
-      ->capture_default_str();
+  cmd->add_option("--cache", f->cache, "none (default), records or decoded")
+      ->check(CLI::IsMember({"none", "records", "decoded"}));
   cmd->add_option("--cache-budget", f->cache_budget, "Cache size, e.g. 2G");
   cmd->add_option("--memory-budget", f->memory_budget, "Pipeline memory budget, e.g. 4G");
   cmd->add_option("--shuffle-buffer", f->shuffle_buffer, "Records in the shuffle buffer");

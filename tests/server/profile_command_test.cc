@@ -55,6 +55,34 @@ TEST_CASE("ProfileHumanOutputNamesTheBottleneck") {
   CHECK(r.out.find("batch_pool") != std::string::npos);
 }
 
+TEST_CASE("ProfileReadsAnOptionsFileAndFlagsOverrideIt") {
+  TempDir dir;
+  testing::WriteTestShards(dir, 2, 30);
+  testing::WriteAll(dir.file("opts.textproto"),
+                    "files: \"" + dir.file("shard-*.tfrecord") + "\"\n"
+                    "batch_size: 6\nimage_height: 24\nimage_width: 20\nmode: MODE_EVAL\n");
+  testing::CommandResult r = RunSluice("profile --options " + dir.file("opts.textproto") +
+                                       " --batches 2 --warmup-batches 0 --json");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["batch_size"] == 6);
+  CHECK(j["height"] == 24);
+  CHECK(j["width"] == 20);
+  r = RunSluice("profile --options " + dir.file("opts.textproto") +
+                " --batch-size 4 --batches 2 --warmup-batches 0 --json");
+  REQUIRE(r.exit_code == 0);
+  j = nlohmann::json::parse(r.out);
+  CHECK(j["batch_size"] == 4);
+  CHECK(j["height"] == 24);
+
+  testing::WriteAll(dir.file("bad.textproto"), "batch_sise: 3\n");
+  r = RunSluice("profile --options " + dir.file("bad.textproto"));
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find(dir.file("bad.textproto") + ":1:11: ") != std::string::npos);
+  CHECK(r.err.find("batch_sise") != std::string::npos);
+}
+
 TEST_CASE("ProfileOfMissingFilesSaysWhichPattern") {
   TempDir dir;
   testing::CommandResult r = RunSluice("profile --files '" + dir.file("none-*.tfrecord") + "'");

@@ -308,6 +308,7 @@ int RunProfile(const ProfileFlags& f) {
   double images_per_sec = static_cast<double>(images) / wall;
   double bytes_per_sec = images_per_sec * static_cast<double>(o.image_bytes());
 
+  it->reset();  // its threads would otherwise compete with the single-thread measurement
   std::optional<double> single_decode;
   if (f.decode_bound) {
     Result<double> r = MeasureFullDecode(o, 300);

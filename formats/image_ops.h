@@ -4,6 +4,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string_view>
 #include <vector>
 
 namespace sluice {
@@ -34,14 +36,56 @@ struct Image {
     height = h;
     pixels.resize(static_cast<size_t>(w) * h * 3);
   }
-  ImageView view() const { return ImageView{pixels.data(), width, height, static_cast<size_t>(width) * 3}; }
+  ImageView view() const {
+    return ImageView{pixels.data(), width, height, static_cast<size_t>(width) * 3};
+  }
 };
 
-// Resizes src into dst (dst_width x dst_height RGB, rows dst_stride bytes apart). Bilinear when
-// enlarging or shrinking up to 2x; when shrinking more, the filter widens with the scale so every
-// source pixel contributes (area averaging), which avoids the aliasing of plain bilinear.
-// Separable, fixed-point weights. Thread-safe (no shared state).
-void Resize(const ImageView& src, uint8_t* dst, int dst_width, int dst_height, size_t dst_stride);
+// Resizes src into dst (dst_width x dst_height RGB, rows dst_stride bytes apart); when
+// flip_horizontal is set, also mirrors the result left-right, at no extra cost (the pass that
+// writes dst writes its columns in reverse): the same bytes as Resize then FlipHorizontal.
+// Bilinear (a triangle filter, pixel centres aligned) when enlarging or shrinking up to 2x; when
+// shrinking more, the triangle widens with the scale so every source pixel contributes (area
+// averaging, Pillow's BILINEAR), which avoids the aliasing of plain bilinear. Identical sizes copy
+// exactly; a constant image stays constant; outputs are within one level of the exact filter.
+// Writes only the dst_width * 3 bytes of each dst row. Separable, fixed-point weights, with
+// AVX2/AVX-512 kernels where the CPU has them, bit-identical to the portable ones.
+// Thread-safe: it runs a thread_local Resizer (so each calling thread keeps that Resizer's scratch
+// and last filters for its lifetime).
+void Resize(const ImageView& src, uint8_t* dst, int dst_width, int dst_height, size_t dst_stride,
+            bool flip_horizontal = false);
+
+// Resize with its scratch memory and the filters of the last sizes held in the object: a worker
+// that resizes a stream of images allocates nothing once warm, and rebuilds an axis's filter
+// (~1-2 us) only when that axis's (source, destination) size changes. Not thread-safe; use one
+// per thread.
+class Resizer {
+ public:
+  // Which kernels run: kBest the widest the CPU has (AVX-512 for the vertical pass, AVX2), kAvx2
+  // at most AVX2, kPortable plain C++. All give identical bytes (the tests check it).
+  enum class Kernels { kBest, kAvx2, kPortable };
+
+  explicit Resizer(Kernels kernels = Kernels::kBest);
+  ~Resizer();
+  // A moved-from Resizer may only be destroyed or assigned to.
+  Resizer(Resizer&&) noexcept;
+  Resizer& operator=(Resizer&&) noexcept;
+  Resizer(const Resizer&) = delete;
+  Resizer& operator=(const Resizer&) = delete;
+
+  // As the free function Resize. Scratch grows to the largest request seen: four source rows
+  // and, when it is cheaper to filter horizontally first (enlarging), every source row a vertical
+  // window reaches, filtered to dst_width pixels.
+  void Resize(const ImageView& src, uint8_t* dst, int dst_width, int dst_height, size_t dst_stride,
+              bool flip_horizontal = false);
+
+  // The kernels in use: "avx512", "avx2" or "portable" (what the CPU and Kernels allowed).
+  std::string_view kernels_name() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 // Mirrors an RGB image left-right in place.
 void FlipHorizontal(uint8_t* data, int width, int height, size_t stride);

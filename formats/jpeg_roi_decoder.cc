@@ -381,8 +381,7 @@ Status JpegRoiDecoder::DecodeCrop(std::string_view jpeg, const CropWindow& crop,
   const ImageView decoded{s.rows.data(), static_cast<int>(columns), plan.height, stride};
   const ImageView window =
       decoded.Crop(plan.x - static_cast<int>(xoffset), 0, plan.width, plan.height);
-  Resize(window, out, out_width, out_height, out_stride);
-  if (flip) FlipHorizontal(out, out_width, out_height, out_stride);
+  Resize(window, out, out_width, out_height, out_stride, /*flip_horizontal=*/flip);
   if (stats != nullptr) {
     stats->scale_denom = plan.denom;
     stats->rows_decoded = plan.y + plan.height;

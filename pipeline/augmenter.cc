@@ -34,8 +34,7 @@ void Augmenter::CropFrom(const ImageView& image, AugmentRng& rng, uint8_t* out) 
     crop = CenterCrop(image.width, image.height, options_.width, options_.height);
   }
   Resize(image.Crop(crop.x, crop.y, crop.width, crop.height), out, options_.width,
-         options_.height, stride);
-  if (flip) FlipHorizontal(out, options_.width, options_.height, stride);
+         options_.height, stride, /*flip_horizontal=*/flip);
 }
 
 Status Augmenter::Decode(WorkItem* w, uint8_t* out) {

@@ -203,9 +203,9 @@ void CropPhoto(const Image& photo, std::mt19937_64& rng, Image* img) {
   int y = static_cast<int>(u(rng) * (photo.height - ch + 1));
   x = std::clamp(x, 0, photo.width - cw);
   y = std::clamp(y, 0, photo.height - ch);
+  const bool flip = (rng() & 1) != 0;
   Resize(photo.view().Crop(x, y, cw, ch), img->pixels.data(), img->width, img->height,
-         static_cast<size_t>(img->width) * 3);
-  if (rng() & 1) FlipHorizontal(img->pixels.data(), img->width, img->height, img->width * 3);
+         static_cast<size_t>(img->width) * 3, flip);
 }
 
 struct Worker {

@@ -298,6 +298,126 @@ TEST_CASE("ResizeOfCropViewMatchesResizeOfCopiedCrop") {
   REQUIRE(Resized(crop, 100, 77).pixels == Resized(copy.view(), 100, 77).pixels);
 }
 
+// Resizes with `resizer` into a buffer whose rows have `pad` extra bytes filled with 0xAB, checks
+// that the padding was left alone, and returns the tightly packed result.
+Image ResizedWith(Resizer& resizer, const ImageView& src, int width, int height, bool flip,
+                  size_t pad = 7) {
+  const size_t row_bytes = static_cast<size_t>(width) * 3, stride = row_bytes + pad;
+  std::vector<uint8_t> buffer(stride * height, 0xAB);
+  resizer.Resize(src, buffer.data(), width, height, stride, flip);
+  Image out;
+  out.Resize(width, height);
+  for (int y = 0; y < height; ++y) {
+    const uint8_t* row = buffer.data() + y * stride;
+    std::copy(row, row + row_bytes, out.pixels.data() + y * row_bytes);
+    for (size_t i = row_bytes; i < stride; ++i) REQUIRE(row[i] == 0xAB);
+  }
+  return out;
+}
+
+struct SizeCase {
+  int sw, sh, dw, dh;
+};
+
+// Sizes that reach every path: identical, one axis only, vertical or horizontal first, 1xN and Nx1,
+// enlarging, shrinking up to windows of more than 5 horizontal taps (two loads per pixel) and more
+// than 64 vertical taps (the exact 32-bit sum), row counts that are not a multiple of 4, and
+// widths where the last step of 4 pixels is partial; then random ones.
+std::vector<SizeCase> KernelCases() {
+  std::vector<SizeCase> cases = {
+      {37, 23, 37, 23},     {500, 375, 224, 224}, {330, 250, 224, 224}, {100, 80, 224, 224},
+      {60, 60, 224, 224},   {375, 500, 224, 224}, {250, 188, 224, 224}, {224, 300, 224, 224},
+      {300, 224, 224, 224}, {1, 50, 9, 50},       {1, 50, 1, 1},        {60, 1, 20, 7},
+      {1, 1, 5, 4},         {7, 1000, 3, 5},      {1000, 7, 5, 3},      {40, 2000, 19, 7},
+      {2000, 3, 3, 40},     {640, 480, 224, 224}, {1200, 90, 100, 45},  {31, 17, 200, 9},
+      {3, 1, 640, 2},       {90, 60, 45, 60},     {90, 60, 90, 25},     {2, 5000, 224, 224},
+      {33, 33, 5, 6},       {8, 8, 7, 7},         {6, 9, 1, 2},         {700, 2, 11, 3}};
+  std::mt19937 rng(2024);
+  auto size = [&rng](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int i = 0; i < 150; ++i) {
+    cases.push_back({size(1, 700), size(1, 700), size(1, 300), size(1, 300)});
+  }
+  return cases;
+}
+
+TEST_CASE("SimdKernelsMatchPortableExactly") {
+  // The SIMD kernels compute the same integer sums as the portable ones, so any difference is a
+  // bug. Crop views give odd source strides and offsets; the destination rows are padded.
+  Resizer portable(Resizer::Kernels::kPortable), avx2(Resizer::Kernels::kAvx2), best;
+  REQUIRE(portable.kernels_name() == "portable");
+  INFO("kernels: " << best.kernels_name() << " and " << avx2.kernels_name());
+  for (const SizeCase& c : KernelCases()) {
+    const Image parent = RandomImage(c.sw + 7, c.sh + 5, static_cast<uint32_t>(c.sw * 31 + c.dh));
+    const ImageView src = parent.view().Crop(c.sw % 7, c.sh % 5, c.sw, c.sh);
+    for (bool flip : {false, true}) {
+      INFO(c.sw << "x" << c.sh << " -> " << c.dw << "x" << c.dh << (flip ? " flipped" : ""));
+      const Image want = ResizedWith(portable, src, c.dw, c.dh, flip);
+      REQUIRE(ResizedWith(avx2, src, c.dw, c.dh, flip, 1).pixels == want.pixels);
+      REQUIRE(ResizedWith(best, src, c.dw, c.dh, flip, 0).pixels == want.pixels);
+    }
+  }
+}
+
+Image Flipped(Image img) {
+  FlipHorizontal(img.pixels.data(), img.width, img.height, static_cast<size_t>(img.width) * 3);
+  return img;
+}
+
+TEST_CASE("FusedFlipEqualsResizeThenFlipHorizontal") {
+  for (Resizer::Kernels kernels : {Resizer::Kernels::kBest, Resizer::Kernels::kPortable}) {
+    Resizer resizer(kernels);
+    INFO("kernels: " << resizer.kernels_name());
+    for (const SizeCase& c : KernelCases()) {
+      INFO(c.sw << "x" << c.sh << " -> " << c.dw << "x" << c.dh);
+      const Image parent = RandomImage(c.sw + 3, c.sh + 2, static_cast<uint32_t>(c.dw * 17 + c.sh));
+      const ImageView src = parent.view().Crop(3, 2, c.sw, c.sh);
+      REQUIRE(ResizedWith(resizer, src, c.dw, c.dh, true).pixels ==
+              Flipped(ResizedWith(resizer, src, c.dw, c.dh, false)).pixels);
+    }
+  }
+  // The free function too.
+  const Image src = RandomImage(330, 250, 23);
+  Image fused;
+  fused.Resize(224, 224);
+  Resize(src.view(), fused.pixels.data(), 224, 224, 224 * 3, /*flip_horizontal=*/true);
+  REQUIRE(fused.pixels == Flipped(Resized(src.view(), 224, 224)).pixels);
+}
+
+TEST_CASE("FilterReuseGivesTheSameResultsAcrossSizeChanges") {
+  // One Resizer keeps the filters of the last sizes and its scratch: going back and forth between
+  // sizes, sharing one axis or none, must give what a fresh Resizer gives.
+  const Image parent = RandomImage(501, 501, 24);
+  const SizeCase sequence[] = {{500, 375, 224, 224}, {500, 375, 224, 224}, {330, 250, 224, 224},
+                               {500, 250, 224, 224}, {330, 375, 224, 224}, {500, 375, 100, 224},
+                               {500, 375, 224, 100}, {60, 60, 224, 224},   {500, 375, 224, 224},
+                               {375, 500, 224, 224}, {224, 224, 224, 224}, {500, 375, 224, 224},
+                               {3, 500, 224, 224},   {500, 3, 224, 224},   {330, 250, 224, 224}};
+  Resizer reused;
+  for (bool flip : {false, true}) {
+    for (const SizeCase& c : sequence) {
+      INFO(c.sw << "x" << c.sh << " -> " << c.dw << "x" << c.dh);
+      const ImageView src = parent.view().Crop(1, 1, c.sw, c.sh);
+      Resizer fresh;
+      REQUIRE(ResizedWith(reused, src, c.dw, c.dh, flip).pixels ==
+              ResizedWith(fresh, src, c.dw, c.dh, flip).pixels);
+    }
+  }
+}
+
+TEST_CASE("PortableKernelsAreWithinOneLevelOfExactFilter") {
+  Resizer portable(Resizer::Kernels::kPortable);
+  for (const SizeCase& c : {SizeCase{500, 375, 224, 224}, SizeCase{100, 80, 37, 300},
+                            SizeCase{40, 2000, 19, 7}, SizeCase{3, 1, 640, 2}}) {
+    INFO(c.sw << "x" << c.sh << " -> " << c.dw << "x" << c.dh);
+    const Image src = RandomImage(c.sw, c.sh, static_cast<uint32_t>(c.sw + c.dh));
+    const Image got = ResizedWith(portable, src.view(), c.dw, c.dh, false);
+    const Image want = ReferenceResize(src, c.dw, c.dh);
+    for (size_t i = 0; i < got.pixels.size(); ++i) {
+      REQUIRE(std::abs(got.pixels[i] - want.pixels[i]) <= 1);
+    }
+  }
+}
+
 TEST_CASE("FlipTwiceIsIdentity") {
   for (int w : {1, 2, 7, 64}) {
     Image img = RandomImage(w, 5, static_cast<uint32_t>(w));

@@ -250,6 +250,7 @@ Plan MakePlan(int image_width, int image_height, const CropWindow& crop, int out
 }  // namespace
 
 struct JpegRoiDecoder::State {
+  bool fast_idct = false;
   jpeg_decompress_struct cinfo;
   ErrorManager err;
   jpeg_progress_mgr progress;
@@ -297,7 +298,9 @@ struct JpegRoiDecoder::State {
   }
 };
 
-JpegRoiDecoder::JpegRoiDecoder() : state_(std::make_unique<State>()) {}
+JpegRoiDecoder::JpegRoiDecoder(bool fast_idct) : state_(std::make_unique<State>()) {
+  state_->fast_idct = fast_idct;
+}
 JpegRoiDecoder::~JpegRoiDecoder() = default;
 
 Result<JpegHeader> JpegRoiDecoder::ReadHeader(std::string_view jpeg, int64_t max_pixels) {
@@ -351,8 +354,9 @@ Status JpegRoiDecoder::DecodeCrop(std::string_view jpeg, const CropWindow& crop,
       return InvalidArgument("unsupported JPEG colour space with " +
                              std::to_string(cinfo->num_components) + " components");
   }
-  // The same IDCT as JpegDecoder, so a crop decoded either way agrees (the scaled IDCTs ignore it).
-  cinfo->dct_method = JDCT_ISLOW;
+  // By default the same IDCT as JpegDecoder, so a crop decoded either way agrees exactly; the fast
+  // one (tf.io.decode_jpeg's default) is ~3% quicker here. The scaled IDCTs ignore the choice.
+  cinfo->dct_method = s.fast_idct ? JDCT_IFAST : JDCT_ISLOW;
   const Plan plan = MakePlan(width, height, crop, out_width, out_height);
   cinfo->scale_num = 1;
   cinfo->scale_denom = static_cast<unsigned int>(plan.denom);

@@ -17,7 +17,11 @@ uint64_t Mix(uint64_t seed, uint64_t salt) {
 }  // namespace
 
 Augmenter::Augmenter(const ResolvedOptions& options, DecodedCache* cache, PipelineStats* stats)
-    : options_(options), cache_(cache), stats_(stats), scanner_(options.image_key, options.label_key) {}
+    : options_(options),
+      cache_(cache),
+      stats_(stats),
+      scanner_(options.image_key, options.label_key),
+      roi_(options.fast_idct) {}
 
 AugmentRng Augmenter::RngFor(const WorkItem& w) const {
   return AugmentRng(Mix(options_.seed, static_cast<uint64_t>(w.epoch)), w.epoch_index);

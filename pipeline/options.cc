@@ -96,6 +96,7 @@ Result<ResolvedOptions> ResolveOptions(const v1::PipelineOptions& o) {
   r.max_errors = o.max_errors();
   CHECK_RANGE("max_errors", r.max_errors, 0, int64_t{1} << 50);
   r.max_pixels = o.max_pixels() > 0 ? o.max_pixels() : kDefaultMaxPixels;
+  r.fast_idct = !o.accurate_idct();
 
   r.memory_budget_bytes =
       o.memory_budget_bytes() > 0 ? o.memory_budget_bytes() : kDefaultMemoryBudget;

@@ -45,6 +45,7 @@ struct ResolvedOptions {
   ErrorPolicy error_policy = ErrorPolicy::kSkip;
   int64_t max_errors = 0;
   int64_t max_pixels = 0;
+  bool fast_idct = true;
   uint64_t seed = 0;
   int64_t memory_budget_bytes = 0;
   // What the budget leaves for records between the reader and the batcher (after the batch pool,

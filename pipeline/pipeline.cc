@@ -75,7 +75,9 @@ class Core : public BatchRecycler {
     while (in_flight_ >= window_ ||
            (bytes_in_flight_ > 0 && bytes_in_flight_ + bytes > bytes_window_)) {
       if (stop.load()) return false;
+      ++waiters_;
       cv_.wait_for(lock, std::chrono::milliseconds(50));
+      --waiters_;
     }
     ++in_flight_;
     bytes_in_flight_ += bytes;
@@ -83,18 +85,23 @@ class Core : public BatchRecycler {
   }
   // A record's bytes are done with (the batcher has placed or skipped it).
   void ReleaseBytes(int64_t bytes) {
+    bool wake;
     {
       std::lock_guard<std::mutex> lock(mu_);
       bytes_in_flight_ -= bytes;
+      wake = waiters_ > 0;
     }
-    cv_.notify_all();
+    // Called once per record: skip the futex call when the source is not waiting.
+    if (wake) cv_.notify_all();
   }
   void ReleaseItems(uint64_t n) {
+    bool wake;
     {
       std::lock_guard<std::mutex> lock(mu_);
       in_flight_ -= static_cast<int64_t>(n);
+      wake = waiters_ > 0;
     }
-    cv_.notify_all();
+    if (wake) cv_.notify_all();
   }
 
   void Recycle(BatchBuffer* buffer, uint64_t items) override {
@@ -119,6 +126,7 @@ class Core : public BatchRecycler {
   std::vector<BatchBuffer*> in_use_;  // guarded by mu_
   int64_t in_flight_ = 0;             // guarded by mu_
   int64_t bytes_in_flight_ = 0;       // guarded by mu_
+  int waiters_ = 0;                   // threads in cv_.wait; guarded by mu_
   int64_t window_ = 0;
   int64_t bytes_window_ = 0;
   bool detached_ = false;             // guarded by mu_

@@ -220,6 +220,26 @@ TEST_CASE("RandomWindowsMatchTheFullDecodeOfEveryKindOfJpeg") {
   }
 }
 
+TEST_CASE("FastIdctStaysCloseToTheAccurateOne") {
+  JpegRoiDecoder accurate;
+  JpegRoiDecoder fast(/*fast_idct=*/true);
+  for (const TestImage& image : TestImages()) {
+    const Image full = FullDecode(image.jpeg);
+    bool differs = false;
+    for (uint64_t stream = 0; stream < 12; ++stream) {
+      AugmentRng rng(5, stream);
+      const CropWindow c = RandomResizedCrop(full.width, full.height, {}, rng);
+      const auto a = Decode(accurate, image.jpeg, c, 64, 64, false, nullptr);
+      const auto f = Decode(fast, image.jpeg, c, 64, 64, false, nullptr);
+      INFO(image.name << ": " << Describe(c, 64, 64, false));
+      CHECK(MeanAbsError(a, f) < 1.0);
+      differs |= a != f;
+    }
+    INFO(image.name);
+    CHECK(differs);  // the option really changes the IDCT
+  }
+}
+
 TEST_CASE("EachDctScaleIsChosenWhenTheCropAllowsIt") {
   const std::string jpeg = TexturedJpeg(640, 480, {2, 2});
   const Image full = FullDecode(jpeg);

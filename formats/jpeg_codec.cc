@@ -1,115 +1,24 @@
 #include "formats/jpeg_codec.h"
 
 #include <algorithm>
-#include <csetjmp>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
-// clang-format off
-// jpeglib.h uses FILE and size_t without declaring them: <cstdio> must come first.
-#include <jpeglib.h>
-#include <jerror.h>
-// clang-format on
-
+#include "formats/jpeg_error.h"
 #include "formats/jpeg_header.h"
 
 namespace sluice {
 namespace {
 
-// libjpeg reports errors by calling error_exit, which must not return. We longjmp back to the
-// setjmp of the small C-style function that made the libjpeg call. Those functions keep no C++
-// objects with destructors in their frames, so nothing is skipped by the jump; C++ work
-// (allocation, Status) happens in their callers, outside any setjmp frame.
-//
-// Warnings policy. libjpeg recovers from most corrupt data (bad Huffman codes, stray bytes, a
-// marker inside a scan) by filling the damaged blocks; like most decoders we accept those images.
-// The exception is data that ends early: the memory source then feeds a fake EOI and libjpeg
-// paints the rest grey. We refuse that when it happens before the last MCU row of the scan being
-// read (a truncated file: whole rows would be grey, or for a progressive image, missing from that
-// scan on), and accept it within that last row or between scans (only the final bytes or the EOI
-// marker are missing; a progressive image is then complete, at the detail of the scans it has).
-enum class Phase { kHeader, kDecode, kEncode };
-
-struct ErrorManager {
-  jpeg_error_mgr pub;  // first, so a j_common_ptr's err can be cast back to ErrorManager
-  std::jmp_buf jump;
-  Phase phase = Phase::kHeader;
-  char message[JMSG_LENGTH_MAX] = {};
-};
-
-ErrorManager* GetErrorManager(j_common_ptr cinfo) {
-  return reinterpret_cast<ErrorManager*>(cinfo->err);
-}
-
-[[noreturn]] void ErrorExit(j_common_ptr cinfo) {
-  ErrorManager* err = GetErrorManager(cinfo);
-  (*cinfo->err->format_message)(cinfo, err->message);
-  std::longjmp(err->jump, 1);
-}
-
-bool TruncatedBeforeLastRow(j_common_ptr cinfo, Phase phase) {
-  if (phase == Phase::kHeader) return true;
-  if (!cinfo->is_decompressor) return false;
-  auto* d = reinterpret_cast<j_decompress_ptr>(cinfo);
-  return d->input_iMCU_row + 1 < d->total_iMCU_rows;
-}
-
-// msg_level -1 is a warning, 0 and up are trace messages; neither is printed.
-void EmitMessage(j_common_ptr cinfo, int msg_level) {
-  if (msg_level >= 0) return;
-  ++cinfo->err->num_warnings;
-  ErrorManager* err = GetErrorManager(cinfo);
-  if (cinfo->err->msg_code == JWRN_JPEG_EOF && TruncatedBeforeLastRow(cinfo, err->phase)) {
-    ErrorExit(cinfo);
-  }
-}
-
-void InitErrorManager(ErrorManager* err) {
-  jpeg_std_error(&err->pub);
-  err->pub.error_exit = ErrorExit;
-  err->pub.emit_message = EmitMessage;
-}
-
-// TurboJPEG's bound (TJFLAG_LIMITSCANS): a crafted progressive file can hold thousands of tiny
-// scans, each a full pass over the coefficients; real encoders write about ten.
-constexpr int kMaxProgressiveScans = 500;
-
-void ProgressMonitor(j_common_ptr cinfo) {
-  if (!cinfo->is_decompressor) return;
-  auto* d = reinterpret_cast<j_decompress_ptr>(cinfo);
-  if (d->progressive_mode && d->input_scan_number > kMaxProgressiveScans) {
-    ErrorManager* err = GetErrorManager(cinfo);
-    std::snprintf(err->message, sizeof(err->message), "progressive JPEG has more than %d scans",
-                  kMaxProgressiveScans);
-    std::longjmp(err->jump, 1);
-  }
-}
-
-// Rows handed to libjpeg per jpeg_read_scanlines/jpeg_write_scanlines call; more than any
-// rec_outbuf_height, so libjpeg never has to stop short of what its buffers hold.
-constexpr int kRowBatch = 16;
-
-// The setjmp frames. Each returns false after a libjpeg error, with err->message set and the
-// libjpeg object reset (jpeg_abort_*) so it can be reused.
-
-bool CreateDecompress(j_decompress_ptr cinfo, ErrorManager* err) {
-  if (setjmp(err->jump)) return false;
-  jpeg_create_decompress(cinfo);
-  return true;
-}
-
-bool ReadHeader(j_decompress_ptr cinfo, ErrorManager* err, const uint8_t* data, size_t size) {
-  if (setjmp(err->jump)) {
-    jpeg_abort_decompress(cinfo);
-    return false;
-  }
-  err->phase = Phase::kHeader;
-  jpeg_mem_src(cinfo, data, static_cast<unsigned long>(size));  // NOLINT(google-runtime-int)
-  jpeg_read_header(cinfo, TRUE);
-  return true;
-}
+using jpeg_internal::CreateDecompress;
+using jpeg_internal::ErrorManager;
+using jpeg_internal::InitErrorManager;
+using jpeg_internal::kRowBatch;
+using jpeg_internal::Phase;
+using jpeg_internal::ProgressMonitor;
+using jpeg_internal::ReadHeaderFrame;
 
 // Decodes every row into out (rows `stride` bytes apart). With cmyk_row non-null the output colour
 // space is CMYK: each row lands there first and is converted to RGB.
@@ -179,7 +88,7 @@ Status JpegDecoder::Decode(std::string_view data, Image* out, int64_t max_pixels
   j_decompress_ptr cinfo = &s.cinfo;
   auto invalid = [&s] { return InvalidArgument(std::string("invalid JPEG: ") + s.err.message); };
 
-  if (!ReadHeader(cinfo, &s.err, reinterpret_cast<const uint8_t*>(data.data()), data.size())) {
+  if (!ReadHeaderFrame(cinfo, &s.err, reinterpret_cast<const uint8_t*>(data.data()), data.size())) {
     return invalid();
   }
   const int64_t width = cinfo->image_width;

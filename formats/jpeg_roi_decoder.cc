@@ -1,83 +1,26 @@
 #include "formats/jpeg_roi_decoder.h"
 
 #include <algorithm>
-#include <csetjmp>
 #include <cstdio>
 #include <cstring>
 #include <string>
 
-// clang-format off
-// jpeglib.h uses FILE and size_t without declaring them: <cstdio> must come first.
-#include <jpeglib.h>
-#include <jerror.h>
-// clang-format on
-
 #include "formats/image_ops.h"
+#include "formats/jpeg_error.h"
 
 namespace sluice {
 namespace {
 
-// libjpeg reports errors by calling error_exit, which must not return. We longjmp back to the
-// setjmp of the small C-style function that made the libjpeg call. Those functions keep no C++
-// objects with destructors in their frames, so nothing is skipped by the jump; C++ work
-// (allocation, Status) happens in their callers, outside any setjmp frame.
-//
-// Warnings policy, as JpegDecoder's: damaged entropy data that libjpeg patches over is accepted;
-// data that ends before the last MCU row of the scan being read is refused (whole rows would be
-// grey). Rows after the crop are never read, so a file cut short below the crop decodes fine:
-// the pixels we return are exactly those of the complete file.
-enum class Phase { kHeader, kDecode };
+using jpeg_internal::CreateDecompress;
+using jpeg_internal::ErrorManager;
+using jpeg_internal::InitErrorManager;
+using jpeg_internal::kRowBatch;
+using jpeg_internal::Phase;
+using jpeg_internal::ProgressMonitor;
+using jpeg_internal::ReadHeaderFrame;
 
-struct ErrorManager {
-  jpeg_error_mgr pub;  // first, so a j_common_ptr's err can be cast back to ErrorManager
-  std::jmp_buf jump;
-  Phase phase = Phase::kHeader;
-  char message[JMSG_LENGTH_MAX] = {};
-};
-
-ErrorManager* GetErrorManager(j_common_ptr cinfo) {
-  return reinterpret_cast<ErrorManager*>(cinfo->err);
-}
-
-[[noreturn]] void ErrorExit(j_common_ptr cinfo) {
-  ErrorManager* err = GetErrorManager(cinfo);
-  (*cinfo->err->format_message)(cinfo, err->message);
-  std::longjmp(err->jump, 1);
-}
-
-bool TruncatedBeforeLastRow(j_common_ptr cinfo, Phase phase) {
-  if (phase == Phase::kHeader) return true;
-  auto* d = reinterpret_cast<j_decompress_ptr>(cinfo);
-  return d->input_iMCU_row + 1 < d->total_iMCU_rows;
-}
-
-// msg_level -1 is a warning, 0 and up are trace messages; neither is printed.
-void EmitMessage(j_common_ptr cinfo, int msg_level) {
-  if (msg_level >= 0) return;
-  ++cinfo->err->num_warnings;
-  ErrorManager* err = GetErrorManager(cinfo);
-  if (cinfo->err->msg_code == JWRN_JPEG_EOF && TruncatedBeforeLastRow(cinfo, err->phase)) {
-    ErrorExit(cinfo);
-  }
-}
-
-// TurboJPEG's bound (TJFLAG_LIMITSCANS): a crafted progressive file can hold thousands of tiny
-// scans, each a full pass over the coefficients; real encoders write about ten.
-constexpr int kMaxProgressiveScans = 500;
-
-void ProgressMonitor(j_common_ptr cinfo) {
-  auto* d = reinterpret_cast<j_decompress_ptr>(cinfo);
-  if (d->progressive_mode != FALSE && d->input_scan_number > kMaxProgressiveScans) {
-    ErrorManager* err = GetErrorManager(cinfo);
-    std::snprintf(err->message, sizeof(err->message), "progressive JPEG has more than %d scans",
-                  kMaxProgressiveScans);
-    std::longjmp(err->jump, 1);
-  }
-}
-
-// Rows handed to libjpeg per jpeg_read_scanlines call; more than any rec_outbuf_height, so libjpeg
-// never has to stop short of what its buffers hold.
-constexpr int kRowBatch = 16;
+// Rows after the crop are never read, so a file cut short below the crop decodes fine: the pixels
+// we return are exactly those of the complete file (jpeg_error.h has the truncation policy).
 
 // True when some component is upsampled horizontally after the IDCT. At 1/2 and below libjpeg
 // scales subsampled chroma up in the IDCT itself; at full size 4:2:0 and 4:2:2 chroma go through
@@ -94,25 +37,7 @@ bool UpsamplesHorizontally(j_decompress_ptr cinfo) {
   return false;
 }
 
-// The setjmp frames. Each returns false after a libjpeg error, with err->message set and the
-// libjpeg object reset (jpeg_abort_decompress) so it can be reused.
-
-bool CreateDecompress(j_decompress_ptr cinfo, ErrorManager* err) {
-  if (setjmp(err->jump)) return false;
-  jpeg_create_decompress(cinfo);
-  return true;
-}
-
-bool ReadHeaderFrame(j_decompress_ptr cinfo, ErrorManager* err, const uint8_t* data, size_t size) {
-  if (setjmp(err->jump)) {
-    jpeg_abort_decompress(cinfo);
-    return false;
-  }
-  err->phase = Phase::kHeader;
-  jpeg_mem_src(cinfo, data, static_cast<unsigned long>(size));  // NOLINT(google-runtime-int)
-  jpeg_read_header(cinfo, TRUE);
-  return true;
-}
+// More setjmp frames (see jpeg_error.h): false after a libjpeg error, the object reset.
 
 // Starts decompression at the scale already set in cinfo and restricts it to the scaled columns
 // [first, end) plus the upsampling margin; libjpeg widens that leftwards to an iMCU boundary and
@@ -261,9 +186,7 @@ struct JpegRoiDecoder::State {
   State() {
     std::memset(&cinfo, 0, sizeof(cinfo));
     std::memset(&progress, 0, sizeof(progress));
-    jpeg_std_error(&err.pub);
-    err.pub.error_exit = ErrorExit;
-    err.pub.emit_message = EmitMessage;
+    InitErrorManager(&err);
     cinfo.err = &err.pub;
     created = CreateDecompress(&cinfo, &err);
     progress.progress_monitor = ProgressMonitor;

@@ -1,0 +1,69 @@
+#include "formats/jpeg_error.h"
+
+namespace sluice::jpeg_internal {
+namespace {
+
+ErrorManager* GetErrorManager(j_common_ptr cinfo) {
+  return reinterpret_cast<ErrorManager*>(cinfo->err);
+}
+
+[[noreturn]] void ErrorExit(j_common_ptr cinfo) {
+  ErrorManager* err = GetErrorManager(cinfo);
+  (*cinfo->err->format_message)(cinfo, err->message);
+  std::longjmp(err->jump, 1);
+}
+
+bool TruncatedBeforeLastRow(j_common_ptr cinfo, Phase phase) {
+  if (phase == Phase::kHeader) return true;
+  if (!cinfo->is_decompressor) return false;
+  auto* d = reinterpret_cast<j_decompress_ptr>(cinfo);
+  return d->input_iMCU_row + 1 < d->total_iMCU_rows;
+}
+
+// msg_level -1 is a warning, 0 and up are trace messages; neither is printed.
+void EmitMessage(j_common_ptr cinfo, int msg_level) {
+  if (msg_level >= 0) return;
+  ++cinfo->err->num_warnings;
+  ErrorManager* err = GetErrorManager(cinfo);
+  if (cinfo->err->msg_code == JWRN_JPEG_EOF && TruncatedBeforeLastRow(cinfo, err->phase)) {
+    ErrorExit(cinfo);
+  }
+}
+
+}  // namespace
+
+void InitErrorManager(ErrorManager* err) {
+  jpeg_std_error(&err->pub);
+  err->pub.error_exit = ErrorExit;
+  err->pub.emit_message = EmitMessage;
+}
+
+void ProgressMonitor(j_common_ptr cinfo) {
+  if (!cinfo->is_decompressor) return;
+  auto* d = reinterpret_cast<j_decompress_ptr>(cinfo);
+  if (d->progressive_mode && d->input_scan_number > kMaxProgressiveScans) {
+    ErrorManager* err = GetErrorManager(cinfo);
+    std::snprintf(err->message, sizeof(err->message), "progressive JPEG has more than %d scans",
+                  kMaxProgressiveScans);
+    std::longjmp(err->jump, 1);
+  }
+}
+
+bool CreateDecompress(j_decompress_ptr cinfo, ErrorManager* err) {
+  if (setjmp(err->jump)) return false;
+  jpeg_create_decompress(cinfo);
+  return true;
+}
+
+bool ReadHeaderFrame(j_decompress_ptr cinfo, ErrorManager* err, const uint8_t* data, size_t size) {
+  if (setjmp(err->jump)) {
+    jpeg_abort_decompress(cinfo);
+    return false;
+  }
+  err->phase = Phase::kHeader;
+  jpeg_mem_src(cinfo, data, static_cast<unsigned long>(size));  // NOLINT(google-runtime-int)
+  jpeg_read_header(cinfo, TRUE);
+  return true;
+}
+
+}  // namespace sluice::jpeg_internal

@@ -1,0 +1,58 @@
+// libjpeg glue shared by JpegDecoder, JpegEncoder and JpegRoiDecoder (internal to formats/).
+//
+// libjpeg reports errors by calling error_exit, which must not return. We longjmp back to the
+// setjmp of the small C-style function that made the libjpeg call. Those functions keep no C++
+// objects with destructors in their frames, so nothing is skipped by the jump; C++ work
+// (allocation, Status) happens in their callers, outside any setjmp frame.
+//
+// Warnings policy. libjpeg recovers from most corrupt data (bad Huffman codes, stray bytes, a
+// marker inside a scan) by filling the damaged blocks; like most decoders we accept those images.
+// The exception is data that ends early: the memory source then feeds a fake EOI and libjpeg
+// paints the rest grey. We refuse that when it happens before the last MCU row of the scan being
+// read (a truncated file: whole rows would be grey, or for a progressive image, missing from that
+// scan on), and accept it within that last row or between scans (only the final bytes or the EOI
+// marker are missing; a progressive image is then complete, at the detail of the scans it has).
+#pragma once
+
+#include <csetjmp>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+
+// clang-format off
+// jpeglib.h uses FILE and size_t without declaring them: <cstdio> must come first.
+#include <jpeglib.h>
+#include <jerror.h>
+// clang-format on
+
+namespace sluice::jpeg_internal {
+
+enum class Phase { kHeader, kDecode, kEncode };
+
+struct ErrorManager {
+  jpeg_error_mgr pub;  // first, so a j_common_ptr's err can be cast back to ErrorManager
+  std::jmp_buf jump;
+  Phase phase = Phase::kHeader;
+  char message[JMSG_LENGTH_MAX] = {};
+};
+
+// Installs our error_exit (longjmp) and emit_message (silent; refuses early EOF as above).
+void InitErrorManager(ErrorManager* err);
+
+// TurboJPEG's bound (TJFLAG_LIMITSCANS): a crafted progressive file can hold thousands of tiny
+// scans, each a full pass over the coefficients; real encoders write about ten.
+inline constexpr int kMaxProgressiveScans = 500;
+
+// A progress_monitor that fails decoding past kMaxProgressiveScans.
+void ProgressMonitor(j_common_ptr cinfo);
+
+// Rows handed to libjpeg per jpeg_read_scanlines/jpeg_write_scanlines call; more than any
+// rec_outbuf_height, so libjpeg never has to stop short of what its buffers hold.
+inline constexpr int kRowBatch = 16;
+
+// The shared setjmp frames. Each returns false after a libjpeg error, with err->message set and
+// the libjpeg object reset (jpeg_abort_decompress) so it can be reused.
+bool CreateDecompress(j_decompress_ptr cinfo, ErrorManager* err);
+bool ReadHeaderFrame(j_decompress_ptr cinfo, ErrorManager* err, const uint8_t* data, size_t size);
+
+}  // namespace sluice::jpeg_internal

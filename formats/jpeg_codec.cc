@@ -12,6 +12,7 @@
 namespace sluice {
 namespace {
 
+using jpeg_internal::ChooseRgbOutput;
 using jpeg_internal::CreateDecompress;
 using jpeg_internal::ErrorManager;
 using jpeg_internal::InitErrorManager;
@@ -100,22 +101,7 @@ Status JpegDecoder::Decode(std::string_view data, Image* out, int64_t max_pixels
                            std::to_string(max_pixels));
   }
   bool cmyk = false;
-  switch (cinfo->jpeg_color_space) {
-    case JCS_GRAYSCALE:
-    case JCS_YCbCr:
-    case JCS_RGB:
-      cinfo->out_color_space = JCS_EXT_RGB;
-      break;
-    case JCS_CMYK:
-    case JCS_YCCK:
-      cinfo->out_color_space = JCS_CMYK;
-      cmyk = true;
-      break;
-    default:
-      jpeg_abort_decompress(cinfo);
-      return InvalidArgument("unsupported JPEG colour space with " +
-                             std::to_string(cinfo->num_components) + " components");
-  }
+  RETURN_IF_ERROR(ChooseRgbOutput(cinfo, &cmyk));
   cinfo->dct_method = JDCT_ISLOW;
 
   out->Resize(static_cast<int>(width), static_cast<int>(height));

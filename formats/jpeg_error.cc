@@ -1,5 +1,7 @@
 #include "formats/jpeg_error.h"
 
+#include <string>
+
 namespace sluice::jpeg_internal {
 namespace {
 
@@ -64,6 +66,26 @@ bool ReadHeaderFrame(j_decompress_ptr cinfo, ErrorManager* err, const uint8_t* d
   jpeg_mem_src(cinfo, data, static_cast<unsigned long>(size));  // NOLINT(google-runtime-int)
   jpeg_read_header(cinfo, TRUE);
   return true;
+}
+
+Status ChooseRgbOutput(j_decompress_ptr cinfo, bool* cmyk) {
+  *cmyk = false;
+  switch (cinfo->jpeg_color_space) {
+    case JCS_GRAYSCALE:
+    case JCS_YCbCr:
+    case JCS_RGB:
+      cinfo->out_color_space = JCS_EXT_RGB;
+      return Status::OK();
+    case JCS_CMYK:
+    case JCS_YCCK:
+      cinfo->out_color_space = JCS_CMYK;
+      *cmyk = true;
+      return Status::OK();
+    default:
+      jpeg_abort_decompress(cinfo);
+      return InvalidArgument("unsupported JPEG colour space with " +
+                             std::to_string(cinfo->num_components) + " components");
+  }
 }
 
 }  // namespace sluice::jpeg_internal

@@ -1,4 +1,5 @@
-// libjpeg glue shared by JpegDecoder, JpegEncoder and JpegRoiDecoder (internal to formats/).
+// libjpeg glue shared by JpegDecoder, JpegEncoder and JpegRoiDecoder (internal to formats/): the
+// error manager and the decoder set-up they have in common.
 //
 // libjpeg reports errors by calling error_exit, which must not return. We longjmp back to the
 // setjmp of the small C-style function that made the libjpeg call. Those functions keep no C++
@@ -24,6 +25,8 @@
 #include <jpeglib.h>
 #include <jerror.h>
 // clang-format on
+
+#include "formats/status.h"
 
 namespace sluice::jpeg_internal {
 
@@ -54,5 +57,10 @@ inline constexpr int kRowBatch = 16;
 // the libjpeg object reset (jpeg_abort_decompress) so it can be reused.
 bool CreateDecompress(j_decompress_ptr cinfo, ErrorManager* err);
 bool ReadHeaderFrame(j_decompress_ptr cinfo, ErrorManager* err, const uint8_t* data, size_t size);
+
+// After the header: asks for RGB output — libjpeg converts gray, YCbCr and RGB itself; CMYK and
+// YCCK come out CMYK (*cmyk = true) for the caller to convert. Any other colour space is
+// InvalidArgument, with the decompression aborted.
+Status ChooseRgbOutput(j_decompress_ptr cinfo, bool* cmyk);
 
 }  // namespace sluice::jpeg_internal

@@ -11,6 +11,7 @@
 namespace sluice {
 namespace {
 
+using jpeg_internal::ChooseRgbOutput;
 using jpeg_internal::CreateDecompress;
 using jpeg_internal::ErrorManager;
 using jpeg_internal::InitErrorManager;
@@ -261,22 +262,7 @@ Status JpegRoiDecoder::DecodeCrop(std::string_view jpeg, const CropWindow& crop,
   }
 
   bool cmyk = false;
-  switch (cinfo->jpeg_color_space) {
-    case JCS_GRAYSCALE:
-    case JCS_YCbCr:
-    case JCS_RGB:
-      cinfo->out_color_space = JCS_EXT_RGB;
-      break;
-    case JCS_CMYK:
-    case JCS_YCCK:
-      cinfo->out_color_space = JCS_CMYK;
-      cmyk = true;
-      break;
-    default:
-      jpeg_abort_decompress(cinfo);
-      return InvalidArgument("unsupported JPEG colour space with " +
-                             std::to_string(cinfo->num_components) + " components");
-  }
+  RETURN_IF_ERROR(ChooseRgbOutput(cinfo, &cmyk));
   // By default the same IDCT as JpegDecoder, so a crop decoded either way agrees exactly; the fast
   // one (tf.io.decode_jpeg's default) is ~3% quicker here. The scaled IDCTs ignore the choice.
   cinfo->dct_method = s.fast_idct ? JDCT_IFAST : JDCT_ISLOW;

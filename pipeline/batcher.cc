@@ -10,13 +10,15 @@ Batcher::Batcher(const ResolvedOptions& options, PipelineStats* stats, BatcherSi
       sink_(sink),
       batch_size_(static_cast<uint64_t>(options.batch_size)) {}
 
-BatchBuffer* Batcher::InputBuffer(uint64_t index) { return buffers_[index - base_]; }
-
 void Batcher::Add(const WorkItem& w) {
   StageTimer timer(stats_->stage(Stage::kBatch));
+  if (w.kind != WorkKind::kEpochEnd && w.slot == 0) inputs_.push_back(w.buffer);
   if (failed_) {
     // After a failure nothing more is delivered; give everything back.
-    if (w.kind != WorkKind::kEpochEnd && w.slot == 0 && w.buffer) sink_->DropBuffer(w.buffer);
+    for (BatchBuffer* b : inputs_) {
+      if (b != nullptr) sink_->DropBuffer(b);
+    }
+    inputs_.clear();
     sink_->DropItems(1);
     return;
   }
@@ -25,74 +27,114 @@ void Batcher::Add(const WorkItem& w) {
     sink_->DropItems(1);
     return;
   }
-  AddRecord(w);
+  stats_->stage(Stage::kBatch).items.fetch_add(1, std::memory_order_relaxed);
+  PassInputsBefore(w.epoch_index / batch_size_);
+  if (w.kind == WorkKind::kBadRecord || !w.status.ok()) {
+    Skip(w);
+  } else {
+    AddRecord(w);
+  }
+}
+
+void Batcher::PassInputsBefore(uint64_t index) {
+  while (base_ < index && !inputs_.empty()) {
+    BatchBuffer* b = inputs_.front();
+    inputs_.pop_front();
+    ++base_;
+    if (b != nullptr && b != dst_) sink_->DropBuffer(b);  // dst_ leaves as a batch later
+  }
+}
+
+void Batcher::Fail(Status status) {
+  failed_ = true;
+  for (BatchBuffer* b : inputs_) {
+    if (b != nullptr && b != dst_) sink_->DropBuffer(b);
+  }
+  inputs_.clear();
+  if (dst_ != nullptr) {
+    sink_->DropBuffer(dst_);
+    sink_->DropItems(static_cast<uint64_t>(filled_));
+    dst_ = nullptr;
+    filled_ = 0;
+  }
+  sink_->EmitError(std::move(status));
+}
+
+void Batcher::Skip(const WorkItem& w) {
+  ++skipped_;
+  ++epoch_skipped_;
+  ++errors_;
+  last_error_ = w.status;
+  stats_->skipped.fetch_add(1, std::memory_order_relaxed);
+  stats_->AddError(w.status.message());
+  // A skipped record holds nothing: its place in the window is free again now.
+  sink_->DropItems(1);
+  const bool too_many =
+      options_.max_errors > 0 && errors_ > static_cast<uint64_t>(options_.max_errors);
+  if (options_.error_policy == ErrorPolicy::kFail) {
+    Fail(w.status);
+  } else if (too_many) {
+    Fail(Status(w.status.code(), "more than max_errors = " + std::to_string(options_.max_errors) +
+                                     " bad records; the last: " + w.status.message()));
+  }
 }
 
 void Batcher::AddRecord(const WorkItem& w) {
-  const uint64_t in_index = w.epoch_index / batch_size_;
-  if (w.slot == 0) buffers_.push_back(w.buffer);  // the source starts buffers in order
-  ++items_;
-  stats_->stage(Stage::kBatch).items.fetch_add(1, std::memory_order_relaxed);
-
-  if (w.kind == WorkKind::kBadRecord || !w.status.ok()) {
-    ++skipped_;
-    ++errors_;
-    stats_->skipped.fetch_add(1, std::memory_order_relaxed);
-    stats_->AddError(w.status.message());
-    bool too_many = options_.max_errors > 0 && errors_ > static_cast<uint64_t>(options_.max_errors);
-    if (options_.error_policy == ErrorPolicy::kFail || too_many) {
-      failed_ = true;
-      Status s = too_many ? Status(w.status.code(),
-                                   "more than max_errors = " + std::to_string(options_.max_errors) +
-                                       " bad records; the last: " + w.status.message())
-                          : w.status;
-      // Buffers not yet handed out go back now.
-      for (BatchBuffer* b : buffers_) sink_->DropBuffer(b);
-      buffers_.clear();
-      sink_->DropItems(items_);
-      items_ = 0;
-      sink_->EmitError(std::move(s));
+  if (dst_ == nullptr) {
+    // The new batch lives in this record's input buffer. Output slot i is then written by a
+    // record at input position >= that buffer's slot i, whose own record has been placed already.
+    dst_ = w.buffer;
+    filled_ = 0;
+  }
+  if (dst_ != w.buffer || filled_ != w.slot) {
+    std::memcpy(dst_->image(filled_), w.buffer->image(w.slot), dst_->image_bytes);
+  }
+  dst_->labels[filled_] = w.label;
+  ++filled_;
+  ++epoch_images_;
+  if (static_cast<uint64_t>(filled_) == batch_size_) {
+    sink_->EmitBatch(dst_, filled_, BatchPosition{w.epoch, out_index_++}, skipped_);
+    // If dst_ is still among the inputs it must not be dropped when passed: mark it gone.
+    for (BatchBuffer*& b : inputs_) {
+      if (b == dst_) b = nullptr;
     }
-    return;
-  }
-
-  const uint64_t out_index = out_pos_ / batch_size_;
-  const int out_slot = static_cast<int>(out_pos_ % batch_size_);
-  BatchBuffer* dst = InputBuffer(out_index);
-  if (out_index != in_index || out_slot != w.slot) {
-    std::memcpy(dst->image(out_slot), w.buffer->image(w.slot), dst->image_bytes);
-  }
-  dst->labels[out_slot] = w.label;
-  ++out_pos_;
-  if (out_pos_ % batch_size_ == 0) {
-    sink_->EmitBatch(dst, static_cast<int>(batch_size_),
-                     BatchPosition{w.epoch, static_cast<int64_t>(out_index)}, items_, skipped_);
-    items_ = 0;
+    dst_ = nullptr;
+    filled_ = 0;
     skipped_ = 0;
-    // Batches leave in index order, so the emitted buffer is always the oldest one held.
-    buffers_.pop_front();
-    ++base_;
   }
 }
 
 void Batcher::EndEpoch(int64_t epoch) {
-  const uint64_t out_index = out_pos_ / batch_size_;
-  const int partial = static_cast<int>(out_pos_ % batch_size_);
-  size_t first_unused = 0;  // in buffers_
-  if (partial > 0 && !options_.drop_remainder) {
-    sink_->EmitBatch(InputBuffer(out_index), partial,
-                     BatchPosition{epoch, static_cast<int64_t>(out_index)}, items_, skipped_);
-    first_unused = 1;
-  } else if (items_ > 0) {
-    sink_->DropItems(items_);
+  if (dst_ != nullptr) {
+    if (!options_.drop_remainder) {
+      sink_->EmitBatch(dst_, filled_, BatchPosition{epoch, out_index_}, skipped_);
+    } else {
+      sink_->DropBuffer(dst_);
+      sink_->DropItems(static_cast<uint64_t>(filled_));
+    }
+    for (BatchBuffer*& b : inputs_) {
+      if (b == dst_) b = nullptr;
+    }
   }
-  for (size_t i = first_unused; i < buffers_.size(); ++i) sink_->DropBuffer(buffers_[i]);
-  buffers_.clear();
+  for (BatchBuffer* b : inputs_) {
+    if (b != nullptr) sink_->DropBuffer(b);
+  }
+  const bool nothing_usable = epoch_images_ == 0 && epoch_skipped_ > 0;
+  inputs_.clear();
   base_ = 0;
-  out_pos_ = 0;
-  items_ = 0;
+  dst_ = nullptr;
+  filled_ = 0;
   skipped_ = 0;
+  out_index_ = 0;
+  epoch_images_ = 0;
+  epoch_skipped_ = 0;
   stats_->epochs_done.fetch_add(1, std::memory_order_relaxed);
+  if (nothing_usable && options_.epochs == 0) {
+    // Repeating forever would skip the same records forever.
+    Fail(Status(last_error_.code(), "no record of epoch " + std::to_string(epoch) +
+                                        " could be used; the last error: " +
+                                        last_error_.message()));
+  }
 }
 
 }  // namespace sluice

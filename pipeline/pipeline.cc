@@ -49,10 +49,16 @@ class Core : public BatchRecycler {
     for (BatchBuffer* b : in_use_) stats_->pool(Pool::kBatchPool).Remove(b->bytes());
   }
 
-  // nullptr only if the in-flight window is sized wrong (a bug): the caller fails the stream.
-  BatchBuffer* AcquireBuffer() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (free_.empty()) return nullptr;
+  // Blocks until a buffer is free; nullptr only when stopping. Buffers run out only when the
+  // consumer holds batches (see ConsumerHoldsThePool).
+  BatchBuffer* AcquireBuffer(const std::atomic<bool>& stop) {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (free_.empty()) {
+      if (stop.load()) return nullptr;
+      ++buffer_waiters_;
+      cv_.wait_for(lock, std::chrono::milliseconds(50));
+      --buffer_waiters_;
+    }
     BatchBuffer* b = free_.back();
     free_.pop_back();
     in_use_.push_back(b);
@@ -60,11 +66,31 @@ class Core : public BatchRecycler {
     return b;
   }
 
-  void ReleaseBuffer(BatchBuffer* b) {
+  // The source waits for a buffer while every batch not in the queue is the consumer's: only the
+  // consumer can make progress possible, by releasing one.
+  bool ConsumerHoldsThePool(int queued) {
     std::lock_guard<std::mutex> lock(mu_);
-    std::erase(in_use_, b);
-    free_.push_back(b);
-    if (!detached_) stats_->pool(Pool::kBatchPool).Remove(static_cast<int64_t>(b->bytes()));
+    return buffer_waiters_ > 0 && outstanding_ > queued;
+  }
+  void BatchEmitted() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++outstanding_;
+  }
+  int outstanding() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return outstanding_;
+  }
+
+  void ReleaseBuffer(BatchBuffer* b) {
+    bool wake;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      std::erase(in_use_, b);
+      free_.push_back(b);
+      if (!detached_) stats_->pool(Pool::kBatchPool).Remove(static_cast<int64_t>(b->bytes()));
+      wake = buffer_waiters_ > 0;
+    }
+    if (wake) cv_.notify_all();
   }
 
   // Blocks while `window_` records are in flight (from the source to the consumer's release of
@@ -105,6 +131,10 @@ class Core : public BatchRecycler {
   }
 
   void Recycle(BatchBuffer* buffer, uint64_t items) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --outstanding_;
+    }
     ReleaseBuffer(buffer);
     ReleaseItems(items);
   }
@@ -126,7 +156,9 @@ class Core : public BatchRecycler {
   std::vector<BatchBuffer*> in_use_;  // guarded by mu_
   int64_t in_flight_ = 0;             // guarded by mu_
   int64_t bytes_in_flight_ = 0;       // guarded by mu_
-  int waiters_ = 0;                   // threads in cv_.wait; guarded by mu_
+  int waiters_ = 0;                   // threads in cv_.wait for the window; guarded by mu_
+  int buffer_waiters_ = 0;            // threads in cv_.wait for a buffer; guarded by mu_
+  int outstanding_ = 0;               // batches emitted and not yet released; guarded by mu_
   int64_t window_ = 0;
   int64_t bytes_window_ = 0;
   bool detached_ = false;             // guarded by mu_
@@ -195,7 +227,25 @@ class PipelineIterator : public Iterator, private BatcherSink {
     {
       auto start = Clock::now();
       std::unique_lock<std::mutex> lock(ready_mu_);
-      ready_cv_.wait(lock, [this] { return !ready_.empty(); });
+      // A stall only the consumer can end: the source waits for a buffer, every batch not in
+      // the (empty) queue is held by the consumer, and nothing has moved for a second.
+      int stalled_rounds = 0;
+      uint64_t seen = stats_.stage(Stage::kBatch).items.load();
+      while (ready_.empty()) {
+        ready_cv_.wait_for(lock, std::chrono::milliseconds(100));
+        uint64_t now = stats_.stage(Stage::kBatch).items.load();
+        bool stalled = ready_.empty() && now == seen && core_->ConsumerHoldsThePool(0);
+        stalled_rounds = stalled ? stalled_rounds + 1 : 0;
+        seen = now;
+        if (stalled_rounds >= 10) {
+          final_ = ResourceExhausted(
+              "the consumer holds " + std::to_string(core_->outstanding()) +
+              " batches and the pipeline needs a buffer back; release batches before asking for "
+              "more (prefetch + 2 = " + std::to_string(options_.prefetch + 2) +
+              " may be held at once)");
+          return final_;
+        }
+      }
       r = std::move(ready_.front());
       ready_.pop_front();
       stats_.queue_fill = static_cast<int>(ready_.size());
@@ -248,13 +298,15 @@ class PipelineIterator : public Iterator, private BatcherSink {
   }
 
   // BatcherSink, called on the batch stage.
-  void EmitBatch(BatchBuffer* buffer, int size, BatchPosition position, uint64_t items,
+  void EmitBatch(BatchBuffer* buffer, int size, BatchPosition position,
                  uint64_t skipped) override {
     stats_.batches.fetch_add(1, std::memory_order_relaxed);
     stats_.images.fetch_add(size, std::memory_order_relaxed);
     stats_.image_bytes.fetch_add(static_cast<uint64_t>(size) * buffer->image_bytes,
                                  std::memory_order_relaxed);
-    Push(Ready{Batch(core_, buffer, size, position, items, skipped), Status::OK(), false});
+    core_->BatchEmitted();
+    Push(Ready{Batch(core_, buffer, size, position, static_cast<uint64_t>(size), skipped),
+               Status::OK(), false});
   }
   void EmitError(Status status) override {
     stop_ = true;
@@ -304,10 +356,12 @@ class PipelineIterator : public Iterator, private BatcherSink {
       w->epoch_index = epoch_index_++;
       w->slot = static_cast<int>(w->epoch_index % static_cast<uint64_t>(options_.batch_size));
       if (w->slot == 0) {
-        current_buffer_ = core_->AcquireBuffer();
-        if (current_buffer_ == nullptr) {
-          w->kind = WorkKind::kBadRecord;
-          w->status = Internal("batch buffer pool exhausted");
+        current_buffer_ = core_->AcquireBuffer(stop_);
+        if (current_buffer_ == nullptr) {  // stopping
+          core_->ReleaseItems(1);
+          core_->ReleaseBytes(w->held_bytes());
+          RecycleItem(w);
+          return false;
         }
       }
       w->buffer = current_buffer_;

@@ -321,6 +321,95 @@ int64_t RssBytes() {
   return resident * 4096;
 }
 
+// One shard whose record i is a good image labelled i when good(i), else a record whose image
+// does not decode. Returns the labels of the good ones.
+template <typename GoodFn>
+std::vector<int32_t> WriteMixedShard(const TempDir& dir, int n, GoodFn good) {
+  auto writer = TFRecordWriter::Create(dir.file("shard-0.tfrecord"));
+  REQUIRE(writer.ok());
+  std::vector<int32_t> labels;
+  std::string jpeg = testing::IdJpeg(1);
+  for (int i = 0; i < n; ++i) {
+    bool ok = good(i);
+    ImageRecord r{ok ? std::string_view(jpeg) : std::string_view("not a jpeg"), i, "c", 48, 64,
+                  "x"};
+    REQUIRE((*writer)->Write(EncodeImageExample(r)).ok());
+    if (ok) labels.push_back(i);
+  }
+  REQUIRE((*writer)->Close().ok());
+  return labels;
+}
+
+TEST_CASE("AlternatingBadRecordsNeitherExhaustBuffersNorLoseRecords") {
+  TempDir dir;
+  auto good = WriteMixedShard(dir, 2000, [](int i) { return i % 2 == 0; });
+  auto o = BaseOptions(dir);
+  o.set_batch_size(16);
+  o.set_prefetch(2);
+  o.set_threads(4);
+  o.set_epochs(2);
+  StatsSnapshot stats;
+  auto c = RunToEnd(o, &stats, /*keep_images=*/false);
+  REQUIRE(c.status.ok());
+  CHECK(Sorted(c.labels_by_epoch[0]) == good);
+  CHECK(Sorted(c.labels_by_epoch[1]) == good);
+  CHECK(stats.skipped == 2000);
+  for (int size : std::vector<int>(c.sizes.begin(), c.sizes.end() - 1)) {
+    if (size != 16) CHECK(size == 8);  // only the last batch of each epoch is partial
+  }
+}
+
+TEST_CASE("RunOfBadRecordsLongerThanTheWindowDoesNotHang") {
+  TempDir dir;
+  auto good = WriteMixedShard(dir, 200, [](int i) { return i >= 150; });
+  auto o = BaseOptions(dir);
+  o.set_batch_size(8);
+  o.set_prefetch(1);  // window of 24 records
+  o.mutable_shuffle()->set_buffer_size(0);
+  auto c = RunToEnd(o, nullptr, /*keep_images=*/false);
+  REQUIRE(c.status.ok());
+  CHECK(Sorted(c.labels_by_epoch[0]) == good);
+}
+
+TEST_CASE("EpochOfOnlyBadRecordsEndsOrFailsButNeverHangs") {
+  TempDir dir;
+  WriteMixedShard(dir, 100, [](int) { return false; });
+  auto o = BaseOptions(dir);
+  o.set_batch_size(8);
+  o.set_prefetch(1);
+  o.set_epochs(2);
+  auto finite = RunToEnd(o, nullptr, /*keep_images=*/false);
+  CHECK(finite.status.ok());  // two epochs of nothing: end of sequence
+  CHECK(finite.positions.empty());
+  o.set_epochs(0);
+  auto forever = RunToEnd(o, nullptr, /*keep_images=*/false);
+  CHECK(forever.status.code() == StatusCode::kInvalidArgument);
+  CHECK(forever.status.message().find("no record of epoch 0 could be used") == 0);
+}
+
+TEST_CASE("ConsumerHoldingEveryBatchGetsResourceExhaustedNotAHang") {
+  TempDir dir;
+  WriteTestShards(dir, 1, 3);
+  auto o = BaseOptions(dir);
+  o.set_prefetch(1);
+  o.set_epochs(0);
+  auto pipeline = Pipeline::Create(o);
+  REQUIRE(pipeline.ok());
+  auto it = (*pipeline)->MakeIterator();
+  REQUIRE(it.ok());
+  std::vector<Batch> held;
+  Status s;
+  for (int i = 0; i < 20 && s.ok(); ++i) {
+    Batch b;
+    bool end = false;
+    s = (*it)->GetNext(&b, &end);
+    if (s.ok()) held.push_back(std::move(b));
+  }
+  CHECK(s.code() == StatusCode::kResourceExhausted);
+  CHECK(s.message().find("the consumer holds") == 0);
+  CHECK(held.size() >= 3);  // prefetch + 2 may be held
+}
+
 int64_t StatusField(const std::string& name) {
   std::ifstream status("/proc/self/status");
   std::string line;

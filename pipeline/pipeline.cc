@@ -44,6 +44,7 @@ class Core : public BatchRecycler {
         static_cast<int64_t>(buffers) * static_cast<int64_t>(buffers_[0]->bytes());
     window_ = static_cast<int64_t>(o.prefetch + 2) * o.batch_size;
     bytes_window_ = o.records_budget_bytes;
+    burst_ = std::min<int64_t>(32, std::max<int64_t>(1, window_ / 8));
   }
   ~Core() override {
     for (BatchBuffer* b : in_use_) stats_->pool(Pool::kBatchPool).Remove(b->bytes());
@@ -115,7 +116,7 @@ class Core : public BatchRecycler {
     {
       std::lock_guard<std::mutex> lock(mu_);
       bytes_in_flight_ -= bytes;
-      wake = waiters_ > 0;
+      wake = waiters_ > 0 && HasRoomForABurst();
     }
     // Called once per record: skip the futex call when the source is not waiting.
     if (wake) cv_.notify_all();
@@ -125,9 +126,16 @@ class Core : public BatchRecycler {
     {
       std::lock_guard<std::mutex> lock(mu_);
       in_flight_ -= static_cast<int64_t>(n);
-      wake = waiters_ > 0;
+      wake = waiters_ > 0 && HasRoomForABurst();
     }
     if (wake) cv_.notify_all();
+  }
+
+  // Wakes the waiting source only once it can emit a run of records, not one per release: a
+  // futex wake and a context switch per record cost ~1% of the pipeline's CPU.
+  // REQUIRES: mu_ held.
+  bool HasRoomForABurst() const {
+    return window_ - in_flight_ >= burst_ && bytes_in_flight_ <= bytes_window_ - bytes_window_ / 8;
   }
 
   void Recycle(BatchBuffer* buffer, uint64_t items) override {
@@ -161,6 +169,7 @@ class Core : public BatchRecycler {
   int outstanding_ = 0;               // batches emitted and not yet released; guarded by mu_
   int64_t window_ = 0;
   int64_t bytes_window_ = 0;
+  int64_t burst_ = 1;
   bool detached_ = false;             // guarded by mu_
 };
 

@@ -5,17 +5,6 @@
 #include <limits>
 
 namespace sluice {
-namespace {
-
-uint64_t Mix(uint64_t seed, uint64_t salt) {
-  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (salt + 1);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
-
 Augmenter::Augmenter(const ResolvedOptions& options, DecodedCache* cache, PipelineStats* stats)
     : options_(options),
       cache_(cache),
@@ -24,7 +13,7 @@ Augmenter::Augmenter(const ResolvedOptions& options, DecodedCache* cache, Pipeli
       roi_(options.fast_idct) {}
 
 AugmentRng Augmenter::RngFor(const WorkItem& w) const {
-  return AugmentRng(Mix(options_.seed, static_cast<uint64_t>(w.epoch)), w.epoch_index);
+  return AugmentRng(MixSeed(options_.seed, static_cast<uint64_t>(w.epoch)), w.epoch_index);
 }
 
 void Augmenter::CropFrom(const ImageView& image, AugmentRng& rng, uint8_t* out) const {

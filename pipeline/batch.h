@@ -33,7 +33,7 @@ struct BatchBuffer {
 class BatchRecycler {
  public:
   virtual ~BatchRecycler() = default;
-  // items: the records the batch accounted for (images plus skipped ones).
+  // items: the in-flight records the batch accounted for (one per image).
   virtual void Recycle(BatchBuffer* buffer, uint64_t items) = 0;
 };
 
@@ -47,9 +47,9 @@ class Batch {
  public:
   Batch() = default;
   Batch(std::shared_ptr<BatchRecycler> recycler, BatchBuffer* buffer, int size,
-        BatchPosition position, uint64_t items, uint64_t skipped)
+        BatchPosition position, uint64_t skipped)
       : recycler_(std::move(recycler)), buffer_(buffer), size_(size), position_(position),
-        items_(items), skipped_(skipped) {}
+        skipped_(skipped) {}
   ~Batch() { Release(); }
   Batch(Batch&& other) noexcept { *this = std::move(other); }
   Batch& operator=(Batch&& other) noexcept {
@@ -59,7 +59,6 @@ class Batch {
       buffer_ = other.buffer_;
       size_ = other.size_;
       position_ = other.position_;
-      items_ = other.items_;
       skipped_ = other.skipped_;
       other.buffer_ = nullptr;
     }
@@ -87,7 +86,7 @@ class Batch {
   // Gives the buffer back now (also done by the destructor).
   void Release() {
     if (buffer_ != nullptr) {
-      recycler_->Recycle(buffer_, items_);
+      recycler_->Recycle(buffer_, static_cast<uint64_t>(size_));
       buffer_ = nullptr;
       recycler_.reset();
     }
@@ -98,7 +97,6 @@ class Batch {
   BatchBuffer* buffer_ = nullptr;
   int size_ = 0;
   BatchPosition position_;
-  uint64_t items_ = 0;
   uint64_t skipped_ = 0;
 };
 

@@ -314,8 +314,7 @@ class PipelineIterator : public Iterator, private BatcherSink {
     stats_.image_bytes.fetch_add(static_cast<uint64_t>(size) * buffer->image_bytes,
                                  std::memory_order_relaxed);
     core_->BatchEmitted();
-    Push(Ready{Batch(core_, buffer, size, position, static_cast<uint64_t>(size), skipped),
-               Status::OK(), false});
+    Push(Ready{Batch(core_, buffer, size, position, skipped), Status::OK(), false});
   }
   void EmitError(Status status) override {
     stop_ = true;

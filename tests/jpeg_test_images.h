@@ -5,6 +5,8 @@
 
 #include <jpeglib.h>
 
+#include <catch2/catch.hpp>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -85,6 +87,17 @@ std::string MakeTestJpeg(TestJpegKind kind, int width, int height, PixelFn pixel
     }
   }
   return EncodeWithLibjpeg(pixels, width, height, spec);
+}
+
+// Rewrites the frame size in a baseline JPEG's SOF0 segment (to fake huge images cheaply).
+inline std::string WithFrameSize(std::string jpeg, int width, int height) {
+  const size_t sof = jpeg.find("\xFF\xC0");
+  REQUIRE(sof != std::string::npos);
+  jpeg[sof + 5] = static_cast<char>(height >> 8);
+  jpeg[sof + 6] = static_cast<char>(height & 0xFF);
+  jpeg[sof + 7] = static_cast<char>(width >> 8);
+  jpeg[sof + 8] = static_cast<char>(width & 0xFF);
+  return jpeg;
 }
 
 // A smooth colourful gradient, easy on JPEG so round trips stay close.

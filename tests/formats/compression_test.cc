@@ -9,6 +9,7 @@
 
 #include "formats/tfrecord_writer.h"
 #include "tests/test_support.h"
+#include "tests/zlib_test_util.h"
 
 namespace sluice {
 namespace {
@@ -35,24 +36,11 @@ std::string Zlib(std::string_view data, int level = 6) {
   return ZlibCompress(data, MAX_WBITS, level);
 }
 
-// Inflates everything with zlib directly (auto-detecting gzip or zlib).
+// Inflates everything with zlib directly (auto-detecting gzip or zlib); all input is consumed.
 std::string ZlibInflate(std::string_view data) {
-  z_stream z{};
-  REQUIRE(inflateInit2(&z, MAX_WBITS + 32) == Z_OK);
-  std::string out;
-  char buf[65536];
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-  z.avail_in = static_cast<uInt>(data.size());
-  int rc;
-  do {
-    z.next_out = reinterpret_cast<Bytef*>(buf);
-    z.avail_out = sizeof(buf);
-    rc = inflate(&z, Z_NO_FLUSH);
-    REQUIRE((rc == Z_OK || rc == Z_STREAM_END));
-    out.append(buf, sizeof(buf) - z.avail_out);
-  } while (rc != Z_STREAM_END);
-  CHECK(z.avail_in == 0);
-  inflateEnd(&z);
+  bool consumed_all = false;
+  std::string out = testing::InflateWithZlib(data, &consumed_all);
+  CHECK(consumed_all);
   return out;
 }
 

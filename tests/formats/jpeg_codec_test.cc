@@ -386,17 +386,6 @@ TEST_CASE("NotAJpegIsRefusedNamingTheFormat") {
   REQUIRE(decoder.Decode("hello world", &img).code() == StatusCode::kInvalidArgument);
 }
 
-// Rewrites the frame size in the SOF0 that JpegEncoder writes.
-std::string WithFrameSize(std::string jpeg, int width, int height) {
-  const size_t sof = jpeg.find("\xFF\xC0");
-  REQUIRE(sof != std::string::npos);
-  jpeg[sof + 5] = static_cast<char>(height >> 8);
-  jpeg[sof + 6] = static_cast<char>(height & 0xFF);
-  jpeg[sof + 7] = static_cast<char>(width >> 8);
-  jpeg[sof + 8] = static_cast<char>(width & 0xFF);
-  return jpeg;
-}
-
 TEST_CASE("HeaderOverMaxPixelsIsRefusedBeforeDecode") {
   const std::vector<uint8_t> src(16 * 16 * 3, 128);
   std::string jpeg;
@@ -404,7 +393,7 @@ TEST_CASE("HeaderOverMaxPixelsIsRefusedBeforeDecode") {
   REQUIRE(encoder.Encode({src.data(), 16, 16, 48}, {}, &jpeg).ok());
   // 60000x50000 claimed by a file holding 16x16 pixels of data: refused on the header alone, so
   // neither the 9 GB image nor libjpeg's complaint about missing data is ever reached.
-  const std::string huge = WithFrameSize(jpeg, 60000, 50000);
+  const std::string huge = testing::WithFrameSize(jpeg, 60000, 50000);
   JpegDecoder decoder;
   Image img;
   Status s = decoder.Decode(huge, &img);
@@ -424,7 +413,7 @@ TEST_CASE("DecoderIsReusableAcrossImagesAndErrors") {
   const std::string c =
       EncodeWithLibjpeg(SmoothRgb(33, 17), 33, 17, {JCS_RGB, JCS_YCbCr, true, 90});
   const std::string truncated = a.substr(0, a.size() / 2);
-  const std::string oversize = WithFrameSize(a, 20000, 20000);
+  const std::string oversize = testing::WithFrameSize(a, 20000, 20000);
 
   JpegDecoder fresh;
   Image a_ref, c_ref;

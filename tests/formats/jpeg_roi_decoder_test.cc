@@ -183,17 +183,6 @@ std::string Describe(const CropWindow& c, int ow, int oh, bool flip) {
          (flip ? " flipped" : "");
 }
 
-// Replaces the size in the SOF0 segment.
-std::string WithSofSize(std::string jpeg, int width, int height) {
-  const size_t sof = jpeg.find("\xFF\xC0");
-  REQUIRE(sof != std::string::npos);
-  jpeg[sof + 5] = static_cast<char>(height >> 8);
-  jpeg[sof + 6] = static_cast<char>(height & 0xFF);
-  jpeg[sof + 7] = static_cast<char>(width >> 8);
-  jpeg[sof + 8] = static_cast<char>(width & 0xFF);
-  return jpeg;
-}
-
 TEST_CASE("RandomWindowsMatchTheFullDecodeOfEveryKindOfJpeg") {
   const std::vector<std::pair<int, int>> outputs = {{224, 224}, {48, 32}, {17, 23}, {5, 5}};
   const std::vector<RandomResizedCropParams> params = {
@@ -474,7 +463,7 @@ TEST_CASE("ImageOverMaxPixelsIsRefusedBeforeDecoding") {
   std::vector<uint8_t> out(8 * 8 * 3, 0x5A);
   // A header claiming 65000x65000 over a few hundred bytes of data: decoding it would allocate
   // for 4.2 gigapixels. It must be refused from the header, naming both numbers.
-  const std::string huge = WithSofSize(TexturedJpeg(16, 16, {2, 2}), 65000, 65000);
+  const std::string huge = testing::WithFrameSize(TexturedJpeg(16, 16, {2, 2}), 65000, 65000);
   Status s = decoder.DecodeCrop(huge, {0, 0, 64, 64}, 8, 8, false, out.data(), 24);
   CHECK(s.code() == StatusCode::kInvalidArgument);
   CHECK_THAT(s.message(), Catch::Contains("65000x65000") && Catch::Contains("4225000000") &&
@@ -603,7 +592,7 @@ TEST_CASE("DecoderIsReusableAfterEveryKindOfError") {
   CHECK(decode_good() == want);
   CHECK(!reused.DecodeCrop(good, {0, 0, 302, 10}, 50, 40, true, out.data(), 150).ok());
   CHECK(decode_good() == want);
-  CHECK(!reused.ReadHeader(WithSofSize(good, 65000, 65000)).ok());
+  CHECK(!reused.ReadHeader(testing::WithFrameSize(good, 65000, 65000)).ok());
   CHECK(decode_good() == want);
   // A header read leaves nothing behind either.
   CHECK(reused.ReadHeader(noisy).ok());

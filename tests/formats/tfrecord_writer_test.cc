@@ -12,6 +12,7 @@
 #include "formats/record_index.h"
 #include "formats/tfrecord_reader.h"
 #include "tests/test_support.h"
+#include "tests/zlib_test_util.h"
 
 namespace sluice {
 namespace {
@@ -56,24 +57,7 @@ Result<std::vector<std::string>> ReadShard(const std::string& path, size_t buffe
   }
 }
 
-std::string Inflate(const std::string& data) {
-  z_stream z{};
-  REQUIRE(inflateInit2(&z, MAX_WBITS + 32) == Z_OK);
-  std::string out;
-  char buf[1 << 16];
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-  z.avail_in = static_cast<uInt>(data.size());
-  int rc;
-  do {
-    z.next_out = reinterpret_cast<Bytef*>(buf);
-    z.avail_out = sizeof(buf);
-    rc = inflate(&z, Z_NO_FLUSH);
-    REQUIRE((rc == Z_OK || rc == Z_STREAM_END));
-    out.append(buf, sizeof(buf) - z.avail_out);
-  } while (rc != Z_STREAM_END);
-  inflateEnd(&z);
-  return out;
-}
+std::string Inflate(const std::string& data) { return testing::InflateWithZlib(data); }
 
 const std::vector<Compression> kAllCompressions = {Compression::kNone, Compression::kGzip,
                                                    Compression::kZlib};

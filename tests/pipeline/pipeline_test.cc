@@ -113,18 +113,15 @@ TEST_CASE("DropRemainderDropsThePartialBatch") {
 TEST_CASE("FiniteEpochsEndWithEndOfSequenceEveryTime") {
   TempDir dir;
   WriteTestShards(dir, 1, 5);
-  auto pipeline = Pipeline::Create(BaseOptions(dir));
-  REQUIRE(pipeline.ok());
-  auto it = (*pipeline)->MakeIterator();
-  REQUIRE(it.ok());
+  auto it = testing::StartIterator(BaseOptions(dir));
   Batch b;
   bool end = false;
-  REQUIRE((*it)->GetNext(&b, &end).ok());
+  REQUIRE(it->GetNext(&b, &end).ok());
   CHECK_FALSE(end);
   CHECK(b.size() == 5);
   for (int i = 0; i < 3; ++i) {
     Batch again;
-    REQUIRE((*it)->GetNext(&again, &end).ok());
+    REQUIRE(it->GetNext(&again, &end).ok());
     CHECK(end);
     CHECK_FALSE(again.valid());
   }
@@ -214,16 +211,13 @@ TEST_CASE("RecordCacheServesLaterEpochsWithoutFileIO") {
   auto o = BaseOptions(dir);
   o.set_epochs(3);
   o.mutable_cache()->set_mode(v1::CACHE_RECORDS);
-  auto pipeline = Pipeline::Create(o);
-  REQUIRE(pipeline.ok());
-  auto it = (*pipeline)->MakeIterator();
-  REQUIRE(it.ok());
+  auto it = testing::StartIterator(o);
   std::vector<std::vector<int32_t>> labels(3);
   bool removed = false;
   for (;;) {
     Batch b;
     bool end = false;
-    REQUIRE((*it)->GetNext(&b, &end).ok());
+    REQUIRE(it->GetNext(&b, &end).ok());
     if (end) break;
     if (!removed) {
       // The source reads ahead, but files are committed to the cache as it finishes each; once
@@ -237,7 +231,7 @@ TEST_CASE("RecordCacheServesLaterEpochsWithoutFileIO") {
   // Epoch 0 may have read its files before removal; epochs 1 and 2 must be whole regardless.
   CHECK(Sorted(labels[1]) == Iota(30));
   CHECK(Sorted(labels[2]) == Iota(30));
-  StatsSnapshot s = (*it)->Stats();
+  StatsSnapshot s = it->Stats();
   CHECK(s.cache_entries == 30);
   CHECK_FALSE(s.cache_full);
 }
@@ -393,16 +387,13 @@ TEST_CASE("ConsumerHoldingEveryBatchGetsResourceExhaustedNotAHang") {
   auto o = BaseOptions(dir);
   o.set_prefetch(1);
   o.set_epochs(0);
-  auto pipeline = Pipeline::Create(o);
-  REQUIRE(pipeline.ok());
-  auto it = (*pipeline)->MakeIterator();
-  REQUIRE(it.ok());
+  auto it = testing::StartIterator(o);
   std::vector<Batch> held;
   Status s;
   for (int i = 0; i < 20 && s.ok(); ++i) {
     Batch b;
     bool end = false;
-    s = (*it)->GetNext(&b, &end);
+    s = it->GetNext(&b, &end);
     if (s.ok()) held.push_back(std::move(b));
   }
   CHECK(s.code() == StatusCode::kResourceExhausted);
@@ -454,23 +445,20 @@ TEST_CASE("SlowConsumerDoesNotGrowMemory") {
   o.set_epochs(0);  // forever
   o.set_batch_size(16);
   o.set_prefetch(2);
-  auto pipeline = Pipeline::Create(o);
-  REQUIRE(pipeline.ok());
-  auto it = (*pipeline)->MakeIterator();
-  REQUIRE(it.ok());
+  auto it = testing::StartIterator(o);
   Batch b;
   bool end = false;
-  REQUIRE((*it)->GetNext(&b, &end).ok());
+  REQUIRE(it->GetNext(&b, &end).ok());
   // Stop consuming for a while: the pipeline must stall at its window, not run on.
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  StatsSnapshot s1 = (*it)->Stats();
+  StatsSnapshot s1 = it->Stats();
   int64_t rss1 = RssBytes();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  StatsSnapshot s2 = (*it)->Stats();
+  StatsSnapshot s2 = it->Stats();
   CHECK(s2.batches == s1.batches);
   CHECK(s2.batches <= static_cast<uint64_t>(o.prefetch()) + kBatchPoolExtra);
   CHECK(RssBytes() - rss1 < (4 << 20));
-  for (int i = 0; i < 50; ++i) REQUIRE((*it)->GetNext(&b, &end).ok());
+  for (int i = 0; i < 50; ++i) REQUIRE(it->GetNext(&b, &end).ok());
   CHECK(b.size() == 16);
 }
 

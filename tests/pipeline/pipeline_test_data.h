@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include <catch2/catch.hpp>
+
 #include "formats/image_example.h"
 #include "formats/jpeg_codec.h"
 #include "formats/tfrecord_writer.h"
@@ -78,6 +80,15 @@ inline v1::PipelineOptions BaseOptions(const TempDir& dir) {
   o.set_seed(42);
   o.mutable_shuffle()->set_buffer_size(20);
   return o;
+}
+
+// An iterator over options that must be valid. Iterators do not refer to their Pipeline.
+inline std::unique_ptr<Iterator> StartIterator(const v1::PipelineOptions& options) {
+  auto pipeline = Pipeline::Create(options);
+  REQUIRE(pipeline.ok());
+  auto it = (*pipeline)->MakeIterator();
+  REQUIRE(it.ok());
+  return std::move(*it);
 }
 
 struct Collected {

@@ -227,7 +227,6 @@ TEST_CASE("RecordCacheServesLaterEpochsWithoutFileIO") {
     }
     for (int32_t l : b.labels()) labels[b.position().epoch].push_back(l);
   }
-  (void)removed;
   // Epoch 0 may have read its files before removal; epochs 1 and 2 must be whole regardless.
   CHECK(Sorted(labels[1]) == Iota(30));
   CHECK(Sorted(labels[2]) == Iota(30));

@@ -16,6 +16,7 @@ enum class StatusCode {
   kOk = 0,
   kCancelled = 1,
   kInvalidArgument = 3,
+  kDeadlineExceeded = 4,
   kNotFound = 5,
   kAlreadyExists = 6,
   kResourceExhausted = 8,
@@ -25,6 +26,7 @@ enum class StatusCode {
   kInternal = 13,
   kUnavailable = 14,
   kDataLoss = 15,
+  kUnauthenticated = 16,
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -69,6 +71,9 @@ inline Status ResourceExhausted(std::string m) { return {StatusCode::kResourceEx
 inline Status FailedPrecondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
 inline Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 inline Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
+inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
+inline Status DeadlineExceeded(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
+inline Status Unauthenticated(std::string m) { return {StatusCode::kUnauthenticated, std::move(m)}; }
 
 // errno → Status, naming the operation and path: "open a.tfrecord: No such file or directory".
 Status ErrnoStatus(int err, std::string_view op, std::string_view path);

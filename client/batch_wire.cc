@@ -1,0 +1,137 @@
+#include "client/batch_wire.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+
+#include "sluice/v1/service.pb.h"
+
+namespace sluice {
+namespace {
+
+using google::protobuf::internal::WireFormatLite;
+constexpr int kImagesField = 15;
+
+Status Malformed(const std::string& what) {
+  return DataLoss("malformed Batch message: " + what);
+}
+
+// Reads a repeated int32 field in packed or unpacked form, appending to out.
+bool ReadInt32s(google::protobuf::io::CodedInputStream* in, uint32_t wire_type,
+                std::vector<int32_t>* out) {
+  uint32_t v = 0;
+  if (wire_type == WireFormatLite::WIRETYPE_VARINT) {
+    if (!in->ReadVarint32(&v)) return false;
+    out->push_back(static_cast<int32_t>(v));
+    return true;
+  }
+  if (wire_type != WireFormatLite::WIRETYPE_LENGTH_DELIMITED) return false;
+  uint32_t length = 0;
+  if (!in->ReadVarint32(&length)) return false;
+  auto limit = in->PushLimit(static_cast<int>(length));
+  while (in->BytesUntilLimit() > 0) {
+    if (!in->ReadVarint32(&v)) return false;
+    out->push_back(static_cast<int32_t>(v));
+  }
+  in->PopLimit(limit);
+  return true;
+}
+
+}  // namespace
+
+std::string EncodeBatchPrefix(const BatchMeta& meta, std::span<const int32_t> labels) {
+  v1::Batch b;
+  b.mutable_position()->set_epoch(meta.epoch);
+  b.mutable_position()->set_index(meta.index);
+  b.mutable_position()->set_end_record(meta.end_record);
+  b.add_shape(meta.n);
+  b.add_shape(meta.height);
+  b.add_shape(meta.width);
+  b.add_shape(meta.channels);
+  b.mutable_labels()->Add(labels.begin(), labels.end());
+  b.set_skipped_records(meta.skipped_records);
+  std::string out;
+  b.SerializeToString(&out);
+  google::protobuf::io::StringOutputStream stream(&out);
+  google::protobuf::io::CodedOutputStream coded(&stream);
+  coded.WriteTag(WireFormatLite::MakeTag(kImagesField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
+  coded.WriteVarint64(meta.image_bytes());
+  coded.Trim();
+  return out;
+}
+
+Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out) {
+  grpc::ProtoBufferReader reader(buffer);
+  google::protobuf::io::CodedInputStream in(&reader);
+  in.SetTotalBytesLimit(INT32_MAX);
+  *meta = BatchMeta();
+  out->labels.clear();
+  std::vector<int32_t> shape;
+  uint64_t images_bytes = 0;
+  bool have_images = false;
+  while (uint32_t tag = in.ReadTag()) {
+    const int field = WireFormatLite::GetTagFieldNumber(tag);
+    const auto wire_type = WireFormatLite::GetTagWireType(tag);
+    switch (field) {
+      case 1: {
+        std::string bytes;
+        uint32_t length = 0;
+        if (wire_type != WireFormatLite::WIRETYPE_LENGTH_DELIMITED || !in.ReadVarint32(&length) ||
+            !in.ReadString(&bytes, static_cast<int>(length))) {
+          return Malformed("position");
+        }
+        v1::Position p;
+        if (!p.ParseFromString(bytes)) return Malformed("position");
+        meta->epoch = p.epoch();
+        meta->index = p.index();
+        meta->end_record = p.end_record();
+        break;
+      }
+      case 2:
+        if (!ReadInt32s(&in, wire_type, &shape)) return Malformed("shape");
+        break;
+      case 3:
+        if (!ReadInt32s(&in, wire_type, &out->labels)) return Malformed("labels");
+        break;
+      case 4:
+        if (wire_type != WireFormatLite::WIRETYPE_VARINT || !in.ReadVarint64(&meta->skipped_records)) {
+          return Malformed("skipped_records");
+        }
+        break;
+      case kImagesField: {
+        if (wire_type != WireFormatLite::WIRETYPE_LENGTH_DELIMITED ||
+            !in.ReadVarint64(&images_bytes)) {
+          return Malformed("images");
+        }
+        if (out->images.size() < images_bytes) out->images.resize(images_bytes);
+        if (images_bytes > 0 && !in.ReadRaw(out->images.data(), static_cast<int>(images_bytes))) {
+          return Malformed("images (" + std::to_string(images_bytes) + " bytes announced)");
+        }
+        have_images = true;
+        break;
+      }
+      default:
+        if (!WireFormatLite::SkipField(&in, tag)) return Malformed("field " + std::to_string(field));
+    }
+  }
+  if (!in.ConsumedEntireMessage()) return Malformed("trailing bytes");
+  if (shape.size() != 4 || shape[0] < 0 || shape[1] <= 0 || shape[2] <= 0 || shape[3] <= 0) {
+    return Malformed("shape must be [N, H, W, C]");
+  }
+  meta->n = shape[0];
+  meta->height = shape[1];
+  meta->width = shape[2];
+  meta->channels = shape[3];
+  if (!have_images && meta->n > 0) return Malformed("no images");
+  if (images_bytes != meta->image_bytes()) {
+    return Malformed("images holds " + std::to_string(images_bytes) + " bytes, shape needs " +
+                     std::to_string(meta->image_bytes()));
+  }
+  if (out->labels.size() != static_cast<size_t>(meta->n)) {
+    return Malformed(std::to_string(out->labels.size()) + " labels for " +
+                     std::to_string(meta->n) + " images");
+  }
+  return Status::OK();
+}
+
+}  // namespace sluice

@@ -1,0 +1,48 @@
+// The Batch message (proto/sluice/v1/service.proto) on the wire without protobuf's copies. The
+// server sends every field but `images` as a small prefix and then the image bytes as a slice of
+// its pooled batch buffer; the client parses the prefix and copies the images once, straight into
+// a buffer of its own. Any protobuf parser reads the same bytes as a plain v1::Batch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "formats/status.h"
+
+namespace grpc {
+class ByteBuffer;
+}
+
+namespace sluice {
+
+struct BatchMeta {
+  int64_t epoch = 0;
+  int64_t index = 0;
+  int64_t end_record = 0;
+  int32_t n = 0, height = 0, width = 0, channels = 3;
+  uint64_t skipped_records = 0;
+
+  size_t image_bytes() const {
+    return static_cast<size_t>(n) * height * width * channels;
+  }
+};
+
+// The serialized Batch up to and including the tag and length of `images`; appending
+// meta.image_bytes() image bytes completes the message.
+std::string EncodeBatchPrefix(const BatchMeta& meta, std::span<const int32_t> labels);
+
+// Where DecodeBatch puts a batch's arrays; grown as needed and reused across batches.
+struct BatchArrays {
+  std::vector<uint8_t> images;
+  std::vector<int32_t> labels;
+};
+
+// Parses a serialized Batch as gRPC received it, copying the images once into out->images.
+// DataLoss naming the field when the message is malformed or its shape disagrees with its
+// images or labels.
+Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out);
+
+}  // namespace sluice

@@ -12,8 +12,6 @@
 #include <vector>
 
 #include <fmt/format.h>
-#include <google/protobuf/io/tokenizer.h>
-#include <google/protobuf/text_format.h>
 #include <nlohmann/json.hpp>
 
 #include "formats/example_scanner.h"
@@ -23,6 +21,7 @@
 #include "pipeline/pipeline.h"
 #include "server/commands.h"
 #include "server/progress.h"
+#include "server/textproto.h"
 
 namespace sluice {
 namespace {
@@ -72,19 +71,7 @@ Result<int64_t> ParseBytes(const std::string& text) {
 Result<v1::PipelineOptions> BuildOptions(const ProfileFlags& f) {
   v1::PipelineOptions o;
   if (!f.options_file.empty()) {
-    ASSIGN_OR_RETURN(std::string text, ReadFileToString(f.options_file));
-    // Report the first error as FILE:LINE:COLUMN, 1-based like a compiler.
-    struct Collector : google::protobuf::io::ErrorCollector {
-      std::string first;
-      void AddError(int line, int column, const std::string& message) override {
-        if (first.empty()) first = fmt::format("{}:{}: {}", line + 1, column + 1, message);
-      }
-    } errors;
-    google::protobuf::TextFormat::Parser parser;
-    parser.RecordErrorsTo(&errors);
-    if (!parser.ParseFromString(text, &o)) {
-      return InvalidArgument(f.options_file + ":" + errors.first);
-    }
+    RETURN_IF_ERROR(ParseTextProtoFile(f.options_file, &o));
   }
   for (const std::string& g : f.files) o.add_files(g);
   if (o.files().empty()) return InvalidArgument("give --files GLOB or --options FILE");
@@ -340,6 +327,9 @@ int RunProfile(const ProfileFlags& f) {
                         {"images", images},
                         {"seconds", wall},
                         {"threads", o.threads},
+                        {"decode_parallelism", after.decode_parallelism},
+                        {"decode_parallelism_max", after.decode_parallelism_max},
+                        {"autotune", o.autotune},
                         {"batch_size", o.batch_size},
                         {"height", o.height},
                         {"width", o.width},
@@ -373,7 +363,9 @@ int RunProfile(const ProfileFlags& f) {
                r.items_per_sec, r.mb_per_sec, 100 * r.busy_fraction, r.parallelism,
                100 * r.starved_fraction, 100 * r.blocked_fraction);
   }
-  fmt::print("  {:<9} waited for batches {:.0f}% of the time\n\n", "consumer", 100 * consumer_wait);
+  fmt::print("  {:<9} waited for batches {:.0f}% of the time\n", "consumer", 100 * consumer_wait);
+  fmt::print("  decode parallelism now {} of {} ({})\n\n", after.decode_parallelism,
+             after.decode_parallelism_max, o.autotune ? "autotuned" : "fixed: no_autotune");
   fmt::print("  memory (bytes now / peak / limit):\n");
   for (const PoolSnapshot& p : after.pools) {
     fmt::print("    {:<18} {:>8.1f} MB {:>8.1f} MB {:>10}\n", p.name, p.bytes / 1e6,

@@ -1,0 +1,227 @@
+#include "server/request_policy.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "server/server_config.h"
+
+namespace sluice {
+namespace {
+
+constexpr int64_t kMaxRequestShards = 100000;
+// ResolveOptions' bounds on what a request may change.
+constexpr int64_t kMaxShards = int64_t{1} << 20;
+constexpr int64_t kMaxEpochs = int64_t{1} << 40;
+constexpr size_t kMaxJobName = 128;
+// Client-supplied names are echoed in errors at most this long.
+constexpr size_t kMaxEcho = 80;
+
+// `text` as an error message may quote it: control bytes as \xNN, cut at kMaxEcho.
+std::string Echo(std::string_view text) {
+  std::string out;
+  for (char c : text.substr(0, kMaxEcho)) {
+    if (c >= ' ' && c <= '~') {
+      out += c;
+    } else {
+      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+    }
+  }
+  if (text.size() > kMaxEcho) out += "...";
+  return out;
+}
+
+Status Fixed(std::string_view field, std::string_view value) {
+  return InvalidArgument(fmt::format("{} is fixed by this dataset ({})", field, value));
+}
+
+Status Negative(std::string_view field, int64_t value) {
+  return InvalidArgument(fmt::format("{} {} is negative", field, value));
+}
+
+Status CheckImageSize(std::string_view field, int value, const v1::ClientLimits& limits) {
+  if (value < limits.min_image_size()) {
+    return InvalidArgument(
+        fmt::format("{} {} is under the minimum {}", field, value, limits.min_image_size()));
+  }
+  if (value > limits.max_image_size()) {
+    return InvalidArgument(
+        fmt::format("{} {} is over the maximum {}", field, value, limits.max_image_size()));
+  }
+  return Status::OK();
+}
+
+Status ApplyShard(const v1::ShardOptions& shard, v1::PipelineOptions* o) {
+  if (shard.count() < 0) return Negative("shard.count", shard.count());
+  if (shard.count() > kMaxRequestShards) {
+    return InvalidArgument(
+        fmt::format("shard.count {} is over {}", shard.count(), kMaxRequestShards));
+  }
+  const int64_t count = std::max(1, shard.count());
+  if (shard.index() < 0 || shard.index() >= count) {
+    return InvalidArgument(fmt::format("shard.index {} is outside [0, {})", shard.index(), count));
+  }
+  if (count == 1) return Status::OK();
+  const int64_t server_count = std::max(1, o->shard().count());
+  const int64_t total = server_count * count;
+  if (total > kMaxShards) {
+    return InvalidArgument(
+        fmt::format("shard.count {} within this server's own {} shards makes {}, over {}", count,
+                    server_count, total, kMaxShards));
+  }
+  o->mutable_shard()->set_index(
+      static_cast<int>(o->shard().index() + server_count * shard.index()));
+  o->mutable_shard()->set_count(static_cast<int>(total));
+  return Status::OK();
+}
+
+Status CheckStartPosition(const v1::StreamRequest& r, const v1::PipelineOptions& o) {
+  if (!r.has_start_position()) return Status::OK();
+  const v1::Position& p = r.start_position();
+  if (p.epoch() < 0) return Negative("start_position.epoch", p.epoch());
+  if (p.index() < 0) return Negative("start_position.index", p.index());
+  if (p.end_record() < 0) return Negative("start_position.end_record", p.end_record());
+  const bool at_start = p.epoch() == 0 && p.index() == 0 && p.end_record() == 0;
+  if (!at_start && !r.job_name().empty()) {
+    return InvalidArgument(
+        "start_position resumes private streams; a shared job continues where "
+        "it is");
+  }
+  if (o.epochs() > 0 && p.epoch() >= o.epochs()) {
+    return InvalidArgument(fmt::format("start_position.epoch {} is past the stream's {} epochs",
+                                       p.epoch(), o.epochs()));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<const v1::DatasetConfig*> FindDataset(const v1::ServerConfig& config,
+                                             std::string_view name) {
+  if (name.empty()) {
+    return InvalidArgument("dataset: no name given; ListDatasets shows this server's datasets");
+  }
+  if (name.front() == '.' || name.find_first_of("/\\*?[") != std::string_view::npos) {
+    return InvalidArgument(fmt::format(
+        "dataset names are names from the server's configuration, not paths or globs: '{}'; "
+        "ListDatasets shows them",
+        Echo(name)));
+  }
+  std::string names;
+  for (const v1::DatasetConfig& d : config.datasets()) {
+    if (d.name() == name) return &d;
+    names += (names.empty() ? "" : ", ") + d.name();
+  }
+  return NotFound(fmt::format("no dataset '{}'; this server has: {}", Echo(name), names));
+}
+
+Result<v1::PipelineOptions> PipelineForRequest(const v1::ServerConfig& config,
+                                               const v1::DatasetConfig& dataset,
+                                               const v1::StreamRequest& r) {
+  v1::PipelineOptions o = dataset.pipeline();
+  const v1::ClientLimits& limits = dataset.limits();
+
+  if (r.batch_size() < 0) return Negative("batch_size", r.batch_size());
+  if (r.batch_size() > 0) {
+    if (limits.fix_batch_size() && r.batch_size() != o.batch_size()) {
+      return Fixed("batch_size", std::to_string(o.batch_size()));
+    }
+    if (r.batch_size() > limits.max_batch_size()) {
+      return InvalidArgument(fmt::format("batch_size {} is over this dataset's limit {}",
+                                         r.batch_size(), limits.max_batch_size()));
+    }
+    o.set_batch_size(r.batch_size());
+  }
+
+  if (r.image_height() < 0) return Negative("image_height", r.image_height());
+  if (r.image_width() < 0) return Negative("image_width", r.image_width());
+  const int height = r.image_height() > 0 ? r.image_height() : o.image_height();
+  const int width = r.image_width() > 0    ? r.image_width()
+                    : r.image_height() > 0 ? r.image_height()
+                                           : o.image_width();
+  if (limits.fix_image_size()) {
+    if (height != o.image_height()) return Fixed("image_height", std::to_string(o.image_height()));
+    if (width != o.image_width()) return Fixed("image_width", std::to_string(o.image_width()));
+  }
+  RETURN_IF_ERROR(CheckImageSize("image_height", height, limits));
+  RETURN_IF_ERROR(CheckImageSize("image_width", width, limits));
+  o.set_image_height(height);
+  o.set_image_width(width);
+
+  if (r.has_mode()) {
+    if (!v1::Mode_IsValid(r.mode())) {
+      return InvalidArgument(fmt::format("mode {} is not a sluice.v1.Mode", r.mode()));
+    }
+    if (limits.fix_mode() && r.mode() != o.mode()) return Fixed("mode", v1::Mode_Name(o.mode()));
+    o.set_mode(r.mode());
+  }
+  if (r.has_seed()) {
+    if (limits.fix_seed() && r.seed() != o.seed()) return Fixed("seed", std::to_string(o.seed()));
+    o.set_seed(r.seed());
+  }
+  if (r.has_epochs()) {
+    if (r.epochs() < 0) return Negative("epochs", r.epochs());
+    if (r.epochs() > kMaxEpochs) {
+      return InvalidArgument(fmt::format("epochs {} is over {}", r.epochs(), kMaxEpochs));
+    }
+    if (limits.fix_epochs() && r.epochs() != o.epochs()) {
+      return Fixed("epochs", std::to_string(o.epochs()));
+    }
+    o.set_epochs(r.epochs());
+  }
+  if (r.has_drop_remainder()) {
+    if (limits.fix_drop_remainder() && r.drop_remainder() != o.drop_remainder()) {
+      return Fixed("drop_remainder", o.drop_remainder() ? "true" : "false");
+    }
+    o.set_drop_remainder(r.drop_remainder());
+  }
+  if (r.has_shard()) RETURN_IF_ERROR(ApplyShard(r.shard(), &o));
+
+  if (r.job_name().size() > kMaxJobName ||
+      std::any_of(r.job_name().begin(), r.job_name().end(),
+                  [](char c) { return c <= ' ' || c > '~'; })) {
+    return InvalidArgument(
+        fmt::format("job_name '{}' is not at most {} printable ASCII characters without spaces",
+                    Echo(r.job_name()), kMaxJobName));
+  }
+  RETURN_IF_ERROR(CheckStartPosition(r, o));
+
+  const int64_t bytes = BatchMessageBytes(o.batch_size(), height, width);
+  if (bytes > config.max_batch_bytes()) {
+    return InvalidArgument(fmt::format(
+        "a batch of {} at {}x{} is {}, over the server's max_batch_bytes {}; ask for a smaller "
+        "batch or image",
+        o.batch_size(), height, width, FormatBytes(bytes), FormatBytes(config.max_batch_bytes())));
+  }
+  return o;
+}
+
+v1::DatasetInfo DescribeDataset(const v1::DatasetConfig& dataset) {
+  const v1::PipelineOptions& o = dataset.pipeline();
+  const v1::ClientLimits& limits = dataset.limits();
+  v1::DatasetInfo info;
+  info.set_name(dataset.name());
+  info.set_files(o.files_size());
+  info.set_num_classes(dataset.num_classes());
+  info.set_batch_size(o.batch_size());
+  info.set_image_height(o.image_height());
+  info.set_image_width(o.image_width());
+  info.set_mode(o.mode());
+  info.set_max_batch_size(limits.max_batch_size());
+  info.set_min_image_size(limits.min_image_size());
+  info.set_max_image_size(limits.max_image_size());
+  if (limits.fix_batch_size()) info.add_fixed_fields("batch_size");
+  if (limits.fix_image_size()) {
+    info.add_fixed_fields("image_height");
+    info.add_fixed_fields("image_width");
+  }
+  if (limits.fix_mode()) info.add_fixed_fields("mode");
+  if (limits.fix_seed()) info.add_fixed_fields("seed");
+  if (limits.fix_epochs()) info.add_fixed_fields("epochs");
+  if (limits.fix_drop_remainder()) info.add_fixed_fields("drop_remainder");
+  return info;
+}
+
+}  // namespace sluice

@@ -1,0 +1,330 @@
+#include "server/server_config.h"
+
+#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <climits>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "formats/file.h"
+#include "pipeline/options.h"
+#include "server/textproto.h"
+
+namespace sluice {
+namespace {
+
+constexpr int kMaxThreads = 1024;
+// Bounds of ResolveOptions: the smallest and largest images and batches a pipeline makes.
+constexpr int kPipelineMinImage = 8;
+constexpr int kPipelineMaxImage = 4096;
+constexpr int kPipelineMaxBatch = 65536;
+
+Status Bad(std::string_view field, std::string_view what) {
+  return InvalidArgument(fmt::format("{}: {}", field, what));
+}
+
+bool IsDatasetName(const std::string& name) {
+  if (name.empty() || name.size() > 64 || name.front() == '.') return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '.' || c == '-';
+  });
+}
+
+// "HOST:PORT" with a name or IPv4 host, or "[IPV6]:PORT"; port 0 picks a free one.
+Status CheckHostPort(std::string_view field, const std::string& address) {
+  auto bad = [&](std::string_view why) {
+    return Bad(field, fmt::format("\"{}\" {}", address, why));
+  };
+  size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return bad("is not HOST:PORT");
+  const std::string host = address.substr(0, colon);
+  const std::string port = address.substr(colon + 1);
+  if (!host.empty() && host.front() == '[') {
+    in6_addr ip{};
+    if (host.size() < 2 || host.back() != ']' ||
+        inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &ip) != 1) {
+      return bad("has no IPv6 address between [ and ]");
+    }
+  } else if (host.empty()) {
+    return bad("has no host (0.0.0.0 or [::] listens on every interface)");
+  } else if (host.find(':') != std::string::npos) {
+    return bad("is an IPv6 address without brackets; write it as [::1]:50051");
+  } else if (!std::all_of(host.begin(), host.end(), [](char c) {
+               return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '.' || c == '-' ||
+                      c == '_';
+             })) {
+    return bad("has a host that is neither a name nor an address");
+  }
+  if (port.empty() || port.size() > 5 ||
+      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+      std::stoi(port) > 65535) {
+    return bad("has no port in 0..65535");
+  }
+  return Status::OK();
+}
+
+Status CheckListen(std::string_view field, const std::string& address) {
+  if (address.rfind("unix:", 0) != 0) return CheckHostPort(field, address);
+  std::string path = address.substr(5);
+  if (path.empty() || path.front() != '/') {
+    return Bad(field, fmt::format("\"{}\" needs an absolute path: unix:/run/sluice.sock", address));
+  }
+  if (path.size() >= sizeof(sockaddr_un::sun_path)) {
+    return Bad(field, fmt::format("\"{}\" is longer than a unix socket path may be ({} bytes)",
+                                  address, sizeof(sockaddr_un::sun_path) - 1));
+  }
+  return Status::OK();
+}
+
+// A pattern glob() (as ExpandGlobs calls it) matches to exactly `path`.
+std::string GlobEscape(const std::string& path) {
+  std::string out;
+  for (char c : path) {
+    if (std::string_view("\\*?[]{}~").find(c) != std::string_view::npos) out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+Status ReadNonEmptyFile(std::string_view field, const std::string& path) {
+  Result<std::string> text = ReadFileToString(path);
+  if (!text.ok()) return text.status().WithContext(field);
+  if (text->empty()) return Bad(field, path + " is empty");
+  return Status::OK();
+}
+
+Status CheckLimits(const std::string& ds, v1::ClientLimits* l) {
+  if (l->max_batch_size() == 0) l->set_max_batch_size(kDefaultMaxBatchSize);
+  if (l->min_image_size() == 0) l->set_min_image_size(kDefaultMinImageSize);
+  if (l->max_image_size() == 0) l->set_max_image_size(kDefaultMaxImageSize);
+  if (l->max_batch_size() < 1 || l->max_batch_size() > kPipelineMaxBatch) {
+    return Bad(ds + ".limits.max_batch_size",
+               fmt::format("{} is outside [1, {}]", l->max_batch_size(), kPipelineMaxBatch));
+  }
+  for (auto [name, v] : {std::pair{"min_image_size", l->min_image_size()},
+                         std::pair{"max_image_size", l->max_image_size()}}) {
+    if (v < kPipelineMinImage || v > kPipelineMaxImage) {
+      return Bad(ds + ".limits." + name,
+                 fmt::format("{} is outside [{}, {}]", v, kPipelineMinImage, kPipelineMaxImage));
+    }
+  }
+  if (l->min_image_size() > l->max_image_size()) {
+    return Bad(ds + ".limits.min_image_size",
+               fmt::format("{} is over limits.max_image_size {}", l->min_image_size(),
+                           l->max_image_size()));
+  }
+  return Status::OK();
+}
+
+// Replaces the patterns by the regular, readable files they match.
+Status ExpandFiles(const std::string& ds, v1::PipelineOptions* p) {
+  const std::string field = ds + ".pipeline.files";
+  if (p->files().empty()) return Bad(field, "no file pattern given");
+  Result<std::vector<std::string>> files = ExpandGlobs({p->files().begin(), p->files().end()});
+  if (!files.ok()) return files.status().WithContext(field);
+  p->clear_files();
+  for (const std::string& f : *files) {
+    struct stat st {};
+    if (::stat(f.c_str(), &st) != 0) return ErrnoStatus(errno, "stat", f).WithContext(field);
+    if (!S_ISREG(st.st_mode)) return Bad(field, "'" + f + "' is not a regular file");
+    if (::access(f.c_str(), R_OK) != 0) return ErrnoStatus(errno, "read", f).WithContext(field);
+    p->add_files(GlobEscape(f));
+  }
+  return Status::OK();
+}
+
+// Checks and completes one dataset; returns the size of the Batch message its defaults make.
+Result<int64_t> CheckDataset(const v1::ServerConfig& server, v1::DatasetConfig* d) {
+  const std::string ds = fmt::format("datasets[\"{}\"]", d->name());
+  v1::ClientLimits* limits = d->mutable_limits();
+  RETURN_IF_ERROR(CheckLimits(ds, limits));
+  v1::PipelineOptions* p = d->mutable_pipeline();
+  RETURN_IF_ERROR(ExpandFiles(ds, p));
+
+  if (p->memory_budget_bytes() < 0) {
+    return Bad(ds + ".pipeline.memory_budget_bytes",
+               fmt::format("{} is negative", p->memory_budget_bytes()));
+  }
+  if (p->memory_budget_bytes() == 0) p->set_memory_budget_bytes(kDefaultDatasetMemoryBudget);
+  if (p->memory_budget_bytes() > server.memory_budget_bytes()) {
+    return Bad(ds + ".pipeline.memory_budget_bytes",
+               fmt::format("{} is over the server's memory_budget_bytes {}",
+                           FormatBytes(p->memory_budget_bytes()),
+                           FormatBytes(server.memory_budget_bytes())));
+  }
+
+  const ResolvedOptions library_defaults;
+  for (auto [name, v] :
+       {std::pair{"batch_size", p->batch_size()}, std::pair{"image_height", p->image_height()},
+        std::pair{"image_width", p->image_width()}}) {
+    if (v < 0) return Bad(ds + ".pipeline." + name, fmt::format("{} is negative", v));
+  }
+  if (p->batch_size() == 0) p->set_batch_size(library_defaults.batch_size);
+  if (p->image_height() == 0) p->set_image_height(library_defaults.height);
+  if (p->image_width() == 0) p->set_image_width(p->image_height());
+  if (p->batch_size() > limits->max_batch_size()) {
+    return Bad(ds + ".pipeline.batch_size", fmt::format("{} is over limits.max_batch_size {}",
+                                                        p->batch_size(), limits->max_batch_size()));
+  }
+  for (auto [name, v] :
+       {std::pair{"image_height", p->image_height()}, std::pair{"image_width", p->image_width()}}) {
+    if (v < limits->min_image_size()) {
+      return Bad(ds + ".pipeline." + name,
+                 fmt::format("{} is under limits.min_image_size {}", v, limits->min_image_size()));
+    }
+    if (v > limits->max_image_size()) {
+      return Bad(ds + ".pipeline." + name,
+                 fmt::format("{} is over limits.max_image_size {}", v, limits->max_image_size()));
+    }
+  }
+
+  Result<ResolvedOptions> resolved = ResolveOptions(*p);
+  if (!resolved.ok()) return resolved.status().WithContext(ds + ".pipeline");
+  return BatchMessageBytes(p->batch_size(), p->image_height(), p->image_width());
+}
+
+}  // namespace
+
+int64_t BatchMessageBytes(int64_t batch, int64_t height, int64_t width) {
+  return batch * height * width * 3 + 10 * batch + 128;
+}
+
+std::string FormatBytes(int64_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (u < 4 && bytes >= (int64_t{1} << (10 * (u + 1)))) ++u;
+  const int64_t unit = int64_t{1} << (10 * u);
+  if (bytes % unit == 0) return fmt::format("{} {}", bytes / unit, kUnits[u]);
+  return fmt::format("{:.1f} {}", static_cast<double>(bytes) / static_cast<double>(unit),
+                     kUnits[u]);
+}
+
+Result<v1::ServerConfig> LoadServerConfig(const std::string& path) {
+  v1::ServerConfig config;
+  RETURN_IF_ERROR(ParseTextProtoFile(path, &config));
+  return ValidateServerConfig(std::move(config));
+}
+
+Result<v1::ServerConfig> QuickServerConfig(const std::vector<std::string>& file_globs,
+                                           const std::string& name, int port,
+                                           const std::string& metrics_address) {
+  if (port < 0 || port > 65535) {
+    return InvalidArgument(fmt::format("port {} is outside [0, 65535]", port));
+  }
+  v1::ServerConfig config;
+  config.add_listen(fmt::format("127.0.0.1:{}", port));
+  config.set_metrics_address(metrics_address);
+  v1::DatasetConfig* d = config.add_datasets();
+  d->set_name(name);
+  for (const std::string& g : file_globs) d->mutable_pipeline()->add_files(g);
+  return ValidateServerConfig(std::move(config));
+}
+
+Result<v1::ServerConfig> ValidateServerConfig(v1::ServerConfig c) {
+  if (c.listen().empty()) c.add_listen(kDefaultListen);
+  std::set<std::string> listen;
+  for (int i = 0; i < c.listen_size(); ++i) {
+    const std::string field = fmt::format("listen[{}]", i);
+    RETURN_IF_ERROR(CheckListen(field, c.listen(i)));
+    if (!listen.insert(c.listen(i)).second) {
+      return Bad(field, fmt::format("\"{}\" is listed twice", c.listen(i)));
+    }
+  }
+  if (!c.metrics_address().empty()) {
+    RETURN_IF_ERROR(CheckHostPort("metrics_address", c.metrics_address()));
+  }
+
+  if (c.memory_budget_bytes() < 0) {
+    return Bad("memory_budget_bytes", fmt::format("{} is negative", c.memory_budget_bytes()));
+  }
+  if (c.memory_budget_bytes() == 0) c.set_memory_budget_bytes(kDefaultServerMemoryBudget);
+  if (c.max_streams() < 0) return Bad("max_streams", fmt::format("{} is under 1", c.max_streams()));
+  if (c.max_streams() == 0) c.set_max_streams(kDefaultMaxStreams);
+  if (c.max_batch_bytes() < 0) {
+    return Bad("max_batch_bytes", fmt::format("{} is negative", c.max_batch_bytes()));
+  }
+  if (c.max_batch_bytes() == 0) c.set_max_batch_bytes(kDefaultMaxBatchBytes);
+  if (c.max_batch_bytes() > INT_MAX) {
+    return Bad("max_batch_bytes",
+               fmt::format("{} is over gRPC's largest message, {}", c.max_batch_bytes(), INT_MAX));
+  }
+  if (c.job_linger_seconds() < 0) {
+    return Bad("job_linger_seconds", fmt::format("{} is negative", c.job_linger_seconds()));
+  }
+  if (c.job_linger_seconds() == 0) c.set_job_linger_seconds(kDefaultJobLingerSeconds);
+  if (c.threads() < 0 || c.threads() > kMaxThreads) {
+    return Bad("threads", fmt::format("{} is outside [0, {}]", c.threads(), kMaxThreads));
+  }
+  if (c.threads() == 0) {
+    c.set_threads(static_cast<int>(
+        std::clamp(std::thread::hardware_concurrency(), 1U, static_cast<unsigned>(kMaxThreads))));
+  }
+
+  const v1::TlsConfig& tls = c.tls();
+  if (tls.cert_file().empty() != tls.key_file().empty()) {
+    return Bad("tls", tls.cert_file().empty() ? "key_file is set but cert_file is not"
+                                              : "cert_file is set but key_file is not");
+  }
+  if (!tls.cert_file().empty()) {
+    RETURN_IF_ERROR(ReadNonEmptyFile("tls.cert_file", tls.cert_file()));
+    RETURN_IF_ERROR(ReadNonEmptyFile("tls.key_file", tls.key_file()));
+  }
+  RETURN_IF_ERROR(ReadToken(c).status());
+
+  if (c.datasets().empty()) return Bad("datasets", "the configuration names no dataset");
+  std::set<std::string> names;
+  int64_t largest_batch = 0;
+  const v1::DatasetConfig* largest = nullptr;
+  for (int i = 0; i < c.datasets_size(); ++i) {
+    v1::DatasetConfig* d = c.mutable_datasets(i);
+    if (!IsDatasetName(d->name())) {
+      return Bad(fmt::format("datasets[{}].name", i),
+                 fmt::format("\"{}\" is not 1 to 64 of A-Z a-z 0-9 _ . - (not starting with .)",
+                             d->name()));
+    }
+    if (!names.insert(d->name()).second) {
+      return Bad(fmt::format("datasets[{}].name", i),
+                 fmt::format("\"{}\" names two datasets", d->name()));
+    }
+    ASSIGN_OR_RETURN(int64_t batch_bytes, CheckDataset(c, d));
+    if (batch_bytes > largest_batch) {
+      largest_batch = batch_bytes;
+      largest = d;
+    }
+  }
+  if (c.max_batch_bytes() < largest_batch) {
+    const v1::PipelineOptions& p = largest->pipeline();
+    return Bad("max_batch_bytes",
+               fmt::format("{} is under dataset \"{}\"'s default batch of {} at {}x{} ({})",
+                           FormatBytes(c.max_batch_bytes()), largest->name(), p.batch_size(),
+                           p.image_height(), p.image_width(), FormatBytes(largest_batch)));
+  }
+  return c;
+}
+
+Result<std::string> ReadToken(const v1::ServerConfig& config) {
+  if (config.token_file().empty()) return std::string();
+  Result<std::string> text = ReadFileToString(config.token_file());
+  if (!text.ok()) return text.status().WithContext("token_file");
+  constexpr std::string_view kSpace = " \t\r\n\f\v";
+  std::string token = *text;
+  token.erase(0, token.find_first_not_of(kSpace));
+  token.erase(token.find_last_not_of(kSpace) + 1);
+  if (token.empty()) return Bad("token_file", config.token_file() + " holds no token");
+  if (std::any_of(token.begin(), token.end(), [](char c) { return c <= ' ' || c > '~'; })) {
+    return Bad("token_file", "the token in " + config.token_file() +
+                                 " has a space or control character; it is sent in a header");
+  }
+  return token;
+}
+
+}  // namespace sluice

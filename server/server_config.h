@@ -1,0 +1,63 @@
+// The configuration `sluice serve` runs with (proto/sluice/v1/server_config.proto; DESIGN.md
+// "Configuration"): loaded from a text-format file or made from `--files`, then validated once at
+// start-up. A validated config has every default written in and every dataset's file list expanded,
+// so the server never expands a pattern at request time and a client can never make it open a file
+// the configuration did not name.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "formats/status.h"
+#include "sluice/v1/server_config.pb.h"
+
+namespace sluice {
+
+inline constexpr char kDefaultListen[] = "127.0.0.1:50051";
+inline constexpr int64_t kDefaultServerMemoryBudget = int64_t{8} << 30;
+// A dataset's pipeline budget unless its config says otherwise: less than the library's 4 GiB so
+// that eight jobs fit the server's default budget.
+inline constexpr int64_t kDefaultDatasetMemoryBudget = int64_t{1} << 30;
+inline constexpr int kDefaultMaxStreams = 64;
+inline constexpr int64_t kDefaultMaxBatchBytes = int64_t{256} << 20;
+inline constexpr int kDefaultJobLingerSeconds = 30;
+inline constexpr int kDefaultMaxBatchSize = 1024;
+inline constexpr int kDefaultMinImageSize = 32;
+inline constexpr int kDefaultMaxImageSize = 1024;
+
+// Reads and validates (ValidateServerConfig) a text-format ServerConfig. Syntax errors are
+// InvalidArgument "PATH:LINE:COLUMN: message".
+Result<v1::ServerConfig> LoadServerConfig(const std::string& path);
+
+// `sluice serve --files GLOB... [--name NAME] [--port PORT]`: one dataset with default options,
+// listening on 127.0.0.1:PORT; `metrics_address` may be empty (no metrics endpoint). Validated.
+Result<v1::ServerConfig> QuickServerConfig(const std::vector<std::string>& file_globs,
+                                           const std::string& name = "train", int port = 50051,
+                                           const std::string& metrics_address = "");
+
+// Applies the defaults the proto's comments give and checks the whole config. On success:
+//  - listen, memory_budget_bytes, max_streams, max_batch_bytes, threads and job_linger_seconds
+//    hold their effective values;
+//  - every dataset's limits hold their effective values, and its pipeline has batch_size,
+//    image_height, image_width and memory_budget_bytes set;
+//  - every dataset's pipeline.files is the sorted list of regular files its patterns matched, each
+//    escaped (\ * ? [ ] { } ~ get a backslash) so that glob() matches exactly that file.
+// Errors name the dataset and field, e.g. `datasets["train"].pipeline.batch_size: 5000 is over
+// limits.max_batch_size 1024`: InvalidArgument, or NotFound for a pattern or file that does not
+// exist.
+Result<v1::ServerConfig> ValidateServerConfig(v1::ServerConfig config);
+
+// The bearer token clients must send: token_file's contents with surrounding whitespace trimmed;
+// empty when token_file is. InvalidArgument when the file holds no token or a token with spaces or
+// control characters (it travels in an HTTP header).
+Result<std::string> ReadToken(const v1::ServerConfig& config);
+
+// An upper bound on the serialized size of a Batch message of `batch` images of height x width:
+// the pixels, 10 bytes per label (a negative int32 varint) and 128 for position, shape and tags.
+int64_t BatchMessageBytes(int64_t batch, int64_t height, int64_t width);
+
+// "256 MiB", "3.0 GiB", "512 B": whole numbers of a unit stay whole.
+std::string FormatBytes(int64_t bytes);
+
+}  // namespace sluice

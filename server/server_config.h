@@ -44,8 +44,9 @@ Result<v1::ServerConfig> QuickServerConfig(const std::vector<std::string>& file_
 //  - every dataset's pipeline.files is the sorted list of regular files its patterns matched, each
 //    escaped (\ * ? [ ] { } ~ get a backslash) so that glob() matches exactly that file.
 // Errors name the dataset and field, e.g. `datasets["train"].pipeline.batch_size: 5000 is over
-// limits.max_batch_size 1024`: InvalidArgument, or NotFound for a pattern or file that does not
-// exist.
+// limits.max_batch_size 1024`: InvalidArgument; NotFound for a pattern or file that does not
+// exist; FailedPrecondition for one that cannot be read; ResourceExhausted when a dataset's
+// memory budget cannot hold its batch pool (ResolveOptions).
 Result<v1::ServerConfig> ValidateServerConfig(v1::ServerConfig config);
 
 // The bearer token clients must send: token_file's contents with surrounding whitespace trimmed;

@@ -55,13 +55,40 @@ Result<std::unique_ptr<TFRecordReader>> TFRecordReader::Open(const std::string& 
   }
   ASSIGN_OR_RETURN(std::unique_ptr<SequentialFile> file, OpenSequentialFile(path));
   if (*opts.compression != Compression::kNone) file = NewInflatingFile(std::move(file));
+  if (opts.wrap_stream) file = opts.wrap_stream(std::move(file));
   return std::make_unique<TFRecordReader>(std::move(file), opts);
 }
 
 TFRecordReader::TFRecordReader(std::unique_ptr<SequentialFile> file,
                                const TFRecordReaderOptions& options)
     : file_(std::move(file)), options_(options) {
+  lender_ = dynamic_cast<LendingSequentialFile*>(file_.get());
   buf_.resize(std::max(options_.buffer_bytes, kMinBufferBytes));
+}
+
+Result<size_t> TFRecordReader::Peek(size_t n, const char** at) {
+  if (lender_ != nullptr && pos_ == limit_) {
+    if (lent_.empty() && !file_eof_) {
+      RETURN_IF_ERROR(lender_->Lend(&lent_));
+      if (lent_.empty()) file_eof_ = true;
+    }
+    if (lent_.size() >= n) {
+      *at = lent_.data();
+      return lent_.size();
+    }
+  }
+  ASSIGN_OR_RETURN(size_t avail, Fill(n));
+  *at = buf_.data() + pos_;
+  return avail;
+}
+
+void TFRecordReader::Skip(size_t n) {
+  // Peek serves from buf_ whenever it holds anything, and then it holds at least n.
+  if (pos_ < limit_) {
+    pos_ += n;
+  } else {
+    lent_.remove_prefix(n);
+  }
 }
 
 Result<size_t> TFRecordReader::Fill(size_t n) {
@@ -75,7 +102,15 @@ Result<size_t> TFRecordReader::Fill(size_t n) {
   if (buf_.size() < n) buf_.resize((n + kGrowthQuantum - 1) / kGrowthQuantum * kGrowthQuantum);
   while (limit_ < n) {
     size_t got = 0;
-    RETURN_IF_ERROR(file_->Read(buf_.size() - limit_, buf_.data() + limit_, &got));
+    if (lender_ != nullptr) {
+      // Copy only what this frame needs: the records after it are parsed in place again.
+      if (lent_.empty()) RETURN_IF_ERROR(lender_->Lend(&lent_));
+      got = std::min(n - limit_, lent_.size());
+      std::memcpy(buf_.data() + limit_, lent_.data(), got);
+      lent_.remove_prefix(got);
+    } else {
+      RETURN_IF_ERROR(file_->Read(buf_.size() - limit_, buf_.data() + limit_, &got));
+    }
     if (got == 0) {
       file_eof_ = true;
       break;
@@ -107,7 +142,8 @@ Status TFRecordReader::ReadRecord(std::string_view* record, bool* end_of_file) {
                          std::to_string(got) + ")"));
   };
 
-  Result<size_t> avail = Fill(kTFRecordHeaderBytes);
+  const char* header = nullptr;
+  Result<size_t> avail = Peek(kTFRecordHeaderBytes, &header);
   if (!avail.ok()) return fail(avail.status());
   if (*avail == 0) {
     *end_of_file = true;
@@ -115,7 +151,6 @@ Status TFRecordReader::ReadRecord(std::string_view* record, bool* end_of_file) {
   }
   if (*avail < kTFRecordHeaderBytes) return truncated(kTFRecordHeaderBytes, *avail);
 
-  const char* header = buf_.data() + pos_;
   uint64_t length = DecodeFixed64(header);
   if (crc32c::Unmask(DecodeFixed32(header + 8)) != crc32c::Value(header, 8)) {
     return fail(DataLoss("corrupted record at " + where() + " (length checksum mismatch)"));
@@ -128,13 +163,14 @@ Status TFRecordReader::ReadRecord(std::string_view* record, bool* end_of_file) {
   }
 
   const size_t frame = kTFRecordHeaderBytes + static_cast<size_t>(length) + kTFRecordFooterBytes;
-  avail = Fill(frame);
+  const char* start = nullptr;
+  avail = Peek(frame, &start);
   if (!avail.ok()) return fail(avail.status());
   if (*avail < frame) return truncated(frame, *avail);
 
-  const char* data = buf_.data() + pos_ + kTFRecordHeaderBytes;
+  const char* data = start + kTFRecordHeaderBytes;
   uint32_t stored = DecodeFixed32(data + length);
-  pos_ += frame;
+  Skip(frame);
   offset_ += frame;
   if (crc32c::Unmask(stored) != crc32c::Value(data, length)) {
     return DataLoss("corrupted record at " + where() + " (data checksum mismatch)");

@@ -1,10 +1,12 @@
 // Reads TFRecord files: per record, little-endian
 //   uint64 length | uint32 masked_crc32c(length bytes) | data[length] | uint32 masked_crc32c(data)
 // with large buffered reads and both CRCs verified. Records come back as views into the reader's
-// buffer, so reading copies nothing beyond the file read itself.
+// buffer (or into the bytes a LendingSequentialFile lends), so reading copies nothing beyond the
+// file read itself.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,6 +22,17 @@ namespace sluice {
 inline constexpr size_t kTFRecordHeaderBytes = 12;  // length + its CRC
 inline constexpr size_t kTFRecordFooterBytes = 4;   // data CRC
 
+// A stream that can lend its bytes instead of copying them out (pipeline/read_ahead_file.h's
+// read-ahead is one). TFRecordReader parses records in place from such a stream, copying only the
+// records that straddle two loans.
+class LendingSequentialFile : public SequentialFile {
+ public:
+  // Sets *data to the stream's next bytes, at least one, or to empty at the end of the file. They
+  // stay valid until the next call of Lend or Read, or the file's destruction, and count as read.
+  // Errors as Read's: after every byte before them.
+  virtual Status Lend(std::string_view* data) = 0;
+};
+
 struct TFRecordReaderOptions {
   // nullopt: detect from the file's first bytes.
   std::optional<Compression> compression;
@@ -27,6 +40,10 @@ struct TFRecordReaderOptions {
   size_t buffer_bytes = 4 << 20;
   // A length above this is refused as corrupt before anything is allocated for it.
   uint64_t max_record_bytes = uint64_t{1} << 31;
+  // Open() passes the opened stream (after inflation, for a compressed file) through this before
+  // reading it, e.g. to read it ahead on other threads (pipeline/read_ahead_file.h). The wrapper
+  // must deliver the same bytes and errors in the same order.
+  std::function<std::unique_ptr<SequentialFile>(std::unique_ptr<SequentialFile>)> wrap_stream;
 };
 
 // Not thread-safe: one reader per thread.
@@ -62,10 +79,17 @@ class TFRecordReader {
   const std::string& name() const { return file_->name(); }
 
  private:
+  // Makes the next n bytes of the stream contiguous: in place in the lent bytes when they hold
+  // them all, else in buf_. Sets *at to them; returns how many are there (< n only at EOF).
+  Result<size_t> Peek(size_t n, const char** at);
+  // Consumes n bytes that Peek made available.
+  void Skip(size_t n);
   // Makes at least n bytes available at buf_[pos_]; returns the number available (< n at EOF).
   Result<size_t> Fill(size_t n);
 
   std::unique_ptr<SequentialFile> file_;
+  LendingSequentialFile* lender_ = nullptr;  // file_, when it lends
+  std::string_view lent_;                    // lent bytes not consumed yet
   TFRecordReaderOptions options_;
   std::vector<char> buf_;
   size_t pos_ = 0;     // first unconsumed byte in buf_

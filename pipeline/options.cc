@@ -97,6 +97,7 @@ Result<ResolvedOptions> ResolveOptions(const v1::PipelineOptions& o) {
   CHECK_RANGE("max_errors", r.max_errors, 0, int64_t{1} << 50);
   r.max_pixels = o.max_pixels() > 0 ? o.max_pixels() : kDefaultMaxPixels;
   r.fast_idct = !o.accurate_idct();
+  r.autotune = !o.no_autotune();
 
   r.memory_budget_bytes =
       o.memory_budget_bytes() > 0 ? o.memory_budget_bytes() : kDefaultMemoryBudget;
@@ -116,7 +117,7 @@ Result<ResolvedOptions> ResolveOptions(const v1::PipelineOptions& o) {
   // or held by the consumer. It must leave room for the rest within the budget.
   int64_t pool_bytes = static_cast<int64_t>(r.batch_image_bytes()) * (r.prefetch + kBatchPoolExtra);
   int64_t cache_bytes = r.cache == CacheKind::kNone ? 0 : r.cache_budget_bytes;
-  int64_t read_bytes = kReadBufferBytes * r.cycle_length;
+  int64_t read_bytes = kReadBytesPerOpenFile * r.cycle_length;
   r.records_budget_bytes = r.memory_budget_bytes - pool_bytes - cache_bytes - read_bytes;
   if (r.records_budget_bytes < r.memory_budget_bytes / 16) {
     return ResourceExhausted(

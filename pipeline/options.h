@@ -46,6 +46,8 @@ struct ResolvedOptions {
   int64_t max_errors = 0;
   int64_t max_pixels = 0;
   bool fast_idct = true;
+  // Tune the decode parallelism between 1 and `threads` at run time (pipeline/autotuner.h).
+  bool autotune = true;
   uint64_t seed = 0;
   int64_t memory_budget_bytes = 0;
   // What the budget leaves for records between the reader and the batcher (after the batch pool,
@@ -60,8 +62,15 @@ inline constexpr int64_t kDefaultMemoryBudget = int64_t{4} << 30;
 // Batch buffers beyond `prefetch`: the consumer's current batch, the ones being filled, and one
 // for the compaction that follows a skipped record.
 inline constexpr int kBatchPoolExtra = 4;
-// Each open file of the interleave cycle reads through a buffer this large.
+// Each open file of the interleave cycle reads through a buffer this large, and the I/O pool reads
+// it ahead in chunks of the same size, kReadAheadChunks of them at most (one being parsed from
+// while the next is read). What every open file may hold:
 inline constexpr int64_t kReadBufferBytes = 1 << 20;
+inline constexpr int kReadAheadChunks = 2;
+inline constexpr int64_t kReadBytesPerOpenFile = kReadBufferBytes * (1 + kReadAheadChunks);
+// Threads of an iterator's I/O pool: one per open file, at most this many. Reads from the page
+// cache and inflation are fast next to decode, so a few threads keep a whole cycle ahead.
+inline constexpr int kMaxIoThreads = 4;
 
 // Applies defaults and checks bounds. Errors name the field: InvalidArgument for values out of
 // range, NotFound when a glob matches no file, ResourceExhausted when the batch pool alone would

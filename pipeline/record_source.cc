@@ -4,6 +4,7 @@
 #include <random>
 
 #include "formats/crop_window.h"
+#include "pipeline/read_ahead_file.h"
 
 namespace sluice {
 
@@ -24,8 +25,13 @@ struct RecordSource::Cursor {
 };
 
 RecordSource::RecordSource(const ResolvedOptions& options, PipelineStats* stats,
-                           RecordCache* record_cache, DecodedCache* decoded_cache)
-    : options_(options), stats_(stats), record_cache_(record_cache), decoded_cache_(decoded_cache) {
+                           RecordCache* record_cache, DecodedCache* decoded_cache,
+                           IoPool* io_pool)
+    : options_(options),
+      stats_(stats),
+      record_cache_(record_cache),
+      decoded_cache_(decoded_cache),
+      io_pool_(io_pool) {
   const uint32_t n = static_cast<uint32_t>(options.files.size());
   if (options.shard_count > 1 && n >= static_cast<uint32_t>(options.shard_count)) {
     // Enough files: each shard reads whole files, i ≡ index (mod count), in the sorted order
@@ -142,6 +148,16 @@ bool RecordSource::Read(Cursor& c, WorkItem* w) {
     TFRecordReaderOptions ro;
     ro.compression = options_.compression;
     ro.buffer_bytes = kReadBufferBytes;
+    if (io_pool_ != nullptr) {
+      // The read-ahead's chunks account themselves; the reader's buffer is added below.
+      ro.wrap_stream = [this](std::unique_ptr<SequentialFile> stream) {
+        ReadAheadOptions ra;
+        ra.chunk_bytes = kReadBufferBytes;
+        ra.chunks = kReadAheadChunks;
+        ra.memory = &stats_->pool(Pool::kReadBuffers);
+        return NewReadAheadFile(std::move(stream), io_pool_, ra);
+      };
+    }
     Result<std::unique_ptr<TFRecordReader>> reader =
         TFRecordReader::Open(options_.files[c.file], ro);
     if (!reader.ok()) {

@@ -1,6 +1,8 @@
 // The front of the pipeline, run serially on the source thread: this epoch's file order (seeded
 // shuffle, static sharding), interleaving of cycle_length open files with block_length records
-// from each in turn, and the record caches. Produces records in a deterministic order.
+// from each in turn, and the record caches. Produces records in a deterministic order. With an
+// IoPool, every open file is read ahead (and inflated) on the pool, so the cycle's files are read
+// in parallel; the records, and the errors, come out the same.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +12,7 @@
 
 #include "formats/tfrecord_reader.h"
 #include "pipeline/caches.h"
+#include "pipeline/io_pool.h"
 #include "pipeline/options.h"
 #include "pipeline/stats.h"
 #include "pipeline/work_item.h"
@@ -18,9 +21,10 @@ namespace sluice {
 
 class RecordSource {
  public:
-  // caches may be null. Not thread-safe: one source thread.
+  // caches and io_pool may be null (no read-ahead); io_pool must outlive this. Not thread-safe:
+  // one source thread.
   RecordSource(const ResolvedOptions& options, PipelineStats* stats, RecordCache* record_cache,
-               DecodedCache* decoded_cache);
+               DecodedCache* decoded_cache, IoPool* io_pool = nullptr);
   ~RecordSource();
 
   // Begins epoch `epoch` (0-based): computes its file order. Any unfinished epoch is abandoned.
@@ -50,6 +54,7 @@ class RecordSource {
   PipelineStats* stats_;
   RecordCache* record_cache_;
   DecodedCache* decoded_cache_;
+  IoPool* io_pool_;
   std::vector<uint32_t> my_files_;
   int record_shard_index_ = 0;
   int record_shard_count_ = 1;

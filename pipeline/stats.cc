@@ -52,6 +52,8 @@ StatsSnapshot PipelineStats::Snapshot() const {
   s.cache_full = cache_full.load();
   s.cache_entries = cache_entries.load();
   s.threads = threads;
+  s.decode_parallelism = decode_parallelism.load();
+  s.decode_parallelism_max = decode_parallelism_max;
   s.queue_fill = queue_fill.load();
   s.queue_capacity = queue_capacity;
   for (int i = 0; i < static_cast<int>(Stage::kCount); ++i) {

@@ -91,6 +91,9 @@ struct StatsSnapshot {
   bool cache_full = false;    // the cache stopped growing at its budget
   int64_t cache_entries = 0;
   int threads = 0;
+  // Decode threads allowed to work right now (the autotuner's choice), and its upper bound.
+  int decode_parallelism = 0;
+  int decode_parallelism_max = 0;
   int queue_fill = 0;         // ready batches waiting for the consumer
   int queue_capacity = 0;
   std::vector<StageSnapshot> stages;
@@ -116,6 +119,8 @@ class PipelineStats {
   std::atomic<int> queue_fill{0};
   int queue_capacity = 0;
   int threads = 0;
+  std::atomic<int> decode_parallelism{0};
+  int decode_parallelism_max = 0;
 
   void AddError(std::string message);  // keeps the last few for display
   StatsSnapshot Snapshot() const;

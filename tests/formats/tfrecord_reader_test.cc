@@ -1,6 +1,7 @@
 #include "formats/tfrecord_reader.h"
 
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -322,6 +323,173 @@ TEST_CASE("ExplicitCompressionOptionOverridesDetection") {
   ReadAll all = ReadUntilError(reader->get());
   CHECK(all.status.code() == StatusCode::kDataLoss);
   CHECK_THAT(all.status.message(), Catch::Contains(dir.file("plain")));
+}
+
+// A LendingSequentialFile over memory that lends in pieces whose sizes cycle through `loans`;
+// with fail_at, the loan that reaches that offset ends there and the next call fails.
+class LendingMemoryFile final : public LendingSequentialFile {
+ public:
+  LendingMemoryFile(std::string contents, std::vector<size_t> loans, int64_t fail_at)
+      : contents_(std::move(contents)), loans_(std::move(loans)), fail_at_(fail_at) {}
+
+  Status Lend(std::string_view* data) override {
+    *data = {};
+    size_t end = contents_.size();
+    if (fail_at_ >= 0) {
+      if (pos_ >= static_cast<size_t>(fail_at_)) {
+        // Worded as NewMemoryFile's, to compare the two readers' messages.
+        return IOError("read mem: injected I/O error at offset " + std::to_string(fail_at_));
+      }
+      end = std::min(end, static_cast<size_t>(fail_at_));
+    }
+    const size_t take = std::min(loans_[next_++ % loans_.size()], end - pos_);
+    *data = std::string_view(contents_.data() + pos_, take);
+    pos_ += take;
+    return Status::OK();
+  }
+  Status Read(size_t n, char* scratch, size_t* bytes_read) override {
+    std::string_view data;
+    RETURN_IF_ERROR(Lend(&data));
+    const size_t take = std::min(n, data.size());
+    std::memcpy(scratch, data.data(), take);
+    pos_ -= data.size() - take;
+    *bytes_read = take;
+    return Status::OK();
+  }
+  const std::string& name() const override { return name_; }
+  const std::string& contents() const { return contents_; }
+
+ private:
+  std::string contents_;
+  std::vector<size_t> loans_;
+  int64_t fail_at_;
+  size_t pos_ = 0;
+  size_t next_ = 0;
+  std::string name_ = "mem";
+};
+
+struct Trace {
+  std::vector<std::string> records;
+  std::vector<uint64_t> offsets;
+  std::vector<std::string> errors;  // every error, with the record offset it names
+  bool ended = false;
+  bool in_place = false;            // some record was a view into the lender's bytes
+};
+
+// Reads to the end or a final error, stepping past data checksum mismatches.
+Trace TraceReader(TFRecordReader* reader, const std::string* lender_bytes) {
+  Trace t;
+  for (int i = 0; i < 100000; ++i) {
+    std::string_view record;
+    bool eof = false;
+    Status s = reader->ReadRecord(&record, &eof);
+    if (!s.ok()) {
+      t.errors.push_back(s.message() + " @" + std::to_string(reader->record_offset()));
+      if (!reader->can_continue()) return t;
+      continue;
+    }
+    if (eof) {
+      t.ended = true;
+      return t;
+    }
+    t.records.emplace_back(record);
+    t.offsets.push_back(reader->record_offset());
+    if (lender_bytes && record.data() >= lender_bytes->data() &&
+        record.data() < lender_bytes->data() + lender_bytes->size()) {
+      t.in_place = true;
+    }
+  }
+  return t;
+}
+
+TEST_CASE("LendingStreamGivesTheSameRecordsAndErrorsAsCopying") {
+  std::vector<std::string> records;
+  for (uint32_t i = 0; i < 120; ++i) records.push_back(Record((i * 37) % 700, i));
+  records.push_back("");
+  records.push_back(Record(20000, 9));
+  records.push_back("last");
+  const std::string shard = Shard(records);
+  const size_t third = records[0].size() + records[1].size() + 2 * kOverhead;
+  std::string bad_data = shard;
+  bad_data[third + kTFRecordHeaderBytes + 1] ^= 1;  // record 2's data: stepped past
+  std::string bad_length = shard;
+  bad_length[third + 2] ^= 1;                        // record 2's length: final
+  struct Case {
+    const char* what;
+    std::string contents;
+    int64_t fail_at;
+  };
+  const std::vector<Case> cases = {
+      {"clean", shard, -1},
+      {"data checksum", bad_data, -1},
+      {"length checksum", bad_length, -1},
+      {"truncated in a header", shard.substr(0, shard.size() - 28), -1},
+      {"truncated in the data", shard.substr(0, shard.size() - 3), -1},
+      {"I/O error at the start", shard, 0},
+      {"I/O error in a record", shard, static_cast<int64_t>(third) + 5},
+      {"I/O error at a record's start", shard, static_cast<int64_t>(third)},
+      {"I/O error at the end", shard, static_cast<int64_t>(shard.size())},
+      {"empty", "", -1},
+  };
+  const std::vector<std::vector<size_t>> loan_patterns = {
+      {1}, {5}, {16}, {100, 7, 3000}, {4096}, {1 << 20}};
+  for (const Case& c : cases) {
+    for (size_t buffer : {size_t{16}, size_t{4096}, size_t{1} << 20}) {
+      TFRecordReaderOptions options;
+      options.buffer_bytes = buffer;
+      TFRecordReader copying(NewMemoryFile("mem", c.contents, c.fail_at), options);
+      const Trace want = TraceReader(&copying, nullptr);
+      for (const auto& loans : loan_patterns) {
+        INFO(c.what << ", buffer " << buffer << ", first loan " << loans[0]);
+        auto file = std::make_unique<LendingMemoryFile>(c.contents, loans, c.fail_at);
+        const LendingMemoryFile* lender = file.get();
+        TFRecordReader lending(std::move(file), options);
+        const Trace got = TraceReader(&lending, &lender->contents());
+        CHECK(got.records == want.records);
+        CHECK(got.offsets == want.offsets);
+        CHECK(got.errors == want.errors);
+        CHECK(got.ended == want.ended);
+        CHECK(lending.offset() == copying.offset());
+        if (loans[0] >= 4096 && !got.records.empty()) CHECK(got.in_place);
+      }
+    }
+  }
+}
+
+TEST_CASE("OpenPassesTheInflatedStreamThroughWrapStream") {
+  TempDir dir;
+  const std::vector<std::string> records = {"one", Record(5000, 1), "three"};
+  const std::string plain = Shard(records);
+  for (Compression c : {Compression::kNone, Compression::kGzip, Compression::kZlib}) {
+    INFO(CompressionName(c));
+    const std::string path = dir.file("shard");
+    auto base = NewAtomicFile(path);
+    REQUIRE(base.ok());
+    auto file = c == Compression::kNone ? std::move(*base) : NewDeflatingFile(std::move(*base), c);
+    REQUIRE(file->Append(plain).ok());
+    REQUIRE(file->Commit().ok());
+
+    // The wrapper sees the uncompressed stream: here it reads it all and serves a copy.
+    std::string seen;
+    TFRecordReaderOptions options;
+    options.wrap_stream = [&](std::unique_ptr<SequentialFile> stream) {
+      char buf[1000];
+      for (;;) {
+        size_t got = 0;
+        REQUIRE(stream->Read(sizeof(buf), buf, &got).ok());
+        if (got == 0) break;
+        seen.append(buf, got);
+      }
+      return NewMemoryFile(stream->name(), seen);
+    };
+    auto reader = TFRecordReader::Open(path, options);
+    REQUIRE(reader.ok());
+    CHECK(seen == plain);
+    CHECK((*reader)->name() == path);
+    ReadAll all = ReadUntilError(reader->get());
+    REQUIRE(all.status.ok());
+    CHECK(all.records == records);
+  }
 }
 
 }  // namespace

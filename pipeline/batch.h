@@ -37,9 +37,14 @@ class BatchRecycler {
   virtual void Recycle(BatchBuffer* buffer, uint64_t items) = 0;
 };
 
+// Where a batch sits in its stream. A stream restarted at {epoch, index + 1, end_record} of a
+// batch (Pipeline::MakeIterator) continues with exactly the batches that followed it.
 struct BatchPosition {
   int64_t epoch = 0;
-  int64_t index = 0;  // batch number within the epoch
+  int64_t index = 0;       // batch number within the epoch
+  // Records of the epoch, in stream order and counting skipped ones, up to this batch's last
+  // image (as a start position: records to pass over before the first image).
+  int64_t end_record = 0;
   bool operator==(const BatchPosition&) const = default;
 };
 

@@ -4,11 +4,14 @@
 
 namespace sluice {
 
-Batcher::Batcher(const ResolvedOptions& options, PipelineStats* stats, BatcherSink* sink)
+Batcher::Batcher(const ResolvedOptions& options, PipelineStats* stats, BatcherSink* sink,
+                 BatchPosition start)
     : options_(options),
       stats_(stats),
       sink_(sink),
-      batch_size_(static_cast<uint64_t>(options.batch_size)) {}
+      batch_size_(static_cast<uint64_t>(options.batch_size)),
+      out_index_(start.index),
+      end_record_(start.end_record) {}
 
 void Batcher::Add(const WorkItem& w) {
   StageTimer timer(stats_->stage(Stage::kBatch));
@@ -28,7 +31,8 @@ void Batcher::Add(const WorkItem& w) {
     return;
   }
   stats_->stage(Stage::kBatch).items.fetch_add(1, std::memory_order_relaxed);
-  PassInputsBefore(w.epoch_index / batch_size_);
+  end_record_ = static_cast<int64_t>(w.epoch_index) + 1;
+  PassInputsBefore(w.run_index / batch_size_);
   if (w.kind == WorkKind::kBadRecord || !w.status.ok()) {
     Skip(w);
   } else {
@@ -93,7 +97,7 @@ void Batcher::AddRecord(const WorkItem& w) {
   ++filled_;
   ++epoch_images_;
   if (static_cast<uint64_t>(filled_) == batch_size_) {
-    sink_->EmitBatch(dst_, filled_, BatchPosition{w.epoch, out_index_++}, skipped_);
+    sink_->EmitBatch(dst_, filled_, BatchPosition{w.epoch, out_index_++, end_record_}, skipped_);
     // If dst_ is still among the inputs it must not be dropped when passed: mark it gone.
     for (BatchBuffer*& b : inputs_) {
       if (b == dst_) b = nullptr;
@@ -107,7 +111,7 @@ void Batcher::AddRecord(const WorkItem& w) {
 void Batcher::EndEpoch(int64_t epoch) {
   if (dst_ != nullptr) {
     if (!options_.drop_remainder) {
-      sink_->EmitBatch(dst_, filled_, BatchPosition{epoch, out_index_}, skipped_);
+      sink_->EmitBatch(dst_, filled_, BatchPosition{epoch, out_index_, end_record_}, skipped_);
     } else {
       sink_->DropBuffer(dst_);
       sink_->DropItems(static_cast<uint64_t>(filled_));
@@ -126,6 +130,7 @@ void Batcher::EndEpoch(int64_t epoch) {
   filled_ = 0;
   skipped_ = 0;
   out_index_ = 0;
+  end_record_ = 0;
   epoch_images_ = 0;
   epoch_skipped_ = 0;
   stats_->epochs_done.fetch_add(1, std::memory_order_relaxed);

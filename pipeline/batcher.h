@@ -36,7 +36,10 @@ class BatcherSink {
 
 class Batcher {
  public:
-  Batcher(const ResolvedOptions& options, PipelineStats* stats, BatcherSink* sink);
+  // start: where the run begins (Pipeline::MakeIterator); its first epoch's batches are numbered
+  // from start.index.
+  Batcher(const ResolvedOptions& options, PipelineStats* stats, BatcherSink* sink,
+          BatchPosition start = {});
 
   // REQUIRES: items arrive in sequence order. Does not take ownership of w.
   void Add(const WorkItem& w);
@@ -65,6 +68,7 @@ class Batcher {
   int filled_ = 0;
   uint64_t skipped_ = 0;        // skipped while filling it
   int64_t out_index_ = 0;       // its index within the epoch
+  int64_t end_record_ = 0;      // epoch_index + 1 of the last item seen in this epoch
   uint64_t epoch_images_ = 0;   // placed in this epoch
   uint64_t epoch_skipped_ = 0;
   uint64_t errors_ = 0;         // over the whole stream

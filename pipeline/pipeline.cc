@@ -4,6 +4,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -16,8 +17,11 @@
 
 #include "formats/crop_window.h"
 #include "pipeline/augmenter.h"
+#include "pipeline/autotuner.h"
 #include "pipeline/batcher.h"
 #include "pipeline/caches.h"
+#include "pipeline/io_pool.h"
+#include "pipeline/parallelism_gate.h"
 #include "pipeline/record_source.h"
 #include "pipeline/shuffle_buffer.h"
 
@@ -182,40 +186,53 @@ struct Ready {
 
 class PipelineIterator : public Iterator, private BatcherSink {
  public:
-  explicit PipelineIterator(const ResolvedOptions& options)
+  PipelineIterator(const ResolvedOptions& options, BatchPosition start)
       : options_(options),
+        start_(start),
+        decode_gate_(options.threads),
         // oneTBB caps its workers at cores - 1 by default (one core is left for the thread that
         // called in). Our decode threads are all workers, so the cap must allow `threads`.
         workers_(tbb::global_control::max_allowed_parallelism,
                  static_cast<size_t>(options.threads) + 1),
         arena_(options.threads, 0),
-        batcher_(options_, &stats_, this),
+        batcher_(options_, &stats_, this, start),
         shuffle_(static_cast<size_t>(options.shuffle_buffer),
                  &stats_.pool(Pool::kShuffleBuffer)) {
     stats_.threads = options.threads;
+    stats_.decode_parallelism = options.threads;
+    stats_.decode_parallelism_max = options.threads;
     stats_.queue_capacity = options.prefetch;
-    stats_.pool(Pool::kReadBuffers).limit = kReadBufferBytes * options.cycle_length;
+    stats_.pool(Pool::kReadBuffers).limit = kReadBytesPerOpenFile * options.cycle_length;
     stats_.pool(Pool::kRecordsInFlight).limit = options.records_budget_bytes;
     if (options.cache == CacheKind::kRecords) {
       record_cache_ = std::make_unique<RecordCache>(options.files.size(),
                                                     options.cache_budget_bytes, &stats_);
     }
-    source_ = std::make_unique<RecordSource>(options_, &stats_, record_cache_.get(), nullptr);
+    io_pool_ = std::make_unique<IoPool>(std::min(options.cycle_length, kMaxIoThreads));
+    source_ = std::make_unique<RecordSource>(options_, &stats_, record_cache_.get(), nullptr,
+                                             io_pool_.get());
     if (options.cache == CacheKind::kDecoded) {
       int index = source_->record_sharding() ? options.shard_index : 0;
       int count = source_->record_sharding() ? options.shard_count : 1;
       decoded_cache_ = std::make_unique<DecodedCache>(options.files.size(), index, count,
                                                       options.cache_budget_bytes, &stats_);
-      source_ = std::make_unique<RecordSource>(options_, &stats_, nullptr, decoded_cache_.get());
+      source_ = std::make_unique<RecordSource>(options_, &stats_, nullptr, decoded_cache_.get(),
+                                               io_pool_.get());
     }
     core_ = std::make_shared<Core>(options_, &stats_);
     augmenters_.emplace([this] { return Augmenter(options_, decoded_cache_.get(), &stats_); });
     arena_.execute([this] { BuildGraph(); });
     source_thread_ = std::thread([this] { RunSource(); });
+    if (options.autotune && options.threads > 1) {
+      autotuner_ = std::make_unique<DecodeAutotuner>(&stats_, &decode_gate_,
+                                                     DecodeAutotuner::Options{});
+    }
   }
 
   ~PipelineIterator() override {
+    autotuner_.reset();
     stop_ = true;
+    decode_gate_.SetLimit(decode_gate_.max());  // drain at full width
     source_thread_.join();  // it waits for the graph to drain
     {
       std::lock_guard<std::mutex> lock(ready_mu_);
@@ -260,6 +277,46 @@ class PipelineIterator : public Iterator, private BatcherSink {
       stats_.queue_fill = static_cast<int>(ready_.size());
       stats_.stage(Stage::kConsumer).starved_ns.fetch_add(NanosSince(start));
     }
+    return Deliver(std::move(r), batch, end_of_sequence);
+  }
+
+  Status TryGetNext(Batch* batch, bool* end_of_sequence, bool* ready) override {
+    *end_of_sequence = false;
+    *ready = true;
+    if (!final_.ok()) return final_;
+    if (ended_) {
+      *end_of_sequence = true;
+      return Status::OK();
+    }
+    Ready r;
+    {
+      std::lock_guard<std::mutex> lock(ready_mu_);
+      if (ready_.empty()) {
+        // A polling consumer waits from its first empty poll until a batch is there.
+        if (!polling_since_) polling_since_ = Clock::now();
+        *ready = false;
+        return Status::OK();
+      }
+      r = std::move(ready_.front());
+      ready_.pop_front();
+      stats_.queue_fill = static_cast<int>(ready_.size());
+    }
+    if (polling_since_) {
+      stats_.stage(Stage::kConsumer).starved_ns.fetch_add(NanosSince(*polling_since_));
+      polling_since_.reset();
+    }
+    return Deliver(std::move(r), batch, end_of_sequence);
+  }
+
+  void SetReadyCallback(std::function<void()> callback) override {
+    std::lock_guard<std::mutex> lock(ready_mu_);
+    on_ready_ = std::move(callback);
+  }
+
+  StatsSnapshot Stats() const override { return stats_.Snapshot(); }
+
+ private:
+  Status Deliver(Ready r, Batch* batch, bool* end_of_sequence) {
     if (!r.error.ok()) {
       final_ = r.error;
       return final_;
@@ -274,9 +331,6 @@ class PipelineIterator : public Iterator, private BatcherSink {
     return Status::OK();
   }
 
-  StatsSnapshot Stats() const override { return stats_.Snapshot(); }
-
- private:
   void BuildGraph() {
     using namespace tbb::flow;
     graph_ = std::make_unique<graph>();
@@ -284,6 +338,9 @@ class PipelineIterator : public Iterator, private BatcherSink {
     decode_ = std::make_unique<function_node<WorkItem*, WorkItem*>>(
         g, options_.threads, [this](WorkItem* w) {
           if (w->kind == WorkKind::kRecord && !stop_.load(std::memory_order_relaxed)) {
+            // Process only computes: a holder of the gate never waits for another node, so
+            // threads held back at the gate cannot stall the one that is inside.
+            GatePass pass(decode_gate_);
             StageTimer timer(stats_.stage(Stage::kDecode));
             augmenters_->local().Process(w);
             stats_.stage(Stage::kDecode).items.fetch_add(1, std::memory_order_relaxed);
@@ -324,12 +381,15 @@ class PipelineIterator : public Iterator, private BatcherSink {
   void DropItems(uint64_t items) override { core_->ReleaseItems(items); }
 
   void Push(Ready r) {
+    std::function<void()> on_ready;
     {
       std::lock_guard<std::mutex> lock(ready_mu_);
       ready_.push_back(std::move(r));
       stats_.queue_fill = static_cast<int>(ready_.size());
+      on_ready = on_ready_;
     }
     ready_cv_.notify_one();
+    if (on_ready) on_ready();
   }
 
   WorkItem* NewItem() {
@@ -362,7 +422,8 @@ class PipelineIterator : public Iterator, private BatcherSink {
     w->epoch = epoch;
     if (w->kind != WorkKind::kEpochEnd) {
       w->epoch_index = epoch_index_++;
-      w->slot = static_cast<int>(w->epoch_index % static_cast<uint64_t>(options_.batch_size));
+      w->run_index = w->epoch_index - skip_base_;
+      w->slot = static_cast<int>(w->run_index % static_cast<uint64_t>(options_.batch_size));
       if (w->slot == 0) {
         current_buffer_ = core_->AcquireBuffer(stop_);
         if (current_buffer_ == nullptr) {  // stopping
@@ -381,12 +442,24 @@ class PipelineIterator : public Iterator, private BatcherSink {
     return true;
   }
 
+  // Emits x, or passes over it when a resumed run has not reached its start yet. False when
+  // stopping.
+  bool Pass(WorkItem* x, int64_t epoch) {
+    if (epoch_index_ < skip_base_) {
+      ++epoch_index_;
+      RecycleItem(x);
+      return true;
+    }
+    return Emit(x, epoch);
+  }
+
   void RunSource() {
-    for (int64_t epoch = 0; options_.epochs == 0 || epoch < options_.epochs; ++epoch) {
+    for (int64_t epoch = start_.epoch; options_.epochs == 0 || epoch < options_.epochs; ++epoch) {
       source_->StartEpoch(epoch);
       shuffle_.StartEpoch(MixSeed(options_.shuffle_seed,
                               options_.reshuffle_each_epoch ? static_cast<uint64_t>(epoch) : 0));
       epoch_index_ = 0;
+      skip_base_ = epoch == start_.epoch ? static_cast<uint64_t>(start_.end_record) : 0;
       bool running = true;
       while (running) {
         if (stop_) break;
@@ -396,13 +469,13 @@ class PipelineIterator : public Iterator, private BatcherSink {
         if (end) {
           RecycleItem(w);
           while (WorkItem* x = shuffle_.Drain()) {
-            if (!Emit(x, epoch)) break;
+            if (!Pass(x, epoch)) break;
           }
           running = false;
           break;
         }
         if (WorkItem* x = shuffle_.Push(w)) {
-          if (!Emit(x, epoch)) break;
+          if (!Pass(x, epoch)) break;
         }
       }
       if (stop_) break;
@@ -410,7 +483,7 @@ class PipelineIterator : public Iterator, private BatcherSink {
       WorkItem* marker = NewItem();
       marker->kind = WorkKind::kEpochEnd;
       if (!Emit(marker, epoch)) break;
-      if (decoded_cache_ && epoch == 0) {
+      if (decoded_cache_ && epoch == start_.epoch) {
         // The first epoch fills the DECODED cache from the decode workers. Waiting for its last
         // items (no consumer action needed: they are all emitted) lets epoch 1 find every file
         // complete and skip its I/O and decode, instead of re-reading the last few files.
@@ -427,13 +500,18 @@ class PipelineIterator : public Iterator, private BatcherSink {
   }
 
   const ResolvedOptions options_;
+  const BatchPosition start_;
   PipelineStats stats_;
+  // Decode threads allowed to work at once, tuned by autotuner_ (made last, stopped first).
+  ParallelismGate decode_gate_;
   tbb::global_control workers_;
   tbb::task_arena arena_;
   // Made inside arena_ (BuildGraph), so the graph's tasks run on the arena's threads.
   std::unique_ptr<tbb::flow::graph> graph_;
   std::unique_ptr<RecordCache> record_cache_;
   std::unique_ptr<DecodedCache> decoded_cache_;
+  // Reads the cycle's files ahead; outlives source_, whose open files have tasks on it.
+  std::unique_ptr<IoPool> io_pool_;
   std::unique_ptr<RecordSource> source_;
   std::shared_ptr<Core> core_;
   std::optional<tbb::enumerable_thread_specific<Augmenter>> augmenters_;
@@ -447,6 +525,7 @@ class PipelineIterator : public Iterator, private BatcherSink {
   std::thread source_thread_;
   uint64_t sequence_ = 0;     // source thread only
   uint64_t epoch_index_ = 0;  // source thread only
+  uint64_t skip_base_ = 0;    // source thread only: records passed over in this epoch
   BatchBuffer* current_buffer_ = nullptr;  // source thread only
 
   std::mutex items_mu_;
@@ -455,9 +534,13 @@ class PipelineIterator : public Iterator, private BatcherSink {
   std::mutex ready_mu_;
   std::condition_variable ready_cv_;
   std::deque<Ready> ready_;  // guarded by ready_mu_
+  std::function<void()> on_ready_;  // guarded by ready_mu_
 
   Status final_;       // consumer only
+  std::optional<Clock::time_point> polling_since_;  // consumer only (TryGetNext)
   bool ended_ = false; // consumer only
+
+  std::unique_ptr<DecodeAutotuner> autotuner_;  // null when off or with one thread
 };
 
 }  // namespace
@@ -471,8 +554,13 @@ std::unique_ptr<Pipeline> Pipeline::FromResolved(ResolvedOptions options) {
   return std::unique_ptr<Pipeline>(new Pipeline(std::move(options)));
 }
 
-Result<std::unique_ptr<Iterator>> Pipeline::MakeIterator() const {
-  return std::unique_ptr<Iterator>(new PipelineIterator(options_));
+Result<std::unique_ptr<Iterator>> Pipeline::MakeIterator(BatchPosition start) const {
+  if (start.epoch < 0 || start.index < 0 || start.end_record < 0) {
+    return InvalidArgument("start position {epoch " + std::to_string(start.epoch) + ", index " +
+                           std::to_string(start.index) + ", end_record " +
+                           std::to_string(start.end_record) + "} has a negative field");
+  }
+  return std::unique_ptr<Iterator>(new PipelineIterator(options_, start));
 }
 
 }  // namespace sluice

@@ -8,6 +8,7 @@
 //   while (it->GetNext(&batch, &end).ok() && !end) Train(batch);
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "formats/status.h"
@@ -26,6 +27,12 @@ class Iterator {
   // returns the error, naming file and offset, here and on every later call. Thread-compatible:
   // one consumer at a time.
   virtual Status GetNext(Batch* batch, bool* end_of_sequence) = 0;
+  // GetNext without waiting: *ready = false (and nothing else set) when no batch, end or error
+  // is ready yet. For consumers that must not block, such as a gRPC reactor.
+  virtual Status TryGetNext(Batch* batch, bool* end_of_sequence, bool* ready) = 0;
+  // Called (on a pipeline thread, so it must not block) each time a batch, the end or an error
+  // becomes ready. Set it before the first TryGetNext; it stays until the iterator is gone.
+  virtual void SetReadyCallback(std::function<void()> callback) = 0;
   virtual StatsSnapshot Stats() const = 0;
 };
 
@@ -37,8 +44,11 @@ class Pipeline {
 
   const ResolvedOptions& options() const { return options_; }
 
-  // Starts reading. Each iterator has its own threads, caches and buffers.
-  Result<std::unique_ptr<Iterator>> MakeIterator() const;
+  // Starts reading. Each iterator has its own threads, caches and buffers. `start` resumes a
+  // stream: at epoch start.epoch, passing over its first start.end_record records (read, not
+  // decoded) and numbering batches from start.index, so the batches are exactly those that
+  // followed the batch whose position was {epoch, index - 1, end_record}.
+  Result<std::unique_ptr<Iterator>> MakeIterator(BatchPosition start = {}) const;
 
  private:
   explicit Pipeline(ResolvedOptions options) : options_(std::move(options)) {}

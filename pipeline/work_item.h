@@ -25,6 +25,9 @@ struct WorkItem {
   uint64_t sequence = 0;      // global order across epochs: what the sequencer orders by
   int64_t epoch = 0;
   uint64_t epoch_index = 0;   // position in the epoch's order (before skips)
+  // Position among the items this run emitted in the epoch: epoch_index less the records a
+  // resumed run passed over. Decides the item's input buffer and slot.
+  uint64_t run_index = 0;
   uint32_t file = 0;          // index into the pipeline's file list
   uint64_t record = 0;        // record number within the file
   uint64_t offset = 0;        // byte offset of the record, for error messages

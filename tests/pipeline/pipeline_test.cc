@@ -41,11 +41,13 @@ TEST_CASE("EveryRecordExactlyOncePerEpoch") {
   REQUIRE(c.status.ok());
   REQUIRE(c.labels_by_epoch.size() == 3);
   for (const auto& labels : c.labels_by_epoch) CHECK(Sorted(labels) == Iota(shards.records));
-  // 185 records in batches of 8: 23 full and one of 1, per epoch, indexed from 0.
+  // 185 records in batches of 8: 23 full and one of 1, per epoch, indexed from 0; end_record
+  // counts the epoch's records up to each batch's last image.
   CHECK(c.positions.size() == 3 * 24);
-  CHECK(c.positions[23] == BatchPosition{0, 23});
+  CHECK(c.positions[0] == BatchPosition{0, 0, 8});
+  CHECK(c.positions[23] == BatchPosition{0, 23, 185});
   CHECK(c.sizes[23] == 1);
-  CHECK(c.positions[24] == BatchPosition{1, 0});
+  CHECK(c.positions[24] == BatchPosition{1, 0, 8});
 }
 
 TEST_CASE("NewEpochHasNewOrder") {
@@ -349,6 +351,33 @@ TEST_CASE("AlternatingBadRecordsNeitherExhaustBuffersNorLoseRecords") {
   CHECK(stats.skipped == 2000);
   for (int size : std::vector<int>(c.sizes.begin(), c.sizes.end() - 1)) {
     if (size != 16) CHECK(size == 8);  // only the last batch of each epoch is partial
+  }
+}
+
+TEST_CASE("ResumingAfterAnyBatchContinuesExactlyDespiteSkippedRecords") {
+  TempDir dir;
+  WriteMixedShard(dir, 300, [](int i) { return i % 7 != 3; });
+  auto o = BaseOptions(dir);
+  o.set_epochs(2);
+  o.set_threads(3);
+  const auto full = RunToEnd(o);
+  REQUIRE(full.status.ok());
+  const size_t image_bytes = 32 * 40 * 3;
+  std::vector<size_t> offsets{0};  // image byte offset of each batch
+  for (int size : full.sizes) offsets.push_back(offsets.back() + size * image_bytes);
+  const size_t n = full.positions.size();
+  // The first batch, one mid-epoch, the last of epoch 0 (resuming passes the whole epoch), the
+  // first of epoch 1, and the very last (resuming yields nothing).
+  size_t last_of_epoch0 = 0;
+  while (full.positions[last_of_epoch0 + 1].epoch == 0) ++last_of_epoch0;
+  for (size_t k : {size_t{0}, size_t{5}, last_of_epoch0, last_of_epoch0 + 1, n - 1}) {
+    CAPTURE(k);
+    BatchPosition p = full.positions[k];
+    const auto rest = RunToEnd(o, nullptr, true, BatchPosition{p.epoch, p.index + 1, p.end_record});
+    REQUIRE(rest.status.ok());
+    CHECK(rest.positions == std::vector<BatchPosition>(full.positions.begin() + k + 1,
+                                                       full.positions.end()));
+    CHECK(rest.image_bytes == full.image_bytes.substr(offsets[k + 1]));
   }
 }
 

@@ -102,14 +102,14 @@ struct Collected {
 
 // keep_images = false: check only labels and positions (for tests measuring memory).
 inline Collected RunToEnd(const v1::PipelineOptions& options, StatsSnapshot* stats = nullptr,
-                          bool keep_images = true) {
+                          bool keep_images = true, BatchPosition start = {}) {
   Collected c;
   auto pipeline = Pipeline::Create(options);
   if (!pipeline.ok()) {
     c.status = pipeline.status();
     return c;
   }
-  auto it = (*pipeline)->MakeIterator();
+  auto it = (*pipeline)->MakeIterator(start);
   if (!it.ok()) {
     c.status = it.status();
     return c;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # From a fresh Debian 12 machine to a demo data set: installs what is missing, builds `sluice`,
-# makes an ImageNet-like demo set from the photos of Debian's mate-backgrounds, inspects it and
-# runs the training pipeline over it.
+# makes an ImageNet-like demo set from the photos of Debian's mate-backgrounds, inspects it, runs
+# the training pipeline over it in-process, then serves it with `sluice serve` and streams from it.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 demo="$root/build/demo"
@@ -23,3 +23,20 @@ echo "== inspecting it"
 echo "== running the TRAIN pipeline over it (RandomResizedCrop 224, flip, batches of 128)"
 "$sluice" profile --files "$demo/train-*.tfrecord" --batch-size 128 --image-size 224 \
   --shuffle-buffer 512 --batches 20
+
+echo "== serving it: sluice serve on 127.0.0.1:50051, metrics on http://127.0.0.1:9100/"
+"$sluice" serve --files "$demo/train-*.tfrecord" --name train --port 50051 \
+  --metrics-address 127.0.0.1:9100 &
+server=$!
+trap 'kill $server 2>/dev/null || true' EXIT
+for _ in $(seq 100); do
+  "$sluice" profile --target 127.0.0.1:50051 --dataset train --batches 1 --warmup-batches 0 \
+    --batch-size 8 --image-size 32 >/dev/null 2>&1 && break
+  sleep 0.2
+done
+echo "== streaming from it over gRPC (what a trainer sees)"
+"$sluice" profile --target 127.0.0.1:50051 --dataset train --batch-size 128 --image-size 224 \
+  --batches 20
+kill -TERM $server
+wait $server
+trap - EXIT

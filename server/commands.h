@@ -11,5 +11,6 @@ void RegisterIndexCommand(CLI::App& app, int* exit_code);
 void RegisterConvertCommand(CLI::App& app, int* exit_code);
 void RegisterSynthCommand(CLI::App& app, int* exit_code);
 void RegisterProfileCommand(CLI::App& app, int* exit_code);
+void RegisterServeCommand(CLI::App& app, int* exit_code);
 
 }  // namespace sluice

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   sluice::RegisterConvertCommand(app, &exit_code);
   sluice::RegisterSynthCommand(app, &exit_code);
   sluice::RegisterProfileCommand(app, &exit_code);
+  sluice::RegisterServeCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -20,6 +20,7 @@
 #include "formats/tfrecord_reader.h"
 #include "pipeline/pipeline.h"
 #include "server/commands.h"
+#include "server/profile_target.h"
 #include "server/progress.h"
 #include "server/textproto.h"
 
@@ -47,6 +48,12 @@ struct ProfileFlags {
   int64_t warmup_epochs = 0;
   bool json = false;
   bool decode_bound = false;
+  // Remote: measure a running `sluice serve` instead (profile_target.h).
+  std::vector<std::string> targets;
+  std::string dataset;
+  std::string token_file;
+  std::string tls_ca_file;
+  std::string job_name;
 };
 
 // "512M", "2G", "1.5GiB", "1000000" → bytes.
@@ -418,7 +425,50 @@ void RegisterProfileCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--json", f->json, "Print one JSON object");
   cmd->add_flag("--decode-bound", f->decode_bound,
                 "Also time single-thread full decode and compare");
-  cmd->callback([f, exit_code] { *exit_code = RunProfile(*f); });
+  cmd->add_option("--target", f->targets,
+                  "Profile a running `sluice serve` at HOST:PORT, unix:PATH or dns:///HOST:PORT "
+                  "(repeat to fan in)");
+  cmd->add_option("--dataset", f->dataset, "With --target: the dataset's name");
+  cmd->add_option("--token-file", f->token_file, "With --target: file holding the bearer token");
+  cmd->add_option("--tls-ca", f->tls_ca_file, "With --target: PEM roots to trust (enables TLS)");
+  cmd->add_option("--job-name", f->job_name, "With --target: join this shared job");
+  cmd->callback([f, exit_code] {
+    if (f->targets.empty()) {
+      *exit_code = RunProfile(*f);
+      return;
+    }
+    if (f->dataset.empty() || !f->files.empty() || !f->options_file.empty()) {
+      fmt::print(stderr, "sluice profile: --target needs --dataset NAME (and no --files or "
+                         "--options: the server's configuration names the files)\n");
+      *exit_code = 2;
+      return;
+    }
+    RemoteProfileFlags r;
+    r.targets = f->targets;
+    r.dataset = f->dataset;
+    r.token_file = f->token_file;
+    r.tls_ca_file = f->tls_ca_file;
+    r.job_name = f->job_name;
+    r.batch_size = f->batch_size;
+    if (!f->image_size.empty() &&
+        std::sscanf(f->image_size.c_str(), "%dx%d", &r.height, &r.width) != 2) {
+      if (std::sscanf(f->image_size.c_str(), "%d", &r.height) != 1) {
+        fmt::print(stderr, "sluice profile: --image-size wants N or HxW, not '{}'\n",
+                   f->image_size);
+        *exit_code = 2;
+        return;
+      }
+      r.width = r.height;
+    }
+    r.mode = f->mode;
+    if (f->seed) r.seed = f->seed;
+    r.prefetch = f->prefetch;
+    r.batches = f->batches;
+    r.seconds = f->seconds;
+    r.warmup_batches = f->warmup_batches;
+    r.json = f->json;
+    *exit_code = RunRemoteProfile(r);
+  });
 }
 
 }  // namespace sluice

@@ -1,0 +1,84 @@
+// libsluice_client: the C++ client of `sluice serve` (DataService, proto/sluice/v1/service.proto).
+//
+//   ClientOptions options;
+//   options.targets = {"127.0.0.1:50051"};
+//   ASSIGN_OR_RETURN(auto client, Client::Create(options));
+//   v1::StreamRequest request;
+//   request.set_dataset("train");
+//   ASSIGN_OR_RETURN(auto stream, client->Stream(request));
+//   ReceivedBatch batch; bool end = false;
+//   while (stream->Next(&batch, &end).ok() && !end) Train(batch.images, batch.labels);
+//
+// A stream reads ahead `prefetch` batches per server on its own thread, into buffers it reuses.
+// On UNAVAILABLE (server restarted, connection lost) it reconnects with exponential backoff and
+// resumes after the last batch it received, so a deterministic private stream loses and repeats
+// nothing. Several targets (or a "dns:///host:port" name resolving to several addresses) fan in:
+// one stream per server, taken round-robin among those with a batch ready.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "client/batch_wire.h"
+#include "formats/status.h"
+#include "sluice/v1/service.pb.h"
+
+namespace sluice {
+
+struct ClientOptions {
+  // "HOST:PORT", "unix:PATH", or "dns:///HOST:PORT" (every address it resolves to is a server).
+  std::vector<std::string> targets;
+  std::string token;           // sent as "authorization: Bearer <token>" when set
+  std::string tls_root_certs;  // PEM; set to use TLS (the server's certificate must chain to it)
+  int prefetch = 2;            // batches read ahead per server stream
+  std::chrono::milliseconds reconnect_initial{100};
+  std::chrono::milliseconds reconnect_max{5000};
+  // A stream gives up (returning the last UNAVAILABLE) after this long without reaching a server.
+  std::chrono::milliseconds reconnect_deadline{60000};
+  std::chrono::milliseconds rpc_timeout{10000};  // ListDatasets and GetStats
+};
+
+// One batch as the stream hands it out. The spans stay valid until the next Next() call or the
+// stream's destruction.
+struct ReceivedBatch {
+  BatchMeta meta;
+  std::span<const uint8_t> images;  // meta.n × H × W × 3, NHWC
+  std::span<const int32_t> labels;  // meta.n
+  int server = 0;                   // index of the server (resolved target) it came from
+};
+
+class BatchStream {
+ public:
+  virtual ~BatchStream() = default;
+  // Blocks for the next batch. *end_of_sequence when every server's stream has ended. An error
+  // (the server's status and message, or UNAVAILABLE after reconnect_deadline) ends the stream.
+  virtual Status Next(ReceivedBatch* batch, bool* end_of_sequence) = 0;
+  // Reconnections made so far, over all servers.
+  virtual int64_t reconnects() const = 0;
+  // Servers (resolved targets) this stream reads from.
+  virtual int servers() const = 0;
+};
+
+class Client {
+ public:
+  virtual ~Client() = default;
+  // Resolves dns: targets. InvalidArgument for an empty or malformed target list.
+  static Result<std::unique_ptr<Client>> Create(const ClientOptions& options);
+
+  // From the first server.
+  virtual Result<std::vector<v1::DatasetInfo>> ListDatasets() = 0;
+  virtual Result<v1::Stats> GetStats(const std::string& dataset = "") = 0;
+  // Starts one stream per server with this request. A bad request fails here with the server's
+  // status (first batch read ahead), not at the first Next().
+  virtual Result<std::unique_ptr<BatchStream>> Stream(const v1::StreamRequest& request) = 0;
+};
+
+// "dns:///host:port" → one "ipv4:a.b.c.d:port" / "ipv6:[..]:port" target per address; other
+// targets unchanged.
+Result<std::vector<std::string>> ResolveTargets(const std::vector<std::string>& targets);
+
+}  // namespace sluice

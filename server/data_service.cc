@@ -1,0 +1,206 @@
+#include "server/data_service.h"
+
+#include <mutex>
+
+#include <grpcpp/support/proto_buffer_reader.h>
+
+#include "client/batch_wire.h"
+#include "server/request_policy.h"
+
+namespace sluice {
+namespace {
+
+// A stream refused before it started.
+class RefusedStream : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  explicit RefusedStream(const Status& s) { Finish(ToGrpc(s)); }
+  void OnDone() override { delete this; }
+};
+
+void DestroyBatch(void* batch) { delete static_cast<Batch*>(batch); }
+
+class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public JobConsumer {
+ public:
+  BatchWriter(JobRegistry* registry, std::shared_ptr<Job> job)
+      : registry_(registry), job_(std::move(job)), counters_(&registry->counters(job_->dataset())) {
+    job_->Attach(this);
+    job_->Want(this);
+  }
+
+  void OnEvent(JobEvent event) override {
+    if (event.end || !event.error.ok()) {
+      FinishOnce(ToGrpc(event.error));
+      return;
+    }
+    Batch* batch = new Batch(std::move(event.batch));
+    BatchMeta meta;
+    meta.epoch = batch->position().epoch;
+    meta.index = batch->position().index;
+    meta.end_record = batch->position().end_record;
+    meta.n = batch->size();
+    meta.height = batch->height();
+    meta.width = batch->width();
+    meta.skipped_records = batch->skipped();
+    const size_t image_bytes = batch->images().size();
+    grpc::Slice slices[2] = {
+        grpc::Slice(EncodeBatchPrefix(meta, batch->labels())),
+        grpc::Slice(const_cast<uint8_t*>(batch->images().data()), image_bytes, &DestroyBatch,
+                    batch)};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finished_) {
+        // Cancelled meanwhile; the slices give the batch back.
+        return;
+      }
+      writing_ = true;
+      pending_images_ = static_cast<uint64_t>(meta.n);
+      pending_bytes_ = image_bytes;
+      pending_skipped_ = meta.skipped_records;
+      out_ = grpc::ByteBuffer(slices, 2);
+    }
+    StartWrite(&out_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    out_.Clear();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      writing_ = false;
+    }
+    if (!ok) {
+      FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
+      return;
+    }
+    counters_->batches.fetch_add(1, std::memory_order_relaxed);
+    counters_->images.fetch_add(pending_images_, std::memory_order_relaxed);
+    counters_->bytes.fetch_add(pending_bytes_, std::memory_order_relaxed);
+    counters_->skipped.fetch_add(pending_skipped_, std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finished_) return;
+    }
+    job_->Want(this);
+  }
+
+  void OnCancel() override {
+    bool finish;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      finish = !writing_;
+    }
+    if (finish) FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+  }
+
+  void OnDone() override {
+    job_->Detach(this);
+    registry_->Close(std::move(job_));
+    delete this;
+  }
+
+ private:
+  void FinishOnce(grpc::Status status) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finished_) return;
+      finished_ = true;
+    }
+    Finish(std::move(status));
+  }
+
+  JobRegistry* const registry_;
+  std::shared_ptr<Job> job_;
+  DatasetCounters* const counters_;
+  grpc::ByteBuffer out_;  // the write in flight
+  // The write in flight, counted as served when it completes.
+  uint64_t pending_images_ = 0;
+  uint64_t pending_bytes_ = 0;
+  uint64_t pending_skipped_ = 0;
+  std::mutex mu_;
+  bool writing_ = false;   // guarded by mu_
+  bool finished_ = false;  // guarded by mu_
+};
+
+bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace
+
+grpc::Status ToGrpc(const Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(static_cast<int>(s.code())), s.message());
+}
+
+DataService::DataService(const v1::ServerConfig& config, JobRegistry* registry, std::string token)
+    : config_(config), registry_(registry), token_(std::move(token)) {}
+
+Status DataService::Authenticate(const grpc::CallbackServerContext& context) const {
+  if (token_.empty()) return Status::OK();
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) {
+    return Unauthenticated("this server needs a token: send \"authorization: Bearer <token>\"");
+  }
+  std::string_view value(it->second.data(), it->second.size());
+  constexpr std::string_view kBearer = "Bearer ";
+  if (!value.starts_with(kBearer) || !ConstantTimeEquals(value.substr(kBearer.size()), token_)) {
+    return Unauthenticated("the bearer token is not the one this server accepts");
+  }
+  return Status::OK();
+}
+
+grpc::ServerUnaryReactor* DataService::ListDatasets(grpc::CallbackServerContext* context,
+                                                    const v1::ListDatasetsRequest*,
+                                                    v1::ListDatasetsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  Status auth = Authenticate(*context);
+  if (!auth.ok()) {
+    reactor->Finish(ToGrpc(auth));
+    return reactor;
+  }
+  for (const v1::DatasetConfig& d : config_.datasets()) {
+    *response->add_datasets() = DescribeDataset(d);
+  }
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DataService::GetStats(grpc::CallbackServerContext* context,
+                                                const v1::GetStatsRequest* request,
+                                                v1::Stats* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  Status s = Authenticate(*context);
+  if (s.ok() && !request->dataset().empty()) s = FindDataset(config_, request->dataset()).status();
+  if (s.ok()) registry_->FillStats(request->dataset(), response);
+  reactor->Finish(ToGrpc(s));
+  return reactor;
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* DataService::StreamBatches(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
+  Status auth = Authenticate(*context);
+  if (!auth.ok()) return new RefusedStream(auth);
+  v1::StreamRequest request;
+  {
+    grpc::ByteBuffer copy(*raw);
+    grpc::ProtoBufferReader reader(&copy);
+    if (!request.ParseFromZeroCopyStream(&reader)) {
+      return new RefusedStream(InvalidArgument("StreamRequest does not parse"));
+    }
+  }
+  Result<const v1::DatasetConfig*> dataset = FindDataset(config_, request.dataset());
+  if (!dataset.ok()) return new RefusedStream(dataset.status());
+  Result<v1::PipelineOptions> options = PipelineForRequest(config_, **dataset, request);
+  if (!options.ok()) return new RefusedStream(options.status());
+  BatchPosition start{request.start_position().epoch(), request.start_position().index(),
+                      request.start_position().end_record()};
+  Result<std::shared_ptr<Job>> job =
+      registry_->Open(request.dataset(), request.job_name(), *options, start);
+  if (!job.ok()) return new RefusedStream(job.status());
+  return new BatchWriter(registry_, std::move(*job));
+}
+
+}  // namespace sluice

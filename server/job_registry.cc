@@ -1,0 +1,228 @@
+#include "server/job_registry.h"
+
+#include <algorithm>
+
+#include "pipeline/options.h"
+
+namespace sluice {
+namespace {
+
+std::string Key(const std::string& dataset, const std::string& name) {
+  return dataset + "/" + name;
+}
+
+std::string Mib(int64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+void FillJobStats(const Job& job, v1::JobStats* out) {
+  StatsSnapshot s = job.Stats();
+  out->set_name(job.name());
+  out->set_dataset(job.dataset());
+  out->set_consumers(job.consumers());
+  out->set_batches(s.batches);
+  out->set_images(s.images);
+  out->set_skipped_records(s.skipped);
+  out->set_wall_seconds(s.wall_seconds);
+  out->set_images_per_sec(s.wall_seconds > 0 ? static_cast<double>(s.images) / s.wall_seconds : 0);
+  out->set_queue_fill(s.queue_fill);
+  out->set_queue_capacity(s.queue_capacity);
+  out->set_memory_budget_bytes(job.memory_budget());
+  for (const StageSnapshot& st : s.stages) {
+    v1::StageStats* o = out->add_stages();
+    o->set_name(st.name);
+    o->set_items(st.items);
+    o->set_bytes(st.bytes);
+    o->set_busy_seconds(st.busy_seconds);
+    o->set_starved_seconds(st.starved_seconds);
+    o->set_blocked_seconds(st.blocked_seconds);
+    o->set_max_parallelism(st.max_parallelism);
+  }
+  for (const PoolSnapshot& p : s.pools) {
+    v1::PoolStats* o = out->add_pools();
+    o->set_name(p.name);
+    o->set_bytes(p.bytes);
+    o->set_peak_bytes(p.peak_bytes);
+    o->set_limit_bytes(p.limit_bytes);
+  }
+}
+
+}  // namespace
+
+JobRegistry::JobRegistry(const v1::ServerConfig& config)
+    : config_(config), start_(std::chrono::steady_clock::now()) {
+  for (const v1::DatasetConfig& d : config.datasets()) {
+    counters_[d.name()] = std::make_unique<DatasetCounters>();
+  }
+  reaper_ = std::thread([this] { Reap(); });
+}
+
+JobRegistry::~JobRegistry() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  reaper_.join();
+}
+
+DatasetCounters& JobRegistry::counters(const std::string& dataset) {
+  return *counters_.at(dataset);
+}
+
+int64_t JobRegistry::memory_reserved() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reserved_;
+}
+
+Result<std::shared_ptr<Job>> JobRegistry::Open(const std::string& dataset,
+                                               const std::string& job_name,
+                                               const v1::PipelineOptions& requested,
+                                               BatchPosition start) {
+  if (streams_.fetch_add(1) >= config_.max_streams()) {
+    streams_.fetch_sub(1);
+    return ResourceExhausted("this server already serves its max_streams = " +
+                             std::to_string(config_.max_streams()) +
+                             " streams; try again later or another server");
+  }
+  auto fail = [this](Status s) {
+    streams_.fetch_sub(1);
+    return s;
+  };
+  v1::PipelineOptions options = requested;
+  if (options.threads() <= 0 || options.threads() > config_.threads()) {
+    options.set_threads(config_.threads());
+  }
+  std::string options_key;
+  options.SerializeToString(&options_key);  // deterministic enough: same code, same message
+
+  std::unique_lock<std::mutex> lock(mu_);
+  if (refuse_) return fail(*refuse_);
+  if (!job_name.empty()) {
+    const std::string key = Key(dataset, job_name);
+    auto it = jobs_.find(key);
+    if (it != jobs_.end()) {
+      if (it->second->options_key() != options_key) {
+        return fail(InvalidArgument(
+            "job '" + job_name + "' of dataset '" + dataset +
+            "' runs with other options (batch size, image size, mode, seed, epochs, shard or "
+            "drop_remainder); join it with the same request or choose another job_name"));
+      }
+      lingering_.erase(key);
+      counters(dataset).active_streams.fetch_add(1);
+      counters(dataset).streams_started.fetch_add(1);
+      return it->second;
+    }
+  }
+  // Resolve (glob expansion, checks) outside the lock? Options were checked at start-up and by
+  // the request policy; this resolves literal paths only and is quick.
+  Result<std::unique_ptr<Pipeline>> pipeline = Pipeline::Create(options);
+  if (!pipeline.ok()) return fail(pipeline.status());
+  const int64_t budget = (*pipeline)->options().memory_budget_bytes;
+  if (reserved_ + budget > config_.memory_budget_bytes()) {
+    return fail(ResourceExhausted(
+        "starting this job would reserve " + Mib(budget) + " on top of the " + Mib(reserved_) +
+        " its running jobs hold, over the server's memory_budget_bytes " +
+        Mib(config_.memory_budget_bytes()) + "; try again when a stream ends"));
+  }
+  Result<std::unique_ptr<Iterator>> iterator = (*pipeline)->MakeIterator(start);
+  if (!iterator.ok()) return fail(iterator.status());
+  reserved_ += budget;
+  const bool shared = !job_name.empty();
+  std::string name = shared ? job_name : "private-" + std::to_string(++next_private_);
+  auto job = std::make_shared<Job>(name, dataset, options_key, shared, std::move(*pipeline),
+                                   std::move(*iterator), budget, [this, budget] {
+                                     std::lock_guard<std::mutex> lock(mu_);
+                                     reserved_ -= budget;
+                                   });
+  jobs_[Key(dataset, name)] = job;
+  counters(dataset).active_streams.fetch_add(1);
+  counters(dataset).streams_started.fetch_add(1);
+  return job;
+}
+
+void JobRegistry::StopAll(const Status& status) {
+  // Called by the thread that handles signals, not a gRPC thread: it may drop a job's last
+  // reference.
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    refuse_ = status;
+    for (auto& [key, job] : jobs_) jobs.push_back(job);
+  }
+  for (auto& j : jobs) j->Stop(status);
+}
+
+void JobRegistry::Close(std::shared_ptr<Job> job) {
+  streams_.fetch_sub(1);
+  counters(job->dataset()).active_streams.fetch_sub(1);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (job->consumers() == 0) {
+      const std::string key = Key(job->dataset(), job->name());
+      if (job->shared() && !stopping_) {
+        lingering_[key] = Lingering{
+            job, std::chrono::steady_clock::now() +
+                     std::chrono::seconds(config_.job_linger_seconds())};
+      } else {
+        jobs_.erase(key);
+        doomed_.push_back(std::move(job));
+      }
+    }
+  }
+  cv_.notify_all();
+}
+
+void JobRegistry::Reap() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    const auto now = std::chrono::steady_clock::now();
+    for (auto it = lingering_.begin(); it != lingering_.end();) {
+      if (it->second.until <= now || stopping_) {
+        jobs_.erase(it->first);
+        doomed_.push_back(std::move(it->second.job));
+        it = lingering_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (stopping_) {
+      for (auto& [key, job] : jobs_) doomed_.push_back(job);
+      jobs_.clear();
+    }
+    std::vector<std::shared_ptr<Job>> doomed;
+    doomed.swap(doomed_);
+    lock.unlock();
+    // A stream still holding a job (only while stopping) destroys it when it ends.
+    doomed.clear();
+    lock.lock();
+    if (stopping_ && doomed_.empty()) return;
+    if (doomed_.empty()) cv_.wait_for(lock, std::chrono::milliseconds(200));
+  }
+}
+
+void JobRegistry::FillStats(const std::string& dataset, v1::Stats* out) const {
+  out->set_uptime_seconds(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  out->set_memory_budget_bytes(config_.memory_budget_bytes());
+  out->set_max_streams(config_.max_streams());
+  out->set_active_streams(streams_.load());
+  for (const auto& [name, c] : counters_) {
+    if (!dataset.empty() && name != dataset) continue;
+    v1::DatasetStats* d = out->add_datasets();
+    d->set_name(name);
+    d->set_images_served(c->images.load());
+    d->set_bytes_served(c->bytes.load());
+    d->set_batches_served(c->batches.load());
+    d->set_skipped_records(c->skipped.load());
+    d->set_active_streams(c->active_streams.load());
+    d->set_streams_started(c->streams_started.load());
+  }
+  // Under the lock, without taking references: the last reference to a job must be dropped by
+  // the reaper, never on a gRPC thread.
+  std::lock_guard<std::mutex> lock(mu_);
+  out->set_memory_reserved_bytes(reserved_);
+  for (const auto& [key, job] : jobs_) {
+    if (dataset.empty() || job->dataset() == dataset) FillJobStats(*job, out->add_jobs());
+  }
+}
+
+}  // namespace sluice

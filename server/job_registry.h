@@ -1,0 +1,84 @@
+// The server's jobs: starts private and shared (named) jobs within the memory budget and the
+// stream limit, keeps a shared job for a while after its last consumer leaves so that consumers
+// can reconnect, and destroys finished jobs on its own thread (stopping a pipeline waits for its
+// threads, which must not happen on a gRPC thread). Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/job.h"
+#include "sluice/v1/server_config.pb.h"
+#include "sluice/v1/service.pb.h"
+
+namespace sluice {
+
+// What a dataset has served; updated by the streams, read by GetStats and /metrics.
+struct DatasetCounters {
+  std::atomic<uint64_t> images{0};
+  std::atomic<uint64_t> bytes{0};
+  std::atomic<uint64_t> batches{0};
+  std::atomic<uint64_t> skipped{0};
+  std::atomic<uint64_t> streams_started{0};
+  std::atomic<int> active_streams{0};
+};
+
+class JobRegistry {
+ public:
+  // REQUIRES: config validated (ValidateServerConfig).
+  explicit JobRegistry(const v1::ServerConfig& config);
+  ~JobRegistry();
+  JobRegistry(const JobRegistry&) = delete;
+  JobRegistry& operator=(const JobRegistry&) = delete;
+
+  // Counts a new stream of `dataset` and gives it its job: the running job `job_name` (which must
+  // run the same options), or a new one. ResourceExhausted when the stream limit or the memory
+  // budget would be passed; InvalidArgument when options disagree with the named job's.
+  Result<std::shared_ptr<Job>> Open(const std::string& dataset, const std::string& job_name,
+                                    const v1::PipelineOptions& options, BatchPosition start);
+  // The stream has detached from its job (Job::Detach) and gives its reference back; the job is
+  // destroyed here (later, on the registry's thread) when nobody uses it any more.
+  void Close(std::shared_ptr<Job> job);
+
+  // Ends every job's stream with `status` (the server is draining) and refuses new streams.
+  // Not on a gRPC thread (it may destroy a job).
+  void StopAll(const Status& status);
+
+  DatasetCounters& counters(const std::string& dataset);
+  void FillStats(const std::string& dataset, v1::Stats* out) const;
+  int active_streams() const { return streams_.load(); }
+  int64_t memory_reserved() const;
+
+ private:
+  struct Lingering {
+    std::shared_ptr<Job> job;
+    std::chrono::steady_clock::time_point until;
+  };
+  void Reap();
+
+  const v1::ServerConfig& config_;
+  const std::chrono::steady_clock::time_point start_;
+  std::map<std::string, std::unique_ptr<DatasetCounters>> counters_;  // fixed after construction
+  std::atomic<int> streams_{0};
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::shared_ptr<Job>> jobs_;  // running, by dataset + "/" + name; guarded by mu_
+  std::map<std::string, Lingering> lingering_;        // shared jobs with no consumer; guarded by mu_
+  std::vector<std::shared_ptr<Job>> doomed_;          // to destroy; guarded by mu_
+  int64_t reserved_ = 0;                              // guarded by mu_
+  uint64_t next_private_ = 0;                         // guarded by mu_
+  bool stopping_ = false;                             // guarded by mu_
+  std::optional<Status> refuse_;                      // StopAll's status; guarded by mu_
+  std::thread reaper_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,179 @@
+// `sluice serve`: the daemon. Loads and checks the configuration (or makes one from --files),
+// serves DataService (+ health and reflection) on every listen address, /metrics, /healthz and /
+// on the metrics address, and drains on SIGINT/SIGTERM: new streams are refused, every stream
+// ends with UNAVAILABLE after its write in flight, and the process exits 0.
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <fmt/format.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <tbb/global_control.h>
+
+#include "formats/file.h"
+#include "server/commands.h"
+#include "server/data_service.h"
+#include "server/http_server.h"
+#include "server/job_registry.h"
+#include "server/server_config.h"
+#include "server/status_pages.h"
+
+namespace sluice {
+namespace {
+
+struct ServeFlags {
+  std::string config_file;
+  std::vector<std::string> files;
+  std::string name = "train";
+  int port = 50051;
+  std::string metrics_address;
+  double drain_seconds = 5;
+};
+
+std::shared_ptr<grpc::ServerCredentials> Credentials(const v1::ServerConfig& config) {
+  if (config.tls().cert_file().empty()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions ssl;
+  // Readable: checked by ValidateServerConfig.
+  Result<std::string> cert = ReadFileToString(config.tls().cert_file());
+  Result<std::string> key = ReadFileToString(config.tls().key_file());
+  ssl.pem_key_cert_pairs.push_back({key.ok() ? *key : "", cert.ok() ? *cert : ""});
+  return grpc::SslServerCredentials(ssl);
+}
+
+int Serve(const ServeFlags& f) {
+  Result<v1::ServerConfig> loaded =
+      !f.config_file.empty() ? LoadServerConfig(f.config_file)
+                             : QuickServerConfig(f.files, f.name, f.port, f.metrics_address);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "sluice serve: %s\n", loaded.status().message().c_str());
+    return 2;
+  }
+  const v1::ServerConfig config = std::move(*loaded);
+  Result<std::string> token = ReadToken(config);
+  if (!token.ok()) {
+    std::fprintf(stderr, "sluice serve: %s\n", token.status().message().c_str());
+    return 2;
+  }
+  // One decode-thread budget for every job (jobs' pipelines take at most config.threads each).
+  tbb::global_control workers(tbb::global_control::max_allowed_parallelism,
+                              static_cast<size_t>(config.threads()) + 1);
+
+  JobRegistry registry(config);
+  DataService service(config, &registry, *token);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  auto credentials = Credentials(config);
+  std::vector<int> ports(static_cast<size_t>(config.listen_size()), 0);
+  for (int i = 0; i < config.listen_size(); ++i) {
+    builder.AddListeningPort(config.listen(i), credentials, &ports[static_cast<size_t>(i)]);
+  }
+  builder.RegisterService(&service);
+  builder.SetMaxSendMessageSize(static_cast<int>(std::min<int64_t>(config.max_batch_bytes(), INT32_MAX)));
+  builder.SetMaxReceiveMessageSize(1 << 20);  // requests are small
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server) {
+    std::fprintf(stderr, "sluice serve: cannot listen on %s (in use, or not allowed?)\n",
+                 fmt::format("{}", fmt::join(config.listen(), ", ")).c_str());
+    return 2;
+  }
+  for (int i = 0; i < config.listen_size(); ++i) {
+    const std::string& address = config.listen(i);
+    if (!address.starts_with("unix:") && ports[static_cast<size_t>(i)] == 0) {
+      std::fprintf(stderr, "sluice serve: cannot listen on %s\n", address.c_str());
+      server->Shutdown();
+      return 2;
+    }
+  }
+  server->GetHealthCheckService()->SetServingStatus(true);
+
+  StatusPages pages(config, &registry);
+  std::unique_ptr<HttpServer> http;
+  if (!config.metrics_address().empty()) {
+    Result<std::unique_ptr<HttpServer>> started = HttpServer::Start(
+        config.metrics_address(), [&pages](const HttpRequest& r) { return pages.Handle(r); });
+    if (!started.ok()) {
+      std::fprintf(stderr, "sluice serve: %s\n", started.status().message().c_str());
+      server->Shutdown();
+      return 2;
+    }
+    http = std::move(*started);
+  }
+
+  for (int i = 0; i < config.listen_size(); ++i) {
+    std::string address = config.listen(i);
+    if (!address.starts_with("unix:")) {
+      address = address.substr(0, address.rfind(':') + 1) + std::to_string(ports[static_cast<size_t>(i)]);
+    }
+    std::printf("sluice serve: listening on %s\n", address.c_str());
+  }
+  if (http) {
+    const std::string& m = config.metrics_address();
+    std::printf("sluice serve: metrics on http://%s:%d/metrics\n", m.substr(0, m.rfind(':')).c_str(),
+                http->port());
+  }
+  std::string names;
+  for (const auto& d : config.datasets()) {
+    names += fmt::format("{}{} ({} files)", names.empty() ? "" : ", ", d.name(),
+                         d.pipeline().files_size());
+  }
+  std::printf("sluice serve: datasets: %s; %d decode threads, memory budget %s\n", names.c_str(),
+              config.threads(), FormatBytes(config.memory_budget_bytes()).c_str());
+  std::fflush(stdout);
+
+  boost::asio::io_context io;
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  int signal_number = 0;
+  signals.async_wait([&](const boost::system::error_code&, int n) { signal_number = n; });
+  io.run();
+
+  std::printf("sluice serve: %s, draining\n", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+  std::fflush(stdout);
+  pages.SetDraining();
+  server->GetHealthCheckService()->SetServingStatus(false);
+  registry.StopAll(Unavailable("the server is shutting down; reconnect to continue"));
+  server->Shutdown(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(static_cast<int64_t>(f.drain_seconds * 1000)));
+  server->Wait();
+  if (http) http->Stop();
+  std::printf("sluice serve: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+void RegisterServeCommand(CLI::App& app, int* exit_code) {
+  auto f = std::make_shared<ServeFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "serve", "Serve datasets to trainers over gRPC (sluice.v1.DataService)");
+  auto* config = cmd->add_option("--config", f->config_file,
+                                 "ServerConfig in protobuf text format (see README \"Serving\")");
+  auto* files = cmd->add_option("--files", f->files, "Quick mode: serve these TFRecord globs");
+  config->excludes(files);
+  cmd->add_option("--name", f->name, "Quick mode: the dataset's name (default train)")
+      ->needs(files);
+  cmd->add_option("--port", f->port, "Quick mode: TCP port on 127.0.0.1 (0 = any; default 50051)")
+      ->needs(files);
+  cmd->add_option("--metrics-address", f->metrics_address,
+                  "Quick mode: HOST:PORT for /metrics, /healthz and / (default: none)")
+      ->needs(files);
+  cmd->add_option("--drain-seconds", f->drain_seconds,
+                  "On SIGINT/SIGTERM, how long streams get to end before they are cut (default 5)");
+  cmd->callback([f, exit_code, cmd] {
+    if (f->config_file.empty() && f->files.empty()) {
+      std::fprintf(stderr, "sluice serve: give --config FILE or --files GLOB\n%s",
+                   cmd->help().c_str());
+      *exit_code = 2;
+      return;
+    }
+    *exit_code = Serve(*f);
+  });
+}
+
+}  // namespace sluice

@@ -1,0 +1,158 @@
+#include "server/status_pages.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "server/prometheus.h"
+
+namespace sluice {
+namespace {
+
+double BusyFraction(const v1::StageStats& s, double wall) {
+  if (wall <= 0) return 0;
+  return s.busy_seconds() / (wall * std::max(1, s.max_parallelism()));
+}
+
+}  // namespace
+
+StatusPages::StatusPages(const v1::ServerConfig& config, const JobRegistry* registry)
+    : config_(config), registry_(registry), last_scrape_(std::chrono::steady_clock::now()) {}
+
+HttpResponse StatusPages::Handle(const HttpRequest& request) {
+  const std::string path = request.target.substr(0, request.target.find('?'));
+  if (path == "/metrics") return {200, std::string(kPrometheusContentType), Metrics()};
+  if (path == "/healthz") {
+    if (draining_) return {503, "", "draining\n"};
+    return {200, "", "ok\n"};
+  }
+  if (path == "/") return {200, "", StatusText()};
+  return {404, "", "not found; try /, /metrics or /healthz\n"};
+}
+
+std::string StatusPages::Metrics() {
+  v1::Stats stats;
+  registry_->FillStats("", &stats);
+  std::map<std::string, double> rates;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    const double dt = std::chrono::duration<double>(now - last_scrape_).count();
+    for (const v1::DatasetStats& d : stats.datasets()) {
+      uint64_t& last = last_images_[d.name()];
+      // Over the last second at least; a quicker second scrape reuses the previous rate.
+      if (dt >= 1.0) rate_[d.name()] = static_cast<double>(d.images_served() - last) / dt;
+      rates[d.name()] = rate_[d.name()];
+      if (dt >= 1.0) last = d.images_served();
+    }
+    if (dt >= 1.0) last_scrape_ = now;
+  }
+
+  PrometheusWriter w;
+  using L = PrometheusWriter::Labels;
+  w.Family("sluice_uptime_seconds", "Seconds since the server started.", MetricType::kGauge);
+  w.Sample("sluice_uptime_seconds", {}, stats.uptime_seconds());
+  w.Family("sluice_memory_budget_bytes", "The server's memory budget for all jobs.",
+           MetricType::kGauge);
+  w.Sample("sluice_memory_budget_bytes", {}, static_cast<double>(stats.memory_budget_bytes()));
+  w.Family("sluice_memory_reserved_bytes", "Memory budgets of the running jobs.",
+           MetricType::kGauge);
+  w.Sample("sluice_memory_reserved_bytes", {}, static_cast<double>(stats.memory_reserved_bytes()));
+
+  struct Counter {
+    const char* name;
+    const char* help;
+    MetricType type;
+    double (*value)(const v1::DatasetStats&);
+  };
+  const Counter counters[] = {
+      {"sluice_images_served_total", "Images delivered to clients.", MetricType::kCounter,
+       [](const v1::DatasetStats& d) { return static_cast<double>(d.images_served()); }},
+      {"sluice_bytes_served_total", "Image bytes delivered to clients.", MetricType::kCounter,
+       [](const v1::DatasetStats& d) { return static_cast<double>(d.bytes_served()); }},
+      {"sluice_batches_served_total", "Batches delivered to clients.", MetricType::kCounter,
+       [](const v1::DatasetStats& d) { return static_cast<double>(d.batches_served()); }},
+      {"sluice_skipped_records_total", "Corrupt or undecodable records skipped in served batches.",
+       MetricType::kCounter,
+       [](const v1::DatasetStats& d) { return static_cast<double>(d.skipped_records()); }},
+      {"sluice_streams_started_total", "StreamBatches calls accepted.", MetricType::kCounter,
+       [](const v1::DatasetStats& d) { return static_cast<double>(d.streams_started()); }},
+      {"sluice_active_streams", "Streams open now.", MetricType::kGauge,
+       [](const v1::DatasetStats& d) { return static_cast<double>(d.active_streams()); }},
+  };
+  for (const Counter& c : counters) {
+    w.Family(c.name, c.help, c.type);
+    for (const v1::DatasetStats& d : stats.datasets()) w.Sample(c.name, L{{"dataset", d.name()}}, c.value(d));
+  }
+  w.Family("sluice_images_per_second", "Images delivered per second since the previous scrape.",
+           MetricType::kGauge);
+  for (const v1::DatasetStats& d : stats.datasets()) {
+    w.Sample("sluice_images_per_second", L{{"dataset", d.name()}}, rates[d.name()]);
+  }
+
+  w.Family("sluice_job_queue_fill", "Ready batches waiting in a job's prefetch queue.",
+           MetricType::kGauge);
+  for (const v1::JobStats& j : stats.jobs()) {
+    w.Sample("sluice_job_queue_fill", L{{"dataset", j.dataset()}, {"job", j.name()}}, j.queue_fill());
+  }
+  w.Family("sluice_job_queue_capacity", "Capacity of a job's prefetch queue.", MetricType::kGauge);
+  for (const v1::JobStats& j : stats.jobs()) {
+    w.Sample("sluice_job_queue_capacity", L{{"dataset", j.dataset()}, {"job", j.name()}},
+             j.queue_capacity());
+  }
+  w.Family("sluice_job_consumers", "Streams consuming a job.", MetricType::kGauge);
+  for (const v1::JobStats& j : stats.jobs()) {
+    w.Sample("sluice_job_consumers", L{{"dataset", j.dataset()}, {"job", j.name()}}, j.consumers());
+  }
+  w.Family("sluice_job_stage_busy_fraction",
+           "Fraction of a stage's threads' time spent working, over the job's life.",
+           MetricType::kGauge);
+  for (const v1::JobStats& j : stats.jobs()) {
+    for (const v1::StageStats& s : j.stages()) {
+      w.Sample("sluice_job_stage_busy_fraction",
+               L{{"dataset", j.dataset()}, {"job", j.name()}, {"stage", s.name()}},
+               BusyFraction(s, j.wall_seconds()));
+    }
+  }
+  w.Family("sluice_job_memory_bytes", "Bytes a job's memory pool holds now.", MetricType::kGauge);
+  for (const v1::JobStats& j : stats.jobs()) {
+    for (const v1::PoolStats& p : j.pools()) {
+      w.Sample("sluice_job_memory_bytes",
+               L{{"dataset", j.dataset()}, {"job", j.name()}, {"pool", p.name()}},
+               static_cast<double>(p.bytes()));
+    }
+  }
+  return w.Take();
+}
+
+std::string StatusPages::StatusText() {
+  v1::Stats stats;
+  registry_->FillStats("", &stats);
+  std::string out = fmt::format(
+      "sluice serve — up {:.0f} s, {} of {} streams, memory reserved {} of {} MiB{}\n\n",
+      stats.uptime_seconds(), stats.active_streams(), stats.max_streams(),
+      stats.memory_reserved_bytes() >> 20, stats.memory_budget_bytes() >> 20,
+      draining_ ? ", DRAINING" : "");
+  out += fmt::format("{:<16} {:>8} {:>14} {:>12} {:>10}\n", "dataset", "streams", "images",
+                     "GB served", "skipped");
+  for (const v1::DatasetStats& d : stats.datasets()) {
+    out += fmt::format("{:<16} {:>8} {:>14} {:>12.2f} {:>10}\n", d.name(), d.active_streams(),
+                       d.images_served(), static_cast<double>(d.bytes_served()) / 1e9,
+                       d.skipped_records());
+  }
+  out += fmt::format("\n{:<16} {:<14} {:>9} {:>10} {:>7}  busy by stage\n", "job", "dataset",
+                     "consumers", "img/s", "queue");
+  for (const v1::JobStats& j : stats.jobs()) {
+    std::string busy;
+    for (const v1::StageStats& s : j.stages()) {
+      busy += fmt::format(" {} {:.0f}%", s.name(), 100 * BusyFraction(s, j.wall_seconds()));
+    }
+    out += fmt::format("{:<16} {:<14} {:>9} {:>10.0f} {:>3}/{:<3} {}\n", j.name(), j.dataset(),
+                       j.consumers(), j.images_per_sec(), j.queue_fill(), j.queue_capacity(),
+                       busy);
+  }
+  out += "\nMachine-readable: /metrics (Prometheus), /healthz; gRPC: sluice.v1.DataService/GetStats\n";
+  return out;
+}
+
+}  // namespace sluice

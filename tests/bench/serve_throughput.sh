@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Benchmark of the serve issue's goals, server and client on this machine:
+#   - `profile --target` over TCP loopback >= 90% of the in-process rate (uncached TRAIN 224,
+#     batch 256)
+#   - raw delivery of a warm DECODED cache at batch 256, 224x224: >= 2 GB/s over TCP loopback,
+#     and more over a unix: socket
+#   tests/bench/serve_throughput.sh [DATA_DIR]
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+sluice="$root/build/bin/sluice"
+data=${1:-/tmp/sluice-bench-data}
+photos=/usr/share/backgrounds/mate/nature
+work=$(mktemp -d)
+trap 'kill $server 2>/dev/null || true; rm -rf "$work"' EXIT
+
+if [ ! -f "$data/labels.txt" ]; then
+  "$sluice" synth --photos "$photos" --classes 12 --images 6000 --shards 16 --seed 1 --out "$data"
+fi
+summary() {
+  python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+extra = ""
+if "batch_wait_ms" in j:
+    w = j["batch_wait_ms"]
+    extra = "  wait p50 %.1f ms p99 %.1f ms" % (w["p50"], w["p99"])
+print("%-34s %8.0f img/s %7.2f GB/s  bottleneck=%s%s" % (sys.argv[1], j["images_per_sec"],
+      j["bytes_per_sec"] / 1e9, j["bottleneck"]["stage"], extra))
+open(sys.argv[2], "w").write(str(j["images_per_sec"]))' "$1" "$2"
+}
+
+"$sluice" profile --files "$data/train-*.tfrecord" --batch-size 256 --image-size 224 \
+  --shuffle-buffer 1024 --threads 2 --batches 40 --json | summary "in-process, uncached" "$work/inproc"
+
+cat > "$work/sluice.textproto" <<CONF
+listen: "127.0.0.1:0"
+listen: "unix:$work/sluice.sock"
+threads: 2
+datasets {
+  name: "train"
+  pipeline { files: "$data/train-*.tfrecord" batch_size: 256 shuffle { buffer_size: 1024 } }
+}
+datasets {
+  name: "cached"
+  pipeline {
+    files: "$data/train-*.tfrecord" batch_size: 256 shuffle { buffer_size: 1024 }
+    cache { mode: CACHE_DECODED budget_bytes: 3221225472 } memory_budget_bytes: 4294967296
+  }
+}
+CONF
+"$sluice" serve --config "$work/sluice.textproto" > "$work/serve.log" &
+server=$!
+for _ in $(seq 100); do grep -q "listening on 127" "$work/serve.log" 2>/dev/null && break; sleep 0.1; done
+tcp=$(grep -m1 -o 'listening on 127[^ ]*' "$work/serve.log" | cut -d' ' -f3)
+
+"$sluice" profile --target "$tcp" --dataset train --batch-size 256 --image-size 224 --batches 40 \
+  --json | summary "served over TCP, uncached" "$work/tcp"
+python3 -c "import sys; print('TCP / in-process: %.2f' % (float(open(sys.argv[1]).read()) / float(open(sys.argv[2]).read())))" \
+  "$work/tcp" "$work/inproc"
+# 6,000 images = 24 batches: 30 warm-up batches fill the job's DECODED cache.
+"$sluice" profile --target "$tcp" --dataset cached --batch-size 256 --image-size 224 \
+  --warmup-batches 30 --batches 100 --json | summary "warm DECODED cache, TCP" "$work/c_tcp"
+"$sluice" profile --target "unix:$work/sluice.sock" --dataset cached --batch-size 256 \
+  --image-size 224 --warmup-batches 30 --batches 100 --json | summary "warm DECODED cache, unix:" "$work/c_unix"
+kill -TERM $server
+wait $server || true

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what Sluice needs to build, test and run its demo on Debian 12. Idempotent: packages
 # already present are left alone, and apt-get update runs only when something is missing.
-#   deploy/install-deps.sh            Debian packages + the Python test environment (build/venv)
-#   deploy/install-deps.sh --bench    also PyTorch + torchvision + Pillow for /usr/bin/python3
-#                                     (the competitor loaders in tests/bench/)
+#   deploy/install-deps.sh            Debian packages + the Python test environments: build/venv
+#                                     (TensorFlow) and build/venv-torch (Debian's PyTorch)
+#   deploy/install-deps.sh --bench    also torchvision + Pillow for /usr/bin/python3 (the
+#                                     competitor loaders in tests/bench/)
 #   SLUICE_SKIP_PYTHON=1 deploy/...   Debian packages only
 set -euo pipefail
 
@@ -27,11 +28,16 @@ packages=(
   libcli11-dev nlohmann-json3-dev libfmt-dev catch2
   # demo and benchmark photographs (12 nature photos)
   mate-backgrounds
+  # serve tests: a self-signed certificate for TLS, HTTP requests to /metrics
+  openssl curl
   # Python interop tests (TensorFlow in a venv under build/)
   python3 python3-venv python3-pip
+  # the Python client's PyTorch tests: PyPI's x86-64 torch wheels are CUDA builds (~3.5 GB with
+  # their nvidia-* dependencies), Debian's is CPU-only (a few hundred MB)
+  python3-torch
 )
 if ((bench)); then
-  packages+=(python3-torch python3-torchvision python3-pil)
+  packages+=(python3-torchvision python3-pil)
 fi
 
 sudo_cmd=()
@@ -57,9 +63,20 @@ if [ "${SLUICE_SKIP_PYTHON:-0}" != 1 ]; then
     mkdir -p "$root/build"
     /usr/bin/python3 -m venv "$venv"
   fi
-  if ! "$venv/bin/python" -c 'import tensorflow, pytest, google.protobuf' 2>/dev/null; then
+  if ! "$venv/bin/python" -c 'import tensorflow, pytest, google.protobuf, grpc_tools' 2>/dev/null; then
     echo "install-deps: installing Python test packages into $venv"
     "$venv/bin/pip" install -q --disable-pip-version-check -r "$root/deploy/requirements-test.txt"
+  fi
+  # PyTorch tests of the Python client: Debian's torch (and its numpy) through the system
+  # site-packages, the client's build and test packages in the venv.
+  venv_torch="$root/build/venv-torch"
+  if [ ! -x "$venv_torch/bin/python" ]; then
+    /usr/bin/python3 -m venv --system-site-packages "$venv_torch"
+  fi
+  if ! "$venv_torch/bin/python" -c 'import torch, pytest, grpc_tools' 2>/dev/null; then
+    echo "install-deps: installing Python test packages into $venv_torch"
+    "$venv_torch/bin/pip" install -q --disable-pip-version-check \
+      -r "$root/deploy/requirements-test-torch.txt"
   fi
 fi
 echo "install-deps: ok"

@@ -1,0 +1,19 @@
+"""Sluice: ready image batches from `sluice serve`, as numpy arrays, PyTorch tensors or tf.data.
+
+    import sluice
+    client = sluice.Client("127.0.0.1:50051")
+    for images, labels, position in client.stream("train", batch_size=256, image_size=224):
+        ...  # images: uint8 [256, 224, 224, 3]; labels: int32 [256]
+
+sluice.tune_malloc() makes glibc keep freed memory for the next batches (faster; process-wide).
+sluice.torch.SluiceDataset and sluice.tf.dataset adapt streams to PyTorch and tf.data; they import
+their framework when imported themselves, so `import sluice` needs neither.
+"""
+from sluice._client import BatchStream, Client
+from sluice._errors import SluiceError
+from sluice._malloc import tune_malloc
+from sluice._wire import Batch, Position, decode_batch
+
+__version__ = "0.1.0"
+__all__ = ["Batch", "BatchStream", "Client", "Position", "SluiceError", "decode_batch",
+           "tune_malloc"]

@@ -1,0 +1,117 @@
+"""The Batch message (proto/sluice/v1/service.proto) as numpy arrays, without copying the images.
+
+gRPC hands the client each message as one `bytes` object. The top-level fields are walked by hand
+so that `images` (field 15, which the server writes last) is never copied: the images array is a
+read-only numpy view of that slice of the message. The small remaining fields are re-joined and
+parsed by protobuf itself, so packed or unpacked labels, negative values and unknown fields are
+handled exactly as any protobuf client would. Fields may come in any order.
+"""
+from typing import NamedTuple
+
+import grpc
+import numpy as np
+
+from sluice._errors import SluiceError
+from sluice.v1 import service_pb2
+
+_IMAGES_FIELD = 15
+_WIRETYPE_VARINT, _WIRETYPE_I64, _WIRETYPE_LEN, _WIRETYPE_I32 = 0, 1, 2, 5
+
+
+class Position(NamedTuple):
+    """A batch's place in its stream (sluice.v1.Position).
+
+    end_record: records of the epoch consumed up to this batch's last image, skipped ones included.
+    """
+    epoch: int
+    index: int
+    end_record: int
+
+    def after(self):
+        """The start_position that resumes a stream right after this batch."""
+        return Position(self.epoch, self.index + 1, self.end_record)
+
+
+class Batch(NamedTuple):
+    """One batch. images: uint8 [N, H, W, 3] (NHWC, RGB), a read-only view of the received message;
+    labels: int32 [N]."""
+    images: np.ndarray
+    labels: np.ndarray
+    position: Position
+
+
+def _malformed(what):
+    return SluiceError(grpc.StatusCode.DATA_LOSS, "malformed Batch message: " + what)
+
+
+def _varint(data, pos, end):
+    result = 0
+    shift = 0
+    while pos < end:
+        b = data[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift >= 70:
+            break
+    raise _malformed("truncated or overlong varint at byte %d" % pos)
+
+
+def decode_batch(data):
+    """Parses a serialized sluice.v1.Batch. Returns (Batch, skipped_records).
+
+    Raises SluiceError(DATA_LOSS) naming what is wrong when the message is malformed or its shape
+    disagrees with its images or labels.
+    """
+    end = len(data)
+    pos = 0
+    header = []  # serialized fields other than images, in wire order
+    images_offset = images_length = None
+    while pos < end:
+        start = pos
+        tag, pos = _varint(data, pos, end)
+        field, wire_type = tag >> 3, tag & 7
+        if field == 0:
+            raise _malformed("field number 0 at byte %d" % start)
+        if wire_type == _WIRETYPE_VARINT:
+            _, pos = _varint(data, pos, end)
+        elif wire_type == _WIRETYPE_I64:
+            pos += 8
+        elif wire_type == _WIRETYPE_I32:
+            pos += 4
+        elif wire_type == _WIRETYPE_LEN:
+            length, pos = _varint(data, pos, end)
+            if field == _IMAGES_FIELD:
+                images_offset, images_length = pos, length  # a repeated field: the last wins
+            pos += length
+        else:
+            raise _malformed("field %d has wire type %d" % (field, wire_type))
+        if pos > end:
+            raise _malformed("field %d runs past the end of the message (%d bytes)" % (field, end))
+        if field == _IMAGES_FIELD:
+            if wire_type != _WIRETYPE_LEN:
+                raise _malformed("images is not a bytes field")
+        else:
+            header.append(data[start:pos])
+    try:
+        message = service_pb2.Batch.FromString(b"".join(header))
+    except Exception as e:  # protobuf's DecodeError, whichever implementation is loaded
+        raise _malformed(str(e) or "cannot parse the fields before images") from None
+    shape = list(message.shape)
+    if len(shape) != 4 or shape[0] < 0 or min(shape[1:]) <= 0:
+        raise _malformed("shape must be [N, H, W, C], got %s" % shape)
+    n, h, w, c = shape
+    if images_offset is None:
+        images_offset, images_length = 0, 0
+    if images_length != n * h * w * c:
+        raise _malformed("images holds %d bytes, shape %s needs %d" %
+                         (images_length, shape, n * h * w * c))
+    if len(message.labels) != n:
+        raise _malformed("%d labels for %d images" % (len(message.labels), n))
+    images = np.frombuffer(data, dtype=np.uint8, count=images_length, offset=images_offset)
+    labels = np.array(message.labels, dtype=np.int32)
+    p = message.position
+    batch = Batch(images.reshape(n, h, w, c), labels, Position(p.epoch, p.index, p.end_record))
+    return batch, message.skipped_records

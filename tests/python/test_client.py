@@ -1,0 +1,446 @@
+"""The Python client (client/python, package `sluice`) against a real `sluice serve` on an ephemeral
+port: the numpy stream, its wire decoding, resume after a server restart, errors, and the PyTorch
+and tf.data adapters.
+
+Torch tests have "torch" in their names: ctest runs them in build/venv-torch (Debian's PyTorch) and
+the rest in build/venv (TensorFlow); in a venv without torch or TensorFlow those tests skip.
+"""
+import hashlib
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+
+import sluice
+from sluice.v1 import service_pb2, service_pb2_grpc
+
+PHOTOS = Path("/usr/share/backgrounds/mate/nature")
+IMAGES = 200   # in the test set: 4 shards, 4 classes
+SIZE = 64      # the datasets' default image size
+
+
+@pytest.fixture(scope="session")
+def data_dir(sluice_bin, tmp_path_factory):
+    out = tmp_path_factory.mktemp("client-data")
+    args = [sluice_bin, "synth", "--images", str(IMAGES), "--classes", "4", "--shards", "4",
+            "--seed", "3", "--out", str(out)]
+    if PHOTOS.is_dir():
+        args += ["--photos", str(PHOTOS)]
+    subprocess.run(args, check=True, capture_output=True, timeout=120)
+    return out
+
+
+class Server:
+    """A `sluice serve --config` child process; port 0 picks a free port, kept across restarts."""
+
+    def __init__(self, sluice_bin, workdir, data):
+        self.sluice_bin = sluice_bin
+        self.workdir = Path(workdir)
+        self.data = data
+        self.port = 0
+        self.proc = None
+        self.start()
+
+    def config(self):
+        files = f'files: "{self.data}/train-*.tfrecord"'
+        return f"""
+listen: "127.0.0.1:{self.port}"
+threads: 2
+datasets {{
+  name: "train"
+  num_classes: 4
+  pipeline {{ {files} batch_size: 16 image_height: {SIZE} shuffle {{ buffer_size: 64 }} }}
+  limits {{ max_batch_size: 64 }}
+}}
+datasets {{
+  name: "ordered"
+  pipeline {{
+    {files} mode: MODE_EVAL batch_size: 16 image_height: {SIZE} epochs: 1
+    no_shuffle_files: true interleave {{ cycle_length: 1 }}
+  }}
+}}
+"""
+
+    def start(self):
+        conf = self.workdir / "sluice.textproto"
+        conf.write_text(self.config())
+        log = self.workdir / "serve.log"
+        with open(log, "w") as out:
+            self.proc = subprocess.Popen(
+                [self.sluice_bin, "serve", "--config", str(conf), "--drain-seconds", "1"],
+                stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            text = log.read_text()
+            if "listening on 127.0.0.1:" in text:
+                self.port = int(text.split("listening on 127.0.0.1:")[1].split()[0])
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.stop()
+        raise AssertionError("sluice serve did not start:\n" + log.read_text())
+
+    @property
+    def target(self):
+        return f"127.0.0.1:{self.port}"
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture(scope="session")
+def server(sluice_bin, data_dir, tmp_path_factory):
+    s = Server(sluice_bin, tmp_path_factory.mktemp("serve"), data_dir)
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def client(server):
+    with sluice.Client(server.target) as c:
+        yield c
+
+
+def digest(images, labels, position):
+    return (hashlib.sha1(images).hexdigest(), labels.tolist(), tuple(position))
+
+
+def read_tfrecords(paths):
+    """Records of TFRecord files, in order (framing only; CRCs are the reader tests' business)."""
+    for path in paths:
+        data = Path(path).read_bytes()
+        pos = 0
+        while pos < len(data):
+            (length,) = struct.unpack_from("<Q", data, pos)
+            yield data[pos + 12:pos + 12 + length]
+            pos += 12 + length + 4
+
+
+# --- the numpy stream ------------------------------------------------------------------------
+
+def test_datasets_lists_names_defaults_and_limits(client):
+    infos = {d.name: d for d in client.datasets()}
+    assert set(infos) == {"train", "ordered"}
+    train = infos["train"]
+    assert (train.files, train.num_classes, train.batch_size, train.image_height,
+            train.image_width, train.max_batch_size) == (4, 4, 16, SIZE, SIZE, 64)
+    stats = client.stats()
+    assert {d.name for d in stats.datasets} == {"train", "ordered"}
+
+
+def test_stream_yields_a_zero_copy_view_of_each_message(client):
+    with client.stream("train", batch_size=8, image_size=(48, 40), seed=1, epochs=1) as stream:
+        images, labels, position = next(stream)
+    assert images.shape == (8, 48, 40, 3) and images.dtype == np.uint8
+    assert labels.shape == (8,) and labels.dtype == np.int32
+    assert position == sluice.Position(epoch=0, index=0, end_record=8)
+    # A view of the bytes gRPC received, not a copy: no array in the chain owns memory.
+    assert not images.flags.owndata and not images.flags.writeable
+    base = images
+    while isinstance(base, np.ndarray):
+        assert not base.flags.owndata
+        base = base.base
+    assert isinstance(base, bytes) and len(base) > images.nbytes
+    assert images.std() > 10  # real pixels, not zeros
+
+
+def test_stream_equals_a_plain_protobuf_client_for_the_same_seed(server, client):
+    """The copy-free decoder against protobuf's own parse of the same stream (what the C++
+    client and any generated client read): every batch's pixels, labels and position agree."""
+    request = service_pb2.StreamRequest(dataset="train", batch_size=24, seed=11, epochs=2)
+    with grpc.insecure_channel(server.target,
+                               options=[("grpc.max_receive_message_length", -1)]) as channel:
+        reference = [(hashlib.sha1(b.images).hexdigest(), list(b.labels),
+                      (b.position.epoch, b.position.index, b.position.end_record))
+                     for b in service_pb2_grpc.DataServiceStub(channel).StreamBatches(request)]
+    ours = [digest(*b) for b in client.stream("train", batch_size=24, seed=11, epochs=2)]
+    assert len(reference) == 2 * -(-IMAGES // 24)
+    assert ours == reference
+    # Deterministic: the same seed gives the same stream; another seed, another one.
+    again = [digest(*b) for b in client.stream("train", batch_size=24, seed=11, epochs=2)]
+    other = [digest(*b) for b in client.stream("train", batch_size=24, seed=12, epochs=2)]
+    assert again == ours
+    assert [d[0] for d in other] != [d[0] for d in ours]
+
+
+def test_eval_stream_matches_an_independent_decode_of_the_records(client, data_dir):
+    """EVAL in file order: labels are the records' labels, and each image is TensorFlow's decode
+    of the record, centre-cropped to 224/256 of its shorter side and resized (within the small
+    differences of DCT-domain scaling and filters; a mirrored or shifted crop is far off)."""
+    tf = pytest.importorskip("tensorflow")
+    records = list(read_tfrecords(sorted(data_dir.glob("train-*.tfrecord"))))
+    images = np.concatenate([b.images for b in client.stream("ordered")])
+    labels = np.concatenate([b.labels for b in client.stream("ordered")])
+    assert images.shape == (IMAGES, SIZE, SIZE, 3)
+    examples = [tf.train.Example.FromString(r) for r in records]
+    assert labels.tolist() == [e.features.feature["image/class/label"].int64_list.value[0]
+                               for e in examples]
+    errors, mirrored = [], []
+    for example, got in zip(examples[::10], images[::10]):
+        jpeg = example.features.feature["image/encoded"].bytes_list.value[0]
+        decoded = tf.io.decode_jpeg(jpeg, channels=3)
+        h, w = decoded.shape[:2]
+        side = min(round(0.875 * min(h, w)), min(h, w))
+        top, left = round((h - side) / 2), round((w - side) / 2)
+        crop = decoded[top:top + side, left:left + side]
+        expected = tf.image.resize(crop, (SIZE, SIZE), method="bilinear", antialias=True)
+        expected = tf.cast(tf.round(expected), tf.int32).numpy()
+        errors.append(np.abs(expected - got.astype(np.int32)).mean())
+        mirrored.append(np.abs(expected[:, ::-1] - got.astype(np.int32)).mean())
+    # Mean absolute differences: ~1-6 levels on these noisy photos; the mirror image is 15+ off.
+    assert np.median(errors) < 4 and max(errors) < 8, errors
+    assert all(3 * e < m for e, m in zip(errors, mirrored)), (errors, mirrored)
+
+
+def test_shards_are_disjoint_and_together_cover_the_epoch(client):
+    seen = []
+    for index in range(3):
+        for images, labels, _ in client.stream("ordered", shard=(index, 3)):
+            seen += [hashlib.sha1(image).hexdigest() for image in images]
+    whole = [hashlib.sha1(image).hexdigest()
+             for b in client.stream("ordered") for image in b.images]
+    assert len(seen) == IMAGES and sorted(seen) == sorted(whole)
+
+
+def test_shared_job_gives_each_batch_to_one_consumer(client):
+    got = [[], []]
+
+    def consume(k):
+        with sluice.Client(client.target) as c:
+            for images, _, _ in c.stream("ordered", job_name="shared-test"):
+                got[k] += [hashlib.sha1(image).hexdigest() for image in images]
+                time.sleep(0.01)  # let the other consumer take some
+
+    threads = [threading.Thread(target=consume, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(got[0]) + len(got[1]) == IMAGES
+    assert not set(got[0]) & set(got[1])
+
+
+def test_resume_after_a_server_restart_loses_and_repeats_nothing(sluice_bin, data_dir, tmp_path):
+    s = Server(sluice_bin, tmp_path, data_dir)
+    try:
+        # 160x160 batches of 32, 12 epochs: ~200 MB, far more than gRPC's 64 MB window, so the
+        # kill lands mid-stream.
+        args = dict(batch_size=32, image_size=160, seed=7, epochs=12)
+        with sluice.Client(s.target) as c:
+            expected = [digest(*b) for b in c.stream("train", **args)]
+            stream = c.stream("train", prefetch=1, **args)
+            got = [digest(*next(stream)) for _ in range(3)]
+            s.kill()
+            time.sleep(0.5)  # the client backs off and retries meanwhile
+            s.start()        # same port
+            got += [digest(*b) for b in stream]
+            assert stream.reconnects >= 1
+        assert len(got) == len(expected) == 12 * -(-IMAGES // 32)
+        assert got == expected
+    finally:
+        s.stop()
+
+
+def test_unknown_dataset_raises_not_found_with_the_servers_message(client):
+    with pytest.raises(sluice.SluiceError) as e:
+        client.stream("imagenet")
+    assert e.value.code == grpc.StatusCode.NOT_FOUND
+    assert "no dataset 'imagenet'" in e.value.message and "train" in e.value.message
+    assert isinstance(e.value, Exception) and "NOT_FOUND" in str(e.value)
+
+
+def test_request_out_of_limits_raises_invalid_argument(client):
+    with pytest.raises(sluice.SluiceError) as e:
+        client.stream("train", batch_size=65)
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "64" in e.value.message
+
+
+def test_unreachable_server_gives_up_after_the_reconnect_deadline():
+    import socket
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    start = time.monotonic()
+    with sluice.Client(f"127.0.0.1:{port}", reconnect_deadline=1.0) as c:
+        with pytest.raises(sluice.SluiceError) as e:
+            c.stream("train")
+    assert e.value.code == grpc.StatusCode.UNAVAILABLE
+    assert "gave up reconnecting" in e.value.message
+    assert 1.0 <= time.monotonic() - start < 10
+
+
+def test_abandoned_stream_stops_its_reader(client):
+    stream = client.stream("train", seed=1)  # repeats forever
+    next(stream)
+    reader = stream._reader
+    del stream
+    reader._thread.join(timeout=10)
+    assert not reader._thread.is_alive()
+
+
+# --- decoding the wire format ------------------------------------------------------------------
+
+def _message(n=2, h=3, w=4, labels=None, images=None, position=(1, 5, 40)):
+    labels = list(range(n)) if labels is None else labels
+    images = bytes(range(n * h * w * 3)) if images is None else images
+    head = service_pb2.Batch(shape=[n, h, w, 3], labels=labels, skipped_records=2)
+    head.position.epoch, head.position.index, head.position.end_record = position
+    return head.SerializeToString(), service_pb2.Batch(images=images).SerializeToString()
+
+
+def test_decode_batch_reads_fields_in_any_order():
+    head, images = _message(labels=[-1, 7])
+    for message in (head + images, images + head):
+        batch, skipped = sluice.decode_batch(message)
+        assert batch.images.tobytes() == bytes(range(72)) and batch.images.shape == (2, 3, 4, 3)
+        assert batch.labels.tolist() == [-1, 7] and batch.labels.dtype == np.int32
+        assert batch.position == (1, 5, 40) and batch.position.after() == (1, 6, 40)
+        assert skipped == 2
+
+
+@pytest.mark.parametrize("message, error", [
+    (_message()[0] + service_pb2.Batch(images=b"x" * 71).SerializeToString(),
+     "images holds 71 bytes"),
+    (_message(labels=[3])[0] + _message()[1], "1 labels for 2 images"),
+    (service_pb2.Batch(shape=[2, 3], labels=[1, 2]).SerializeToString(), "shape must be"),
+    (b"".join(_message())[:-5], "runs past the end"),
+    (b"\x0b", "wire type 3"),
+])
+def test_decode_batch_rejects_malformed_messages(message, error):
+    with pytest.raises(sluice.SluiceError) as e:
+        sluice.decode_batch(message)
+    assert e.value.code == grpc.StatusCode.DATA_LOSS
+    assert error in e.value.message
+
+
+# --- PyTorch ------------------------------------------------------------------------------------
+
+def test_torch_dataset_feeds_a_model_through_optimizer_steps(server):
+    torch = pytest.importorskip("torch")
+    import sluice.torch
+    torch.manual_seed(0)
+    ds = sluice.torch.SluiceDataset(server.target, "train", batch_size=32, image_size=32, seed=5)
+    loader = torch.utils.data.DataLoader(ds, batch_size=None)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, stride=2), torch.nn.ReLU(),
+                                torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                torch.nn.Linear(8, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = [p.detach().clone() for p in model.parameters()]
+    losses = []
+    for step, (images, labels) in enumerate(loader):
+        assert images.shape == (32, 32, 32, 3) and images.dtype == torch.uint8
+        assert labels.shape == (32,) and labels.dtype == torch.int64
+        x = images.permute(0, 3, 1, 2).float() / 255
+        loss = torch.nn.functional.cross_entropy(model(x), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        if step == 4:
+            break
+    assert len(losses) == 5 and all(np.isfinite(losses))
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_torch_dataloader_workers_take_disjoint_shards(server):
+    torch = pytest.importorskip("torch")
+    import sluice.torch
+    ds = sluice.torch.SluiceDataset(server.target, "ordered", prefetch=1)
+    # Spawned workers: this process has gRPC threads running (the other tests' streams), and
+    # gRPC does not support fork() then.
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2,
+                                         multiprocessing_context="spawn")
+    seen = [hashlib.sha1(image.numpy()).hexdigest() for images, _ in loader for image in images]
+    with sluice.Client(server.target) as c:
+        whole = [hashlib.sha1(image).hexdigest() for b in c.stream("ordered") for image in b.images]
+    assert len(seen) == IMAGES and sorted(seen) == sorted(whole)
+
+
+def test_torch_tensors_share_the_message_or_copy_when_asked():
+    torch = pytest.importorskip("torch")
+    import warnings
+    from sluice.torch import _images_tensor
+    message = bytes(range(256)) * 3
+    images = np.frombuffer(message, dtype=np.uint8).reshape(4, 8, 8, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the read-only warning is expected and silenced
+        shared = _images_tensor(images, writable=False)
+    assert shared.data_ptr() == images.__array_interface__["data"][0]
+    copied = _images_tensor(images, writable=True)
+    assert copied.data_ptr() != shared.data_ptr() and torch.equal(copied, shared)
+    copied += 1  # its own memory: the message is untouched
+    assert images.tobytes() == message
+
+
+def test_torch_worker_shards_compose_with_the_ranks_shard():
+    pytest.importorskip("torch")
+    from sluice.torch import worker_shard
+    assert worker_shard(None, 1, 1) is None
+    assert worker_shard(None, 1, 4) == (1, 4)
+    # Rank 1 of 2 with 3 workers: shards 3, 4, 5 of 6; rank 0 has 0, 1, 2.
+    assert [worker_shard((1, 2), w, 3) for w in range(3)] == [(3, 6), (4, 6), (5, 6)]
+
+
+# --- tf.data ------------------------------------------------------------------------------------
+
+def test_tf_dataset_has_the_declared_signature_and_feeds_keras_fit(server):
+    tf = pytest.importorskip("tensorflow")
+    import sluice.tf
+    ds = sluice.tf.dataset(server.target, "train", batch_size=16, image_size=32, seed=3)
+    assert ds.element_spec == (tf.TensorSpec((None, 32, 32, 3), tf.uint8),
+                               tf.TensorSpec((None,), tf.int32))
+    images, labels = next(iter(ds))
+    assert images.shape == (16, 32, 32, 3) and images.dtype == tf.uint8
+    assert labels.shape == (16,) and labels.dtype == tf.int32
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential([tf.keras.Input((32, 32, 3)),
+                                 tf.keras.layers.Rescaling(1 / 255),
+                                 tf.keras.layers.Conv2D(8, 3, strides=2, activation="relu"),
+                                 tf.keras.layers.GlobalAveragePooling2D(),
+                                 tf.keras.layers.Dense(4)])
+    model.compile(optimizer="sgd",
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(ds, steps_per_epoch=4, epochs=1, shuffle=False, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+
+
+def test_tf_dataset_surfaces_the_servers_error(server):
+    tf = pytest.importorskip("tensorflow")
+    import sluice.tf
+    ds = sluice.tf.dataset(server.target, "imagenet", batch_size=16, image_size=32)
+    with pytest.raises(tf.errors.OpError, match="no dataset 'imagenet'"):
+        next(iter(ds))
+
+
+def test_tune_malloc_applies_and_streams_still_work(server, tmp_path):
+    # In a child process: the setting is process-wide.
+    code = ("import sys, sluice; assert sluice.tune_malloc(); "
+            "c = sluice.Client(sys.argv[1]); "
+            "assert sum(len(b.labels) for b in c.stream('ordered')) == %d" % IMAGES)
+    subprocess.run([sys.executable, "-c", code, server.target], check=True, cwd=tmp_path,
+                   timeout=60)
+
+
+def test_package_imports_without_the_frameworks(tmp_path):
+    # A fresh interpreter: importing sluice must not pull in either framework.
+    code = ("import sys, sluice; "
+            "assert 'torch' not in sys.modules and 'tensorflow' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path, timeout=60)

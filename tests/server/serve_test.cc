@@ -245,6 +245,46 @@ TEST_CASE("ServerKilledMidStreamAndRestartedTheClientResumesWithNothingLostOrRep
   CHECK(got.images == whole.images);
 }
 
+TEST_CASE("FanInFromTwoServersDeliversEachServersShardOnce") {
+  TempDir dir;
+  WriteTestShards(dir, 4, 30);
+  std::vector<std::unique_ptr<ServerProcess>> servers;
+  for (int i = 0; i < 2; ++i) {
+    // Worker i of 2 serves its own half of the files, as a StatefulSet's pods would.
+    const std::string config = dir.file("worker" + std::to_string(i) + ".textproto");
+    testing::WriteAll(config, "listen: \"127.0.0.1:0\"\ndatasets { name: \"train\" pipeline {"
+                              " files: \"" + dir.file("shard-*.tfrecord") + "\" batch_size: 8"
+                              " image_height: 32 image_width: 40 threads: 1 epochs: 1"
+                              " memory_budget_bytes: 67108864 shard { index: " +
+                              std::to_string(i) + " count: 2 } } }\n");
+    servers.push_back(std::make_unique<ServerProcess>(std::vector<std::string>{"--config", config}));
+    REQUIRE(servers.back()->running());
+  }
+  ClientOptions o;
+  // One plain target and one through the dns: resolver (a literal resolves to itself).
+  o.targets = {servers[0]->address(), "dns:///" + servers[1]->address()};
+  auto client = Client::Create(o);
+  REQUIRE(client.ok());
+  auto s = (*client)->Stream(Request());
+  REQUIRE(s.ok());
+  CHECK((*s)->servers() == 2);
+  std::vector<int32_t> labels;
+  std::set<int> from;
+  for (;;) {
+    ReceivedBatch b;
+    bool end = false;
+    REQUIRE((*s)->Next(&b, &end).ok());
+    if (end) break;
+    from.insert(b.server);
+    labels.insert(labels.end(), b.labels.begin(), b.labels.end());
+  }
+  CHECK(from == std::set<int>{0, 1});
+  std::sort(labels.begin(), labels.end());
+  std::vector<int32_t> want(120);
+  for (int i = 0; i < 120; ++i) want[static_cast<size_t>(i)] = i;
+  CHECK(labels == want);
+}
+
 TEST_CASE("EightConcurrentStreamsAllComplete") {
   Fixture f;
   ServerProcess server(f.Args());

@@ -177,6 +177,18 @@ class Core : public BatchRecycler {
   bool detached_ = false;             // guarded by mu_
 };
 
+// oneTBB caps its workers at cores - 1 by default (one core is left for the thread that called
+// in). Our decode threads are all workers, so the cap must allow `threads`. The cap is
+// process-wide and the smallest live global_control wins, so a pipeline never asks for less
+// than the cap in force: one with fewer threads must not throttle the others in the process
+// (the server holds one for its whole thread budget), and each keeps its own cap alive.
+tbb::global_control AllowWorkers(int threads) {
+  const size_t active =
+      tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism);
+  return tbb::global_control(tbb::global_control::max_allowed_parallelism,
+                             std::max(active, static_cast<size_t>(threads) + 1));
+}
+
 // One entry of the prefetch queue.
 struct Ready {
   Batch batch;
@@ -190,10 +202,7 @@ class PipelineIterator : public Iterator, private BatcherSink {
       : options_(options),
         start_(start),
         decode_gate_(options.threads),
-        // oneTBB caps its workers at cores - 1 by default (one core is left for the thread that
-        // called in). Our decode threads are all workers, so the cap must allow `threads`.
-        workers_(tbb::global_control::max_allowed_parallelism,
-                 static_cast<size_t>(options.threads) + 1),
+        workers_(AllowWorkers(options.threads)),
         arena_(options.threads, 0),
         batcher_(options_, &stats_, this, start),
         shuffle_(static_cast<size_t>(options.shuffle_buffer),

@@ -63,11 +63,13 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
 
   void OnWriteDone(bool ok) override {
     out_.Clear();
+    bool cancelled;
     {
       std::lock_guard<std::mutex> lock(mu_);
       writing_ = false;
+      cancelled = cancelled_;
     }
-    if (!ok) {
+    if (!ok || cancelled) {
       FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
       return;
     }
@@ -83,12 +85,15 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
   }
 
   void OnCancel() override {
-    bool finish;
     {
+      // One critical section: an OnEvent on a pipeline thread either started its write before
+      // (OnWriteDone finishes the call) or sees finished_ and writes nothing.
       std::lock_guard<std::mutex> lock(mu_);
-      finish = !writing_;
+      cancelled_ = true;
+      if (writing_ || finished_) return;
+      finished_ = true;
     }
-    if (finish) FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+    Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
   }
 
   void OnDone() override {
@@ -117,7 +122,8 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
   uint64_t pending_skipped_ = 0;
   std::mutex mu_;
   bool writing_ = false;   // guarded by mu_
-  bool finished_ = false;  // guarded by mu_
+  bool finished_ = false;  // Finish called or about to be; guarded by mu_
+  bool cancelled_ = false;  // guarded by mu_
 };
 
 bool ConstantTimeEquals(std::string_view a, std::string_view b) {

@@ -99,7 +99,13 @@ void Job::Pump() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       again_ = false;
-      if (waiting_.empty() || closing_) break;
+      if (waiting_.empty() || closing_) {
+        // Stop pumping in the same critical section that saw nobody waiting, so a Want that
+        // arrives after it finds pumping_ false and pumps itself.
+        pumping_ = false;
+        cv_.notify_all();
+        return;
+      }
       if (final_) {
         event.emplace();
         event->end = final_->ok();
@@ -123,7 +129,7 @@ void Job::Pump() {
       if (!s.ok() || e.end) {
         e.error = s;
         std::lock_guard<std::mutex> lock(mu_);
-        final_ = s;
+        if (!final_) final_ = s;  // a Stop() meanwhile keeps its status
       }
       event = std::move(e);
     }
@@ -145,11 +151,6 @@ void Job::Pump() {
     }
     cv_.notify_all();
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    pumping_ = false;
-  }
-  cv_.notify_all();
 }
 
 }  // namespace sluice

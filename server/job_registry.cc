@@ -62,6 +62,15 @@ JobRegistry::~JobRegistry() {
   }
   cv_.notify_all();
   reaper_.join();
+  // References handed back after the reaper left; their jobs give back to reserved_.
+  std::vector<std::shared_ptr<Job>> doomed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    doomed.swap(doomed_);
+    for (auto& [key, e] : jobs_) doomed.push_back(std::move(e.job));
+    jobs_.clear();
+  }
+  doomed.clear();
 }
 
 DatasetCounters& JobRegistry::counters(const std::string& dataset) {
@@ -87,56 +96,89 @@ Result<std::shared_ptr<Job>> JobRegistry::Open(const std::string& dataset,
     streams_.fetch_sub(1);
     return s;
   };
+  auto joined = [this, &dataset](Entry& e) {
+    ++e.streams;
+    e.linger_until.reset();
+    counters(dataset).active_streams.fetch_add(1);
+    counters(dataset).streams_started.fetch_add(1);
+    return e.job;
+  };
   v1::PipelineOptions options = requested;
   if (options.threads() <= 0 || options.threads() > config_.threads()) {
     options.set_threads(config_.threads());
   }
   std::string options_key;
-  options.SerializeToString(&options_key);  // deterministic enough: same code, same message
-
-  std::unique_lock<std::mutex> lock(mu_);
-  if (refuse_) return fail(*refuse_);
-  if (!job_name.empty()) {
-    const std::string key = Key(dataset, job_name);
-    auto it = jobs_.find(key);
-    if (it != jobs_.end()) {
-      if (it->second->options_key() != options_key) {
-        return fail(InvalidArgument(
-            "job '" + job_name + "' of dataset '" + dataset +
-            "' runs with other options (batch size, image size, mode, seed, epochs, shard or "
-            "drop_remainder); join it with the same request or choose another job_name"));
+  options.SerializeToString(&options_key);  // same code, same message: same bytes
+  const bool shared = !job_name.empty();
+  const std::string mismatch = "job '" + job_name + "' of dataset '" + dataset +
+                               "' runs with other options (batch size, image size, mode, seed, "
+                               "epochs, shard or drop_remainder); join it with the same request "
+                               "or choose another job_name";
+  std::string name = job_name;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (refuse_) return fail(*refuse_);
+    if (shared) {
+      auto it = jobs_.find(Key(dataset, name));
+      if (it != jobs_.end()) {
+        if (it->second.job->options_key() != options_key) return fail(InvalidArgument(mismatch));
+        return joined(it->second);
       }
-      lingering_.erase(key);
-      counters(dataset).active_streams.fetch_add(1);
-      counters(dataset).streams_started.fetch_add(1);
-      return it->second;
+    } else {
+      name = "private-" + std::to_string(++next_private_);
     }
   }
-  // Resolve (glob expansion, checks) outside the lock? Options were checked at start-up and by
-  // the request policy; this resolves literal paths only and is quick.
+
+  // Resolving the options and starting the pipeline take a while: not under the lock, which
+  // every stream's end and every stats call need.
   Result<std::unique_ptr<Pipeline>> pipeline = Pipeline::Create(options);
   if (!pipeline.ok()) return fail(pipeline.status());
   const int64_t budget = (*pipeline)->options().memory_budget_bytes;
-  if (reserved_ + budget > config_.memory_budget_bytes()) {
-    return fail(ResourceExhausted(
-        "starting this job would reserve " + Mib(budget) + " on top of the " + Mib(reserved_) +
-        " its running jobs hold, over the server's memory_budget_bytes " +
-        Mib(config_.memory_budget_bytes()) + "; try again when a stream ends"));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (reserved_ + budget > config_.memory_budget_bytes()) {
+      return fail(ResourceExhausted(
+          "starting this job would reserve " + Mib(budget) + " on top of the " + Mib(reserved_) +
+          " its running jobs hold, over the server's memory_budget_bytes " +
+          Mib(config_.memory_budget_bytes()) + "; try again when a stream ends"));
+    }
+    reserved_ += budget;
   }
   Result<std::unique_ptr<Iterator>> iterator = (*pipeline)->MakeIterator(start);
-  if (!iterator.ok()) return fail(iterator.status());
-  reserved_ += budget;
-  const bool shared = !job_name.empty();
-  std::string name = shared ? job_name : "private-" + std::to_string(++next_private_);
+  if (!iterator.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    reserved_ -= budget;
+    return fail(iterator.status());
+  }
   auto job = std::make_shared<Job>(name, dataset, options_key, shared, std::move(*pipeline),
                                    std::move(*iterator), budget, [this, budget] {
                                      std::lock_guard<std::mutex> lock(mu_);
                                      reserved_ -= budget;
                                    });
-  jobs_[Key(dataset, name)] = job;
-  counters(dataset).active_streams.fetch_add(1);
-  counters(dataset).streams_started.fetch_add(1);
-  return job;
+  std::shared_ptr<Job> result;
+  Status refused;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(Key(dataset, name));
+    if (refuse_) {
+      refused = *refuse_;
+    } else if (it != jobs_.end()) {
+      // Another stream started the same shared job meanwhile: join that one.
+      if (it->second.job->options_key() != options_key) {
+        refused = InvalidArgument(mismatch);
+      } else {
+        result = joined(it->second);
+      }
+    } else {
+      Entry& e = jobs_[Key(dataset, name)];
+      e.job = job;
+      result = joined(e);
+    }
+    doomed_.push_back(std::move(job));  // this reference; the job lives on in jobs_ if kept
+  }
+  cv_.notify_all();
+  if (!refused.ok()) return fail(refused);
+  return result;
 }
 
 void JobRegistry::StopAll(const Status& status) {
@@ -146,7 +188,7 @@ void JobRegistry::StopAll(const Status& status) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     refuse_ = status;
-    for (auto& [key, job] : jobs_) jobs.push_back(job);
+    for (auto& [key, e] : jobs_) jobs.push_back(e.job);
   }
   for (auto& j : jobs) j->Stop(status);
 }
@@ -156,17 +198,18 @@ void JobRegistry::Close(std::shared_ptr<Job> job) {
   counters(job->dataset()).active_streams.fetch_sub(1);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (job->consumers() == 0) {
-      const std::string key = Key(job->dataset(), job->name());
-      if (job->shared() && !stopping_) {
-        lingering_[key] = Lingering{
-            job, std::chrono::steady_clock::now() +
-                     std::chrono::seconds(config_.job_linger_seconds())};
+    auto it = jobs_.find(Key(job->dataset(), job->name()));
+    if (it != jobs_.end() && it->second.job == job && --it->second.streams == 0) {
+      if (job->shared() && !stopping_ && !refuse_) {
+        it->second.linger_until = std::chrono::steady_clock::now() +
+                                  std::chrono::seconds(config_.job_linger_seconds());
       } else {
-        jobs_.erase(key);
-        doomed_.push_back(std::move(job));
+        doomed_.push_back(std::move(it->second.job));
+        jobs_.erase(it);
       }
     }
+    // Never drop a reference on the caller's (gRPC) thread: the reaper drops it.
+    doomed_.push_back(std::move(job));
   }
   cv_.notify_all();
 }
@@ -175,26 +218,22 @@ void JobRegistry::Reap() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     const auto now = std::chrono::steady_clock::now();
-    for (auto it = lingering_.begin(); it != lingering_.end();) {
-      if (it->second.until <= now || stopping_) {
-        jobs_.erase(it->first);
+    for (auto it = jobs_.begin(); it != jobs_.end();) {
+      const bool expired = it->second.linger_until && *it->second.linger_until <= now;
+      if (expired || stopping_) {
         doomed_.push_back(std::move(it->second.job));
-        it = lingering_.erase(it);
+        it = jobs_.erase(it);
       } else {
         ++it;
       }
     }
-    if (stopping_) {
-      for (auto& [key, job] : jobs_) doomed_.push_back(job);
-      jobs_.clear();
-    }
     std::vector<std::shared_ptr<Job>> doomed;
     doomed.swap(doomed_);
     lock.unlock();
-    // A stream still holding a job (only while stopping) destroys it when it ends.
+    // A stream still holding a job (only while stopping) hands it back through Close().
     doomed.clear();
     lock.lock();
-    if (stopping_ && doomed_.empty()) return;
+    if (stopping_ && jobs_.empty() && doomed_.empty()) return;
     if (doomed_.empty()) cv_.wait_for(lock, std::chrono::milliseconds(200));
   }
 }
@@ -220,8 +259,8 @@ void JobRegistry::FillStats(const std::string& dataset, v1::Stats* out) const {
   // the reaper, never on a gRPC thread.
   std::lock_guard<std::mutex> lock(mu_);
   out->set_memory_reserved_bytes(reserved_);
-  for (const auto& [key, job] : jobs_) {
-    if (dataset.empty() || job->dataset() == dataset) FillJobStats(*job, out->add_jobs());
+  for (const auto& [key, e] : jobs_) {
+    if (dataset.empty() || e.job->dataset() == dataset) FillJobStats(*e.job, out->add_jobs());
   }
 }
 

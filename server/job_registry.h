@@ -45,7 +45,9 @@ class JobRegistry {
   Result<std::shared_ptr<Job>> Open(const std::string& dataset, const std::string& job_name,
                                     const v1::PipelineOptions& options, BatchPosition start);
   // The stream has detached from its job (Job::Detach) and gives its reference back; the job is
-  // destroyed here (later, on the registry's thread) when nobody uses it any more.
+  // destroyed (later, on the registry's thread) when no stream uses it any more — a shared job
+  // after job_linger_seconds without streams.
+  // REQUIRES: the server no longer runs streams when the registry is destroyed.
   void Close(std::shared_ptr<Job> job);
 
   // Ends every job's stream with `status` (the server is draining) and refuses new streams.
@@ -58,9 +60,11 @@ class JobRegistry {
   int64_t memory_reserved() const;
 
  private:
-  struct Lingering {
+  struct Entry {
     std::shared_ptr<Job> job;
-    std::chrono::steady_clock::time_point until;
+    int streams = 0;  // Open()ed and not yet Close()d
+    // A shared job without streams is kept until then.
+    std::optional<std::chrono::steady_clock::time_point> linger_until;
   };
   void Reap();
 
@@ -71,9 +75,9 @@ class JobRegistry {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::map<std::string, std::shared_ptr<Job>> jobs_;  // running, by dataset + "/" + name; guarded by mu_
-  std::map<std::string, Lingering> lingering_;        // shared jobs with no consumer; guarded by mu_
-  std::vector<std::shared_ptr<Job>> doomed_;          // to destroy; guarded by mu_
+  std::map<std::string, Entry> jobs_;         // by dataset + "/" + name; guarded by mu_
+  // References to drop on the reaper's thread (only the last one destroys); guarded by mu_.
+  std::vector<std::shared_ptr<Job>> doomed_;
   int64_t reserved_ = 0;                              // guarded by mu_
   uint64_t next_private_ = 0;                         // guarded by mu_
   bool stopping_ = false;                             // guarded by mu_

@@ -127,13 +127,15 @@ class ServerStream {
         std::lock_guard<std::mutex> lock(mu_);
         if (stop_) break;
       }
-      const bool retry = s.code() == StatusCode::kUnavailable &&
-                         std::chrono::steady_clock::now() - last_progress < options_.reconnect_deadline;
+      // CANCELLED that this client did not ask for (stop_ is false here) comes from a server
+      // that is shutting down (a call that raced its drain): as transient as UNAVAILABLE.
+      const bool transient =
+          s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kCancelled;
+      const bool retry = transient && std::chrono::steady_clock::now() - last_progress <
+                                          options_.reconnect_deadline;
       if (!retry) {
         Finish(s.ok() ? Status::OK()
-                      : s.WithContext(target_ + (s.code() == StatusCode::kUnavailable
-                                                     ? " (gave up reconnecting)"
-                                                     : "")));
+                      : s.WithContext(target_ + (transient ? " (gave up reconnecting)" : "")));
         return;
       }
       std::unique_lock<std::mutex> lock(mu_);

@@ -10,7 +10,8 @@
 //   while (stream->Next(&batch, &end).ok() && !end) Train(batch.images, batch.labels);
 //
 // A stream reads ahead `prefetch` batches per server on its own thread, into buffers it reuses.
-// On UNAVAILABLE (server restarted, connection lost) it reconnects with exponential backoff and
+// On UNAVAILABLE (server restarted, connection lost), or CANCELLED by a server that is
+// shutting down, it reconnects with exponential backoff and
 // resumes after the last batch it received, so a deterministic private stream loses and repeats
 // nothing. Several targets (or a "dns:///host:port" name resolving to several addresses) fan in:
 // one stream per server, taken round-robin among those with a batch ready.

@@ -324,7 +324,9 @@ class _Reader:
                     if self._stop.is_set():
                         return None
                     waited = time.monotonic() - last_progress
-                    if e.code() == grpc.StatusCode.UNAVAILABLE:
+                    # CANCELLED that we did not ask for (_stop is clear) comes from a server that
+                    # is shutting down: as transient as UNAVAILABLE (as in the C++ client).
+                    if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
                         if waited < client.reconnect_deadline:
                             if self._stop.wait(backoff):
                                 return None

@@ -1,0 +1,129 @@
+// The training loop end to end on the CPU backend: a real `sluice serve` on loopback, the real C++
+// client, a small learnable synth set.
+#include "trainer/trainer.h"
+
+#include <catch2/catch.hpp>
+#include <sstream>
+
+#include "tests/trainer/trainer_test_support.h"
+
+namespace sluice::trainer {
+namespace {
+
+using testing::SynthServer;
+
+TEST_CASE("LossFallsByHalfAndEvalBeatsChance") {
+  SynthServer server;
+  TrainerOptions o = server.Options();
+  o.eval_every = 100;
+  std::ostringstream log;
+  Result<TrainSummary> s = Train(o, log);
+  INFO(log.str());
+  REQUIRE(s.ok());
+  CHECK(s->steps == 300);
+  CHECK(s->device == "cpu");
+  CHECK(s->initial_loss == Approx(std::log(4.0)).margin(0.2));
+  CHECK(s->final_loss <= 0.5 * s->initial_loss);
+  CHECK(s->eval_accuracy >= 2 * 0.25);
+  CHECK(s->skipped_updates == 0);
+  CHECK(s->images_per_sec > 0);
+  CHECK(s->data_wait_fraction >= 0);
+  CHECK(s->data_wait_fraction < 1);
+  CHECK(log.str().rfind("sluice-trainer: device cpu (auto: this build has no CUDA backend yet)",
+                        0) == 0);
+  CHECK(log.str().find("eval at step 100") != std::string::npos);
+  CHECK(log.str().find("eval final, at step 300") != std::string::npos);
+}
+
+TEST_CASE("ResumeGivesTheSameNextStepLoss") {
+  SynthServer server;
+  TrainerOptions o = server.Options();
+  o.steps = 13;
+  o.accum = 2;  // micro-batches and the stream position of the last one
+  o.eval_dataset.clear();
+  std::ostringstream log;
+  Result<TrainSummary> straight = Train(o, log);
+  REQUIRE(straight.ok());
+  REQUIRE(straight->losses.size() == 13);
+
+  o.checkpoint_dir = server.dir.file("ck");
+  o.stop_after = 12;
+  Result<TrainSummary> first = Train(o, log);
+  REQUIRE(first.ok());
+  REQUIRE(first->steps == 12);
+  o.stop_after = 0;
+  o.resume = true;
+  Result<TrainSummary> resumed = Train(o, log);
+  INFO(log.str());
+  REQUIRE(resumed.ok());
+  CHECK(resumed->steps == 13);
+  REQUIRE(resumed->losses.size() == 1);
+  for (int i = 0; i < 12; ++i) CHECK(first->losses[i] == straight->losses[i]);
+  CHECK(resumed->losses[0] == Approx(straight->losses[12]).margin(1e-6));
+  CHECK(resumed->losses[0] == straight->losses[12]);  // bitwise, in fact
+  CHECK(log.str().find("resuming from") != std::string::npos);
+}
+
+TEST_CASE("CheckpointOfAnotherModelIsRefused") {
+  SynthServer server;
+  TrainerOptions o = server.Options();
+  o.steps = 2;
+  o.eval_dataset.clear();
+  o.checkpoint_dir = server.dir.file("ck");
+  std::ostringstream log;
+  REQUIRE(Train(o, log).ok());
+  o.resume = true;
+  o.width = 32;
+  o.steps = 3;
+  const Status s = Train(o, log).status();
+  CHECK(s.code() == StatusCode::kFailedPrecondition);
+  CHECK(s.message().find("width 64") != std::string::npos);
+}
+
+TEST_CASE("NonFiniteStepIsSkippedAndReported") {
+  SynthServer server;
+  TrainerOptions o = server.Options();
+  o.steps = 4;
+  o.eval_dataset.clear();
+  o.lr = 1e38f;  // the first update sends the weights to ±1e38; later losses overflow
+  o.warmup_steps = 0;
+  o.adamw.weight_decay = 0;
+  std::ostringstream log;
+  Result<TrainSummary> s = Train(o, log);
+  INFO(log.str());
+  REQUIRE(s.ok());
+  CHECK(s->skipped_updates >= 1);
+  CHECK(log.str().find("update skipped") != std::string::npos);
+}
+
+TEST_CASE("MissingNumClassesIsAnError") {
+  SynthServer server(/*num_classes=*/0);
+  TrainerOptions o = server.Options();
+  o.steps = 2;
+  std::ostringstream log;
+  const Status s = Train(o, log).status();
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK(s.message().find("--num-classes") != std::string::npos);
+  o.num_classes = 4;
+  o.eval_dataset.clear();
+  CHECK(Train(o, log).ok());
+}
+
+TEST_CASE("CudaAndHalfPrecisionAreNotBuiltYet") {
+  std::string note;
+  CHECK(ResolveDevice("cpu", &note).value() == "cpu");
+  CHECK(ResolveDevice("auto", &note).value() == "cpu");
+  CHECK(note.find("no CUDA backend") != std::string::npos);
+  const Status cuda = ResolveDevice("cuda", &note).status();
+  CHECK(cuda.code() == StatusCode::kUnimplemented);
+  CHECK(cuda.message().find("no CUDA backend yet") != std::string::npos);
+  CHECK(ResolveDevice("tpu", &note).status().code() == StatusCode::kInvalidArgument);
+  TrainerOptions o;
+  o.targets = {"127.0.0.1:1"};
+  o.precision = "bf16";
+  std::ostringstream log;
+  CHECK(Train(o, log).status().code() == StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace sluice::trainer

@@ -1,0 +1,76 @@
+// `sluice-trainer`: trains the patch-embedding MLP classifier on batches streamed by `sluice
+// serve`. Exit 0 on success, 1 when training fails, 2 for bad flags or a backend this build lacks.
+#include <CLI/CLI.hpp>
+#include <cctype>
+#include <cstdio>
+#include <iostream>
+
+#include "formats/file.h"
+#include "trainer/trainer.h"
+
+int main(int argc, char** argv) {
+  using sluice::trainer::TrainerOptions;
+  TrainerOptions o;
+  std::string token_file;
+  CLI::App app("Train a patch-embedding MLP classifier on batches from `sluice serve`.",
+               "sluice-trainer");
+  app.add_option("--target", o.targets, "HOST:PORT, unix:PATH or dns:///HOST:PORT (repeatable)")
+      ->required();
+  app.add_option("--dataset", o.dataset, "Training dataset (default train)");
+  app.add_option("--eval-dataset", o.eval_dataset, "Eval dataset, read in eval mode, one epoch");
+  app.add_option("--steps", o.steps, "Optimizer steps in all (default 100)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--batch-size", o.batch_size, "Images per micro-batch (default 32)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--image-size", o.image_size, "Image side S (default 32)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--device", o.device, "auto, cpu or cuda (default auto: cpu in this build)");
+  app.add_option("--precision", o.precision, "fp32 (bf16/fp16 need the CUDA backend)");
+  app.add_option("--accum", o.accum, "Micro-batches per step (default 1)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--lr", o.lr, "Peak learning rate (default 1e-3)");
+  app.add_option("--warmup-steps", o.warmup_steps, "Linear warm-up (default min(100, steps/10))");
+  app.add_option("--weight-decay", o.adamw.weight_decay,
+                 "AdamW weight decay on linear weights (default 0.05)");
+  app.add_option("--clip-norm", o.adamw.clip_norm,
+                 "Global gradient-norm clip, 0 = off (default 1)");
+  app.add_option("--width", o.width, "Model width D (default 64)");
+  app.add_option("--depth", o.depth, "Residual MLP blocks L (default 2)");
+  app.add_option("--patch", o.patch, "Patch side P (default 8)");
+  app.add_option("--num-classes", o.num_classes, "Classes (default: the dataset's num_classes)");
+  app.add_option("--checkpoint", o.checkpoint_dir, "Checkpoint directory (written at the end)");
+  app.add_option("--checkpoint-every", o.checkpoint_every, "Also checkpoint every N steps");
+  app.add_flag("--resume", o.resume,
+               "Continue from the checkpoint in --checkpoint DIR if there is one");
+  app.add_option("--stop-after", o.stop_after,
+                 "Stop after N steps of this run (schedule still spans --steps)");
+  app.add_option("--log-every", o.log_every, "Progress line every N steps (default 10)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--eval-every", o.eval_every, "Evaluate every M steps (default: at the end only)");
+  app.add_option("--seed", o.seed, "Model init and training-stream seed (default 0)");
+  app.add_option("--token-file", token_file, "File holding the server's bearer token");
+  CLI11_PARSE(app, argc, argv);
+
+  if (!token_file.empty()) {
+    sluice::Result<std::string> token = sluice::ReadFileToString(token_file);
+    if (!token.ok()) {
+      std::cerr << "sluice-trainer: " << token.status().ToString() << "\n";
+      return 2;
+    }
+    o.token = *token;
+    while (!o.token.empty() && std::isspace(static_cast<unsigned char>(o.token.back())))
+      o.token.pop_back();
+  }
+  sluice::Result<sluice::trainer::TrainSummary> summary = sluice::trainer::Train(o, std::cout);
+  if (!summary.ok()) {
+    std::cout.flush();
+    std::cerr << "sluice-trainer: " << summary.status().ToString() << "\n";
+    const sluice::StatusCode code = summary.status().code();
+    return code == sluice::StatusCode::kUnimplemented ||
+                   code == sluice::StatusCode::kInvalidArgument
+               ? 2
+               : 1;
+  }
+  std::cout << summary->ToJson() << std::endl;
+  return 0;
+}

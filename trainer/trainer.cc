@@ -1,0 +1,345 @@
+#include "trainer/trainer.h"
+
+#include <fmt/format.h>
+#include <oneapi/tbb/info.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "client/client.h"
+#include "trainer/checkpoint.h"
+#include "trainer/cpu_backend.h"
+
+namespace sluice::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Linear warm-up to `peak`, then cosine decay to 10% of it at `total` steps.
+float LearningRate(const TrainerOptions& o, int64_t step) {
+  const int64_t warmup =
+      o.warmup_steps >= 0 ? o.warmup_steps : std::min<int64_t>(100, o.steps / 10);
+  if (step < warmup) return o.lr * static_cast<float>(step + 1) / static_cast<float>(warmup);
+  const double span = std::max<int64_t>(1, o.steps - warmup);
+  const double progress = std::min(1.0, static_cast<double>(step - warmup) / span);
+  return static_cast<float>(o.lr * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(M_PI * progress))));
+}
+
+Status CheckBatch(const ReceivedBatch& batch, const ModelConfig& config,
+                  const std::string& dataset) {
+  const BatchMeta& m = batch.meta;
+  if (m.height != config.image_size || m.width != config.image_size || m.channels != 3) {
+    return InvalidArgument(fmt::format(
+        "dataset {}: batch {}:{} is {}×{}×{}, the model takes {}×{}×3", dataset, m.epoch, m.index,
+        m.height, m.width, m.channels, config.image_size, config.image_size));
+  }
+  for (int32_t label : batch.labels) {
+    if (label < 0 || label >= config.classes) {
+      return InvalidArgument(fmt::format(
+          "dataset {}: batch {}:{} has label {}, outside [0, {}) (set --num-classes, or the "
+          "dataset's label_offset)",
+          dataset, m.epoch, m.index, label, config.classes));
+    }
+  }
+  return Status::OK();
+}
+
+v1::StreamRequest BaseRequest(const TrainerOptions& o, const std::string& dataset) {
+  v1::StreamRequest r;
+  r.set_dataset(dataset);
+  r.set_batch_size(o.batch_size);
+  r.set_image_height(o.image_size);
+  r.set_image_width(o.image_size);
+  return r;
+}
+
+// Accuracy (and mean loss) of `params` over one epoch of the eval stream.
+Result<StepResult> Evaluate(Client& client, const TrainerOptions& o, CpuBackend& backend,
+                            std::span<const float> params, int64_t* images) {
+  v1::StreamRequest request = BaseRequest(o, o.eval_dataset);
+  request.set_mode(v1::MODE_EVAL);
+  request.set_epochs(1);
+  ASSIGN_OR_RETURN(std::unique_ptr<BatchStream> stream, client.Stream(request));
+  StepResult total;
+  *images = 0;
+  for (;;) {
+    ReceivedBatch batch;
+    bool end = false;
+    RETURN_IF_ERROR(stream->Next(&batch, &end).WithContext("eval stream"));
+    if (end) break;
+    RETURN_IF_ERROR(CheckBatch(batch, backend.config(), o.eval_dataset));
+    const StepResult r = backend.Forward(params, batch.images, batch.labels);
+    total.loss_sum += r.loss_sum;
+    total.correct += r.correct;
+    *images += batch.meta.n;
+  }
+  return total;
+}
+
+nlohmann::json Number(double v) {
+  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+}
+
+}  // namespace
+
+std::string TrainSummary::ToJson() const {
+  nlohmann::json j = {
+      {"steps", steps},
+      {"initial_loss", Number(initial_loss)},
+      {"final_loss", Number(final_loss)},
+      {"train_accuracy", Number(train_accuracy)},
+      {"eval_accuracy", eval_accuracy >= 0 ? Number(eval_accuracy) : nlohmann::json(nullptr)},
+      {"images_per_sec", Number(images_per_sec)},
+      {"data_wait_fraction", Number(data_wait_fraction)},
+      {"device", device},
+      {"skipped_updates", skipped_updates},
+  };
+  return j.dump();
+}
+
+Result<std::string> ResolveDevice(const std::string& device, std::string* note) {
+  if (device == "auto") {
+    *note = "auto: this build has no CUDA backend yet";
+    return std::string("cpu");
+  }
+  if (device == "cpu") {
+    *note = "as asked";
+    return std::string("cpu");
+  }
+  if (device == "cuda") {
+    return Unimplemented(
+        "--device cuda: this build has no CUDA backend yet (only the CPU backend exists); use "
+        "--device cpu or auto");
+  }
+  return InvalidArgument("--device " + device + ": expected auto, cpu or cuda");
+}
+
+Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
+  TrainSummary summary;
+  std::string device_note;
+  ASSIGN_OR_RETURN(summary.device, ResolveDevice(o.device, &device_note));
+  if (o.precision != "fp32") {
+    if (o.precision == "bf16" || o.precision == "fp16") {
+      return Unimplemented("--precision " + o.precision +
+                           " needs the CUDA backend, which this build does not have yet; the CPU "
+                           "backend trains in fp32");
+    }
+    return InvalidArgument("--precision " + o.precision + ": expected fp32 (bf16/fp16: CUDA only)");
+  }
+  if (o.steps < 1) return InvalidArgument("--steps must be at least 1");
+  if (o.batch_size < 1) return InvalidArgument("--batch-size must be at least 1");
+  if (o.accum < 1) return InvalidArgument("--accum must be at least 1");
+  if (!(o.lr > 0)) return InvalidArgument("--lr must be positive");
+  if (o.resume && o.checkpoint_dir.empty())
+    return InvalidArgument("--resume needs --checkpoint DIR");
+
+  ClientOptions client_options;
+  client_options.targets = o.targets;
+  client_options.token = o.token;
+  ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Create(client_options));
+
+  ModelConfig config;
+  config.image_size = o.image_size;
+  config.patch = o.patch;
+  config.width = o.width;
+  config.depth = o.depth;
+  config.classes = o.num_classes;
+  if (config.classes == 0) {
+    ASSIGN_OR_RETURN(std::vector<v1::DatasetInfo> datasets, client->ListDatasets());
+    for (const v1::DatasetInfo& info : datasets) {
+      if (info.name() == o.dataset) config.classes = info.num_classes();
+    }
+    if (config.classes == 0) {
+      return InvalidArgument("dataset " + o.dataset +
+                             ": the server does not give num_classes; pass --num-classes");
+    }
+  }
+  RETURN_IF_ERROR(config.Validate());
+
+  CpuBackend backend(config);
+  const ParameterLayout& layout = backend.layout();
+  std::vector<float> params = InitParameters(config, layout, o.seed);
+  std::vector<float> grads(layout.total());
+  AdamW optimizer(layout, o.adamw);
+
+  v1::StreamRequest request = BaseRequest(o, o.dataset);
+  request.set_seed(o.seed);
+  request.set_epochs(0);
+  int64_t step = 0;
+  bool has_position = false;
+  BatchMeta last;  // the last training batch consumed
+  if (o.resume) {
+    Result<Checkpoint> loaded = LoadCheckpoint(o.checkpoint_dir);
+    if (!loaded.ok() && loaded.status().code() != StatusCode::kNotFound) return loaded.status();
+    if (loaded.ok()) {
+      Checkpoint& ck = *loaded;
+      const ModelConfig& c = ck.config;
+      if (c.image_size != config.image_size || c.patch != config.patch || c.width != config.width ||
+          c.depth != config.depth || c.classes != config.classes ||
+          ck.params.size() != params.size()) {
+        return FailedPrecondition(fmt::format(
+            "{} holds a model of image size {}, patch {}, width {}, depth {}, {} classes; this run "
+            "asks for {}, {}, {}, {}, {}",
+            CheckpointPath(o.checkpoint_dir), c.image_size, c.patch, c.width, c.depth, c.classes,
+            config.image_size, config.patch, config.width, config.depth, config.classes));
+      }
+      params = std::move(ck.params);
+      optimizer.first_moment() = std::move(ck.first_moment);
+      optimizer.second_moment() = std::move(ck.second_moment);
+      optimizer.set_updates(ck.adam_updates);
+      step = ck.step;
+      has_position = ck.has_position;
+      last.epoch = ck.epoch;
+      last.index = ck.index;
+      last.end_record = ck.end_record;
+      if (has_position) {
+        request.mutable_start_position()->set_epoch(last.epoch);
+        request.mutable_start_position()->set_index(last.index + 1);
+        request.mutable_start_position()->set_end_record(last.end_record);
+      }
+      log << fmt::format("resuming from {} at step {} (stream after batch {}:{})\n",
+                         CheckpointPath(o.checkpoint_dir), step, last.epoch, last.index);
+    } else {
+      log << "no checkpoint in " << o.checkpoint_dir << "; starting from step 0\n";
+    }
+  }
+
+  log << fmt::format(
+             "sluice-trainer: device {} ({}), fp32, {} threads; model S={} P={} D={} L={} "
+             "hidden={} "
+             "classes={} ({} parameters); batch {}, accum {}, {} steps, lr {}\n",
+             summary.device, device_note, tbb::info::default_concurrency(), config.image_size,
+             config.patch, config.width, config.depth, config.hidden(), config.classes,
+             layout.total(), o.batch_size, o.accum, o.steps, o.lr)
+      << std::flush;
+
+  auto save = [&]() -> Status {
+    if (o.checkpoint_dir.empty()) return Status::OK();
+    Checkpoint ck;
+    ck.config = config;
+    ck.step = step;
+    ck.adam_updates = optimizer.updates();
+    ck.has_position = has_position;
+    ck.epoch = last.epoch;
+    ck.index = last.index;
+    ck.end_record = last.end_record;
+    ck.params = params;
+    ck.first_moment = optimizer.first_moment();
+    ck.second_moment = optimizer.second_moment();
+    return SaveCheckpoint(o.checkpoint_dir, ck);
+  };
+  auto evaluate = [&](const char* when) -> Status {
+    if (o.eval_dataset.empty()) return Status::OK();
+    const Clock::time_point start = Clock::now();
+    int64_t images = 0;
+    ASSIGN_OR_RETURN(StepResult r, Evaluate(*client, o, backend, params, &images));
+    if (images == 0)
+      return FailedPrecondition("eval dataset " + o.eval_dataset + " gave no images");
+    summary.eval_accuracy = static_cast<double>(r.correct) / images;
+    log << fmt::format("eval {} step {}: accuracy {:.4f}, loss {:.4f} over {} images ({:.1f} s)\n",
+                       when, step, summary.eval_accuracy, r.loss_sum / images, images,
+                       Seconds(Clock::now() - start))
+        << std::flush;
+    return Status::OK();
+  };
+
+  ASSIGN_OR_RETURN(std::unique_ptr<BatchStream> stream, client->Stream(request));
+  const int64_t end_step = o.stop_after > 0 ? std::min(o.steps, step + o.stop_after) : o.steps;
+  Clock::duration train_time{}, wait_time{};
+  int64_t train_images = 0;
+  // The current log window.
+  double window_loss = 0, window_steps = 0;
+  int64_t window_correct = 0, window_images = 0;
+  Clock::duration window_time{}, window_wait{};
+  bool stream_ended = false;
+
+  while (step < end_step && !stream_ended) {
+    const Clock::time_point step_start = Clock::now();
+    Clock::duration step_wait{};
+    std::fill(grads.begin(), grads.end(), 0.0f);
+    StepResult sum;
+    int64_t samples = 0;
+    for (int k = 0; k < o.accum; ++k) {
+      ReceivedBatch batch;
+      bool end = false;
+      const Clock::time_point wait_start = Clock::now();
+      RETURN_IF_ERROR(stream->Next(&batch, &end).WithContext("training stream"));
+      step_wait += Clock::now() - wait_start;
+      if (end) {
+        stream_ended = true;
+        break;
+      }
+      RETURN_IF_ERROR(CheckBatch(batch, config, o.dataset));
+      const StepResult r = backend.ForwardBackward(params, batch.images, batch.labels, grads);
+      sum.loss_sum += r.loss_sum;
+      sum.correct += r.correct;
+      samples += batch.meta.n;
+      last = batch.meta;
+      has_position = true;
+    }
+    if (samples == 0) break;
+    const float inv = 1.0f / static_cast<float>(samples);
+    for (float& g : grads) g *= inv;
+    const double loss = sum.loss_sum / samples;
+    const double norm = GlobalNorm(grads);
+    ++step;
+    if (std::isfinite(loss) && std::isfinite(norm)) {
+      optimizer.Update(params, grads, norm, LearningRate(o, step - 1));
+    } else {
+      ++summary.skipped_updates;
+      log << fmt::format("step {}: non-finite {} (loss {}, gradient norm {}); update skipped\n",
+                         step, std::isfinite(loss) ? "gradient" : "loss", loss, norm);
+    }
+    const Clock::duration step_time = Clock::now() - step_start;
+    train_time += step_time;
+    wait_time += step_wait;
+    train_images += samples;
+    if (summary.losses.empty()) summary.initial_loss = loss;
+    summary.losses.push_back(loss);
+    window_loss += loss;
+    window_steps += 1;
+    window_correct += sum.correct;
+    window_images += samples;
+    window_time += step_time;
+    window_wait += step_wait;
+
+    if (step % o.log_every == 0 || step == end_step || stream_ended) {
+      summary.final_loss = window_loss / window_steps;
+      summary.train_accuracy = static_cast<double>(window_correct) / window_images;
+      log << fmt::format(
+                 "step {:>6}  loss {:.4f}  acc {:.3f}  img/s {:.1f}  data-wait {:.1f}%  step "
+                 "{:.1f} ms\n",
+                 step, summary.final_loss, summary.train_accuracy,
+                 window_images / Seconds(window_time),
+                 100.0 * Seconds(window_wait) / Seconds(window_time),
+                 1000.0 * Seconds(window_time) / window_steps)
+          << std::flush;
+      window_loss = window_steps = 0;
+      window_correct = window_images = 0;
+      window_time = window_wait = {};
+    }
+    if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) RETURN_IF_ERROR(save());
+    if (o.eval_every > 0 && step % o.eval_every == 0 && step < end_step) {
+      RETURN_IF_ERROR(evaluate("at"));
+    }
+  }
+  if (stream_ended) log << "the training stream ended at step " << step << "\n";
+  RETURN_IF_ERROR(save());
+  RETURN_IF_ERROR(evaluate("final, at"));
+  if (summary.losses.empty()) {
+    summary.initial_loss = summary.final_loss = std::numeric_limits<double>::quiet_NaN();
+    summary.train_accuracy = std::numeric_limits<double>::quiet_NaN();
+  }
+  summary.steps = step;
+  summary.images_per_sec = train_images / std::max(1e-9, Seconds(train_time));
+  summary.data_wait_fraction = Seconds(wait_time) / std::max(1e-9, Seconds(train_time));
+  return summary;
+}
+
+}  // namespace sluice::trainer

@@ -1,0 +1,71 @@
+// The training loop of `sluice-trainer`: batches from `sluice serve` through the C++ client, the
+// model on a backend (the CPU backend in this build; trainer/cpu_backend.h), AdamW, evaluation on
+// an eval stream, checkpoints and exact resume.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "formats/status.h"
+#include "trainer/adamw.h"
+#include "trainer/model.h"
+
+namespace sluice::trainer {
+
+struct TrainerOptions {
+  std::vector<std::string> targets;  // the client's targets ("HOST:PORT", "dns:///…", "unix:…")
+  std::string token;
+  std::string dataset = "train";
+  std::string eval_dataset;  // empty: no evaluation
+  int64_t steps = 100;       // optimizer steps in all (a resumed run continues up to it)
+  int batch_size = 32;       // per micro-batch
+  int accum = 1;             // micro-batches per step
+  int image_size = 32;
+  std::string device = "auto";  // auto | cpu | cuda
+  std::string precision = "fp32";
+  int width = 64, depth = 2, patch = 8;
+  int num_classes = 0;        // 0: from ListDatasets
+  float lr = 1e-3f;           // peak learning rate
+  int64_t warmup_steps = -1;  // linear warm-up; -1: min(100, steps / 10)
+  AdamWOptions adamw;
+  uint64_t seed = 0;             // model init and the training stream's shuffle/augmentation
+  std::string checkpoint_dir;    // empty: no checkpoints
+  bool resume = false;           // continue from checkpoint_dir when it holds a checkpoint
+  int64_t checkpoint_every = 0;  // also checkpoint every this many steps (0: only at the end)
+  int64_t log_every = 10;
+  int64_t eval_every = 0;  // 0: evaluate at the end only
+  // Stop after this many steps of THIS run (0: run to `steps`), checkpointing as at the end; the
+  // learning-rate schedule still spans `steps`. For preemption drills and the resume test.
+  int64_t stop_after = 0;
+};
+
+struct TrainSummary {
+  int64_t steps = 0;              // the step reached (resumed runs count from the checkpoint's)
+  double initial_loss = 0;        // this run's first step
+  double final_loss = 0;          // mean over the last log window
+  double train_accuracy = 0;      // mean over the last log window
+  double eval_accuracy = -1;      // -1: no eval dataset
+  double images_per_sec = 0;      // training images / training wall time (evaluation excluded)
+  double data_wait_fraction = 0;  // time blocked in Next() / training wall time
+  int64_t skipped_updates = 0;    // steps whose loss or gradient was not finite
+  std::string device;
+  std::vector<double> losses;  // per step of this run (mean per sample)
+
+  // {"steps","initial_loss","final_loss","train_accuracy","eval_accuracy","images_per_sec",
+  //  "data_wait_fraction","device","skipped_updates"}; NaN and absent values are null.
+  std::string ToJson() const;
+};
+
+// "auto" and "cpu" → "cpu" (this build has no CUDA backend yet); "cuda" → Unimplemented.
+// *note says why "auto" chose what it did.
+Result<std::string> ResolveDevice(const std::string& device, std::string* note);
+
+// Runs the training described by `options`, writing the progress lines to `log`. The first line
+// names the device. Errors: the client's (connection, bad request), InvalidArgument for bad
+// options or a batch that does not fit the model, FailedPrecondition for a checkpoint of another
+// model.
+Result<TrainSummary> Train(const TrainerOptions& options, std::ostream& log);
+
+}  // namespace sluice::trainer

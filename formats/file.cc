@@ -205,11 +205,33 @@ class AtomicFile final : public WritableFile {
 
 }  // namespace
 
-Result<std::unique_ptr<SequentialFile>> OpenSequentialFile(const std::string& path) {
+Result<std::unique_ptr<SequentialFile>> OpenSequentialFile(const std::string& path,
+                                                           uint64_t offset) {
   ASSIGN_OR_RETURN(UniqueFd fd, OpenForRead(path));
   // Only a hint: a failure changes nothing about correctness.
   (void)::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+  if (offset > 0 && ::lseek(fd.get(), static_cast<off_t>(offset), SEEK_SET) < 0) {
+    return ErrnoStatus(errno, "seek", path);
+  }
   return std::unique_ptr<SequentialFile>(new PosixSequentialFile(path, std::move(fd)));
+}
+
+Result<std::string> ReadFileRange(const std::string& path, uint64_t offset, size_t n) {
+  ASSIGN_OR_RETURN(UniqueFd fd, OpenForRead(path));
+  std::string out(n, '\0');
+  size_t filled = 0;
+  while (filled < n) {
+    ssize_t r = ::pread(fd.get(), out.data() + filled, n - filled,
+                        static_cast<off_t>(offset + filled));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return ErrnoStatus(errno, "read", path);
+    if (r == 0) {
+      return DataLoss(path + ":" + std::to_string(offset) + ": the file ends after " +
+                      std::to_string(filled) + " of " + std::to_string(n) + " bytes");
+    }
+    filled += static_cast<size_t>(r);
+  }
+  return out;
 }
 
 std::unique_ptr<SequentialFile> NewMemoryFile(std::string name, std::string contents,

@@ -23,8 +23,14 @@ class SequentialFile {
   virtual const std::string& name() const = 0;
 };
 
-// Opens path for sequential reading (posix read(2), with a sequential-access hint).
-Result<std::unique_ptr<SequentialFile>> OpenSequentialFile(const std::string& path);
+// Opens path for sequential reading (posix read(2), with a sequential-access hint), from byte
+// `offset` on.
+Result<std::unique_ptr<SequentialFile>> OpenSequentialFile(const std::string& path,
+                                                           uint64_t offset = 0);
+
+// Reads n bytes at offset (pread). A file that ends before them is DataLoss naming path and
+// offset.
+Result<std::string> ReadFileRange(const std::string& path, uint64_t offset, size_t n);
 
 // An in-memory SequentialFile over `contents`. When fail_at_offset is set, a read that reaches that
 // offset returns an I/O error there (fault injection for tests).

@@ -53,7 +53,11 @@ Result<std::unique_ptr<TFRecordReader>> TFRecordReader::Open(const std::string& 
     ASSIGN_OR_RETURN(std::string head, ReadHead(path, kTFRecordHeaderBytes));
     opts.compression = DetectCompression(head);
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<SequentialFile> file, OpenSequentialFile(path));
+  if (opts.start_offset > 0 && *opts.compression != Compression::kNone) {
+    return InvalidArgument(path + ": a compressed file can only be read from its start");
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<SequentialFile> file,
+                   OpenSequentialFile(path, opts.start_offset));
   if (*opts.compression != Compression::kNone) file = NewInflatingFile(std::move(file));
   if (opts.wrap_stream) file = opts.wrap_stream(std::move(file));
   return std::make_unique<TFRecordReader>(std::move(file), opts);
@@ -61,7 +65,7 @@ Result<std::unique_ptr<TFRecordReader>> TFRecordReader::Open(const std::string& 
 
 TFRecordReader::TFRecordReader(std::unique_ptr<SequentialFile> file,
                                const TFRecordReaderOptions& options)
-    : file_(std::move(file)), options_(options) {
+    : file_(std::move(file)), options_(options), offset_(options.start_offset) {
   lender_ = dynamic_cast<LendingSequentialFile*>(file_.get());
   buf_.resize(std::max(options_.buffer_bytes, kMinBufferBytes));
 }

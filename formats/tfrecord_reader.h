@@ -44,6 +44,10 @@ struct TFRecordReaderOptions {
   // reading it, e.g. to read it ahead on other threads (pipeline/read_ahead_file.h). The wrapper
   // must deliver the same bytes and errors in the same order.
   std::function<std::unique_ptr<SequentialFile>(std::unique_ptr<SequentialFile>)> wrap_stream;
+  // Where the stream starts in its file: Open() seeks there (uncompressed files only; it must be
+  // the start of a record's frame, e.g. from the record index), and offsets in results and
+  // errors stay those of the file.
+  uint64_t start_offset = 0;
 };
 
 // Not thread-safe: one reader per thread.

@@ -411,6 +411,7 @@ class PipelineIterator : public Iterator, private BatcherSink {
   void RecycleItem(WorkItem* w) {
     w->cached = nullptr;
     w->bytes = {};
+    w->lazy_length = 0;
     // Free the record: a pooled item must not keep a record's worth of memory that no budget
     // counts. malloc hands the same chunks to the next records.
     std::string().swap(w->owned);
@@ -459,6 +460,7 @@ class PipelineIterator : public Iterator, private BatcherSink {
       RecycleItem(x);
       return true;
     }
+    if (x->lazy_length > 0) source_->Materialize(x);
     return Emit(x, epoch);
   }
 
@@ -469,6 +471,8 @@ class PipelineIterator : public Iterator, private BatcherSink {
                               options_.reshuffle_each_epoch ? static_cast<uint64_t>(epoch) : 0));
       epoch_index_ = 0;
       skip_base_ = epoch == start_.epoch ? static_cast<uint64_t>(start_.end_record) : 0;
+      // Records a resumed run passes over need not be read where the record index finds them.
+      source_->SetLazyRecords(skip_base_);
       bool running = true;
       while (running) {
         if (stop_) break;

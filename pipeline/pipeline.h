@@ -45,9 +45,10 @@ class Pipeline {
   const ResolvedOptions& options() const { return options_; }
 
   // Starts reading. Each iterator has its own threads, caches and buffers. `start` resumes a
-  // stream: at epoch start.epoch, passing over its first start.end_record records (read, not
-  // decoded) and numbering batches from start.index, so the batches are exactly those that
-  // followed the batch whose position was {epoch, index - 1, end_record}.
+  // stream: at epoch start.epoch, passing over its first start.end_record records (not decoded;
+  // not even read where a file's record index can stand in, see RecordSource::SetLazyRecords)
+  // and numbering batches from start.index, so the batches are exactly those that followed the
+  // batch whose position was {epoch, index - 1, end_record}.
   Result<std::unique_ptr<Iterator>> MakeIterator(BatchPosition start = {}) const;
 
  private:

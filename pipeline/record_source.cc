@@ -4,6 +4,8 @@
 #include <random>
 
 #include "formats/crop_window.h"
+#include "formats/file.h"
+#include "formats/record_index.h"
 #include "pipeline/read_ahead_file.h"
 
 namespace sluice {
@@ -22,6 +24,12 @@ struct RecordSource::Cursor {
   bool caching = false;
   std::vector<RecordCache::Record> pending;
   int64_t pending_bytes = 0;
+  // Passing over records unread (SetLazyRecords): the file's index and the next entry in it.
+  bool lazy_checked = false;
+  bool lazy = false;
+  std::vector<IndexEntry> index;
+  size_t index_pos = 0;
+  uint64_t start_offset = 0;  // where the reader starts after the lazy part
 };
 
 RecordSource::RecordSource(const ResolvedOptions& options, PipelineStats* stats,
@@ -59,6 +67,8 @@ void RecordSource::StartEpoch(int64_t epoch) {
   pos_ = 0;
   taken_ = 0;
   next_file_ = 0;
+  produced_ = 0;
+  lazy_until_ = 0;
   order_ = my_files_;
   if (options_.shuffle_files) {
     std::mt19937_64 rng(MixSeed(options_.seed, options_.reshuffle_each_epoch ? 1000 + epoch : 999));
@@ -109,6 +119,7 @@ bool RecordSource::Read(Cursor& c, WorkItem* w) {
   w->status = Status::OK();
   w->owned.clear();
   w->bytes = {};
+  w->lazy_length = 0;
   if (c.done) return false;
 
   if (c.decoded) {
@@ -144,10 +155,43 @@ bool RecordSource::Read(Cursor& c, WorkItem* w) {
     return true;
   }
 
+  auto mine = [this](uint64_t index) {
+    return record_shard_count_ == 1 || index % static_cast<uint64_t>(record_shard_count_) ==
+                                           static_cast<uint64_t>(record_shard_index_);
+  };
+  if (!c.reader && !c.lazy_checked) {
+    c.lazy_checked = true;
+    c.lazy = produced_ < lazy_until_ && record_cache_ == nullptr && LoadIndex(c);
+  }
+  if (c.lazy) {
+    if (produced_ < lazy_until_) {
+      while (c.index_pos < c.index.size()) {
+        const IndexEntry& e = c.index[c.index_pos++];
+        const uint64_t index = c.next_record++;
+        if (!mine(index)) continue;
+        w->record = index;
+        w->offset = e.offset;
+        w->lazy_length = e.length;
+        stats_->stage(Stage::kRead).items.fetch_add(1, std::memory_order_relaxed);
+        return true;
+      }
+      Finish(c);
+      return false;
+    }
+    // Caught up with the start: read the rest of the file from the next record's frame.
+    c.lazy = false;
+    if (c.index_pos >= c.index.size()) {
+      Finish(c);
+      return false;
+    }
+    c.start_offset = c.index[c.index_pos].offset;
+    std::vector<IndexEntry>().swap(c.index);
+  }
   if (!c.reader) {
     TFRecordReaderOptions ro;
     ro.compression = options_.compression;
     ro.buffer_bytes = kReadBufferBytes;
+    ro.start_offset = c.start_offset;
     if (io_pool_ != nullptr) {
       // The read-ahead's chunks account themselves; the reader's buffer is added below.
       ro.wrap_stream = [this](std::unique_ptr<SequentialFile> stream) {
@@ -180,14 +224,12 @@ bool RecordSource::Read(Cursor& c, WorkItem* w) {
       return false;
     }
     uint64_t index = c.next_record++;
-    bool mine = record_shard_count_ == 1 ||
-                index % static_cast<uint64_t>(record_shard_count_) ==
-                    static_cast<uint64_t>(record_shard_index_);
+    const bool is_mine = mine(index);
     if (!s.ok()) {
       c.clean = false;
       const uint64_t offset = c.reader->record_offset();
       if (!c.reader->can_continue()) Finish(c);
-      if (!mine) {
+      if (!is_mine) {
         if (c.done) return false;
         continue;
       }
@@ -197,7 +239,7 @@ bool RecordSource::Read(Cursor& c, WorkItem* w) {
       w->offset = offset;
       return true;
     }
-    if (!mine) continue;
+    if (!is_mine) continue;
     w->record = index;
     w->offset = c.reader->record_offset();
     w->owned.assign(record.data(), record.size());
@@ -234,6 +276,7 @@ void RecordSource::Next(WorkItem* w, bool* end_of_epoch) {
     if (pos_ >= cycle_.size()) pos_ = 0;
     Cursor& c = *cycle_[pos_];
     if (Read(c, w)) {
+      ++produced_;
       if (++taken_ >= options_.block_length) {
         taken_ = 0;
         pos_ = (pos_ + 1) % cycle_.size();
@@ -248,6 +291,57 @@ void RecordSource::Next(WorkItem* w, bool* end_of_epoch) {
       cycle_.erase(cycle_.begin() + static_cast<ptrdiff_t>(pos_));
     }
   }
+}
+
+bool RecordSource::LoadIndex(Cursor& c) {
+  const std::string& path = options_.files[c.file];
+  if (options_.compression && *options_.compression != Compression::kNone) return false;
+  Result<std::vector<IndexEntry>> index = ReadRecordIndex(IndexPathFor(path));
+  if (!index.ok()) return false;
+  Result<uint64_t> size = GetFileSize(path);
+  if (!size.ok()) return false;
+  // An index of another version of the file would put frames in the wrong places.
+  const uint64_t indexed = index->empty() ? 0 : index->back().offset + index->back().length;
+  if (indexed != *size) return false;
+  if (!options_.compression && *size > 0) {
+    Result<std::string> head = ReadFileRange(path, 0, std::min<uint64_t>(*size, kTFRecordHeaderBytes));
+    if (!head.ok() || DetectCompression(*head) != Compression::kNone) return false;
+  }
+  c.index = std::move(*index);
+  return true;
+}
+
+void RecordSource::Materialize(WorkItem* w) {
+  const std::string& path = options_.files[w->file];
+  const uint64_t length = w->lazy_length;
+  w->lazy_length = 0;
+  StageTimer timer(stats_->stage(Stage::kRead));
+  Result<std::string> frame = ReadFileRange(path, w->offset, length);
+  Status s = frame.status();
+  std::string_view record;
+  std::unique_ptr<TFRecordReader> reader;
+  if (s.ok()) {
+    // The frame alone, parsed (both CRCs checked) as the reader would at its offset in the file.
+    TFRecordReaderOptions ro;
+    ro.compression = Compression::kNone;
+    ro.start_offset = w->offset;
+    ro.buffer_bytes = length;
+    reader = std::make_unique<TFRecordReader>(NewMemoryFile(path, std::move(*frame)), ro);
+    bool eof = false;
+    s = reader->ReadRecord(&record, &eof);
+    if (s.ok() && eof) {
+      s = DataLoss("truncated record at " + path + ":" + std::to_string(w->offset) +
+                   " (the record index promises a frame there)");
+    }
+  }
+  if (!s.ok()) {
+    w->kind = WorkKind::kBadRecord;
+    w->status = s;
+    return;
+  }
+  w->owned.assign(record.data(), record.size());
+  w->bytes = w->owned;
+  stats_->stage(Stage::kRead).bytes.fetch_add(record.size(), std::memory_order_relaxed);
 }
 
 }  // namespace sluice

@@ -35,6 +35,16 @@ class RecordSource {
   // Sets *end_of_epoch instead when the epoch has no more records.
   void Next(WorkItem* w, bool* end_of_epoch);
 
+  // For the epoch just started: its first n records (in this source's order) may come back
+  // unread, as lazy items (WorkItem::lazy_length), wherever a file's record index lets the
+  // source find its frames without reading them (uncompressed files with a `.idx` that matches
+  // the file, and no record cache). A resumed stream passes over them; Materialize reads those
+  // the shuffle buffer still holds when the stream starts.
+  void SetLazyRecords(uint64_t n) { lazy_until_ = n; }
+  // Reads a lazy item's record: afterwards w is what Next would have made of it (kRecord with
+  // bytes, or kBadRecord naming file and offset).
+  void Materialize(WorkItem* w);
+
   // This pipeline's files, in the order of the whole list (indexes used by WorkItem::file).
   const std::vector<std::string>& files() const { return options_.files; }
   // Files this pipeline reads in every epoch (after file-level sharding).
@@ -47,6 +57,8 @@ class RecordSource {
   std::unique_ptr<Cursor> Open(uint32_t file);
   // Returns false at the end of the cursor's file.
   bool Read(Cursor& c, WorkItem* w);
+  // Loads the file's record index into c when it can stand in for reading (see SetLazyRecords).
+  bool LoadIndex(Cursor& c);
   void Finish(Cursor& c);
   void DropCycle();
 
@@ -64,6 +76,8 @@ class RecordSource {
   std::vector<std::unique_ptr<Cursor>> cycle_;
   size_t pos_ = 0;               // cursor whose turn it is
   int taken_ = 0;                // records taken from it in this block
+  uint64_t produced_ = 0;        // records Next has returned in this epoch
+  uint64_t lazy_until_ = 0;      // see SetLazyRecords
 };
 
 }  // namespace sluice

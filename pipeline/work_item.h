@@ -32,6 +32,9 @@ struct WorkItem {
   uint64_t record = 0;        // record number within the file
   uint64_t offset = 0;        // byte offset of the record, for error messages
   std::string owned;          // record bytes when they came from a file
+  // Nonzero: a record passed over unread (RecordSource::SetLazyRecords), this long a frame at
+  // `offset`; RecordSource::Materialize reads it if it is used after all.
+  uint64_t lazy_length = 0;
   std::string_view bytes;     // the record: `owned` or a view into the record cache
   const CachedImage* cached = nullptr;  // decoded-cache hit: crop from this, no JPEG decode
   BatchBuffer* buffer = nullptr;        // where the image goes

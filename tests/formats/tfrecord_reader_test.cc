@@ -115,6 +115,46 @@ TEST_CASE("OffsetsNameEachRecordsFrame") {
   }
 }
 
+TEST_CASE("StartOffsetReadsFromAFrameWithTheFilesOffsets") {
+  TempDir dir;
+  const std::vector<std::string> records = {Record(10, 1), Record(300, 2), Record(7, 3), Record(50, 4)};
+  std::string shard = Shard(records);
+  // Damage the data of the last record: the error must name its offset in the file.
+  const uint64_t last = shard.size() - (50 + kOverhead);
+  shard[last + kTFRecordHeaderBytes + 3] ^= 0x40;
+  testing::WriteAll(dir.file("a.tfrecord"), shard);
+  TFRecordReaderOptions o;
+  o.start_offset = 10 + kOverhead;  // the second record's frame
+  auto reader = TFRecordReader::Open(dir.file("a.tfrecord"), o);
+  REQUIRE(reader.ok());
+  std::string_view record;
+  bool eof = false;
+  REQUIRE((*reader)->ReadRecord(&record, &eof).ok());
+  CHECK(record == records[1]);
+  CHECK((*reader)->record_offset() == 10 + kOverhead);
+  REQUIRE((*reader)->ReadRecord(&record, &eof).ok());
+  CHECK(record == records[2]);
+  Status s = (*reader)->ReadRecord(&record, &eof);
+  CHECK(s.code() == StatusCode::kDataLoss);
+  CHECK(s.message().find("a.tfrecord:" + std::to_string(last)) != std::string::npos);
+}
+
+TEST_CASE("StartOffsetIsRefusedForACompressedFile") {
+  TempDir dir;
+  TFRecordWriterOptions wo;
+  wo.compression = Compression::kGzip;
+  auto w = TFRecordWriter::Create(dir.file("a.tfrecord.gz"), wo);
+  REQUIRE(w.ok());
+  REQUIRE((*w)->Write("x").ok());
+  REQUIRE((*w)->Write("y").ok());
+  REQUIRE((*w)->Close().ok());
+  TFRecordReaderOptions o;
+  o.start_offset = 1 + kOverhead;
+  auto reader = TFRecordReader::Open(dir.file("a.tfrecord.gz"), o);
+  REQUIRE_FALSE(reader.ok());
+  CHECK(reader.status().code() == StatusCode::kInvalidArgument);
+}
+
 // A damaged byte in the second of three records. Damage to the data or its CRC is stepped over;
 // damage to the length or its CRC leaves nothing to trust after it.
 TEST_CASE("FlippedByteInEachFieldIsDataLossNamingTheRecordOffset") {

@@ -11,6 +11,8 @@
 #include <set>
 #include <thread>
 
+#include "formats/record_index.h"
+#include "formats/tfrecord_reader.h"
 #include "tests/pipeline/pipeline_test_data.h"
 
 namespace sluice {
@@ -378,6 +380,58 @@ TEST_CASE("ResumingAfterAnyBatchContinuesExactlyDespiteSkippedRecords") {
     CHECK(rest.positions == std::vector<BatchPosition>(full.positions.begin() + k + 1,
                                                        full.positions.end()));
     CHECK(rest.image_bytes == full.image_bytes.substr(offsets[k + 1]));
+  }
+}
+
+uint64_t ReadBytes(const StatsSnapshot& s) {
+  for (const auto& st : s.stages) {
+    if (st.name == "read") return st.bytes;
+  }
+  return 0;
+}
+
+TEST_CASE("ResumingWithRecordIndexesReadsOnlyTheRecordsItUses") {
+  TempDir dir;
+  auto shards = WriteTestShards(dir, 4, 100);
+  // A record whose data is damaged (its frame and the index stay intact): skipped alike by the
+  // whole run and by every resumed one, whether it was read or materialized from the index.
+  {
+    std::string bytes = testing::ReadAll(shards.paths[1]);
+    const IndexEntry e = shards.index[1][60];
+    bytes[e.offset + kTFRecordHeaderBytes + 20] ^= 0x10;
+    testing::WriteAll(shards.paths[1], bytes);
+  }
+  auto o = BaseOptions(dir);
+  StatsSnapshot full_stats;
+  const auto full = RunToEnd(o, &full_stats);
+  REQUIRE(full.status.ok());
+  CHECK(full.skipped == 1);
+  const size_t image_bytes = 32 * 40 * 3;
+  std::vector<size_t> offsets{0};
+  for (int size : full.sizes) offsets.push_back(offsets.back() + size * image_bytes);
+  auto resume_after = [&](size_t k, StatsSnapshot* stats) {
+    const BatchPosition p = full.positions[k];
+    return RunToEnd(o, stats, true, BatchPosition{p.epoch, p.index + 1, p.end_record});
+  };
+  for (size_t k : {size_t{3}, size_t{20}, size_t{40}, full.positions.size() - 2}) {
+    CAPTURE(k);
+    StatsSnapshot stats;
+    const auto rest = resume_after(k, &stats);
+    REQUIRE(rest.status.ok());
+    CHECK(rest.positions == std::vector<BatchPosition>(full.positions.begin() + k + 1,
+                                                       full.positions.end()));
+    CHECK(rest.image_bytes == full.image_bytes.substr(offsets[k + 1]));
+    if (k == 40) {
+      // 328 of 400 records passed over: only the rest (and the shuffle buffer's) are read.
+      CHECK(ReadBytes(stats) < ReadBytes(full_stats) / 3);
+    }
+  }
+  SECTION("an index that does not match its file is not trusted") {
+    testing::WriteAll(IndexPathFor(shards.paths[2]), "0 16\n");
+    StatsSnapshot stats;
+    const auto rest = resume_after(40, &stats);
+    REQUIRE(rest.status.ok());
+    CHECK(rest.image_bytes == full.image_bytes.substr(offsets[41]));
   }
 }
 

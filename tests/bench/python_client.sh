@@ -13,40 +13,17 @@ sluice="$root/build/bin/sluice"
 python="$root/build/venv/bin/python"
 data=${1:-/tmp/sluice-bench-data}
 rounds=${2:-3}
-photos=/usr/share/backgrounds/mate/nature
 work=$(mktemp -d)
 server=
 trap '[ -n "$server" ] && kill $server 2>/dev/null; rm -rf "$work"' EXIT
 
-if [ ! -f "$data/labels.txt" ]; then
-  "$sluice" synth --photos "$photos" --classes 12 --images 6000 --shards 16 --seed 1 --out "$data"
-fi
+. "$root/tests/bench/bench_server.sh"
+make_bench_data "$data"
 # The working tree's client, as ctest installs it.
 "$python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
   "$root/client/python"
 
-cat > "$work/sluice.textproto" <<CONF
-listen: "127.0.0.1:0"
-threads: 2
-datasets {
-  name: "train"
-  pipeline { files: "$data/train-*.tfrecord" batch_size: 256 shuffle { buffer_size: 1024 } }
-}
-datasets {
-  name: "cached"
-  pipeline {
-    files: "$data/train-*.tfrecord" batch_size: 256 shuffle { buffer_size: 1024 }
-    cache { mode: CACHE_DECODED budget_bytes: 3221225472 } memory_budget_bytes: 4294967296
-  }
-}
-CONF
-"$sluice" serve --config "$work/sluice.textproto" > "$work/serve.log" &
-server=$!
-for _ in $(seq 100); do
-  grep -q "listening on 127" "$work/serve.log" 2>/dev/null && break
-  sleep 0.1
-done
-tcp=$(grep -m1 -o 'listening on 127[^ ]*' "$work/serve.log" | cut -d' ' -f3)
+start_bench_server "$data" "$work"
 
 # The Python client measured as `profile --target` measures: images/s over `batches` batches
 # after `warmup` batches, of a new private stream; also its CPU time per batch.

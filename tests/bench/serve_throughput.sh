@@ -9,13 +9,12 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 sluice="$root/build/bin/sluice"
 data=${1:-/tmp/sluice-bench-data}
-photos=/usr/share/backgrounds/mate/nature
 work=$(mktemp -d)
-trap 'kill $server 2>/dev/null || true; rm -rf "$work"' EXIT
+server=
+trap '[ -n "$server" ] && kill $server 2>/dev/null; rm -rf "$work"' EXIT
 
-if [ ! -f "$data/labels.txt" ]; then
-  "$sluice" synth --photos "$photos" --classes 12 --images 6000 --shards 16 --seed 1 --out "$data"
-fi
+. "$root/tests/bench/bench_server.sh"
+make_bench_data "$data"
 summary() {
   python3 -c '
 import json, sys
@@ -32,26 +31,7 @@ open(sys.argv[2], "w").write(str(j["images_per_sec"]))' "$1" "$2"
 "$sluice" profile --files "$data/train-*.tfrecord" --batch-size 256 --image-size 224 \
   --shuffle-buffer 1024 --threads 2 --batches 40 --json | summary "in-process, uncached" "$work/inproc"
 
-cat > "$work/sluice.textproto" <<CONF
-listen: "127.0.0.1:0"
-listen: "unix:$work/sluice.sock"
-threads: 2
-datasets {
-  name: "train"
-  pipeline { files: "$data/train-*.tfrecord" batch_size: 256 shuffle { buffer_size: 1024 } }
-}
-datasets {
-  name: "cached"
-  pipeline {
-    files: "$data/train-*.tfrecord" batch_size: 256 shuffle { buffer_size: 1024 }
-    cache { mode: CACHE_DECODED budget_bytes: 3221225472 } memory_budget_bytes: 4294967296
-  }
-}
-CONF
-"$sluice" serve --config "$work/sluice.textproto" > "$work/serve.log" &
-server=$!
-for _ in $(seq 100); do grep -q "listening on 127" "$work/serve.log" 2>/dev/null && break; sleep 0.1; done
-tcp=$(grep -m1 -o 'listening on 127[^ ]*' "$work/serve.log" | cut -d' ' -f3)
+start_bench_server "$data" "$work" "unix:$work/sluice.sock"
 
 "$sluice" profile --target "$tcp" --dataset train --batch-size 256 --image-size 224 --batches 40 \
   --json | summary "served over TCP, uncached" "$work/tcp"

@@ -24,8 +24,10 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--image-size", o.image_size, "Image side S (default 32)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--device", o.device, "auto, cpu or cuda (default auto: cpu in this build)");
-  app.add_option("--precision", o.precision, "fp32 (bf16/fp16 need the CUDA backend)");
+  app.add_option("--device", o.device,
+                 "auto, cpu or cuda (default auto: cuda when a device is usable)");
+  app.add_option("--precision", o.precision,
+                 "auto, fp32 (CPU) or bf16 (CUDA); default auto; fp16 is not implemented yet");
   app.add_option("--accum", o.accum, "Micro-batches per step (default 1)")
       ->check(CLI::PositiveNumber);
   app.add_option("--lr", o.lr, "Peak learning rate (default 1e-3)");
@@ -66,8 +68,10 @@ int main(int argc, char** argv) {
     std::cout.flush();
     std::cerr << "sluice-trainer: " << summary.status().ToString() << "\n";
     const sluice::StatusCode code = summary.status().code();
+    // 2: the run cannot start as configured (bad or unsupported options, no usable device).
     return code == sluice::StatusCode::kUnimplemented ||
-                   code == sluice::StatusCode::kInvalidArgument
+                   code == sluice::StatusCode::kInvalidArgument ||
+                   code == sluice::StatusCode::kFailedPrecondition
                ? 2
                : 1;
   }

@@ -13,6 +13,10 @@
 #include "client/client.h"
 #include "trainer/checkpoint.h"
 #include "trainer/cpu_backend.h"
+#if SLUICE_HAVE_CUDA
+#include "trainer/cuda_backend.h"
+#include "trainer/cuda_util.h"
+#endif
 
 namespace sluice::trainer {
 namespace {
@@ -59,9 +63,26 @@ v1::StreamRequest BaseRequest(const TrainerOptions& o, const std::string& datase
   return r;
 }
 
-// Accuracy (and mean loss) of `params` over one epoch of the eval stream.
-Result<StepResult> Evaluate(Client& client, const TrainerOptions& o, CpuBackend& backend,
-                            std::span<const float> params, int64_t* images) {
+// The model on one of the backends, for evaluation: the CPU's with `params`, or the GPU's own
+// weights when `gpu` is set.
+struct EvalBackend {
+  CpuBackend* cpu = nullptr;
+  std::span<const float> params;
+#if SLUICE_HAVE_CUDA
+  CudaBackend* gpu = nullptr;
+#endif
+  const ModelConfig& config() const { return cpu->config(); }
+  Result<StepResult> Forward(const ReceivedBatch& batch) {
+#if SLUICE_HAVE_CUDA
+    if (gpu != nullptr) return gpu->Forward(batch.images, batch.labels);
+#endif
+    return cpu->Forward(params, batch.images, batch.labels);
+  }
+};
+
+// Accuracy (and mean loss) over one epoch of the eval stream.
+Result<StepResult> Evaluate(Client& client, const TrainerOptions& o, EvalBackend& backend,
+                            int64_t* images) {
   v1::StreamRequest request = BaseRequest(o, o.eval_dataset);
   request.set_mode(v1::MODE_EVAL);
   request.set_epochs(1);
@@ -74,7 +95,7 @@ Result<StepResult> Evaluate(Client& client, const TrainerOptions& o, CpuBackend&
     RETURN_IF_ERROR(stream->Next(&batch, &end).WithContext("eval stream"));
     if (end) break;
     RETURN_IF_ERROR(CheckBatch(batch, backend.config(), o.eval_dataset));
-    const StepResult r = backend.Forward(params, batch.images, batch.labels);
+    ASSIGN_OR_RETURN(const StepResult r, backend.Forward(batch));
     total.loss_sum += r.loss_sum;
     total.correct += r.correct;
     *images += batch.meta.n;
@@ -104,34 +125,60 @@ std::string TrainSummary::ToJson() const {
 }
 
 Result<std::string> ResolveDevice(const std::string& device, std::string* note) {
-  if (device == "auto") {
-    *note = "auto: this build has no CUDA backend yet";
-    return std::string("cpu");
-  }
   if (device == "cpu") {
     *note = "as asked";
     return std::string("cpu");
   }
+  if (device != "auto" && device != "cuda")
+    return InvalidArgument("--device " + device + ": expected auto, cpu or cuda");
+#if SLUICE_HAVE_CUDA
+  std::string reason;
+  const int devices = CudaDeviceCount(&reason);
+  if (devices > 0) {
+    *note = fmt::format("{}: {} CUDA device{}, using device 0", device, devices,
+                        devices == 1 ? "" : "s");
+    return std::string("cuda");
+  }
+  if (device == "cuda") {
+    return FailedPrecondition("--device cuda: no usable CUDA device (" + reason +
+                              "); use --device cpu or auto");
+  }
+  *note = "auto: no usable CUDA device: " + reason;
+  return std::string("cpu");
+#else
   if (device == "cuda") {
     return Unimplemented(
-        "--device cuda: this build has no CUDA backend yet (only the CPU backend exists); use "
-        "--device cpu or auto");
+        "--device cuda: this build has no CUDA backend (built without nvcc); use --device cpu or "
+        "auto");
   }
-  return InvalidArgument("--device " + device + ": expected auto, cpu or cuda");
+  *note = "auto: this build has no CUDA backend (built without nvcc)";
+  return std::string("cpu");
+#endif
+}
+
+Result<std::string> ResolvePrecision(const std::string& device, const std::string& precision) {
+  if (precision != "auto" && precision != "fp32" && precision != "bf16" && precision != "fp16")
+    return InvalidArgument("--precision " + precision + ": expected auto, fp32, bf16 or fp16");
+  if (device == "cpu") {
+    if (precision == "auto" || precision == "fp32") return std::string("fp32");
+    return Unimplemented("--precision " + precision +
+                         " needs the CUDA backend; the CPU backend trains in fp32");
+  }
+  if (precision == "auto" || precision == "bf16") return std::string("bf16");
+  if (precision == "fp32") {
+    return Unimplemented(
+        "--precision fp32 on CUDA is not implemented (the CUDA backend runs bf16 GEMMs with fp32 "
+        "master weights); use bf16, or --device cpu for fp32");
+  }
+  return Unimplemented(
+      "--precision fp16 (with dynamic loss scaling) is not implemented yet; use bf16");
 }
 
 Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
   TrainSummary summary;
   std::string device_note;
   ASSIGN_OR_RETURN(summary.device, ResolveDevice(o.device, &device_note));
-  if (o.precision != "fp32") {
-    if (o.precision == "bf16" || o.precision == "fp16") {
-      return Unimplemented("--precision " + o.precision +
-                           " needs the CUDA backend, which this build does not have yet; the CPU "
-                           "backend trains in fp32");
-    }
-    return InvalidArgument("--precision " + o.precision + ": expected fp32 (bf16/fp16: CUDA only)");
-  }
+  ASSIGN_OR_RETURN(const std::string precision, ResolvePrecision(summary.device, o.precision));
   if (o.steps < 1) return InvalidArgument("--steps must be at least 1");
   if (o.batch_size < 1) return InvalidArgument("--batch-size must be at least 1");
   if (o.accum < 1) return InvalidArgument("--accum must be at least 1");
@@ -210,17 +257,46 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
     }
   }
 
+#if SLUICE_HAVE_CUDA
+  std::unique_ptr<CudaBackend> gpu;
+  if (summary.device == "cuda") {
+    CudaBackendOptions gpu_options;
+    gpu_options.max_batch = o.batch_size;
+    gpu_options.adamw = o.adamw;
+    ASSIGN_OR_RETURN(gpu, CudaBackend::Create(config, gpu_options));
+    RETURN_IF_ERROR(gpu->SetParameters(params));
+    if (optimizer.updates() > 0) {
+      RETURN_IF_ERROR(gpu->SetOptimizerState(optimizer.first_moment(), optimizer.second_moment(),
+                                             optimizer.updates()));
+    }
+  }
+#endif
+
   log << fmt::format(
-             "sluice-trainer: device {} ({}), fp32, {} threads; model S={} P={} D={} L={} "
+             "sluice-trainer: device {} ({}), {}, {} threads; model S={} P={} D={} L={} "
              "hidden={} "
              "classes={} ({} parameters); batch {}, accum {}, {} steps, lr {}\n",
-             summary.device, device_note, tbb::info::default_concurrency(), config.image_size,
-             config.patch, config.width, config.depth, config.hidden(), config.classes,
-             layout.total(), o.batch_size, o.accum, o.steps, o.lr)
+             summary.device, device_note, precision, tbb::info::default_concurrency(),
+             config.image_size, config.patch, config.width, config.depth, config.hidden(),
+             config.classes, layout.total(), o.batch_size, o.accum, o.steps, o.lr)
       << std::flush;
 
+  // Brings the GPU's weights and optimizer state to the host copies (checkpoints).
+  auto sync_from_device = [&]() -> Status {
+#if SLUICE_HAVE_CUDA
+    if (gpu != nullptr) {
+      int64_t updates = 0;
+      RETURN_IF_ERROR(gpu->GetParameters(&params));
+      RETURN_IF_ERROR(
+          gpu->GetOptimizerState(&optimizer.first_moment(), &optimizer.second_moment(), &updates));
+      optimizer.set_updates(updates);
+    }
+#endif
+    return Status::OK();
+  };
   auto save = [&]() -> Status {
     if (o.checkpoint_dir.empty()) return Status::OK();
+    RETURN_IF_ERROR(sync_from_device());
     Checkpoint ck;
     ck.config = config;
     ck.step = step;
@@ -238,7 +314,11 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
     if (o.eval_dataset.empty()) return Status::OK();
     const Clock::time_point start = Clock::now();
     int64_t images = 0;
-    ASSIGN_OR_RETURN(StepResult r, Evaluate(*client, o, backend, params, &images));
+    EvalBackend eval{&backend, params};
+#if SLUICE_HAVE_CUDA
+    eval.gpu = gpu.get();
+#endif
+    ASSIGN_OR_RETURN(StepResult r, Evaluate(*client, o, eval, &images));
     if (images == 0)
       return FailedPrecondition("eval dataset " + o.eval_dataset + " gave no images");
     summary.eval_accuracy = static_cast<double>(r.correct) / images;
@@ -259,42 +339,106 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
   Clock::duration window_time{}, window_wait{};
   bool stream_ended = false;
 
-  while (step < end_step && !stream_ended) {
-    const Clock::time_point step_start = Clock::now();
-    Clock::duration step_wait{};
-    std::fill(grads.begin(), grads.end(), 0.0f);
-    StepResult sum;
-    int64_t samples = 0;
-    for (int k = 0; k < o.accum; ++k) {
+  // GPU: the next step's micro-batches, fetched while the device runs the current one.
+  std::vector<ReceivedBatch> ahead;
+  [[maybe_unused]] auto fetch_step = [&](std::vector<ReceivedBatch>* batches,
+                                         Clock::duration* wait) -> Status {
+    batches->clear();
+    for (int k = 0; k < o.accum && !stream_ended; ++k) {
       ReceivedBatch batch;
       bool end = false;
       const Clock::time_point wait_start = Clock::now();
       RETURN_IF_ERROR(stream->Next(&batch, &end).WithContext("training stream"));
-      step_wait += Clock::now() - wait_start;
+      if (wait != nullptr) *wait += Clock::now() - wait_start;
       if (end) {
         stream_ended = true;
         break;
       }
       RETURN_IF_ERROR(CheckBatch(batch, config, o.dataset));
-      const StepResult r = backend.ForwardBackward(params, batch.images, batch.labels, grads);
-      sum.loss_sum += r.loss_sum;
-      sum.correct += r.correct;
-      samples += batch.meta.n;
-      last = batch.meta;
-      has_position = true;
+      batches->push_back(std::move(batch));
     }
-    if (samples == 0) break;
-    const float inv = 1.0f / static_cast<float>(samples);
-    for (float& g : grads) g *= inv;
-    const double loss = sum.loss_sum / samples;
-    const double norm = GlobalNorm(grads);
-    ++step;
-    if (std::isfinite(loss) && std::isfinite(norm)) {
-      optimizer.Update(params, grads, norm, LearningRate(o, step - 1));
-    } else {
-      ++summary.skipped_updates;
-      log << fmt::format("step {}: non-finite {} (loss {}, gradient norm {}); update skipped\n",
-                         step, std::isfinite(loss) ? "gradient" : "loss", loss, norm);
+    return Status::OK();
+  };
+
+  const bool on_gpu = summary.device == "cuda";
+  while (step < end_step && (!stream_ended || !ahead.empty())) {
+    const Clock::time_point step_start = Clock::now();
+    Clock::duration step_wait{};
+    StepResult sum;
+    int64_t samples = 0;
+    double loss = 0, norm = 0;
+#if SLUICE_HAVE_CUDA
+    if (gpu != nullptr) {
+      std::vector<ReceivedBatch> batches;
+      if (ahead.empty()) {
+        RETURN_IF_ERROR(fetch_step(&batches, &step_wait));
+      } else {
+        batches = std::move(ahead);
+        ahead.clear();
+      }
+      if (batches.empty()) break;
+      for (const ReceivedBatch& b : batches) samples += b.meta.n;
+      int ticket = -1;
+      for (size_t k = 0; k < batches.size(); ++k) {
+        ASSIGN_OR_RETURN(const int slot, gpu->Stage(batches[k].images, batches[k].labels));
+        const bool is_last = k + 1 == batches.size();
+        ASSIGN_OR_RETURN(ticket, gpu->Enqueue(slot, k == 0, is_last, /*update=*/true,
+                                              LearningRate(o, step), static_cast<int>(samples)));
+      }
+      last = batches.back().meta;
+      has_position = true;
+      // Overlap: fetch the next step's batches while the device computes this one.
+      if (step + 1 < end_step) RETURN_IF_ERROR(fetch_step(&ahead, nullptr));
+      ASSIGN_OR_RETURN(const CudaStepOutcome outcome, gpu->Wait(ticket));
+      // Data wait on the GPU: the time the device sat idle before this step.
+      step_wait += std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double>(outcome.idle_seconds));
+      sum = outcome.result;
+      loss = sum.loss_sum / samples;
+      norm = outcome.grad_norm;
+      ++step;
+      if (outcome.skipped) {
+        ++summary.skipped_updates;
+        log << fmt::format(
+            "step {}: non-finite loss or gradient (loss {}, gradient norm {}); "
+            "update skipped\n",
+            step, loss, norm);
+      }
+    }
+#endif
+    if (!on_gpu) {
+      std::fill(grads.begin(), grads.end(), 0.0f);
+      for (int k = 0; k < o.accum; ++k) {
+        ReceivedBatch batch;
+        bool end = false;
+        const Clock::time_point wait_start = Clock::now();
+        RETURN_IF_ERROR(stream->Next(&batch, &end).WithContext("training stream"));
+        step_wait += Clock::now() - wait_start;
+        if (end) {
+          stream_ended = true;
+          break;
+        }
+        RETURN_IF_ERROR(CheckBatch(batch, config, o.dataset));
+        const StepResult r = backend.ForwardBackward(params, batch.images, batch.labels, grads);
+        sum.loss_sum += r.loss_sum;
+        sum.correct += r.correct;
+        samples += batch.meta.n;
+        last = batch.meta;
+        has_position = true;
+      }
+      if (samples == 0) break;
+      const float inv = 1.0f / static_cast<float>(samples);
+      for (float& g : grads) g *= inv;
+      loss = sum.loss_sum / samples;
+      norm = GlobalNorm(grads);
+      ++step;
+      if (std::isfinite(loss) && std::isfinite(norm)) {
+        optimizer.Update(params, grads, norm, LearningRate(o, step - 1));
+      } else {
+        ++summary.skipped_updates;
+        log << fmt::format("step {}: non-finite {} (loss {}, gradient norm {}); update skipped\n",
+                           step, std::isfinite(loss) ? "gradient" : "loss", loss, norm);
+      }
     }
     const Clock::duration step_time = Clock::now() - step_start;
     train_time += step_time;
@@ -330,6 +474,7 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
     }
   }
   if (stream_ended) log << "the training stream ended at step " << step << "\n";
+  RETURN_IF_ERROR(sync_from_device());
   RETURN_IF_ERROR(save());
   RETURN_IF_ERROR(evaluate("final, at"));
   if (summary.losses.empty()) {

@@ -1,6 +1,6 @@
 // The training loop of `sluice-trainer`: batches from `sluice serve` through the C++ client, the
-// model on a backend (the CPU backend in this build; trainer/cpu_backend.h), AdamW, evaluation on
-// an eval stream, checkpoints and exact resume.
+// model on a backend (trainer/cpu_backend.h, or trainer/cuda_backend.h when built with CUDA and a
+// device is usable), AdamW, evaluation on an eval stream, checkpoints and exact resume.
 #pragma once
 
 #include <cstdint>
@@ -23,8 +23,8 @@ struct TrainerOptions {
   int batch_size = 32;       // per micro-batch
   int accum = 1;             // micro-batches per step
   int image_size = 32;
-  std::string device = "auto";  // auto | cpu | cuda
-  std::string precision = "fp32";
+  std::string device = "auto";     // auto | cpu | cuda
+  std::string precision = "auto";  // auto: fp32 on the CPU, bf16 on CUDA
   int width = 64, depth = 2, patch = 8;
   int num_classes = 0;        // 0: from ListDatasets
   float lr = 1e-3f;           // peak learning rate
@@ -58,9 +58,13 @@ struct TrainSummary {
   std::string ToJson() const;
 };
 
-// "auto" and "cpu" → "cpu" (this build has no CUDA backend yet); "cuda" → Unimplemented.
-// *note says why "auto" chose what it did.
+// "cpu" → "cpu"; "auto" → "cuda" when this build has the CUDA backend and CudaDeviceCount() > 0,
+// else "cpu"; "cuda" → "cuda", FailedPrecondition without a usable device, Unimplemented in a
+// build without nvcc. *note says why "auto" chose what it did.
 Result<std::string> ResolveDevice(const std::string& device, std::string* note);
+// The precision a resolved device trains in: "auto" → fp32 on "cpu", bf16 on "cuda". Unimplemented
+// for bf16/fp16 on the CPU and for fp32/fp16 on CUDA (not written yet).
+Result<std::string> ResolvePrecision(const std::string& device, const std::string& precision);
 
 // Runs the training described by `options`, writing the progress lines to `log`. The first line
 // names the device. Errors: the client's (connection, bad request), InvalidArgument for bad

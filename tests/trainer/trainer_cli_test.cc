@@ -25,7 +25,7 @@ TEST_CASE("PrintsDeviceFirstAndSummaryJsonLast") {
   const testing::CommandResult r = RunTrainer("--target " + server.server->address() +
                                               " --dataset train --eval-dataset val --steps 20 "
                                               "--batch-size 16 --image-size 32 --patch 8 --width "
-                                              "32 --depth 1 --log-every 10 --device auto");
+                                              "32 --depth 1 --log-every 10 --device cpu");
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   CHECK(r.out.rfind("sluice-trainer: device cpu", 0) == 0);
@@ -42,8 +42,15 @@ TEST_CASE("PrintsDeviceFirstAndSummaryJsonLast") {
 
 TEST_CASE("DeviceCudaFailsClearly") {
   const testing::CommandResult r = RunTrainer("--target 127.0.0.1:1 --device cuda");
-  CHECK(r.exit_code == 2);
-  CHECK(r.err.find("no CUDA backend yet") != std::string::npos);
+  // On a machine with a device this run gets past device selection and fails to connect.
+  INFO(r.err);
+  if (r.err.find("--device cuda") != std::string::npos) {
+    CHECK(r.exit_code == 2);
+    CHECK((r.err.find("no usable CUDA device") != std::string::npos ||
+           r.err.find("no CUDA backend") != std::string::npos));
+  } else {
+    CHECK(r.exit_code != 0);
+  }
 }
 
 }  // namespace

@@ -1,0 +1,440 @@
+#include "trainer/cuda_backend.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+
+namespace sluice::trainer {
+
+using cuda::bf16;
+
+CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& options)
+    : config_(config),
+      layout_(config),
+      options_(options),
+      hyper_{options.adamw.beta1, options.adamw.beta2, options.adamw.epsilon,
+             options.adamw.weight_decay, options.adamw.clip_norm} {}
+
+CudaBackend::~CudaBackend() {
+  // Nothing may still read or write the buffers the members' destructors free.
+  if (compute_.get() != nullptr) cudaStreamSynchronize(compute_.get());
+  if (copy_.get() != nullptr) cudaStreamSynchronize(copy_.get());
+}
+
+Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& config,
+                                                         const CudaBackendOptions& options) {
+  RETURN_IF_ERROR(config.Validate());
+  if (options.max_batch < 1) return InvalidArgument("CUDA backend: max_batch must be at least 1");
+  std::string reason;
+  const int devices = CudaDeviceCount(&reason);
+  if (options.device < 0 || options.device >= devices) {
+    return FailedPrecondition(fmt::format("CUDA device {} is not usable ({} devices{}{})",
+                                          options.device, devices, reason.empty() ? "" : ": ",
+                                          reason));
+  }
+  std::unique_ptr<CudaBackend> backend(new CudaBackend(config, options));
+  RETURN_IF_ERROR(backend->Initialize());
+  return backend;
+}
+
+template <typename T>
+Result<T*> CudaBackend::Alloc(int64_t count) {
+  ASSIGN_OR_RETURN(DeviceBuffer buffer,
+                   DeviceBuffer::Allocate(sizeof(T) * std::max<int64_t>(1, count)));
+  T* p = buffer.as<T>();
+  buffers_.push_back(std::move(buffer));
+  return p;
+}
+
+Status CudaBackend::Initialize() {
+  CUDA_CHECK(cudaSetDevice(options_.device));
+  ASSIGN_OR_RETURN(compute_, CudaStream::Create());
+  ASSIGN_OR_RETURN(copy_, CudaStream::Create());
+  ASSIGN_OR_RETURN(gemm_, CublasLtGemm::Create());
+  RETURN_IF_ERROR(cuda::LayerNormBackwardSetup(config_.width));
+
+  const int nb = options_.max_batch, t = config_.tokens(), d = config_.width;
+  const int f = config_.hidden(), c = config_.classes, pd = config_.patch_dim();
+  const int64_t rows = int64_t{nb} * t, total = layout_.total();
+  const int64_t image_bytes = int64_t{nb} * config_.image_size * config_.image_size * 3;
+  for (int s = 0; s < kSlots; ++s) {
+    ASSIGN_OR_RETURN(pinned_images_[s], PinnedBuffer::Allocate(image_bytes));
+    ASSIGN_OR_RETURN(pinned_labels_[s], PinnedBuffer::Allocate(sizeof(int32_t) * nb));
+    ASSIGN_OR_RETURN(images_[s], Alloc<uint8_t>(image_bytes));
+    ASSIGN_OR_RETURN(labels_[s], Alloc<int32_t>(nb));
+    ASSIGN_OR_RETURN(copied_[s], CudaEvent::Create());
+    ASSIGN_OR_RETURN(consumed_[s], CudaEvent::Create());
+    ASSIGN_OR_RETURN(pinned_inputs_[s], PinnedBuffer::Allocate(sizeof(cuda::StepInputs)));
+    ASSIGN_OR_RETURN(pinned_results_[s], PinnedBuffer::Allocate(sizeof(cuda::StepScalars)));
+    ASSIGN_OR_RETURN(begin_[s], CudaEvent::Create(/*timing=*/true));
+    ASSIGN_OR_RETURN(end_[s], CudaEvent::Create(/*timing=*/true));
+  }
+  ASSIGN_OR_RETURN(pinned_eval_, PinnedBuffer::Allocate(sizeof(cuda::StepScalars)));
+
+  ASSIGN_OR_RETURN(params_, Alloc<float>(total));
+  ASSIGN_OR_RETURN(params_bf16_, Alloc<bf16>(total));
+  ASSIGN_OR_RETURN(grads_, Alloc<float>(total));
+  ASSIGN_OR_RETURN(m_, Alloc<float>(total));
+  ASSIGN_OR_RETURN(v_, Alloc<float>(total));
+  ASSIGN_OR_RETURN(norm_partials_, Alloc<double>(cuda::GradNormBlocks()));
+  ASSIGN_OR_RETURN(scalars_, Alloc<cuda::StepScalars>(1));
+  ASSIGN_OR_RETURN(eval_scalars_, Alloc<cuda::StepScalars>(1));
+  ASSIGN_OR_RETURN(inputs_, Alloc<cuda::StepInputs>(1));
+  CUDA_CHECK(cudaMemset(scalars_, 0, sizeof(cuda::StepScalars)));
+
+  // The multi-tensor table: every tensor cut into chunks of at most kAdamChunk elements.
+  std::vector<cuda::AdamChunk> chunks;
+  for (const ParameterTensor& tensor : layout_.tensors()) {
+    for (int64_t off = 0; off < tensor.size; off += cuda::kAdamChunk) {
+      chunks.push_back({tensor.offset + off,
+                        static_cast<int>(std::min<int64_t>(cuda::kAdamChunk, tensor.size - off)),
+                        tensor.weight_decay ? 1 : 0});
+    }
+  }
+  num_chunks_ = static_cast<int>(chunks.size());
+  ASSIGN_OR_RETURN(chunks_, Alloc<cuda::AdamChunk>(num_chunks_));
+  CUDA_CHECK(cudaMemcpy(chunks_, chunks.data(), sizeof(cuda::AdamChunk) * chunks.size(),
+                        cudaMemcpyHostToDevice));
+
+  ASSIGN_OR_RETURN(x0_, Alloc<bf16>(rows * pd));
+  for (int l = 0; l <= config_.depth; ++l) {
+    ASSIGN_OR_RETURN(float* h, Alloc<float>(rows * d));
+    h_.push_back(h);
+  }
+  for (int l = 0; l < config_.depth; ++l) {
+    ASSIGN_OR_RETURN(bf16 * ln, Alloc<bf16>(rows * d));
+    ASSIGN_OR_RETURN(float* mean, Alloc<float>(rows));
+    ASSIGN_OR_RETURN(float* rstd, Alloc<float>(rows));
+    ASSIGN_OR_RETURN(bf16 * pre, Alloc<bf16>(rows * f));
+    ASSIGN_OR_RETURN(bf16 * act, Alloc<bf16>(rows * f));
+    ln_.push_back(ln);
+    ln_mean_.push_back(mean);
+    ln_rstd_.push_back(rstd);
+    pre_.push_back(pre);
+    act_.push_back(act);
+  }
+  ASSIGN_OR_RETURN(pooled_, Alloc<float>(int64_t{nb} * d));
+  ASSIGN_OR_RETURN(pooled_mean_, Alloc<float>(nb));
+  ASSIGN_OR_RETURN(pooled_rstd_, Alloc<float>(nb));
+  ASSIGN_OR_RETURN(features_, Alloc<bf16>(int64_t{nb} * d));
+  ASSIGN_OR_RETURN(logits_, Alloc<float>(int64_t{nb} * c));
+  ASSIGN_OR_RETURN(dlogits_, Alloc<bf16>(int64_t{nb} * c));
+  ASSIGN_OR_RETURN(row_loss_, Alloc<float>(nb));
+  ASSIGN_OR_RETURN(row_correct_, Alloc<int>(nb));
+  ASSIGN_OR_RETURN(dfeatures_, Alloc<float>(int64_t{nb} * d));
+  ASSIGN_OR_RETURN(dpooled_, Alloc<float>(int64_t{nb} * d));
+  ASSIGN_OR_RETURN(dh_, Alloc<float>(rows * d));
+  ASSIGN_OR_RETURN(dh_bf16_, Alloc<bf16>(rows * d));
+  ASSIGN_OR_RETURN(dln_, Alloc<float>(rows * d));
+  ASSIGN_OR_RETURN(dact_, Alloc<bf16>(rows * f));
+  return Status::OK();
+}
+
+Status CudaBackend::SetParameters(std::span<const float> params) {
+  const int64_t total = layout_.total();
+  if (static_cast<int64_t>(params.size()) != total)
+    return InvalidArgument(
+        fmt::format("{} parameters given, the model has {}", params.size(), total));
+  CUDA_CHECK(cudaStreamSynchronize(compute_.get()));
+  CUDA_CHECK(cudaMemcpy(params_, params.data(), sizeof(float) * total, cudaMemcpyHostToDevice));
+  cuda::CastToBf16(params_, params_bf16_, total, compute_.get());
+  RETURN_IF_ERROR(cuda::LastLaunchError("cast parameters"));
+  CUDA_CHECK(cudaMemsetAsync(m_, 0, sizeof(float) * total, compute_.get()));
+  CUDA_CHECK(cudaMemsetAsync(v_, 0, sizeof(float) * total, compute_.get()));
+  CUDA_CHECK(cudaMemsetAsync(scalars_, 0, sizeof(cuda::StepScalars), compute_.get()));
+  CUDA_CHECK(cudaStreamSynchronize(compute_.get()));
+  return Status::OK();
+}
+
+Status CudaBackend::SetOptimizerState(std::span<const float> m, std::span<const float> v,
+                                      int64_t updates) {
+  const int64_t total = layout_.total();
+  if (static_cast<int64_t>(m.size()) != total || static_cast<int64_t>(v.size()) != total)
+    return InvalidArgument("optimizer state does not match the model's parameter count");
+  CUDA_CHECK(cudaStreamSynchronize(compute_.get()));
+  CUDA_CHECK(cudaMemcpy(m_, m.data(), sizeof(float) * total, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(v_, v.data(), sizeof(float) * total, cudaMemcpyHostToDevice));
+  const long long count = updates;
+  CUDA_CHECK(cudaMemcpy(&scalars_->updates, &count, sizeof(count), cudaMemcpyHostToDevice));
+  return Status::OK();
+}
+
+Status CudaBackend::GetParameters(std::vector<float>* params) {
+  params->resize(layout_.total());
+  CUDA_CHECK(cudaStreamSynchronize(compute_.get()));
+  CUDA_CHECK(
+      cudaMemcpy(params->data(), params_, sizeof(float) * params->size(), cudaMemcpyDeviceToHost));
+  return Status::OK();
+}
+
+Status CudaBackend::GetOptimizerState(std::vector<float>* m, std::vector<float>* v,
+                                      int64_t* updates) {
+  m->resize(layout_.total());
+  v->resize(layout_.total());
+  CUDA_CHECK(cudaStreamSynchronize(compute_.get()));
+  CUDA_CHECK(cudaMemcpy(m->data(), m_, sizeof(float) * m->size(), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(v->data(), v_, sizeof(float) * v->size(), cudaMemcpyDeviceToHost));
+  long long count = 0;
+  CUDA_CHECK(cudaMemcpy(&count, &scalars_->updates, sizeof(count), cudaMemcpyDeviceToHost));
+  *updates = count;
+  return Status::OK();
+}
+
+Status CudaBackend::GetGradients(std::vector<float>* grads) {
+  grads->resize(layout_.total());
+  CUDA_CHECK(cudaStreamSynchronize(compute_.get()));
+  CUDA_CHECK(
+      cudaMemcpy(grads->data(), grads_, sizeof(float) * grads->size(), cudaMemcpyDeviceToHost));
+  return Status::OK();
+}
+
+Result<int> CudaBackend::Stage(std::span<const uint8_t> images, std::span<const int32_t> labels) {
+  const int n = static_cast<int>(labels.size());
+  const size_t image_bytes = size_t{labels.size()} * config_.image_size * config_.image_size * 3;
+  if (n < 1 || n > options_.max_batch || images.size() != image_bytes) {
+    return InvalidArgument(fmt::format(
+        "CUDA backend: a batch of {} labels and {} image bytes (at most {} images of {}×{}×3)", n,
+        images.size(), options_.max_batch, config_.image_size, config_.image_size));
+  }
+  const int slot = next_slot_;
+  next_slot_ = (next_slot_ + 1) % kSlots;
+  // The pinned slot is free once its last H2D has finished.
+  CUDA_CHECK(cudaEventSynchronize(copied_[slot].get()));
+  std::memcpy(pinned_images_[slot].data(), images.data(), image_bytes);
+  std::memcpy(pinned_labels_[slot].data(), labels.data(), sizeof(int32_t) * n);
+  // The device slot is free once the compute stream has consumed its last batch.
+  CUDA_CHECK(cudaStreamWaitEvent(copy_.get(), consumed_[slot].get(), 0));
+  CUDA_CHECK(cudaMemcpyAsync(images_[slot], pinned_images_[slot].data(), image_bytes,
+                             cudaMemcpyHostToDevice, copy_.get()));
+  CUDA_CHECK(cudaMemcpyAsync(labels_[slot], pinned_labels_[slot].data(), sizeof(int32_t) * n,
+                             cudaMemcpyHostToDevice, copy_.get()));
+  CUDA_CHECK(cudaEventRecord(copied_[slot].get(), copy_.get()));
+  batch_[slot] = n;
+  return slot;
+}
+
+Status CudaBackend::EnqueueForward(int slot, int n, cuda::StepScalars* scalars) {
+  cudaStream_t s = compute_.get();
+  const int t = config_.tokens(), rows = n * t, d = config_.width, f = config_.hidden();
+  const int c = config_.classes, pd = config_.patch_dim();
+  cuda::NormalizePatchify(images_[slot], x0_, n, config_.image_size, config_.patch, s);
+  GemmArgs embed;
+  embed.trans_b = Trans::kYes;
+  embed.m = rows, embed.n = d, embed.k = pd;
+  embed.a = x0_, embed.b = Pb(layout_.embed_weight);
+  embed.d = h_[0], embed.d_fp32 = true;
+  embed.epilogue = Epilogue::kBias, embed.bias = P(layout_.embed_bias);
+  RETURN_IF_ERROR(Gemm(embed));
+  for (int l = 0; l < config_.depth; ++l) {
+    const ParameterLayout::Block& b = layout_.blocks[l];
+    cuda::LayerNormForward(h_[l], P(b.ln_gain), P(b.ln_bias), ln_[l], ln_mean_[l], ln_rstd_[l],
+                           rows, d, s);
+    GemmArgs fc1;
+    fc1.trans_b = Trans::kYes;
+    fc1.m = rows, fc1.n = f, fc1.k = d;
+    fc1.a = ln_[l], fc1.b = Pb(b.fc1_weight);
+    if (options_.fused_epilogues && f % 8 == 0) {
+      fc1.d = act_[l];
+      fc1.epilogue = Epilogue::kGeluAuxBias, fc1.bias = Pb(b.fc1_bias), fc1.aux = pre_[l];
+      RETURN_IF_ERROR(Gemm(fc1));
+    } else {
+      fc1.d = pre_[l];
+      RETURN_IF_ERROR(Gemm(fc1));
+      cuda::GeluBiasForward(pre_[l], Pb(b.fc1_bias), pre_[l], act_[l], rows, f, s);
+    }
+    GemmArgs fc2;
+    fc2.trans_b = Trans::kYes;
+    fc2.m = rows, fc2.n = d, fc2.k = f;
+    fc2.a = act_[l], fc2.b = Pb(b.fc2_weight);
+    fc2.d = h_[l + 1], fc2.d_fp32 = true, fc2.c = h_[l], fc2.beta = 1.0f;
+    fc2.epilogue = Epilogue::kBias, fc2.bias = P(b.fc2_bias);
+    RETURN_IF_ERROR(Gemm(fc2));
+  }
+  cuda::MeanPoolForward(h_[config_.depth], pooled_, n, t, d, s);
+  cuda::LayerNormForward(pooled_, P(layout_.final_ln_gain), P(layout_.final_ln_bias), features_,
+                         pooled_mean_, pooled_rstd_, n, d, s);
+  GemmArgs head;
+  head.trans_b = Trans::kYes;
+  head.m = n, head.n = c, head.k = d;
+  head.a = features_, head.b = Pb(layout_.head_weight);
+  head.d = logits_, head.d_fp32 = true;
+  head.epilogue = Epilogue::kBias, head.bias = P(layout_.head_bias);
+  RETURN_IF_ERROR(Gemm(head));
+  cuda::SoftmaxCrossEntropy(logits_, labels_[slot], n, c, dlogits_, row_loss_, row_correct_,
+                            scalars, s);
+  return cuda::LastLaunchError("forward");
+}
+
+Status CudaBackend::EnqueueBackward(int slot, int n) {
+  (void)slot;
+  cudaStream_t s = compute_.get();
+  const int t = config_.tokens(), rows = n * t, d = config_.width, f = config_.hidden();
+  const int c = config_.classes, pd = config_.patch_dim();
+  // Weight gradient: G[m×k'] += dYᵀ·X with dY rows×m and X rows×k'.
+  auto weight_grad = [&](const bf16* dy, const bf16* x, float* g, int m, int k_cols, int r) {
+    GemmArgs a;
+    a.trans_a = Trans::kYes;
+    a.m = m, a.n = k_cols, a.k = r;
+    a.a = dy, a.b = x;
+    a.d = g, a.d_fp32 = true, a.c = g, a.beta = 1.0f;
+    return Gemm(a);
+  };
+  // Data gradient: dX[r×n'] = dY[r×k] · W[k×n'] (W stored [out, in]).
+  auto data_grad = [&](const bf16* dy, const bf16* w, void* dx, bool fp32, int r, int n_cols,
+                       int k) {
+    GemmArgs a;
+    a.m = r, a.n = n_cols, a.k = k;
+    a.a = dy, a.b = w;
+    a.d = dx, a.d_fp32 = fp32;
+    return Gemm(a);
+  };
+
+  RETURN_IF_ERROR(weight_grad(dlogits_, features_, G(layout_.head_weight), c, d, n));
+  cuda::BiasGrad(dlogits_, G(layout_.head_bias), n, c, s);
+  RETURN_IF_ERROR(data_grad(dlogits_, Pb(layout_.head_weight), dfeatures_, true, n, d, c));
+  cuda::LayerNormBackward(pooled_, dfeatures_, P(layout_.final_ln_gain), pooled_mean_, pooled_rstd_,
+                          dpooled_, nullptr, G(layout_.final_ln_gain), G(layout_.final_ln_bias), n,
+                          d, false, s);
+  cuda::MeanPoolBackward(dpooled_, dh_, dh_bf16_, n, t, d, s);
+  for (int l = config_.depth - 1; l >= 0; --l) {
+    const ParameterLayout::Block& b = layout_.blocks[l];
+    RETURN_IF_ERROR(weight_grad(dh_bf16_, act_[l], G(b.fc2_weight), d, f, rows));
+    cuda::BiasGrad(dh_bf16_, G(b.fc2_bias), rows, d, s);
+    RETURN_IF_ERROR(data_grad(dh_bf16_, Pb(b.fc2_weight), dact_, false, rows, f, d));
+    cuda::GeluBackward(pre_[l], dact_, dact_, int64_t{rows} * f, s);
+    RETURN_IF_ERROR(weight_grad(dact_, ln_[l], G(b.fc1_weight), f, d, rows));
+    cuda::BiasGrad(dact_, G(b.fc1_bias), rows, f, s);
+    RETURN_IF_ERROR(data_grad(dact_, Pb(b.fc1_weight), dln_, true, rows, d, f));
+    cuda::LayerNormBackward(h_[l], dln_, P(b.ln_gain), ln_mean_[l], ln_rstd_[l], dh_, dh_bf16_,
+                            G(b.ln_gain), G(b.ln_bias), rows, d, true, s);
+  }
+  RETURN_IF_ERROR(weight_grad(dh_bf16_, x0_, G(layout_.embed_weight), d, pd, rows));
+  cuda::BiasGrad(dh_bf16_, G(layout_.embed_bias), rows, d, s);
+  return cuda::LastLaunchError("backward");
+}
+
+Status CudaBackend::EnqueueOps(int slot, int ticket, bool first, bool last, bool update, int n) {
+  cudaStream_t s = compute_.get();
+  if (first) {
+    CUDA_CHECK(cudaMemsetAsync(grads_, 0, sizeof(float) * layout_.total(), s));
+    // loss_sum and correct only: Adam's count lives on across steps.
+    CUDA_CHECK(cudaMemsetAsync(scalars_, 0, offsetof(cuda::StepScalars, grad_norm), s));
+  }
+  if (last) {
+    CUDA_CHECK(cudaMemcpyAsync(inputs_, pinned_inputs_[ticket].data(), sizeof(cuda::StepInputs),
+                               cudaMemcpyHostToDevice, s));
+  }
+  RETURN_IF_ERROR(EnqueueForward(slot, n, scalars_));
+  RETURN_IF_ERROR(EnqueueBackward(slot, n));
+  if (last) {
+    if (update) {
+      cuda::GradNormAndPrepare(grads_, layout_.total(), norm_partials_, inputs_, hyper_, scalars_,
+                               s);
+      cuda::AdamWUpdate(chunks_, num_chunks_, params_, params_bf16_, grads_, m_, v_, inputs_,
+                        hyper_, scalars_, s);
+      RETURN_IF_ERROR(cuda::LastLaunchError("AdamW"));
+    }
+    CUDA_CHECK(cudaMemcpyAsync(pinned_results_[ticket].data(), scalars_, sizeof(cuda::StepScalars),
+                               cudaMemcpyDeviceToHost, s));
+  }
+  return Status::OK();
+}
+
+Result<int> CudaBackend::Enqueue(int slot, bool first, bool last, bool update, float lr,
+                                 int step_samples) {
+  if (slot < 0 || slot >= kSlots || batch_[slot] == 0)
+    return FailedPrecondition("CUDA backend: Enqueue of a slot that was not staged");
+  if (first == in_step_)
+    return FailedPrecondition("CUDA backend: a step's first micro-batch must follow the last");
+  const int n = batch_[slot];
+  const int ticket = static_cast<int>(steps_enqueued_ % kSlots);
+  cudaStream_t s = compute_.get();
+  CUDA_CHECK(cudaStreamWaitEvent(s, copied_[slot].get(), 0));
+  if (first) {
+    CUDA_CHECK(cudaEventRecord(begin_[ticket].get(), s));
+    in_step_ = true;
+  }
+  if (last) {
+    // The ticket's inputs were last read by the step before the previous one.
+    CUDA_CHECK(cudaEventSynchronize(end_[ticket].get()));
+    auto* inputs = pinned_inputs_[ticket].as<cuda::StepInputs>();
+    inputs->lr = lr;
+    inputs->inv_samples = 1.0f / static_cast<float>(std::max(1, step_samples));
+  }
+  if (options_.use_graph) {
+    const auto key = std::make_tuple(slot, ticket, first, last, update, n);
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) {
+      CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      const Status captured = EnqueueOps(slot, ticket, first, last, update, n);
+      CudaGraph graph;
+      const Status ended = graph.EndCapture(s);
+      RETURN_IF_ERROR(captured);
+      RETURN_IF_ERROR(ended);
+      it = graphs_.emplace(key, std::move(graph)).first;
+    }
+    RETURN_IF_ERROR(it->second.Launch(s));
+  } else {
+    RETURN_IF_ERROR(EnqueueOps(slot, ticket, first, last, update, n));
+  }
+  CUDA_CHECK(cudaEventRecord(consumed_[slot].get(), s));
+  if (!last) return -1;
+  CUDA_CHECK(cudaEventRecord(end_[ticket].get(), s));
+  in_step_ = false;
+  ++steps_enqueued_;
+  return ticket;
+}
+
+Result<CudaStepOutcome> CudaBackend::Wait(int ticket) {
+  if (ticket < 0 || ticket >= kSlots) return InvalidArgument("CUDA backend: no such ticket");
+  CUDA_CHECK(cudaEventSynchronize(end_[ticket].get()));
+  const auto* r = pinned_results_[ticket].as<cuda::StepScalars>();
+  CudaStepOutcome out;
+  out.result.loss_sum = r->loss_sum;
+  out.result.correct = r->correct;
+  out.grad_norm = r->grad_norm;
+  out.skipped = r->skipped != 0;
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, begin_[ticket].get(), end_[ticket].get()));
+  out.device_seconds = ms / 1000.0;
+  // The previous step's end, when there was one (Wait comes before the step after next).
+  if (steps_enqueued_ >= 2) {
+    const int previous = (ticket + kSlots - 1) % kSlots;
+    if (cudaEventElapsedTime(&ms, end_[previous].get(), begin_[ticket].get()) == cudaSuccess)
+      out.idle_seconds = std::max(0.0f, ms) / 1000.0;
+    else
+      (void)cudaGetLastError();
+  }
+  return out;
+}
+
+Result<CudaStepOutcome> CudaBackend::Step(std::span<const uint8_t> images,
+                                          std::span<const int32_t> labels, float lr, bool update) {
+  ASSIGN_OR_RETURN(const int slot, Stage(images, labels));
+  ASSIGN_OR_RETURN(const int ticket, Enqueue(slot, /*first=*/true, /*last=*/true, update, lr,
+                                             static_cast<int>(labels.size())));
+  return Wait(ticket);
+}
+
+Result<StepResult> CudaBackend::Forward(std::span<const uint8_t> images,
+                                        std::span<const int32_t> labels) {
+  if (in_step_) return FailedPrecondition("CUDA backend: Forward inside a step");
+  ASSIGN_OR_RETURN(const int slot, Stage(images, labels));
+  cudaStream_t s = compute_.get();
+  CUDA_CHECK(cudaStreamWaitEvent(s, copied_[slot].get(), 0));
+  CUDA_CHECK(cudaMemsetAsync(eval_scalars_, 0, sizeof(cuda::StepScalars), s));
+  RETURN_IF_ERROR(EnqueueForward(slot, batch_[slot], eval_scalars_));
+  CUDA_CHECK(cudaMemcpyAsync(pinned_eval_.data(), eval_scalars_, sizeof(cuda::StepScalars),
+                             cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaEventRecord(consumed_[slot].get(), s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  const auto* r = pinned_eval_.as<cuda::StepScalars>();
+  StepResult out;
+  out.loss_sum = r->loss_sum;
+  out.correct = r->correct;
+  return out;
+}
+
+}  // namespace sluice::trainer

@@ -1,0 +1,50 @@
+// Row-major GEMMs on cuBLASLt: bf16 inputs, fp32 accumulation (CUBLAS_COMPUTE_32F), bf16 or fp32
+// output, optional bias and bias+GELU epilogues. Graph-capturable: Run only enqueues the matmul
+// (descriptor creation and the heuristic query are host-side work).
+#pragma once
+
+#include <cstdint>
+
+#include "trainer/cuda_kernels.h"
+#include "trainer/cuda_util.h"
+
+namespace sluice::trainer {
+
+enum class Trans { kNo, kYes };
+
+enum class Epilogue {
+  kNone,
+  kBias,         // D = A·B + bias[col]
+  kGeluAuxBias,  // aux = A·B + bias[col] (bf16), D = GELU(aux) (tanh form)
+};
+
+// D[m×n] = op(A)·op(B) (+ beta·C) (+ epilogue), all row-major. op(A) is m×k: A is stored m×k
+// (kNo) or k×m (kYes); op(B) is k×n: B is stored k×n (kNo) or n×k (kYes; a weight [out, in]).
+// C, when beta != 0, has D's type and shape (it may be D itself).
+struct GemmArgs {
+  Trans trans_a = Trans::kNo, trans_b = Trans::kNo;
+  int m = 0, n = 0, k = 0;
+  const cuda::bf16* a = nullptr;
+  const cuda::bf16* b = nullptr;
+  void* d = nullptr;
+  bool d_fp32 = false;  // D (and C, bias) fp32; else bf16
+  const void* c = nullptr;
+  float beta = 0.0f;
+  Epilogue epilogue = Epilogue::kNone;
+  const void* bias = nullptr;  // n values of D's type
+  cuda::bf16* aux = nullptr;   // kGeluAuxBias: m×n bf16 (n a multiple of 8)
+};
+
+class CublasLtGemm {
+ public:
+  // workspace_bytes: cuBLASLt's scratch; 32 MiB lets it pick its fastest Hopper kernels.
+  static Result<CublasLtGemm> Create(size_t workspace_bytes = size_t{32} << 20);
+
+  Status Run(const GemmArgs& args, cudaStream_t stream) const;
+
+ private:
+  CublasLtHandle handle_;
+  DeviceBuffer workspace_;
+};
+
+}  // namespace sluice::trainer

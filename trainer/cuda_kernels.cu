@@ -1,0 +1,450 @@
+#include <algorithm>
+#include <string>
+
+#include "trainer/cuda_kernels.h"
+
+namespace sluice::trainer::cuda {
+namespace {
+
+constexpr float kLayerNormEps = 1e-5f;
+constexpr int kGradNormBlocks = 1024;
+// The largest width whose LayerNorm-backward partials (2·d floats) fit the default 48 KiB of
+// shared memory; wider models opt in with LayerNormBackwardSetup.
+constexpr int kDefaultSharedWidth = 4096;
+
+__constant__ float kScale[3] = {1.0f / (255.0f * 0.229f), 1.0f / (255.0f * 0.224f),
+                                1.0f / (255.0f * 0.225f)};
+__constant__ float kShift[3] = {0.485f / 0.229f, 0.456f / 0.224f, 0.406f / 0.225f};
+
+int Blocks(int64_t count, int threads) {
+  const int64_t b = (count + threads - 1) / threads;
+  return static_cast<int>(b < 65535 * 32 ? b : 65535 * 32);
+}
+
+__device__ float WarpSum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ double WarpSumD(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// GELU, tanh form: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+__device__ float Gelu(float x) {
+  const float k = 0.7978845608028654f;
+  return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+__device__ float GeluGrad(float x) {
+  const float k = 0.7978845608028654f;
+  const float u = k * (x + 0.044715f * x * x * x);
+  const float t = tanhf(u);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+__global__ void NormalizePatchifyKernel(const uint8_t* __restrict__ images, bf16* __restrict__ x0,
+                                        int64_t total, int image_size, int patch, int grid,
+                                        int tokens) {
+  const int pd = patch * patch * 3;
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t row = e / pd;
+    const int col = static_cast<int>(e % pd);
+    const int64_t i = row / tokens;
+    const int tok = static_cast<int>(row % tokens);
+    const int gy = tok / grid, gx = tok % grid;
+    const int py = col / (patch * 3), q = col % (patch * 3), c = q % 3;
+    const uint8_t v =
+        images[((i * image_size + gy * patch + py) * image_size + gx * patch) * 3 + q];
+    x0[e] = __float2bfloat16(static_cast<float>(v) * kScale[c] - kShift[c]);
+  }
+}
+
+// One warp per row.
+__global__ void LayerNormForwardKernel(const float* __restrict__ x, const float* __restrict__ gamma,
+                                       const float* __restrict__ beta, bf16* __restrict__ y,
+                                       float* __restrict__ mean, float* __restrict__ rstd, int rows,
+                                       int d) {
+  const int warps = blockDim.x / 32, lane = threadIdx.x % 32;
+  for (int64_t r = blockIdx.x * int64_t{warps} + threadIdx.x / 32; r < rows;
+       r += int64_t{gridDim.x} * warps) {
+    const float* xr = x + r * d;
+    float sum = 0;
+    for (int j = lane; j < d; j += 32) sum += xr[j];
+    const float mu = WarpSum(sum) / d;
+    float var = 0;
+    for (int j = lane; j < d; j += 32) var += (xr[j] - mu) * (xr[j] - mu);
+    const float rs = rsqrtf(WarpSum(var) / d + kLayerNormEps);
+    bf16* yr = y + r * d;
+    for (int j = lane; j < d; j += 32)
+      yr[j] = __float2bfloat16((xr[j] - mu) * rs * gamma[j] + beta[j]);
+    if (lane == 0) {
+      mean[r] = mu;
+      rstd[r] = rs;
+    }
+  }
+}
+
+// One warp per row; dgamma/dbeta partials in shared memory, flushed with one atomicAdd per block.
+__global__ void LayerNormBackwardKernel(const float* __restrict__ x, const float* __restrict__ dy,
+                                        const float* __restrict__ gamma,
+                                        const float* __restrict__ mean,
+                                        const float* __restrict__ rstd, float* __restrict__ dx,
+                                        bf16* __restrict__ dx_bf16, float* __restrict__ dgamma,
+                                        float* __restrict__ dbeta, int rows, int d,
+                                        bool accumulate_dx) {
+  extern __shared__ float partial[];  // [0, d): dgamma, [d, 2d): dbeta
+  for (int j = threadIdx.x; j < 2 * d; j += blockDim.x) partial[j] = 0;
+  __syncthreads();
+  const int warps = blockDim.x / 32, lane = threadIdx.x % 32;
+  for (int64_t r = blockIdx.x * int64_t{warps} + threadIdx.x / 32; r < rows;
+       r += int64_t{gridDim.x} * warps) {
+    const float* xr = x + r * d;
+    const float* dyr = dy + r * d;
+    const float mu = mean[r], rs = rstd[r];
+    float sum_g = 0, sum_gx = 0;
+    for (int j = lane; j < d; j += 32) {
+      const float xhat = (xr[j] - mu) * rs;
+      const float g = dyr[j] * gamma[j];
+      sum_g += g;
+      sum_gx += g * xhat;
+      atomicAdd(&partial[j], dyr[j] * xhat);
+      atomicAdd(&partial[d + j], dyr[j]);
+    }
+    const float mg = WarpSum(sum_g) / d, mgx = WarpSum(sum_gx) / d;
+    float* dxr = dx + r * d;
+    for (int j = lane; j < d; j += 32) {
+      const float xhat = (xr[j] - mu) * rs;
+      float v = rs * (dyr[j] * gamma[j] - mg - xhat * mgx);
+      if (accumulate_dx) v += dxr[j];
+      dxr[j] = v;
+      if (dx_bf16 != nullptr) dx_bf16[r * d + j] = __float2bfloat16(v);
+    }
+  }
+  __syncthreads();
+  for (int j = threadIdx.x; j < d; j += blockDim.x) {
+    atomicAdd(&dgamma[j], partial[j]);
+    atomicAdd(&dbeta[j], partial[d + j]);
+  }
+}
+
+__global__ void GeluBiasForwardKernel(const bf16* x, const bf16* __restrict__ bias, bf16* pre,
+                                      bf16* y, int64_t total, int cols) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    float v = __bfloat162float(x[e]);
+    if (bias != nullptr) v += __bfloat162float(bias[e % cols]);
+    if (pre != nullptr) pre[e] = __float2bfloat16(v);
+    y[e] = __float2bfloat16(Gelu(v));
+  }
+}
+
+__global__ void GeluBackwardKernel(const bf16* __restrict__ pre, const bf16* dy, bf16* dx,
+                                   int64_t total) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    dx[e] = __float2bfloat16(__bfloat162float(dy[e]) * GeluGrad(__bfloat162float(pre[e])));
+  }
+}
+
+// Block (x: 256 columns, y: a slab of rows): sums its slab per column, one atomicAdd each.
+constexpr int kBiasRowsPerBlock = 256;
+__global__ void BiasGradKernel(const bf16* __restrict__ dy, float* __restrict__ db, int rows,
+                               int cols) {
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= cols) return;
+  const int64_t begin = int64_t{blockIdx.y} * kBiasRowsPerBlock;
+  const int64_t end = min(begin + kBiasRowsPerBlock, int64_t{rows});
+  float sum = 0;
+  for (int64_t r = begin; r < end; ++r) sum += __bfloat162float(dy[r * cols + col]);
+  atomicAdd(&db[col], sum);
+}
+
+__global__ void MeanPoolForwardKernel(const float* __restrict__ h, float* __restrict__ pooled,
+                                      int n, int tokens, int d) {
+  const int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (e >= int64_t{n} * d) return;
+  const int64_t i = e / d;
+  const int j = static_cast<int>(e % d);
+  float sum = 0;
+  for (int t = 0; t < tokens; ++t) sum += h[(i * tokens + t) * d + j];
+  pooled[e] = sum / static_cast<float>(tokens);
+}
+
+__global__ void MeanPoolBackwardKernel(const float* __restrict__ dpooled, float* __restrict__ dh,
+                                       bf16* __restrict__ dh_bf16, int64_t total, int tokens,
+                                       int d) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t row = e / d;
+    const int j = static_cast<int>(e % d);
+    const float v = dpooled[(row / tokens) * d + j] / static_cast<float>(tokens);
+    dh[e] = v;
+    dh_bf16[e] = __float2bfloat16(v);
+  }
+}
+
+// One block (256 threads) per row.
+__global__ void SoftmaxCrossEntropyKernel(const float* __restrict__ logits,
+                                          const int32_t* __restrict__ labels, int classes,
+                                          bf16* __restrict__ dlogits, float* __restrict__ row_loss,
+                                          int* __restrict__ row_correct) {
+  __shared__ float s_val[32];
+  __shared__ int s_idx[32];
+  __shared__ float s_sum[32];
+  const int64_t r = blockIdx.x;
+  const float* z = logits + r * classes;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  // Max and argmax (lowest index wins ties, as on the CPU).
+  float best = -INFINITY;
+  int arg = classes;
+  for (int c = threadIdx.x; c < classes; c += blockDim.x) {
+    if (z[c] > best || (z[c] == best && c < arg)) {
+      best = z[c];
+      arg = c;
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+    const int oa = __shfl_xor_sync(0xffffffffu, arg, o);
+    if (ob > best || (ob == best && oa < arg)) {
+      best = ob;
+      arg = oa;
+    }
+  }
+  if (lane == 0) {
+    s_val[warp] = best;
+    s_idx[warp] = arg;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < warps; ++w) {
+      if (s_val[w] > s_val[0] || (s_val[w] == s_val[0] && s_idx[w] < s_idx[0])) {
+        s_val[0] = s_val[w];
+        s_idx[0] = s_idx[w];
+      }
+    }
+  }
+  __syncthreads();
+  const float zmax = s_val[0];
+  const int argmax = s_idx[0];
+  float sum = 0;
+  for (int c = threadIdx.x; c < classes; c += blockDim.x) sum += __expf(z[c] - zmax);
+  sum = WarpSum(sum);
+  if (lane == 0) s_sum[warp] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float total = 0;
+    for (int w = 0; w < warps; ++w) total += s_sum[w];
+    s_sum[0] = total;
+  }
+  __syncthreads();
+  const float log_sum = logf(s_sum[0]) + zmax;
+  const int label = labels[r];
+  for (int c = threadIdx.x; c < classes; c += blockDim.x) {
+    const float p = __expf(z[c] - log_sum);
+    dlogits[r * classes + c] = __float2bfloat16(c == label ? p - 1.0f : p);
+  }
+  if (threadIdx.x == 0) {
+    row_loss[r] = log_sum - z[label];
+    row_correct[r] = argmax == label ? 1 : 0;
+  }
+}
+
+// One block: Σ in a fixed order into the step's accumulators.
+__global__ void SumLossKernel(const float* __restrict__ row_loss,
+                              const int* __restrict__ row_correct, int n, StepScalars* scalars) {
+  __shared__ double s_loss[32];
+  __shared__ long long s_hits[32];
+  double loss = 0;
+  long long hits = 0;
+  for (int r = threadIdx.x; r < n; r += blockDim.x) {
+    loss += row_loss[r];
+    hits += row_correct[r];
+  }
+  loss = WarpSumD(loss);
+  for (int o = 16; o > 0; o >>= 1) hits += __shfl_xor_sync(0xffffffffu, hits, o);
+  if (threadIdx.x % 32 == 0) {
+    s_loss[threadIdx.x / 32] = loss;
+    s_hits[threadIdx.x / 32] = hits;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < blockDim.x / 32; ++w) {
+      loss += s_loss[w];
+      hits += s_hits[w];
+    }
+    scalars->loss_sum += loss;
+    scalars->correct += hits;
+  }
+}
+
+__global__ void SquareSumKernel(const float* __restrict__ g, int64_t count,
+                                double* __restrict__ partials) {
+  __shared__ double s[32];
+  double sum = 0;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    sum += double(g[i]) * g[i];
+  }
+  sum = WarpSumD(sum);
+  if (threadIdx.x % 32 == 0) s[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < blockDim.x / 32; ++w) sum += s[w];
+    partials[blockIdx.x] = sum;
+  }
+}
+
+__global__ void PrepareUpdateKernel(const double* __restrict__ partials, int blocks,
+                                    const StepInputs* inputs, AdamHyper hyper,
+                                    StepScalars* scalars) {
+  if (threadIdx.x != 0) return;
+  double sum = 0;
+  for (int b = 0; b < blocks; ++b) sum += partials[b];
+  const double inv = inputs->inv_samples;
+  const double norm = sqrt(sum) * inv;  // ‖Σg / samples‖
+  scalars->grad_norm = norm;
+  const bool finite = isfinite(norm) && isfinite(scalars->loss_sum);
+  scalars->skipped = finite ? 0 : 1;
+  if (!finite) return;
+  const double clip = hyper.clip_norm > 0 && norm > hyper.clip_norm ? hyper.clip_norm / norm : 1.0;
+  scalars->grad_scale = static_cast<float>(inv * clip);
+  scalars->updates += 1;
+  const double t = static_cast<double>(scalars->updates);
+  scalars->correction1 = static_cast<float>(1.0 - pow(double(hyper.beta1), t));
+  scalars->correction2 = static_cast<float>(1.0 - pow(double(hyper.beta2), t));
+}
+
+__global__ void AdamWKernel(const AdamChunk* __restrict__ chunks, float* __restrict__ params,
+                            bf16* __restrict__ params_bf16, const float* __restrict__ grads,
+                            float* __restrict__ m, float* __restrict__ v,
+                            const StepInputs* __restrict__ inputs, AdamHyper hyper,
+                            const StepScalars* __restrict__ scalars) {
+  if (scalars->skipped) return;
+  const AdamChunk chunk = chunks[blockIdx.x];
+  const float lr = inputs->lr, scale = scalars->grad_scale;
+  const float c1 = scalars->correction1, c2 = scalars->correction2;
+  const float decay = chunk.decay ? lr * hyper.weight_decay : 0.0f;
+  const float b1 = hyper.beta1, b2 = hyper.beta2;
+  for (int k = threadIdx.x; k < chunk.size; k += blockDim.x) {
+    const int64_t i = chunk.begin + k;
+    const float g = grads[i] * scale;
+    const float mi = b1 * m[i] + (1.0f - b1) * g;
+    const float vi = b2 * v[i] + (1.0f - b2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    const float p =
+        params[i] - (decay * params[i] + lr * (mi / c1) / (sqrtf(vi / c2) + hyper.epsilon));
+    params[i] = p;
+    params_bf16[i] = __float2bfloat16(p);
+  }
+}
+
+__global__ void CastKernel(const float* __restrict__ src, bf16* __restrict__ dst, int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    dst[i] = __float2bfloat16(src[i]);
+  }
+}
+
+}  // namespace
+
+Status LastLaunchError(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return Status::OK();
+  return Internal(std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
+                  ")");
+}
+
+void NormalizePatchify(const uint8_t* images, bf16* x0, int n, int image_size, int patch,
+                       cudaStream_t stream) {
+  const int grid = image_size / patch, tokens = grid * grid;
+  const int64_t total = int64_t{n} * tokens * patch * patch * 3;
+  NormalizePatchifyKernel<<<Blocks(total, 256), 256, 0, stream>>>(images, x0, total, image_size,
+                                                                  patch, grid, tokens);
+}
+
+void LayerNormForward(const float* x, const float* gamma, const float* beta, bf16* y, float* mean,
+                      float* rstd, int rows, int d, cudaStream_t stream) {
+  LayerNormForwardKernel<<<Blocks(rows, 8), 256, 0, stream>>>(x, gamma, beta, y, mean, rstd, rows,
+                                                              d);
+}
+
+Status LayerNormBackwardSetup(int d) {
+  if (d <= kDefaultSharedWidth) return Status::OK();
+  const cudaError_t e =
+      cudaFuncSetAttribute(LayerNormBackwardKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(2 * d * sizeof(float)));
+  if (e != cudaSuccess) {
+    return Internal(std::string("LayerNorm backward for width ") + std::to_string(d) + ": " +
+                    cudaGetErrorString(e));
+  }
+  return Status::OK();
+}
+
+void LayerNormBackward(const float* x, const float* dy, const float* gamma, const float* mean,
+                       const float* rstd, float* dx, bf16* dx_bf16, float* dgamma, float* dbeta,
+                       int rows, int d, bool accumulate_dx, cudaStream_t stream) {
+  // Enough blocks to fill the device, few enough that the shared partials amortize.
+  const int blocks = std::min(Blocks(rows, 8), 1024);
+  LayerNormBackwardKernel<<<blocks, 256, 2 * d * sizeof(float), stream>>>(
+      x, dy, gamma, mean, rstd, dx, dx_bf16, dgamma, dbeta, rows, d, accumulate_dx);
+}
+
+void GeluBiasForward(const bf16* x, const bf16* bias, bf16* pre, bf16* y, int rows, int cols,
+                     cudaStream_t stream) {
+  const int64_t total = int64_t{rows} * cols;
+  GeluBiasForwardKernel<<<Blocks(total, 256), 256, 0, stream>>>(x, bias, pre, y, total, cols);
+}
+
+void GeluBackward(const bf16* pre, const bf16* dy, bf16* dx, int64_t count, cudaStream_t stream) {
+  GeluBackwardKernel<<<Blocks(count, 256), 256, 0, stream>>>(pre, dy, dx, count);
+}
+
+void BiasGrad(const bf16* dy, float* db, int rows, int cols, cudaStream_t stream) {
+  const dim3 grid((cols + 255) / 256, (rows + kBiasRowsPerBlock - 1) / kBiasRowsPerBlock);
+  BiasGradKernel<<<grid, 256, 0, stream>>>(dy, db, rows, cols);
+}
+
+void MeanPoolForward(const float* h, float* pooled, int n, int tokens, int d, cudaStream_t stream) {
+  MeanPoolForwardKernel<<<Blocks(int64_t{n} * d, 256), 256, 0, stream>>>(h, pooled, n, tokens, d);
+}
+
+void MeanPoolBackward(const float* dpooled, float* dh, bf16* dh_bf16, int n, int tokens, int d,
+                      cudaStream_t stream) {
+  const int64_t total = int64_t{n} * tokens * d;
+  MeanPoolBackwardKernel<<<Blocks(total, 256), 256, 0, stream>>>(dpooled, dh, dh_bf16, total,
+                                                                 tokens, d);
+}
+
+void SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int n, int classes,
+                         bf16* dlogits, float* row_loss, int* row_correct, StepScalars* scalars,
+                         cudaStream_t stream) {
+  SoftmaxCrossEntropyKernel<<<n, 256, 0, stream>>>(logits, labels, classes, dlogits, row_loss,
+                                                   row_correct);
+  SumLossKernel<<<1, 256, 0, stream>>>(row_loss, row_correct, n, scalars);
+}
+
+int GradNormBlocks() { return kGradNormBlocks; }
+
+void GradNormAndPrepare(const float* grads, int64_t count, double* partials,
+                        const StepInputs* inputs, const AdamHyper& hyper, StepScalars* scalars,
+                        cudaStream_t stream) {
+  SquareSumKernel<<<kGradNormBlocks, 256, 0, stream>>>(grads, count, partials);
+  PrepareUpdateKernel<<<1, 32, 0, stream>>>(partials, kGradNormBlocks, inputs, hyper, scalars);
+}
+
+void AdamWUpdate(const AdamChunk* chunks, int num_chunks, float* params, bf16* params_bf16,
+                 const float* grads, float* m, float* v, const StepInputs* inputs,
+                 const AdamHyper& hyper, const StepScalars* scalars, cudaStream_t stream) {
+  AdamWKernel<<<num_chunks, 256, 0, stream>>>(chunks, params, params_bf16, grads, m, v, inputs,
+                                              hyper, scalars);
+}
+
+void CastToBf16(const float* src, bf16* dst, int64_t count, cudaStream_t stream) {
+  CastKernel<<<Blocks(count, 256), 256, 0, stream>>>(src, dst, count);
+}
+
+}  // namespace sluice::trainer::cuda

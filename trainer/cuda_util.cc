@@ -1,0 +1,148 @@
+#include "trainer/cuda_util.h"
+
+#include <fmt/format.h>
+
+namespace sluice::trainer {
+
+Status CudaError(cudaError_t error, const char* expr, const char* file, int line) {
+  const StatusCode code =
+      error == cudaErrorMemoryAllocation ? StatusCode::kResourceExhausted : StatusCode::kInternal;
+  return Status(code, fmt::format("{}:{}: {} failed: {} ({})", file, line, expr,
+                                  cudaGetErrorName(error), cudaGetErrorString(error)));
+}
+
+Status CublasError(cublasStatus_t status, const char* expr, const char* file, int line) {
+  return Internal(fmt::format("{}:{}: {} failed: cuBLAS status {}", file, line, expr,
+                              static_cast<int>(status)));
+}
+
+int CudaDeviceCount(std::string* reason) {
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) {
+    // Clear the error so a later, unrelated runtime call does not report it.
+    (void)cudaGetLastError();
+    if (reason != nullptr) *reason = cudaGetErrorString(error);
+    return 0;
+  }
+  if (count == 0 && reason != nullptr) *reason = "no CUDA device is visible";
+  return count;
+}
+
+Result<CudaStream> CudaStream::Create() {
+  CudaStream s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream_, cudaStreamNonBlocking));
+  return s;
+}
+CudaStream& CudaStream::operator=(CudaStream&& o) noexcept {
+  if (this != &o) {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    stream_ = std::exchange(o.stream_, nullptr);
+  }
+  return *this;
+}
+CudaStream::~CudaStream() {
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+Result<CudaEvent> CudaEvent::Create(bool timing) {
+  CudaEvent e;
+  CUDA_CHECK(
+      cudaEventCreateWithFlags(&e.event_, timing ? cudaEventDefault : cudaEventDisableTiming));
+  return e;
+}
+CudaEvent& CudaEvent::operator=(CudaEvent&& o) noexcept {
+  if (this != &o) {
+    if (event_ != nullptr) cudaEventDestroy(event_);
+    event_ = std::exchange(o.event_, nullptr);
+  }
+  return *this;
+}
+CudaEvent::~CudaEvent() {
+  if (event_ != nullptr) cudaEventDestroy(event_);
+}
+
+Result<DeviceBuffer> DeviceBuffer::Allocate(size_t bytes) {
+  DeviceBuffer b;
+  if (bytes == 0) return b;
+  CUDA_CHECK(cudaMalloc(&b.data_, bytes));
+  b.bytes_ = bytes;
+  return b;
+}
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    if (data_ != nullptr) cudaFree(data_);
+    data_ = std::exchange(o.data_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  return *this;
+}
+DeviceBuffer::~DeviceBuffer() {
+  if (data_ != nullptr) cudaFree(data_);
+}
+
+Result<PinnedBuffer> PinnedBuffer::Allocate(size_t bytes) {
+  PinnedBuffer b;
+  if (bytes == 0) return b;
+  CUDA_CHECK(cudaHostAlloc(&b.data_, bytes, cudaHostAllocDefault));
+  b.bytes_ = bytes;
+  return b;
+}
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
+  if (this != &o) {
+    if (data_ != nullptr) cudaFreeHost(data_);
+    data_ = std::exchange(o.data_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  return *this;
+}
+PinnedBuffer::~PinnedBuffer() {
+  if (data_ != nullptr) cudaFreeHost(data_);
+}
+
+Result<CublasLtHandle> CublasLtHandle::Create() {
+  CublasLtHandle h;
+  CUBLAS_CHECK(cublasLtCreate(&h.handle_));
+  return h;
+}
+CublasLtHandle& CublasLtHandle::operator=(CublasLtHandle&& o) noexcept {
+  if (this != &o) {
+    if (handle_ != nullptr) cublasLtDestroy(handle_);
+    handle_ = std::exchange(o.handle_, nullptr);
+  }
+  return *this;
+}
+CublasLtHandle::~CublasLtHandle() {
+  if (handle_ != nullptr) cublasLtDestroy(handle_);
+}
+
+void CudaGraph::Reset() {
+  if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+  if (graph_ != nullptr) cudaGraphDestroy(graph_);
+  exec_ = nullptr;
+  graph_ = nullptr;
+}
+CudaGraph& CudaGraph::operator=(CudaGraph&& o) noexcept {
+  if (this != &o) {
+    Reset();
+    graph_ = std::exchange(o.graph_, nullptr);
+    exec_ = std::exchange(o.exec_, nullptr);
+  }
+  return *this;
+}
+CudaGraph::~CudaGraph() { Reset(); }
+
+Status CudaGraph::EndCapture(cudaStream_t stream) {
+  Reset();
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph_));
+  CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
+  return Status::OK();
+}
+
+Status CudaGraph::Launch(cudaStream_t stream) const {
+  if (exec_ == nullptr) return FailedPrecondition("CUDA graph launched before it was captured");
+  CUDA_CHECK(cudaGraphLaunch(exec_, stream));
+  return Status::OK();
+}
+
+}  // namespace sluice::trainer

@@ -1,0 +1,162 @@
+// RAII owners of CUDA runtime and cuBLASLt handles, and the CUDA_CHECK / CUBLAS_CHECK macros that
+// turn their error codes into Status (file, line and the failing expression in the message).
+//
+// Every owner is move-only; a moved-from owner holds nothing. Destructors ignore errors (they run
+// on unwinding paths and after a sticky device error, where reporting helps no one).
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include "formats/status.h"
+
+namespace sluice::trainer {
+
+Status CudaError(cudaError_t error, const char* expr, const char* file, int line);
+Status CublasError(cublasStatus_t status, const char* expr, const char* file, int line);
+
+#define CUDA_CHECK(expr)                                                                  \
+  do {                                                                                    \
+    const cudaError_t _sluice_cuda_error = (expr);                                        \
+    if (_sluice_cuda_error != cudaSuccess)                                                \
+      return ::sluice::trainer::CudaError(_sluice_cuda_error, #expr, __FILE__, __LINE__); \
+  } while (0)
+
+#define CUBLAS_CHECK(expr)                                                                     \
+  do {                                                                                         \
+    const cublasStatus_t _sluice_cublas_status = (expr);                                       \
+    if (_sluice_cublas_status != CUBLAS_STATUS_SUCCESS)                                        \
+      return ::sluice::trainer::CublasError(_sluice_cublas_status, #expr, __FILE__, __LINE__); \
+  } while (0)
+
+// Usable CUDA devices; 0 (never an abort) when there is no driver, the driver is older than the
+// runtime, or no device is visible. The runtime is linked statically, so this needs no libcudart
+// on the machine; *reason (optional) says why it is 0.
+int CudaDeviceCount(std::string* reason = nullptr);
+
+// Owns a non-blocking stream (does not synchronize with the legacy default stream).
+class CudaStream {
+ public:
+  CudaStream() = default;
+  static Result<CudaStream> Create();
+  CudaStream(CudaStream&& o) noexcept : stream_(std::exchange(o.stream_, nullptr)) {}
+  CudaStream& operator=(CudaStream&& o) noexcept;
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+  ~CudaStream();
+
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+// Owns an event. timing = false (the default) makes record/wait cheaper.
+class CudaEvent {
+ public:
+  CudaEvent() = default;
+  static Result<CudaEvent> Create(bool timing = false);
+  CudaEvent(CudaEvent&& o) noexcept : event_(std::exchange(o.event_, nullptr)) {}
+  CudaEvent& operator=(CudaEvent&& o) noexcept;
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+  ~CudaEvent();
+
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+// Owns `bytes` of device memory (cudaMalloc: 256-byte aligned).
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  static Result<DeviceBuffer> Allocate(size_t bytes);
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer();
+
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Owns `bytes` of page-locked host memory (cudaHostAlloc), the source of asynchronous H2D copies.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  static Result<PinnedBuffer> Allocate(size_t bytes);
+  PinnedBuffer(PinnedBuffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer();
+
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Owns a cuBLASLt handle. Thread-safety: one handle per stream of work is the simple rule.
+class CublasLtHandle {
+ public:
+  CublasLtHandle() = default;
+  static Result<CublasLtHandle> Create();
+  CublasLtHandle(CublasLtHandle&& o) noexcept : handle_(std::exchange(o.handle_, nullptr)) {}
+  CublasLtHandle& operator=(CublasLtHandle&& o) noexcept;
+  CublasLtHandle(const CublasLtHandle&) = delete;
+  CublasLtHandle& operator=(const CublasLtHandle&) = delete;
+  ~CublasLtHandle();
+
+  cublasLtHandle_t get() const { return handle_; }
+
+ private:
+  cublasLtHandle_t handle_ = nullptr;
+};
+
+// Owns an instantiated CUDA graph (and the graph it came from).
+class CudaGraph {
+ public:
+  CudaGraph() = default;
+  CudaGraph(CudaGraph&& o) noexcept
+      : graph_(std::exchange(o.graph_, nullptr)), exec_(std::exchange(o.exec_, nullptr)) {}
+  CudaGraph& operator=(CudaGraph&& o) noexcept;
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+  ~CudaGraph();
+
+  // Ends the capture begun on `stream` with cudaStreamBeginCapture and instantiates it.
+  Status EndCapture(cudaStream_t stream);
+  Status Launch(cudaStream_t stream) const;
+  bool valid() const { return exec_ != nullptr; }
+
+ private:
+  void Reset();
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+}  // namespace sluice::trainer

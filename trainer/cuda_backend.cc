@@ -82,7 +82,7 @@ Status CudaBackend::Initialize() {
   ASSIGN_OR_RETURN(scalars_, Alloc<cuda::StepScalars>(1));
   ASSIGN_OR_RETURN(eval_scalars_, Alloc<cuda::StepScalars>(1));
   ASSIGN_OR_RETURN(inputs_, Alloc<cuda::StepInputs>(1));
-  CUDA_CHECK(cudaMemset(scalars_, 0, sizeof(cuda::StepScalars)));
+  CUDA_CHECK(cudaMemsetAsync(scalars_, 0, sizeof(cuda::StepScalars), compute_.get()));
 
   // The multi-tensor table: every tensor cut into chunks of at most kAdamChunk elements.
   std::vector<cuda::AdamChunk> chunks;
@@ -95,8 +95,9 @@ Status CudaBackend::Initialize() {
   }
   num_chunks_ = static_cast<int>(chunks.size());
   ASSIGN_OR_RETURN(chunks_, Alloc<cuda::AdamChunk>(num_chunks_));
-  CUDA_CHECK(cudaMemcpy(chunks_, chunks.data(), sizeof(cuda::AdamChunk) * chunks.size(),
-                        cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpyAsync(chunks_, chunks.data(), sizeof(cuda::AdamChunk) * chunks.size(),
+                             cudaMemcpyHostToDevice, compute_.get()));
+  CUDA_CHECK(cudaStreamSynchronize(compute_.get()));
 
   ASSIGN_OR_RETURN(x0_, Alloc<bf16>(rows * pd));
   for (int l = 0; l <= config_.depth; ++l) {
@@ -132,19 +133,23 @@ Status CudaBackend::Initialize() {
   return Status::OK();
 }
 
+// Every transfer below is ordered on the compute stream and waited for: a plain cudaMemcpy or
+// cudaMemset runs on the legacy stream, which a non-blocking stream does not wait for.
 Status CudaBackend::SetParameters(std::span<const float> params) {
   const int64_t total = layout_.total();
-  if (static_cast<int64_t>(params.size()) != total)
+  if (static_cast<int64_t>(params.size()) != total) {
     return InvalidArgument(
         fmt::format("{} parameters given, the model has {}", params.size(), total));
-  CUDA_CHECK(cudaStreamSynchronize(compute_.get()));
-  CUDA_CHECK(cudaMemcpy(params_, params.data(), sizeof(float) * total, cudaMemcpyHostToDevice));
-  cuda::CastToBf16(params_, params_bf16_, total, compute_.get());
+  }
+  cudaStream_t s = compute_.get();
+  CUDA_CHECK(
+      cudaMemcpyAsync(params_, params.data(), sizeof(float) * total, cudaMemcpyHostToDevice, s));
+  cuda::CastToBf16(params_, params_bf16_, total, s);
   RETURN_IF_ERROR(cuda::LastLaunchError("cast parameters"));
-  CUDA_CHECK(cudaMemsetAsync(m_, 0, sizeof(float) * total, compute_.get()));
-  CUDA_CHECK(cudaMemsetAsync(v_, 0, sizeof(float) * total, compute_.get()));
-  CUDA_CHECK(cudaMemsetAsync(scalars_, 0, sizeof(cuda::StepScalars), compute_.get()));
-  CUDA_CHECK(cudaStreamSynchronize(compute_.get()));
+  CUDA_CHECK(cudaMemsetAsync(m_, 0, sizeof(float) * total, s));
+  CUDA_CHECK(cudaMemsetAsync(v_, 0, sizeof(float) * total, s));
+  CUDA_CHECK(cudaMemsetAsync(scalars_, 0, sizeof(cuda::StepScalars), s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
   return Status::OK();
 }
 
@@ -153,19 +158,21 @@ Status CudaBackend::SetOptimizerState(std::span<const float> m, std::span<const 
   const int64_t total = layout_.total();
   if (static_cast<int64_t>(m.size()) != total || static_cast<int64_t>(v.size()) != total)
     return InvalidArgument("optimizer state does not match the model's parameter count");
-  CUDA_CHECK(cudaStreamSynchronize(compute_.get()));
-  CUDA_CHECK(cudaMemcpy(m_, m.data(), sizeof(float) * total, cudaMemcpyHostToDevice));
-  CUDA_CHECK(cudaMemcpy(v_, v.data(), sizeof(float) * total, cudaMemcpyHostToDevice));
+  cudaStream_t s = compute_.get();
   const long long count = updates;
-  CUDA_CHECK(cudaMemcpy(&scalars_->updates, &count, sizeof(count), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpyAsync(m_, m.data(), sizeof(float) * total, cudaMemcpyHostToDevice, s));
+  CUDA_CHECK(cudaMemcpyAsync(v_, v.data(), sizeof(float) * total, cudaMemcpyHostToDevice, s));
+  CUDA_CHECK(cudaMemcpyAsync(&scalars_->updates, &count, sizeof(count), cudaMemcpyHostToDevice, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
   return Status::OK();
 }
 
 Status CudaBackend::GetParameters(std::vector<float>* params) {
   params->resize(layout_.total());
-  CUDA_CHECK(cudaStreamSynchronize(compute_.get()));
-  CUDA_CHECK(
-      cudaMemcpy(params->data(), params_, sizeof(float) * params->size(), cudaMemcpyDeviceToHost));
+  cudaStream_t s = compute_.get();
+  CUDA_CHECK(cudaMemcpyAsync(params->data(), params_, sizeof(float) * params->size(),
+                             cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
   return Status::OK();
 }
 
@@ -173,20 +180,22 @@ Status CudaBackend::GetOptimizerState(std::vector<float>* m, std::vector<float>*
                                       int64_t* updates) {
   m->resize(layout_.total());
   v->resize(layout_.total());
-  CUDA_CHECK(cudaStreamSynchronize(compute_.get()));
-  CUDA_CHECK(cudaMemcpy(m->data(), m_, sizeof(float) * m->size(), cudaMemcpyDeviceToHost));
-  CUDA_CHECK(cudaMemcpy(v->data(), v_, sizeof(float) * v->size(), cudaMemcpyDeviceToHost));
+  cudaStream_t s = compute_.get();
   long long count = 0;
-  CUDA_CHECK(cudaMemcpy(&count, &scalars_->updates, sizeof(count), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpyAsync(m->data(), m_, sizeof(float) * m->size(), cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaMemcpyAsync(v->data(), v_, sizeof(float) * v->size(), cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaMemcpyAsync(&count, &scalars_->updates, sizeof(count), cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
   *updates = count;
   return Status::OK();
 }
 
 Status CudaBackend::GetGradients(std::vector<float>* grads) {
   grads->resize(layout_.total());
-  CUDA_CHECK(cudaStreamSynchronize(compute_.get()));
-  CUDA_CHECK(
-      cudaMemcpy(grads->data(), grads_, sizeof(float) * grads->size(), cudaMemcpyDeviceToHost));
+  cudaStream_t s = compute_.get();
+  CUDA_CHECK(cudaMemcpyAsync(grads->data(), grads_, sizeof(float) * grads->size(),
+                             cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
   return Status::OK();
 }
 

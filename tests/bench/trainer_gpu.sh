@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The trainer's GPU check, for a session with a CUDA device (one prepared run, < 10 minutes):
+#   1. builds the trainer, the server and the GPU tests (Release, CUDA);
+#   2. runs `ctest -L gpu` (GPU step vs CPU step, graph replay vs eager, NaN guard, loss falls);
+#   3. benchmarks issue 5's model — D=384, L=4, P=16, batch 256, 224x224 — fed by `sluice serve`
+#      from a warm DECODED cache over TCP loopback: step time, img/s, data-wait fraction.
+#   tests/bench/trainer_gpu.sh [DATA_DIR]
+# Writes ctest_gpu.txt, trainer_bench.txt, summary.json (and nvidia-smi.txt) to $OUT when set,
+# else to a temporary directory it names. Exits non-zero when the gpu tests failed.
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build=${BUILD_DIR:-$root/build-gpu}
+data=${1:-/tmp/sluice-bench-data}
+out=${OUT:-$(mktemp -d)}
+steps=${STEPS:-150}
+mkdir -p "$out"
+work=$(mktemp -d)
+server=
+trap '[ -n "$server" ] && kill $server 2>/dev/null; rm -rf "$work"' EXIT
+echo "results in $out"
+
+nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || echo "nvidia-smi failed" >&2
+jobs=$(nproc)
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release > "$out/cmake.txt" 2>&1 ||
+  { tail -30 "$out/cmake.txt"; exit 1; }
+grep -q "Sluice: CUDA ON" "$out/cmake.txt" || { echo "CUDA not enabled (no nvcc?)" >&2; exit 1; }
+ninja -C "$build" -j"$jobs" sluice sluice-trainer trainer_cuda_backend_test > "$out/build.txt" 2>&1 ||
+  { tail -40 "$out/build.txt"; exit 1; }
+
+(cd "$build" && ctest -L gpu --output-on-failure --timeout 300) > "$out/ctest_gpu.txt" 2>&1
+ctest_rc=$?
+tail -15 "$out/ctest_gpu.txt"
+
+sluice="$build/bin/sluice"
+. "$root/tests/bench/bench_server.sh"
+make_bench_data "$data" > "$work/synth.log" 2>&1
+start_bench_server "$data" "$work"
+[ -n "$tcp" ] || { cat "$work/serve.log"; exit 1; }
+# The first ~25 steps fill the cache (6,000 images = 23 batches); the last log windows are warm.
+"$build/bin/sluice-trainer" --target "$tcp" --dataset cached --num-classes 12 --device cuda \
+  --batch-size 256 --image-size 224 --width 384 --depth 4 --patch 16 --steps "$steps" \
+  --log-every 10 --lr 1e-3 2>&1 | tee "$out/trainer_bench.txt"
+python3 - "$out/trainer_bench.txt" "$out/summary.json" <<'PY'
+import json, re, sys
+text = open(sys.argv[1]).read()
+windows = [tuple(map(float, m)) for m in re.findall(
+    r"step\s+(\d+)\s+loss (\S+)\s+acc (\S+)\s+img/s (\S+)\s+data-wait (\S+)%\s+step (\S+) ms", text)]
+warm = [w for w in windows if w[0] > 40] or windows
+result = {"final": None, "warm_windows": len(warm)}
+if warm:
+    result.update({
+        "warm_img_per_sec": sum(w[3] for w in warm) / len(warm),
+        "warm_data_wait_pct": sum(w[4] for w in warm) / len(warm),
+        "warm_step_ms": sum(w[5] for w in warm) / len(warm),
+    })
+last = [l for l in text.splitlines() if l.startswith("{")]
+if last:
+    result["final"] = json.loads(last[-1])
+json.dump(result, open(sys.argv[2], "w"), indent=1)
+print(json.dumps(result, indent=1))
+PY
+kill -TERM $server
+wait $server 2>/dev/null || true
+server=
+echo "ctest -L gpu exit code $ctest_rc"
+exit $ctest_rc

@@ -26,6 +26,8 @@ void FillJobStats(const Job& job, v1::JobStats* out) {
   out->set_queue_fill(s.queue_fill);
   out->set_queue_capacity(s.queue_capacity);
   out->set_memory_budget_bytes(job.memory_budget());
+  out->set_decode_parallelism(s.decode_parallelism);
+  out->set_decode_parallelism_max(s.decode_parallelism_max);
   for (const StageSnapshot& st : s.stages) {
     v1::StageStats* o = out->add_stages();
     o->set_name(st.name);

@@ -201,6 +201,8 @@ int RunRemoteProfile(const RemoteProfileFlags& f) {
                         {"client_wait_fraction", wait_fraction},
                         {"batch_wait_ms", {{"p50", p50}, {"p90", p90}, {"p99", p99}, {"max", max}}},
                         {"stages", stages},
+                        {"decode_parallelism", job ? job->decode_parallelism() : 0},
+                        {"decode_parallelism_max", job ? job->decode_parallelism_max() : 0},
                         {"bottleneck", {{"stage", stage}, {"reason", reason}, {"fixes", fixes}}}};
     fmt::print("{}\n", j.dump());
     return 0;
@@ -214,7 +216,8 @@ int RunRemoteProfile(const RemoteProfileFlags& f) {
              "waiting {:.0f}% of the time\n\n",
              p50, p90, p99, max, 100 * wait_fraction);
   if (!rows.empty()) {
-    fmt::print("  server job {}:\n", job->name());
+    fmt::print("  server job {} (decode parallelism {} of {}):\n", job->name(),
+               job->decode_parallelism(), job->decode_parallelism_max());
     fmt::print("  {:<9} {:>11} {:>7} {:>6}\n", "stage", "items/s", "busy", "par");
     for (const Row& r : rows) {
       fmt::print("  {:<9} {:>11.0f} {:>6.0f}% {:>6}\n", r.name, r.items_per_sec, 100 * r.busy,

@@ -100,6 +100,18 @@ std::string StatusPages::Metrics() {
     w.Sample("sluice_job_queue_capacity", L{{"dataset", j.dataset()}, {"job", j.name()}},
              j.queue_capacity());
   }
+  w.Family("sluice_job_decode_parallelism",
+           "Decode threads a job's autotuner allows now (of sluice_job_decode_threads).",
+           MetricType::kGauge);
+  for (const v1::JobStats& j : stats.jobs()) {
+    w.Sample("sluice_job_decode_parallelism", L{{"dataset", j.dataset()}, {"job", j.name()}},
+             j.decode_parallelism());
+  }
+  w.Family("sluice_job_decode_threads", "A job's decode threads.", MetricType::kGauge);
+  for (const v1::JobStats& j : stats.jobs()) {
+    w.Sample("sluice_job_decode_threads", L{{"dataset", j.dataset()}, {"job", j.name()}},
+             j.decode_parallelism_max());
+  }
   w.Family("sluice_job_consumers", "Streams consuming a job.", MetricType::kGauge);
   for (const v1::JobStats& j : stats.jobs()) {
     w.Sample("sluice_job_consumers", L{{"dataset", j.dataset()}, {"job", j.name()}}, j.consumers());
@@ -140,15 +152,16 @@ std::string StatusPages::StatusText() {
                        d.images_served(), static_cast<double>(d.bytes_served()) / 1e9,
                        d.skipped_records());
   }
-  out += fmt::format("\n{:<16} {:<14} {:>9} {:>10} {:>7}  busy by stage\n", "job", "dataset",
-                     "consumers", "img/s", "queue");
+  out += fmt::format("\n{:<16} {:<14} {:>9} {:>10} {:>7} {:>6}  busy by stage\n", "job",
+                     "dataset", "consumers", "img/s", "queue", "decode");
   for (const v1::JobStats& j : stats.jobs()) {
     std::string busy;
     for (const v1::StageStats& s : j.stages()) {
       busy += fmt::format(" {} {:.0f}%", s.name(), 100 * BusyFraction(s, j.wall_seconds()));
     }
-    out += fmt::format("{:<16} {:<14} {:>9} {:>10.0f} {:>3}/{:<3} {}\n", j.name(), j.dataset(),
-                       j.consumers(), j.images_per_sec(), j.queue_fill(), j.queue_capacity(),
+    out += fmt::format("{:<16} {:<14} {:>9} {:>10.0f} {:>3}/{:<3} {:>2}/{:<3} {}\n", j.name(),
+                       j.dataset(), j.consumers(), j.images_per_sec(), j.queue_fill(),
+                       j.queue_capacity(), j.decode_parallelism(), j.decode_parallelism_max(),
                        busy);
   }
   out += "\nMachine-readable: /metrics (Prometheus), /healthz; gRPC: sluice.v1.DataService/GetStats\n";

@@ -496,6 +496,8 @@ TEST_CASE("ProfileTargetMeasuresTheServiceFromTheClientSide") {
   CHECK(j["images_per_sec"].get<double>() > 0);
   CHECK(j["bytes_per_sec"].get<double>() > 0);
   CHECK(j["batch_wait_ms"].contains("p99"));
+  CHECK(j["decode_parallelism_max"] == 2);
+  CHECK(j["decode_parallelism"].get<int>() >= 1);
   CHECK(j["bottleneck"].contains("stage"));
   bool has_decode = false;
   for (const auto& s : j["stages"]) has_decode |= s["name"] == "decode";
@@ -527,6 +529,7 @@ TEST_CASE("MetricsAndHealthAreServedOverHttp") {
   CHECK(code == "200");
   CHECK(metrics.find("sluice_images_served_total{dataset=\"train\"} 160") != std::string::npos);
   CHECK(metrics.find("# TYPE sluice_active_streams gauge") != std::string::npos);
+  CHECK(metrics.find("# TYPE sluice_job_decode_parallelism gauge") != std::string::npos);
   const std::string base = url.substr(0, url.rfind("/metrics"));
   CHECK(fetch(base + "/healthz").first == "200");
   auto [page_code, page] = fetch(base + "/");

@@ -372,21 +372,29 @@ Result<int> CudaBackend::Enqueue(int slot, bool first, bool last, bool update, f
     inputs->lr = lr;
     inputs->inv_samples = 1.0f / static_cast<float>(std::max(1, step_samples));
   }
-  if (options_.use_graph) {
-    const auto key = std::make_tuple(slot, ticket, first, last, update, n);
-    auto it = graphs_.find(key);
+  const GraphKey key = std::make_tuple(slot, ticket, first, last, update, n);
+  auto it = graphs_.find(key);
+  if (!options_.use_graph || !graph_error_.empty() || seen_.insert(key).second) {
+    RETURN_IF_ERROR(EnqueueOps(slot, ticket, first, last, update, n));
+  } else {
     if (it == graphs_.end()) {
       CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
       const Status captured = EnqueueOps(slot, ticket, first, last, update, n);
       CudaGraph graph;
       const Status ended = graph.EndCapture(s);
-      RETURN_IF_ERROR(captured);
-      RETURN_IF_ERROR(ended);
-      it = graphs_.emplace(key, std::move(graph)).first;
+      if (captured.ok() && ended.ok()) {
+        it = graphs_.emplace(key, std::move(graph)).first;
+      } else {
+        // Nothing captured ran. Clear the capture's error and launch eagerly from now on: a
+        // genuine fault fails the eager launch too; a capture-only problem is left in
+        // graph_error() for the caller to report.
+        (void)cudaGetLastError();
+        graph_error_ = (captured.ok() ? ended : captured).ToString();
+        if (graph_error_.empty()) graph_error_ = "capture failed";
+        RETURN_IF_ERROR(EnqueueOps(slot, ticket, first, last, update, n));
+      }
     }
-    RETURN_IF_ERROR(it->second.Launch(s));
-  } else {
-    RETURN_IF_ERROR(EnqueueOps(slot, ticket, first, last, update, n));
+    if (it != graphs_.end()) RETURN_IF_ERROR(it->second.Launch(s));
   }
   CUDA_CHECK(cudaEventRecord(consumed_[slot].get(), s));
   if (!last) return -1;

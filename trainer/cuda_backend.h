@@ -18,7 +18,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -87,6 +89,11 @@ class CudaBackend {
   // The forward pass alone (evaluation), synchronously.
   Result<StepResult> Forward(std::span<const uint8_t> images, std::span<const int32_t> labels);
 
+  // Why graph capture was given up (every step since launched eagerly); empty while graphs work.
+  const std::string& graph_error() const { return graph_error_; }
+  // GEMMs whose bias (+GELU) ran as a separate kernel because cuBLASLt had no fused algorithm.
+  int64_t epilogue_fallbacks() const { return gemm_.epilogue_fallbacks(); }
+
  private:
   CudaBackend(const ModelConfig& config, const CudaBackendOptions& options);
   Status Initialize();
@@ -125,7 +132,12 @@ class CudaBackend {
   int64_t steps_enqueued_ = 0;
   bool in_step_ = false;
 
-  std::map<std::tuple<int, int, bool, bool, bool, int>, CudaGraph> graphs_;
+  // A step shape runs eagerly the first time it is seen (module loading, cuBLASLt's first-use
+  // work happen outside any capture), is captured the second time, and replayed after that.
+  using GraphKey = std::tuple<int, int, bool, bool, bool, int>;
+  std::map<GraphKey, CudaGraph> graphs_;
+  std::set<GraphKey> seen_;
+  std::string graph_error_;
 
   // Parameters, optimizer state, scalars.
   float* params_ = nullptr;

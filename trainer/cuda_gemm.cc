@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 
@@ -28,6 +29,14 @@ struct Preference {
   }
 };
 
+// The largest power of two (<= 256) that divides the address.
+uint32_t Alignment(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  uint32_t a = 256;
+  while (a > 1 && address % a != 0) a /= 2;
+  return a;
+}
+
 }  // namespace
 
 Result<CublasLtGemm> CublasLtGemm::Create(size_t workspace_bytes) {
@@ -37,7 +46,7 @@ Result<CublasLtGemm> CublasLtGemm::Create(size_t workspace_bytes) {
   return g;
 }
 
-Status CublasLtGemm::Run(const GemmArgs& x, cudaStream_t stream) const {
+Result<bool> CublasLtGemm::Matmul(const GemmArgs& x, cudaStream_t stream) const {
   // Row-major D = op(A)·op(B) is column-major Dᵀ = op(B)ᵀ·op(A)ᵀ; a row-major buffer read
   // column-major is its transpose, so cuBLAS gets B as its first operand and A as its second,
   // with the same transpose flags, and M = n, N = m.
@@ -61,8 +70,6 @@ Status CublasLtGemm::Run(const GemmArgs& x, cudaStream_t stream) const {
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                 &bias_type, sizeof(bias_type)));
     if (x.epilogue == Epilogue::kGeluAuxBias) {
-      if (x.d_fp32 || x.n % 8 != 0)
-        return InvalidArgument("GELU epilogue needs bf16 output and n a multiple of 8");
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
           op.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &x.aux, sizeof(x.aux)));
       const int64_t aux_ld = x.n;
@@ -91,13 +98,8 @@ Status CublasLtGemm::Run(const GemmArgs& x, cudaStream_t stream) const {
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)));
   // cuBLASLt assumes 256-byte aligned operands unless told otherwise; parameter slices of the
-  // flat array are not.
-  auto alignment = [](const void* p) {
-    const auto address = reinterpret_cast<uintptr_t>(p);
-    uint32_t a = 256;
-    while (a > 2 && address % a != 0) a /= 2;
-    return a;
-  };
+  // flat array need not be.
+  auto alignment = [](const void* p) { return std::max<uint32_t>(2, Alignment(p)); };
   const void* c_ptr = x.beta != 0.0f ? x.c : x.d;
   const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment(x.b)},
@@ -110,20 +112,55 @@ Status CublasLtGemm::Run(const GemmArgs& x, cudaStream_t stream) const {
   }
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
-  CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_.get(), op.desc, first.layout, second.layout,
-                                              out.layout, out.layout, pref.pref, 1, &heuristic,
-                                              &found));
-  if (found == 0) {
-    return Unimplemented(fmt::format(
-        "cuBLASLt has no algorithm for a {}×{}×{} GEMM (trans {} {}, {} output, epilogue {})", x.m,
-        x.n, x.k, x.trans_a == Trans::kYes, x.trans_b == Trans::kYes, x.d_fp32 ? "fp32" : "bf16",
-        static_cast<int>(x.epilogue)));
-  }
+  // NOT_SUPPORTED is how the heuristic says "no algorithm" for some configurations.
+  const cublasStatus_t queried = cublasLtMatmulAlgoGetHeuristic(
+      handle_.get(), op.desc, first.layout, second.layout, out.layout, out.layout, pref.pref, 1,
+      &heuristic, &found);
+  if (queried == CUBLAS_STATUS_NOT_SUPPORTED || (queried == CUBLAS_STATUS_SUCCESS && found == 0))
+    return false;
+  CUBLAS_CHECK(queried);
   const float alpha = 1.0f;
-  CUBLAS_CHECK(cublasLtMatmul(handle_.get(), op.desc, &alpha, x.b, first.layout, x.a, second.layout,
-                              &x.beta, c_ptr, out.layout, x.d, out.layout, &heuristic.algo,
-                              workspace_.data(), workspace, stream));
-  return Status::OK();
+  const cublasStatus_t ran = cublasLtMatmul(handle_.get(), op.desc, &alpha, x.b, first.layout, x.a,
+                                            second.layout, &x.beta, c_ptr, out.layout, x.d,
+                                            out.layout, &heuristic.algo, workspace_.data(),
+                                            workspace, stream);
+  if (ran == CUBLAS_STATUS_NOT_SUPPORTED) return false;
+  CUBLAS_CHECK(ran);
+  return true;
+}
+
+Status CublasLtGemm::Run(const GemmArgs& x, cudaStream_t stream) const {
+  if (x.epilogue == Epilogue::kGeluAuxBias && (x.d_fp32 || x.n % 8 != 0 || x.aux == nullptr))
+    return InvalidArgument("GELU epilogue needs bf16 output, an aux buffer and n a multiple of 8");
+  if (x.epilogue != Epilogue::kNone && x.bias == nullptr)
+    return InvalidArgument("bias epilogue without a bias");
+  if (x.epilogue != Epilogue::kNone && Alignment(x.bias) >= 16 &&
+      (x.epilogue != Epilogue::kGeluAuxBias || Alignment(x.aux) >= 16)) {
+    ASSIGN_OR_RETURN(const bool fused, Matmul(x, stream));
+    if (fused) return Status::OK();
+  }
+  GemmArgs plain = x;
+  plain.epilogue = Epilogue::kNone;
+  plain.bias = nullptr;
+  plain.aux = nullptr;
+  // GELU: the plain product goes to aux (the pre-activation), then aux += bias, d = GELU(aux).
+  if (x.epilogue == Epilogue::kGeluAuxBias) plain.d = x.aux;
+  ASSIGN_OR_RETURN(const bool ran, Matmul(plain, stream));
+  if (!ran) {
+    return Unimplemented(fmt::format(
+        "cuBLASLt has no algorithm for a {}×{}×{} GEMM (trans {} {}, {} output, beta {})", x.m,
+        x.n, x.k, x.trans_a == Trans::kYes, x.trans_b == Trans::kYes, x.d_fp32 ? "fp32" : "bf16",
+        x.beta));
+  }
+  if (x.epilogue == Epilogue::kNone) return Status::OK();
+  ++epilogue_fallbacks_;
+  if (x.epilogue == Epilogue::kBias) {
+    cuda::AddBias(x.d, x.bias, x.d_fp32, x.m, x.n, stream);
+  } else {
+    cuda::GeluBiasForward(x.aux, static_cast<const cuda::bf16*>(x.bias), x.aux,
+                          static_cast<cuda::bf16*>(x.d), x.m, x.n, stream);
+  }
+  return cuda::LastLaunchError("GEMM epilogue");
 }
 
 }  // namespace sluice::trainer

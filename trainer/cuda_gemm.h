@@ -40,9 +40,17 @@ class CublasLtGemm {
   // workspace_bytes: cuBLASLt's scratch; 32 MiB lets it pick its fastest Hopper kernels.
   static Result<CublasLtGemm> Create(size_t workspace_bytes = size_t{32} << 20);
 
+  // When cuBLASLt has no algorithm for the fused epilogue (or the bias/aux pointer is less than
+  // 16-byte aligned), runs the plain GEMM and applies bias (+GELU) with a kernel instead.
   Status Run(const GemmArgs& args, cudaStream_t stream) const;
+  // GEMMs whose epilogue ran as a separate kernel (see Run).
+  int64_t epilogue_fallbacks() const { return epilogue_fallbacks_; }
 
  private:
+  // Enqueues one matmul; false (nothing enqueued) when cuBLASLt has no algorithm for it.
+  Result<bool> Matmul(const GemmArgs& args, cudaStream_t stream) const;
+
+  mutable int64_t epilogue_fallbacks_ = 0;
   CublasLtHandle handle_;
   DeviceBuffer workspace_;
 };

@@ -148,6 +148,19 @@ __global__ void GeluBackwardKernel(const bf16* __restrict__ pre, const bf16* dy,
   }
 }
 
+template <typename T>
+__global__ void AddBiasKernel(T* __restrict__ y, const T* __restrict__ bias, int64_t total,
+                              int cols) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    if constexpr (sizeof(T) == sizeof(float)) {
+      y[e] += bias[e % cols];
+    } else {
+      y[e] = __float2bfloat16(__bfloat162float(y[e]) + __bfloat162float(bias[e % cols]));
+    }
+  }
+}
+
 // Block (x: 256 columns, y: a slab of rows): sums its slab per column, one atomicAdd each.
 constexpr int kBiasRowsPerBlock = 256;
 __global__ void BiasGradKernel(const bf16* __restrict__ dy, float* __restrict__ db, int rows,
@@ -401,6 +414,17 @@ void GeluBiasForward(const bf16* x, const bf16* bias, bf16* pre, bf16* y, int ro
 
 void GeluBackward(const bf16* pre, const bf16* dy, bf16* dx, int64_t count, cudaStream_t stream) {
   GeluBackwardKernel<<<Blocks(count, 256), 256, 0, stream>>>(pre, dy, dx, count);
+}
+
+void AddBias(void* y, const void* bias, bool fp32, int rows, int cols, cudaStream_t stream) {
+  const int64_t total = int64_t{rows} * cols;
+  if (fp32) {
+    AddBiasKernel<float><<<Blocks(total, 256), 256, 0, stream>>>(
+        static_cast<float*>(y), static_cast<const float*>(bias), total, cols);
+  } else {
+    AddBiasKernel<bf16><<<Blocks(total, 256), 256, 0, stream>>>(
+        static_cast<bf16*>(y), static_cast<const bf16*>(bias), total, cols);
+  }
 }
 
 void BiasGrad(const bf16* dy, float* db, int rows, int cols, cudaStream_t stream) {

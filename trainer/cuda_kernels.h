@@ -73,6 +73,10 @@ void GeluBiasForward(const bf16* x, const bf16* bias, bf16* pre, bf16* y, int ro
 // dx = dy · GELU'(pre), in place allowed.
 void GeluBackward(const bf16* pre, const bf16* dy, bf16* dx, int64_t count, cudaStream_t stream);
 
+// y[row, col] += bias[col]; y and bias both fp32 (fp32 = true) or both bf16. The GEMM's fallback
+// when cuBLASLt has no fused-bias algorithm for a shape or alignment.
+void AddBias(void* y, const void* bias, bool fp32, int rows, int cols, cudaStream_t stream);
+
 // db[col] += Σ_rows dy[row, col] (fp32 accumulation).
 void BiasGrad(const bf16* dy, float* db, int rows, int cols, cudaStream_t stream);
 

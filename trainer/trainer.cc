@@ -361,6 +361,7 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
   };
 
   const bool on_gpu = summary.device == "cuda";
+  [[maybe_unused]] bool gpu_noted_graph = false, gpu_noted_epilogue = false;
   while (step < end_step && (!stream_ended || !ahead.empty())) {
     const Clock::time_point step_start = Clock::now();
     Clock::duration step_wait{};
@@ -397,6 +398,16 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
       loss = sum.loss_sum / samples;
       norm = outcome.grad_norm;
       ++step;
+      if (!gpu_noted_graph && !gpu->graph_error().empty()) {
+        gpu_noted_graph = true;
+        log << "cuda: CUDA Graph capture failed, launching steps eagerly: " << gpu->graph_error()
+            << "\n";
+      }
+      if (!gpu_noted_epilogue && gpu->epilogue_fallbacks() > 0) {
+        gpu_noted_epilogue = true;
+        log << "cuda: cuBLASLt had no fused bias/GELU epilogue for some GEMMs; running those "
+               "epilogues as separate kernels\n";
+      }
       if (outcome.skipped) {
         ++summary.skipped_updates;
         log << fmt::format(

@@ -77,6 +77,9 @@ int Serve(const ServeFlags& f) {
   builder.RegisterService(&service);
   builder.SetMaxSendMessageSize(static_cast<int>(std::min<int64_t>(config.max_batch_bytes(), INT32_MAX)));
   builder.SetMaxReceiveMessageSize(1 << 20);  // requests are small
+  // gRPC binds with SO_REUSEPORT by default: a second server on a port in use would start and
+  // silently take half the connections. A port in use must be an error.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server) {
     std::fprintf(stderr, "sluice serve: cannot listen on %s (in use, or not allowed?)\n",

@@ -537,6 +537,18 @@ TEST_CASE("MetricsAndHealthAreServedOverHttp") {
   CHECK(page.find("train") != std::string::npos);
 }
 
+TEST_CASE("PortInUseStopsStartUp") {
+  Fixture f;
+  ServerProcess first(f.Args());
+  REQUIRE(first.running());
+  std::string config = testing::ReadAll(f.config);
+  config.replace(config.find("127.0.0.1:0"), 11, first.address());
+  testing::WriteAll(f.dir.file("second.textproto"), config);
+  auto r = testing::RunSluice("serve --config " + f.dir.file("second.textproto"));
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("cannot listen on " + first.address()) != std::string::npos);
+}
+
 TEST_CASE("BadConfigStopsStartUpNamingTheField") {
   TempDir dir;
   testing::WriteAll(dir.file("bad.textproto"), "listen: \"127.0.0.1:0\"\ndatasets { nme: \"x\" }\n");

@@ -340,6 +340,8 @@ class FanInStream : public BatchStream {
   }
 
  private:
+  // A server stream has something new. Taking mu_ orders this after a consumer's check of the
+  // streams, so a consumer about to wait cannot miss the notification.
   void Wake() {
     { std::lock_guard<std::mutex> lock(mu_); }
     cv_.notify_all();

@@ -34,7 +34,28 @@ struct ServeFlags {
   int port = 50051;
   std::string metrics_address;
   double drain_seconds = 5;
+  std::string shard;  // "I/N": this worker serves part I of N of every dataset
 };
+
+// Applies --shard I/N to every dataset: each worker of a fleet started with the same
+// configuration serves its own part (whole files when there are at least N). A dataset that
+// already names a shard {w, m} is subdivided: {w + m·I, m·N}.
+Result<v1::ServerConfig> ApplyShard(v1::ServerConfig config, const std::string& shard) {
+  int index = 0, count = 0;
+  char tail = 0;
+  if (std::sscanf(shard.c_str(), "%d/%d%c", &index, &count, &tail) != 2 || count < 1 ||
+      index < 0 || index >= count) {
+    return InvalidArgument("--shard wants I/N with 0 <= I < N, not '" + shard + "'");
+  }
+  for (v1::DatasetConfig& d : *config.mutable_datasets()) {
+    v1::ShardOptions* s = d.mutable_pipeline()->mutable_shard();
+    const int w = s->count() > 1 ? s->index() : 0;
+    const int m = std::max(1, s->count());
+    s->set_index(w + m * index);
+    s->set_count(m * count);
+  }
+  return ValidateServerConfig(std::move(config));
+}
 
 std::shared_ptr<grpc::ServerCredentials> Credentials(const v1::ServerConfig& config) {
   if (config.tls().cert_file().empty()) return grpc::InsecureServerCredentials();
@@ -50,6 +71,11 @@ int Serve(const ServeFlags& f) {
   Result<v1::ServerConfig> loaded =
       !f.config_file.empty() ? LoadServerConfig(f.config_file)
                              : QuickServerConfig(f.files, f.name, f.port, f.metrics_address);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "sluice serve: %s\n", loaded.status().message().c_str());
+    return 2;
+  }
+  if (loaded.ok() && !f.shard.empty()) loaded = ApplyShard(std::move(*loaded), f.shard);
   if (!loaded.ok()) {
     std::fprintf(stderr, "sluice serve: %s\n", loaded.status().message().c_str());
     return 2;
@@ -166,6 +192,9 @@ void RegisterServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--metrics-address", f->metrics_address,
                   "Quick mode: HOST:PORT for /metrics, /healthz and / (default: none)")
       ->needs(files);
+  cmd->add_option("--shard", f->shard,
+                  "I/N: serve part I of N of every dataset (e.g. a StatefulSet's pod ordinal of "
+                  "its replicas), for trainers that fan in from N servers");
   cmd->add_option("--drain-seconds", f->drain_seconds,
                   "On SIGINT/SIGTERM, how long streams get to end before they are cut (default 5)");
   cmd->callback([f, exit_code, cmd] {

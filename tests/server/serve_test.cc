@@ -246,18 +246,13 @@ TEST_CASE("ServerKilledMidStreamAndRestartedTheClientResumesWithNothingLostOrRep
 }
 
 TEST_CASE("FanInFromTwoServersDeliversEachServersShardOnce") {
-  TempDir dir;
-  WriteTestShards(dir, 4, 30);
+  // Two workers started from one configuration with --shard 0/2 and 1/2, as a StatefulSet's
+  // pods would be.
+  Fixture f(4, 30);
   std::vector<std::unique_ptr<ServerProcess>> servers;
   for (int i = 0; i < 2; ++i) {
-    // Worker i of 2 serves its own half of the files, as a StatefulSet's pods would.
-    const std::string config = dir.file("worker" + std::to_string(i) + ".textproto");
-    testing::WriteAll(config, "listen: \"127.0.0.1:0\"\ndatasets { name: \"train\" pipeline {"
-                              " files: \"" + dir.file("shard-*.tfrecord") + "\" batch_size: 8"
-                              " image_height: 32 image_width: 40 threads: 1 epochs: 1"
-                              " memory_budget_bytes: 67108864 shard { index: " +
-                              std::to_string(i) + " count: 2 } } }\n");
-    servers.push_back(std::make_unique<ServerProcess>(std::vector<std::string>{"--config", config}));
+    servers.push_back(std::make_unique<ServerProcess>(
+        std::vector<std::string>{"--config", f.config, "--shard", std::to_string(i) + "/2"}));
     REQUIRE(servers.back()->running());
   }
   ClientOptions o;
@@ -535,6 +530,13 @@ TEST_CASE("MetricsAndHealthAreServedOverHttp") {
   auto [page_code, page] = fetch(base + "/");
   CHECK(page_code == "200");
   CHECK(page.find("train") != std::string::npos);
+}
+
+TEST_CASE("BadShardFlagStopsStartUp") {
+  Fixture f;
+  auto r = testing::RunSluice("serve --config " + f.config + " --shard 2/2");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--shard wants I/N") != std::string::npos);
 }
 
 TEST_CASE("PortInUseStopsStartUp") {

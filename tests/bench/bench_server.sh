@@ -6,7 +6,7 @@
 #                                and $tcp (its TCP address)
 make_bench_data() {
   if [ ! -f "$1/labels.txt" ]; then
-    "$sluice" synth --photos /usr/share/backgrounds/mate/nature --classes 12 --images 6000 \
+    "$sluice" synth --photos "${PHOTOS:-/usr/share/backgrounds/mate/nature}" --classes 12 --images 6000 \
       --shards 16 --seed 1 --out "$1"
   fi
 }

@@ -7,6 +7,8 @@
 #include <random>
 #include <vector>
 
+#include "tests/trainer/backend_test_data.h"
+
 namespace sluice::trainer {
 namespace {
 
@@ -20,40 +22,15 @@ ModelConfig TinyConfig() {
   return c;
 }
 
-struct TinyBatch {
-  std::vector<uint8_t> images;
-  std::vector<int32_t> labels;
-};
-
-TinyBatch MakeBatch(const ModelConfig& c, int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  TinyBatch b;
-  b.images.resize(size_t(n) * c.image_size * c.image_size * 3);
-  for (uint8_t& v : b.images) v = static_cast<uint8_t>(rng() % 256);
-  for (int i = 0; i < n; ++i) b.labels.push_back(static_cast<int32_t>(rng() % c.classes));
-  return b;
-}
-
-// Parameters away from their init (non-zero biases, gains ≠ 1, a head large enough to matter) so
-// that every tensor's gradient is non-trivial.
-std::vector<float> RandomParameters(const ParameterLayout& layout, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> p(layout.total());
-  for (const ParameterTensor& t : layout.tensors()) {
-    const bool gain = t.name.find("gain") != std::string::npos;
-    const float scale = t.rows > 1 ? 1.0f / std::sqrt(static_cast<float>(t.cols)) : 0.3f;
-    for (int64_t i = 0; i < t.size; ++i)
-      p[t.offset + i] = (gain ? 1.0f : 0.0f) + scale * normal(rng);
-  }
-  return p;
-}
+using testing::MakeBatch;
+using testing::RandomParameters;
+using testing::TestBatch;
 
 TEST_CASE("GradientsMatchFiniteDifferences") {
   const ModelConfig config = TinyConfig();
   CpuBackend backend(config);
   const ParameterLayout& layout = backend.layout();
-  const TinyBatch batch = MakeBatch(config, 3, 11);
+  const TestBatch batch = MakeBatch(config, 3, 11);
   std::vector<float> params = RandomParameters(layout, 5);
   std::vector<float> grads(layout.total(), 0.0f);
   backend.ForwardBackward(params, batch.images, batch.labels, grads);
@@ -95,7 +72,7 @@ TEST_CASE("GradientsAccumulateAcrossMicroBatches") {
   const ModelConfig config = TinyConfig();
   CpuBackend backend(config);
   const ParameterLayout& layout = backend.layout();
-  const TinyBatch batch = MakeBatch(config, 4, 3);
+  const TestBatch batch = MakeBatch(config, 4, 3);
   const std::vector<float> params = RandomParameters(layout, 9);
   std::vector<float> whole(layout.total(), 0.0f), halves(layout.total(), 0.0f);
   const StepResult all = backend.ForwardBackward(params, batch.images, batch.labels, whole);
@@ -116,7 +93,7 @@ TEST_CASE("InitialLossIsNearLogClassesAndRepeatable") {
   ModelConfig config = TinyConfig();
   config.classes = 10;
   CpuBackend backend(config);
-  const TinyBatch batch = MakeBatch(config, 16, 2);
+  const TestBatch batch = MakeBatch(config, 16, 2);
   const std::vector<float> a = InitParameters(config, backend.layout(), 42);
   const std::vector<float> b = InitParameters(config, backend.layout(), 42);
   REQUIRE(a == b);

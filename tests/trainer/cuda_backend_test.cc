@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/trainer/backend_test_data.h"
 #include "tests/trainer/trainer_test_support.h"
 #include "trainer/cpu_backend.h"
 #include "trainer/trainer.h"
@@ -51,33 +52,9 @@ ModelConfig SmallConfig() {
   return c;
 }
 
-struct Batch {
-  std::vector<uint8_t> images;
-  std::vector<int32_t> labels;
-};
-
-Batch MakeBatch(const ModelConfig& c, int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  Batch b;
-  b.images.resize(size_t(n) * c.image_size * c.image_size * 3);
-  for (uint8_t& v : b.images) v = static_cast<uint8_t>(rng() % 256);
-  for (int i = 0; i < n; ++i) b.labels.push_back(static_cast<int32_t>(rng() % c.classes));
-  return b;
-}
-
-// Away from init, so every tensor's gradient is non-trivial (as in cpu_backend_test.cc).
-std::vector<float> RandomParameters(const ParameterLayout& layout, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> p(layout.total());
-  for (const ParameterTensor& t : layout.tensors()) {
-    const bool gain = t.name.find("gain") != std::string::npos;
-    const float scale = t.rows > 1 ? 1.0f / std::sqrt(static_cast<float>(t.cols)) : 0.3f;
-    for (int64_t i = 0; i < t.size; ++i)
-      p[t.offset + i] = (gain ? 1.0f : 0.0f) + scale * normal(rng);
-  }
-  return p;
-}
+using testing::MakeBatch;
+using testing::RandomParameters;
+using testing::TestBatch;
 
 // ‖a - b‖ / ‖b‖ over one tensor.
 double RelativeError(const std::vector<float>& a, const std::vector<float>& b,
@@ -117,7 +94,7 @@ ModelConfig OddConfig() {
 
 // One forward + backward on the GPU (fused and unfused epilogues) against the CPU's.
 void CheckGradientsMatch(const ModelConfig& config, int n) {
-  const Batch batch = MakeBatch(config, n, 7);
+  const TestBatch batch = MakeBatch(config, n, 7);
   CpuBackend cpu(config);
   const ParameterLayout& layout = cpu.layout();
   const std::vector<float> params = RandomParameters(layout, 3);
@@ -158,7 +135,7 @@ TEST_CASE("GpuStepMatchesCpuStep") {
   const int n = 16;
   CheckGradientsMatch(OddConfig(), 8);
   CheckGradientsMatch(config, n);
-  const Batch batch = MakeBatch(config, n, 7);
+  const TestBatch batch = MakeBatch(config, n, 7);
   CpuBackend cpu(config);
   const ParameterLayout& layout = cpu.layout();
   std::vector<float> params = RandomParameters(layout, 3);
@@ -210,7 +187,7 @@ TEST_CASE("GraphReplayMatchesEagerLaunches") {
   REQUIRE(graph->SetParameters(params).ok());
   REQUIRE(eager->SetParameters(params).ok());
   for (int s = 0; s < 6; ++s) {
-    const Batch batch = MakeBatch(config, n, 100 + s);
+    const TestBatch batch = MakeBatch(config, n, 100 + s);
     Result<CudaStepOutcome> a = graph->Step(batch.images, batch.labels, 1e-3f, true);
     Result<CudaStepOutcome> b = eager->Step(batch.images, batch.labels, 1e-3f, true);
     REQUIRE(a.ok());
@@ -244,7 +221,7 @@ TEST_CASE("NonFiniteLossSkipsTheUpdate") {
   params[layout.tensors()[layout.head_bias].offset] = std::nanf("");
   auto gpu = MakeGpu(config, 8, /*use_graph=*/true);
   REQUIRE(gpu->SetParameters(params).ok());
-  const Batch batch = MakeBatch(config, 8, 1);
+  const TestBatch batch = MakeBatch(config, 8, 1);
   Result<CudaStepOutcome> out = gpu->Step(batch.images, batch.labels, 1e-3f, true);
   REQUIRE(out.ok());
   CHECK(out->skipped);

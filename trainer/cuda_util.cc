@@ -62,43 +62,33 @@ CudaEvent::~CudaEvent() {
   if (event_ != nullptr) cudaEventDestroy(event_);
 }
 
-Result<DeviceBuffer> DeviceBuffer::Allocate(size_t bytes) {
-  DeviceBuffer b;
+template <CudaMemoryKind kKind>
+Result<CudaMemory<kKind>> CudaMemory<kKind>::Allocate(size_t bytes) {
+  CudaMemory b;
   if (bytes == 0) return b;
-  CUDA_CHECK(cudaMalloc(&b.data_, bytes));
+  if constexpr (kKind == CudaMemoryKind::kDevice) {
+    CUDA_CHECK(cudaMalloc(&b.data_, bytes));
+  } else {
+    CUDA_CHECK(cudaHostAlloc(&b.data_, bytes, cudaHostAllocDefault));
+  }
   b.bytes_ = bytes;
   return b;
-}
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
-  if (this != &o) {
-    if (data_ != nullptr) cudaFree(data_);
-    data_ = std::exchange(o.data_, nullptr);
-    bytes_ = std::exchange(o.bytes_, 0);
-  }
-  return *this;
-}
-DeviceBuffer::~DeviceBuffer() {
-  if (data_ != nullptr) cudaFree(data_);
 }
 
-Result<PinnedBuffer> PinnedBuffer::Allocate(size_t bytes) {
-  PinnedBuffer b;
-  if (bytes == 0) return b;
-  CUDA_CHECK(cudaHostAlloc(&b.data_, bytes, cudaHostAllocDefault));
-  b.bytes_ = bytes;
-  return b;
-}
-PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
-  if (this != &o) {
-    if (data_ != nullptr) cudaFreeHost(data_);
-    data_ = std::exchange(o.data_, nullptr);
-    bytes_ = std::exchange(o.bytes_, 0);
+template <CudaMemoryKind kKind>
+void CudaMemory<kKind>::Free() {
+  if (data_ == nullptr) return;
+  if constexpr (kKind == CudaMemoryKind::kDevice) {
+    cudaFree(data_);
+  } else {
+    cudaFreeHost(data_);
   }
-  return *this;
+  data_ = nullptr;
+  bytes_ = 0;
 }
-PinnedBuffer::~PinnedBuffer() {
-  if (data_ != nullptr) cudaFreeHost(data_);
-}
+
+template class CudaMemory<CudaMemoryKind::kDevice>;
+template class CudaMemory<CudaMemoryKind::kPinned>;
 
 Result<CublasLtHandle> CublasLtHandle::Create() {
   CublasLtHandle h;

@@ -72,17 +72,30 @@ class CudaEvent {
   cudaEvent_t event_ = nullptr;
 };
 
-// Owns `bytes` of device memory (cudaMalloc: 256-byte aligned).
-class DeviceBuffer {
+enum class CudaMemoryKind {
+  kDevice,  // cudaMalloc: 256-byte aligned device memory
+  kPinned,  // cudaHostAlloc: page-locked host memory, the source of asynchronous H2D copies
+};
+
+// Owns `bytes` of memory of one kind.
+template <CudaMemoryKind kKind>
+class CudaMemory {
  public:
-  DeviceBuffer() = default;
-  static Result<DeviceBuffer> Allocate(size_t bytes);
-  DeviceBuffer(DeviceBuffer&& o) noexcept
+  CudaMemory() = default;
+  static Result<CudaMemory> Allocate(size_t bytes);
+  CudaMemory(CudaMemory&& o) noexcept
       : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer();
+  CudaMemory& operator=(CudaMemory&& o) noexcept {
+    if (this != &o) {
+      Free();
+      data_ = std::exchange(o.data_, nullptr);
+      bytes_ = std::exchange(o.bytes_, 0);
+    }
+    return *this;
+  }
+  CudaMemory(const CudaMemory&) = delete;
+  CudaMemory& operator=(const CudaMemory&) = delete;
+  ~CudaMemory() { Free(); }
 
   template <typename T>
   T* as() const {
@@ -92,33 +105,14 @@ class DeviceBuffer {
   size_t bytes() const { return bytes_; }
 
  private:
+  void Free();
+
   void* data_ = nullptr;
   size_t bytes_ = 0;
 };
 
-// Owns `bytes` of page-locked host memory (cudaHostAlloc), the source of asynchronous H2D copies.
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  static Result<PinnedBuffer> Allocate(size_t bytes);
-  PinnedBuffer(PinnedBuffer&& o) noexcept
-      : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept;
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  ~PinnedBuffer();
-
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(data_);
-  }
-  void* data() const { return data_; }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
+using DeviceBuffer = CudaMemory<CudaMemoryKind::kDevice>;
+using PinnedBuffer = CudaMemory<CudaMemoryKind::kPinned>;
 
 // Owns a cuBLASLt handle. Thread-safety: one handle per stream of work is the simple rule.
 class CublasLtHandle {

@@ -78,6 +78,11 @@ class Client {
   virtual Result<std::unique_ptr<BatchStream>> Stream(const v1::StreamRequest& request) = 0;
 };
 
+// The bearer token in a file (the server's token_file, a client's --token-file): its contents
+// with surrounding whitespace trimmed. The file's read error as is; InvalidArgument naming the
+// path when it holds no token or one with a space or control character (it travels in a header).
+Result<std::string> ReadTokenFile(const std::string& path);
+
 // "dns:///host:port" → one "ipv4:a.b.c.d:port" / "ipv6:[..]:port" target per address; other
 // targets unchanged.
 Result<std::vector<std::string>> ResolveTargets(const std::vector<std::string>& targets);

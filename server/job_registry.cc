@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "pipeline/options.h"
+#include "server/server_config.h"
 
 namespace sluice {
 namespace {
@@ -11,7 +12,6 @@ std::string Key(const std::string& dataset, const std::string& name) {
   return dataset + "/" + name;
 }
 
-std::string Mib(int64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
 void FillJobStats(const Job& job, v1::JobStats* out) {
   StatsSnapshot s = job.Stats();
@@ -140,9 +140,9 @@ Result<std::shared_ptr<Job>> JobRegistry::Open(const std::string& dataset,
     std::lock_guard<std::mutex> lock(mu_);
     if (reserved_ + budget > config_.memory_budget_bytes()) {
       return fail(ResourceExhausted(
-          "starting this job would reserve " + Mib(budget) + " on top of the " + Mib(reserved_) +
+          "starting this job would reserve " + FormatBytes(budget) + " on top of the " + FormatBytes(reserved_) +
           " its running jobs hold, over the server's memory_budget_bytes " +
-          Mib(config_.memory_budget_bytes()) + "; try again when a stream ends"));
+          FormatBytes(config_.memory_budget_bytes()) + "; try again when a stream ends"));
     }
     reserved_ += budget;
   }

@@ -44,12 +44,9 @@ int RunRemoteProfile(const RemoteProfileFlags& f) {
   co.targets = f.targets;
   if (f.prefetch > 0) co.prefetch = f.prefetch;
   if (!f.token_file.empty()) {
-    Result<std::string> token = ReadFileToString(f.token_file);
+    Result<std::string> token = ReadTokenFile(f.token_file);
     if (!token.ok()) return Fail(token.status());
     co.token = *token;
-    while (!co.token.empty() && std::isspace(static_cast<unsigned char>(co.token.back()))) {
-      co.token.pop_back();
-    }
   }
   if (!f.tls_ca_file.empty()) {
     Result<std::string> ca = ReadFileToString(f.tls_ca_file);

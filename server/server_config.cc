@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "client/client.h"
 #include "formats/file.h"
 #include "pipeline/options.h"
 #include "server/textproto.h"
@@ -313,17 +314,8 @@ Result<v1::ServerConfig> ValidateServerConfig(v1::ServerConfig c) {
 
 Result<std::string> ReadToken(const v1::ServerConfig& config) {
   if (config.token_file().empty()) return std::string();
-  Result<std::string> text = ReadFileToString(config.token_file());
-  if (!text.ok()) return text.status().WithContext("token_file");
-  constexpr std::string_view kSpace = " \t\r\n\f\v";
-  std::string token = *text;
-  token.erase(0, token.find_first_not_of(kSpace));
-  token.erase(token.find_last_not_of(kSpace) + 1);
-  if (token.empty()) return Bad("token_file", config.token_file() + " holds no token");
-  if (std::any_of(token.begin(), token.end(), [](char c) { return c <= ' ' || c > '~'; })) {
-    return Bad("token_file", "the token in " + config.token_file() +
-                                 " has a space or control character; it is sent in a header");
-  }
+  Result<std::string> token = ReadTokenFile(config.token_file());
+  if (!token.ok()) return token.status().WithContext("token_file");
   return token;
 }
 

@@ -1,11 +1,10 @@
 // `sluice-trainer`: trains the patch-embedding MLP classifier on batches streamed by `sluice
 // serve`. Exit 0 on success, 1 when training fails, 2 for bad flags or a backend this build lacks.
 #include <CLI/CLI.hpp>
-#include <cctype>
 #include <cstdio>
 #include <iostream>
 
-#include "formats/file.h"
+#include "client/client.h"
 #include "trainer/trainer.h"
 
 int main(int argc, char** argv) {
@@ -54,14 +53,12 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   if (!token_file.empty()) {
-    sluice::Result<std::string> token = sluice::ReadFileToString(token_file);
+    sluice::Result<std::string> token = sluice::ReadTokenFile(token_file);
     if (!token.ok()) {
       std::cerr << "sluice-trainer: " << token.status().ToString() << "\n";
       return 2;
     }
     o.token = *token;
-    while (!o.token.empty() && std::isspace(static_cast<unsigned char>(o.token.back())))
-      o.token.pop_back();
   }
   sluice::Result<sluice::trainer::TrainSummary> summary = sluice::trainer::Train(o, std::cout);
   if (!summary.ok()) {

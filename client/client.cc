@@ -50,10 +50,9 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, const Clie
 // reconnecting and resuming on UNAVAILABLE.
 class ServerStream {
  public:
-  ServerStream(int index, std::string target, const ClientOptions& options,
-               v1::StreamRequest request, std::function<void()> wake)
-      : index_(index),
-        target_(std::move(target)),
+  ServerStream(std::string target, const ClientOptions& options, v1::StreamRequest request,
+               std::function<void()> wake)
+      : target_(std::move(target)),
         options_(options),
         request_(std::move(request)),
         wake_(std::move(wake)),
@@ -235,7 +234,6 @@ class ServerStream {
     return FromGrpc(status);
   }
 
-  const int index_;
   const std::string target_;
   const ClientOptions& options_;
   const v1::StreamRequest request_;
@@ -262,8 +260,8 @@ class FanInStream : public BatchStream {
               const v1::StreamRequest& request)
       : options_(options) {
     for (size_t i = 0; i < targets.size(); ++i) {
-      streams_.push_back(std::make_unique<ServerStream>(static_cast<int>(i), targets[i], options_,
-                                                        request, [this] { Wake(); }));
+      streams_.push_back(
+          std::make_unique<ServerStream>(targets[i], options_, request, [this] { Wake(); }));
     }
     done_.assign(streams_.size(), false);
   }

@@ -46,6 +46,8 @@ Status SaveCheckpoint(const std::string& dir, const Checkpoint& ck) {
       {"index", ck.index},
       {"end_record", ck.end_record},
       {"parameters", ck.params.size()},
+      {"loss_scale", ck.loss_scale},
+      {"loss_scale_good_steps", ck.loss_scale_good_steps},
   };
   const std::string header_text = header.dump();
   std::string out(kMagic, sizeof(kMagic));
@@ -91,6 +93,10 @@ Result<Checkpoint> LoadCheckpoint(const std::string& dir) {
     ck.epoch = header.at("epoch");
     ck.index = header.at("index");
     ck.end_record = header.at("end_record");
+    ck.loss_scale = header.value("loss_scale", 0.0f);
+    ck.loss_scale_good_steps = header.value("loss_scale_good_steps", 0);
+    if (!(ck.loss_scale >= 0) || ck.loss_scale_good_steps < 0)
+      return DataLoss(path + ": header: negative or NaN loss_scale / loss_scale_good_steps");
     const size_t count = header.at("parameters");
     const size_t bytes = count * sizeof(float);
     const size_t body_at = header_at + header_size;

@@ -21,6 +21,10 @@ struct Checkpoint {
   int64_t adam_updates = 0;   // steps whose update was applied (non-finite ones are skipped)
   bool has_position = false;  // false before the first batch
   int64_t epoch = 0, index = 0, end_record = 0;  // BatchMeta of the last batch consumed
+  // fp16 training's dynamic loss scale (trainer/loss_scale.h); 0 in checkpoints of other
+  // precisions and in those written before it was recorded.
+  float loss_scale = 0;
+  int loss_scale_good_steps = 0;
   std::vector<float> params, first_moment, second_moment;
 };
 

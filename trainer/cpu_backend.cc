@@ -10,7 +10,22 @@
 
 namespace sluice::trainer {
 
-CpuBackend::CpuBackend(const ModelConfig& config) : config_(config), layout_(config) {}
+CpuBackend::CpuBackend(const ModelConfig& config, Precision precision)
+    : config_(config), layout_(config), precision_(precision) {}
+
+const float* CpuBackend::RoundedParameters(std::span<const float> params) {
+  if (precision_ == Precision::kFp32) return params.data();
+  rounded_params_.assign(params.begin(), params.end());
+  std::vector<int> narrow = {layout_.embed_weight, layout_.head_weight};
+  for (const ParameterLayout::Block& b : layout_.blocks) {
+    narrow.insert(narrow.end(), {b.fc1_weight, b.fc1_bias, b.fc2_weight});
+  }
+  for (int tensor : narrow) {
+    const ParameterTensor& t = layout_.tensors()[tensor];
+    RoundInPlace(rounded_params_.data() + t.offset, t.size, precision_);
+  }
+  return rounded_params_.data();
+}
 
 void CpuBackend::Resize(int n) {
   if (n == n_) return;
@@ -33,6 +48,7 @@ void CpuBackend::Resize(int n) {
   dfeatures_.resize(n * d);
   dpooled_.resize(n * d);
   dh_.resize(rows * d);
+  if (precision_ != Precision::kFp32) dh_rounded_.resize(rows * d);
   dln_.resize(rows * d);
   dhidden_.resize(rows * f);
   const int64_t widest = std::max<int64_t>({config_.patch_dim(), d, f, config_.classes});
@@ -58,6 +74,7 @@ StepResult CpuBackend::RunForward(const float* params, const uint8_t* images,
       }
     }
   });
+  Round(x0_);
 
   GemmNT(x0_.data(), P(params, layout_.embed_weight), h_[0].data(), rows, d, pd, false,
          scratch_.data());
@@ -66,10 +83,13 @@ StepResult CpuBackend::RunForward(const float* params, const uint8_t* images,
     const ParameterLayout::Block& b = layout_.blocks[l];
     LayerNormForward(h_[l].data(), P(params, b.ln_gain), P(params, b.ln_bias), ln_[l].data(),
                      ln_mean_[l].data(), ln_rstd_[l].data(), rows, d);
+    Round(ln_[l]);
     GemmNT(ln_[l].data(), P(params, b.fc1_weight), pre_[l].data(), rows, f, d, false,
            scratch_.data());
     AddBias(pre_[l].data(), P(params, b.fc1_bias), rows, f);
+    Round(pre_[l]);
     GeluForward(pre_[l].data(), act_[l].data(), int64_t{rows} * f);
+    Round(act_[l]);
     std::memcpy(h_[l + 1].data(), h_[l].data(), sizeof(float) * rows * d);
     GemmNT(act_[l].data(), P(params, b.fc2_weight), h_[l + 1].data(), rows, d, f, true,
            scratch_.data());
@@ -92,6 +112,7 @@ StepResult CpuBackend::RunForward(const float* params, const uint8_t* images,
   LayerNormForward(pooled_.data(), P(params, layout_.final_ln_gain),
                    P(params, layout_.final_ln_bias), features_.data(), pooled_mean_.data(),
                    pooled_rstd_.data(), n, d);
+  Round(features_);
   GemmNT(features_.data(), P(params, layout_.head_weight), logits_.data(), n, config_.classes, d,
          false, scratch_.data());
   AddBias(logits_.data(), P(params, layout_.head_bias), n, config_.classes);
@@ -104,20 +125,31 @@ StepResult CpuBackend::RunForward(const float* params, const uint8_t* images,
 
 StepResult CpuBackend::Forward(std::span<const float> params, std::span<const uint8_t> images,
                                std::span<const int32_t> labels) {
-  return RunForward(params.data(), images.data(), labels);
+  return RunForward(RoundedParameters(params), images.data(), labels);
 }
 
 StepResult CpuBackend::ForwardBackward(std::span<const float> params_span,
                                        std::span<const uint8_t> images,
                                        std::span<const int32_t> labels,
-                                       std::span<float> grads_span) {
-  const float* params = params_span.data();
+                                       std::span<float> grads_span, float loss_scale) {
+  const float* params = RoundedParameters(params_span);
   float* grads = grads_span.data();
   auto G = [&](int tensor) { return grads + layout_.tensors()[tensor].offset; };
   const StepResult result = RunForward(params, images.data(), labels);
   const int n = static_cast<int>(labels.size());
   const int t = config_.tokens(), rows = n * t, d = config_.width, f = config_.hidden();
   const int c = config_.classes;
+  if (loss_scale != 1.0f) {
+    for (float& g : dlogits_) g *= loss_scale;
+  }
+  Round(dlogits_);
+  // The residual-stream gradient as the GEMMs read it.
+  const std::vector<float>& dh_in = precision_ == Precision::kFp32 ? dh_ : dh_rounded_;
+  auto round_dh = [&] {
+    if (precision_ == Precision::kFp32) return;
+    dh_rounded_ = dh_;
+    Round(dh_rounded_);
+  };
 
   // Head and final LayerNorm.
   GemmTN(dlogits_.data(), features_.data(), G(layout_.head_weight), c, d, n, true);
@@ -134,22 +166,26 @@ StepResult CpuBackend::ForwardBackward(std::span<const float> params_span,
       for (int j = 0; j < d; ++j) out[j] = src[j] / static_cast<float>(t);
     }
   });
+  round_dh();
 
   for (int l = config_.depth - 1; l >= 0; --l) {
     const ParameterLayout::Block& b = layout_.blocks[l];
     // h[l+1] = h[l] + fc2(GELU(fc1(LN(h[l])))): dh flows through unchanged and into the branch.
-    GemmTN(dh_.data(), act_[l].data(), G(b.fc2_weight), d, f, rows, true);
-    BiasGrad(dh_.data(), G(b.fc2_bias), rows, d);
-    GemmNN(dh_.data(), P(params, b.fc2_weight), dhidden_.data(), rows, f, d, false);
+    GemmTN(dh_in.data(), act_[l].data(), G(b.fc2_weight), d, f, rows, true);
+    BiasGrad(dh_in.data(), G(b.fc2_bias), rows, d);
+    GemmNN(dh_in.data(), P(params, b.fc2_weight), dhidden_.data(), rows, f, d, false);
+    Round(dhidden_);
     GeluBackward(pre_[l].data(), dhidden_.data(), dhidden_.data(), int64_t{rows} * f);
+    Round(dhidden_);
     GemmTN(dhidden_.data(), ln_[l].data(), G(b.fc1_weight), f, d, rows, true);
     BiasGrad(dhidden_.data(), G(b.fc1_bias), rows, f);
     GemmNN(dhidden_.data(), P(params, b.fc1_weight), dln_.data(), rows, d, f, false);
     LayerNormBackward(h_[l].data(), dln_.data(), P(params, b.ln_gain), ln_mean_[l].data(),
                       ln_rstd_[l].data(), dh_.data(), G(b.ln_gain), G(b.ln_bias), rows, d, true);
+    round_dh();
   }
-  GemmTN(dh_.data(), x0_.data(), G(layout_.embed_weight), d, config_.patch_dim(), rows, true);
-  BiasGrad(dh_.data(), G(layout_.embed_bias), rows, d);
+  GemmTN(dh_in.data(), x0_.data(), G(layout_.embed_weight), d, config_.patch_dim(), rows, true);
+  BiasGrad(dh_in.data(), G(layout_.embed_bias), rows, d);
   return result;
 }
 

@@ -3,12 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstring>
 
 namespace sluice::trainer {
-
-using cuda::bf16;
 
 CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& options)
     : config_(config),
@@ -48,12 +47,21 @@ Result<T*> CudaBackend::Alloc(int64_t count) {
   return p;
 }
 
+Result<void*> CudaBackend::AllocNarrow(int64_t count) {
+  ASSIGN_OR_RETURN(DeviceBuffer buffer,
+                   DeviceBuffer::Allocate(size_t(ElementSize(options_.precision)) *
+                                          std::max<int64_t>(1, count)));
+  void* p = buffer.data();
+  buffers_.push_back(std::move(buffer));
+  return p;
+}
+
 Status CudaBackend::Initialize() {
   CUDA_CHECK(cudaSetDevice(options_.device));
   ASSIGN_OR_RETURN(compute_, CudaStream::Create());
   ASSIGN_OR_RETURN(copy_, CudaStream::Create());
   ASSIGN_OR_RETURN(gemm_, CublasLtGemm::Create());
-  RETURN_IF_ERROR(cuda::LayerNormBackwardSetup(config_.width));
+  RETURN_IF_ERROR(cuda::LayerNormBackwardSetup(config_.width, options_.precision));
 
   const int nb = options_.max_batch, t = config_.tokens(), d = config_.width;
   const int f = config_.hidden(), c = config_.classes, pd = config_.patch_dim();
@@ -64,7 +72,8 @@ Status CudaBackend::Initialize() {
     ASSIGN_OR_RETURN(pinned_labels_[s], PinnedBuffer::Allocate(sizeof(int32_t) * nb));
     ASSIGN_OR_RETURN(images_[s], Alloc<uint8_t>(image_bytes));
     ASSIGN_OR_RETURN(labels_[s], Alloc<int32_t>(nb));
-    ASSIGN_OR_RETURN(copied_[s], CudaEvent::Create());
+    ASSIGN_OR_RETURN(copy_begin_[s], CudaEvent::Create(/*timing=*/true));
+    ASSIGN_OR_RETURN(copied_[s], CudaEvent::Create(/*timing=*/true));
     ASSIGN_OR_RETURN(consumed_[s], CudaEvent::Create());
     ASSIGN_OR_RETURN(pinned_inputs_[s], PinnedBuffer::Allocate(sizeof(cuda::StepInputs)));
     ASSIGN_OR_RETURN(pinned_results_[s], PinnedBuffer::Allocate(sizeof(cuda::StepScalars)));
@@ -74,7 +83,7 @@ Status CudaBackend::Initialize() {
   ASSIGN_OR_RETURN(pinned_eval_, PinnedBuffer::Allocate(sizeof(cuda::StepScalars)));
 
   ASSIGN_OR_RETURN(params_, Alloc<float>(total));
-  ASSIGN_OR_RETURN(params_bf16_, Alloc<bf16>(total));
+  ASSIGN_OR_RETURN(params_narrow_, AllocNarrow(total));
   ASSIGN_OR_RETURN(grads_, Alloc<float>(total));
   ASSIGN_OR_RETURN(m_, Alloc<float>(total));
   ASSIGN_OR_RETURN(v_, Alloc<float>(total));
@@ -83,6 +92,9 @@ Status CudaBackend::Initialize() {
   ASSIGN_OR_RETURN(eval_scalars_, Alloc<cuda::StepScalars>(1));
   ASSIGN_OR_RETURN(inputs_, Alloc<cuda::StepInputs>(1));
   CUDA_CHECK(cudaMemsetAsync(scalars_, 0, sizeof(cuda::StepScalars), compute_.get()));
+  RETURN_IF_ERROR(SetLossScale({options_.precision == Precision::kFp16 ? options_.loss_scale.initial
+                                                                        : 1.0f,
+                                0}));
 
   // The multi-tensor table: every tensor cut into chunks of at most kAdamChunk elements.
   std::vector<cuda::AdamChunk> chunks;
@@ -99,17 +111,17 @@ Status CudaBackend::Initialize() {
                              cudaMemcpyHostToDevice, compute_.get()));
   CUDA_CHECK(cudaStreamSynchronize(compute_.get()));
 
-  ASSIGN_OR_RETURN(x0_, Alloc<bf16>(rows * pd));
+  ASSIGN_OR_RETURN(x0_, AllocNarrow(rows * pd));
   for (int l = 0; l <= config_.depth; ++l) {
     ASSIGN_OR_RETURN(float* h, Alloc<float>(rows * d));
     h_.push_back(h);
   }
   for (int l = 0; l < config_.depth; ++l) {
-    ASSIGN_OR_RETURN(bf16 * ln, Alloc<bf16>(rows * d));
+    ASSIGN_OR_RETURN(void* ln, AllocNarrow(rows * d));
     ASSIGN_OR_RETURN(float* mean, Alloc<float>(rows));
     ASSIGN_OR_RETURN(float* rstd, Alloc<float>(rows));
-    ASSIGN_OR_RETURN(bf16 * pre, Alloc<bf16>(rows * f));
-    ASSIGN_OR_RETURN(bf16 * act, Alloc<bf16>(rows * f));
+    ASSIGN_OR_RETURN(void* pre, AllocNarrow(rows * f));
+    ASSIGN_OR_RETURN(void* act, AllocNarrow(rows * f));
     ln_.push_back(ln);
     ln_mean_.push_back(mean);
     ln_rstd_.push_back(rstd);
@@ -119,17 +131,17 @@ Status CudaBackend::Initialize() {
   ASSIGN_OR_RETURN(pooled_, Alloc<float>(int64_t{nb} * d));
   ASSIGN_OR_RETURN(pooled_mean_, Alloc<float>(nb));
   ASSIGN_OR_RETURN(pooled_rstd_, Alloc<float>(nb));
-  ASSIGN_OR_RETURN(features_, Alloc<bf16>(int64_t{nb} * d));
+  ASSIGN_OR_RETURN(features_, AllocNarrow(int64_t{nb} * d));
   ASSIGN_OR_RETURN(logits_, Alloc<float>(int64_t{nb} * c));
-  ASSIGN_OR_RETURN(dlogits_, Alloc<bf16>(int64_t{nb} * c));
+  ASSIGN_OR_RETURN(dlogits_, AllocNarrow(int64_t{nb} * c));
   ASSIGN_OR_RETURN(row_loss_, Alloc<float>(nb));
   ASSIGN_OR_RETURN(row_correct_, Alloc<int>(nb));
   ASSIGN_OR_RETURN(dfeatures_, Alloc<float>(int64_t{nb} * d));
   ASSIGN_OR_RETURN(dpooled_, Alloc<float>(int64_t{nb} * d));
   ASSIGN_OR_RETURN(dh_, Alloc<float>(rows * d));
-  ASSIGN_OR_RETURN(dh_bf16_, Alloc<bf16>(rows * d));
+  ASSIGN_OR_RETURN(dh_narrow_, AllocNarrow(rows * d));
   ASSIGN_OR_RETURN(dln_, Alloc<float>(rows * d));
-  ASSIGN_OR_RETURN(dact_, Alloc<bf16>(rows * f));
+  ASSIGN_OR_RETURN(dact_, AllocNarrow(rows * f));
   return Status::OK();
 }
 
@@ -144,13 +156,38 @@ Status CudaBackend::SetParameters(std::span<const float> params) {
   cudaStream_t s = compute_.get();
   CUDA_CHECK(
       cudaMemcpyAsync(params_, params.data(), sizeof(float) * total, cudaMemcpyHostToDevice, s));
-  cuda::CastToBf16(params_, params_bf16_, total, s);
+  cuda::CastToNarrow(params_, params_narrow_, options_.precision, total, s);
   RETURN_IF_ERROR(cuda::LastLaunchError("cast parameters"));
   CUDA_CHECK(cudaMemsetAsync(m_, 0, sizeof(float) * total, s));
   CUDA_CHECK(cudaMemsetAsync(v_, 0, sizeof(float) * total, s));
   CUDA_CHECK(cudaMemsetAsync(scalars_, 0, sizeof(cuda::StepScalars), s));
   CUDA_CHECK(cudaStreamSynchronize(s));
+  return SetLossScale(
+      {options_.precision == Precision::kFp16 ? options_.loss_scale.initial : 1.0f, 0});
+}
+
+Status CudaBackend::SetLossScale(const LossScaleState& state) {
+  if (!(state.scale > 0) || !std::isfinite(state.scale) || state.good_steps < 0 ||
+      (options_.precision != Precision::kFp16 && state.scale != 1.0f)) {
+    return InvalidArgument(fmt::format(
+        "CUDA backend: loss scale {} ({} good steps) in {}: must be positive and finite, and 1 "
+        "outside fp16",
+        state.scale, state.good_steps, PrecisionName(options_.precision)));
+  }
+  cudaStream_t s = compute_.get();
+  CUDA_CHECK(cudaMemcpyAsync(&scalars_->loss_scale, &state, sizeof(state), cudaMemcpyHostToDevice,
+                             s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
   return Status::OK();
+}
+
+Result<LossScaleState> CudaBackend::GetLossScale() {
+  LossScaleState state;
+  cudaStream_t s = compute_.get();
+  CUDA_CHECK(cudaMemcpyAsync(&state, &scalars_->loss_scale, sizeof(state), cudaMemcpyDeviceToHost,
+                             s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  return state;
 }
 
 Status CudaBackend::SetOptimizerState(std::span<const float> m, std::span<const float> v,
@@ -211,68 +248,99 @@ Result<int> CudaBackend::Stage(std::span<const uint8_t> images, std::span<const 
   next_slot_ = (next_slot_ + 1) % kSlots;
   // The pinned slot is free once its last H2D has finished.
   CUDA_CHECK(cudaEventSynchronize(copied_[slot].get()));
-  std::memcpy(pinned_images_[slot].data(), images.data(), image_bytes);
+  RETURN_IF_ERROR(CountCopy(slot));
+  cudaPointerAttributes attributes{};
+  const bool in_place = cudaPointerGetAttributes(&attributes, images.data()) == cudaSuccess &&
+                        attributes.type == cudaMemoryTypeHost;
+  (void)cudaGetLastError();  // older drivers fail the query for pageable memory
+  const void* source = images.data();
+  if (in_place) {
+    ++staged_in_place_;
+  } else {
+    ++staged_via_copy_;
+    std::memcpy(pinned_images_[slot].data(), images.data(), image_bytes);
+    source = pinned_images_[slot].data();
+  }
   std::memcpy(pinned_labels_[slot].data(), labels.data(), sizeof(int32_t) * n);
   // The device slot is free once the compute stream has consumed its last batch.
   CUDA_CHECK(cudaStreamWaitEvent(copy_.get(), consumed_[slot].get(), 0));
-  CUDA_CHECK(cudaMemcpyAsync(images_[slot], pinned_images_[slot].data(), image_bytes,
-                             cudaMemcpyHostToDevice, copy_.get()));
+  CUDA_CHECK(cudaEventRecord(copy_begin_[slot].get(), copy_.get()));
+  CUDA_CHECK(cudaMemcpyAsync(images_[slot], source, image_bytes, cudaMemcpyHostToDevice,
+                             copy_.get()));
   CUDA_CHECK(cudaMemcpyAsync(labels_[slot], pinned_labels_[slot].data(), sizeof(int32_t) * n,
                              cudaMemcpyHostToDevice, copy_.get()));
   CUDA_CHECK(cudaEventRecord(copied_[slot].get(), copy_.get()));
+  copy_bytes_[slot] = static_cast<int64_t>(image_bytes + sizeof(int32_t) * n);
   batch_[slot] = n;
   return slot;
+}
+
+Status CudaBackend::CountCopy(int slot) {
+  if (copy_bytes_[slot] == 0) return Status::OK();
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, copy_begin_[slot].get(), copied_[slot].get()));
+  h2d_seconds_ += ms / 1000.0;
+  h2d_bytes_ += static_cast<double>(copy_bytes_[slot]);
+  copy_bytes_[slot] = 0;
+  return Status::OK();
+}
+
+double CudaBackend::h2d_bytes_per_sec() const {
+  return h2d_seconds_ > 0 ? h2d_bytes_ / h2d_seconds_ : 0.0;
 }
 
 Status CudaBackend::EnqueueForward(int slot, int n, cuda::StepScalars* scalars) {
   cudaStream_t s = compute_.get();
   const int t = config_.tokens(), rows = n * t, d = config_.width, f = config_.hidden();
   const int c = config_.classes, pd = config_.patch_dim();
-  cuda::NormalizePatchify(images_[slot], x0_, n, config_.image_size, config_.patch, s);
+  const Precision p = options_.precision;
+  cuda::NormalizePatchify(images_[slot], x0_, p, n, config_.image_size, config_.patch, s);
   GemmArgs embed;
   embed.trans_b = Trans::kYes;
   embed.m = rows, embed.n = d, embed.k = pd;
-  embed.a = x0_, embed.b = Pb(layout_.embed_weight);
+  embed.a = x0_, embed.b = Pn(layout_.embed_weight);
   embed.d = h_[0], embed.d_fp32 = true;
   embed.epilogue = Epilogue::kBias, embed.bias = P(layout_.embed_bias);
   RETURN_IF_ERROR(Gemm(embed));
   for (int l = 0; l < config_.depth; ++l) {
     const ParameterLayout::Block& b = layout_.blocks[l];
-    cuda::LayerNormForward(h_[l], P(b.ln_gain), P(b.ln_bias), ln_[l], ln_mean_[l], ln_rstd_[l],
-                           rows, d, s);
+    cuda::LayerNormForward(h_[l], P(b.ln_gain), P(b.ln_bias), ln_[l], p, ln_mean_[l],
+                           ln_rstd_[l], rows, d, s);
     GemmArgs fc1;
     fc1.trans_b = Trans::kYes;
     fc1.m = rows, fc1.n = f, fc1.k = d;
-    fc1.a = ln_[l], fc1.b = Pb(b.fc1_weight);
+    fc1.a = ln_[l], fc1.b = Pn(b.fc1_weight);
     if (options_.fused_epilogues && f % 8 == 0) {
       fc1.d = act_[l];
-      fc1.epilogue = Epilogue::kGeluAuxBias, fc1.bias = Pb(b.fc1_bias), fc1.aux = pre_[l];
+      fc1.epilogue = Epilogue::kGeluAuxBias, fc1.bias = Pn(b.fc1_bias), fc1.aux = pre_[l];
       RETURN_IF_ERROR(Gemm(fc1));
     } else {
       fc1.d = pre_[l];
       RETURN_IF_ERROR(Gemm(fc1));
-      cuda::GeluBiasForward(pre_[l], Pb(b.fc1_bias), pre_[l], act_[l], rows, f, s);
+      cuda::GeluBiasForward(pre_[l], Pn(b.fc1_bias), pre_[l], act_[l], p, rows, f, s);
     }
     GemmArgs fc2;
     fc2.trans_b = Trans::kYes;
     fc2.m = rows, fc2.n = d, fc2.k = f;
-    fc2.a = act_[l], fc2.b = Pb(b.fc2_weight);
+    fc2.a = act_[l], fc2.b = Pn(b.fc2_weight);
     fc2.d = h_[l + 1], fc2.d_fp32 = true, fc2.c = h_[l], fc2.beta = 1.0f;
     fc2.epilogue = Epilogue::kBias, fc2.bias = P(b.fc2_bias);
     RETURN_IF_ERROR(Gemm(fc2));
   }
   cuda::MeanPoolForward(h_[config_.depth], pooled_, n, t, d, s);
   cuda::LayerNormForward(pooled_, P(layout_.final_ln_gain), P(layout_.final_ln_bias), features_,
-                         pooled_mean_, pooled_rstd_, n, d, s);
+                         p, pooled_mean_, pooled_rstd_, n, d, s);
   GemmArgs head;
   head.trans_b = Trans::kYes;
   head.m = n, head.n = c, head.k = d;
-  head.a = features_, head.b = Pb(layout_.head_weight);
+  head.a = features_, head.b = Pn(layout_.head_weight);
   head.d = logits_, head.d_fp32 = true;
   head.epilogue = Epilogue::kBias, head.bias = P(layout_.head_bias);
   RETURN_IF_ERROR(Gemm(head));
-  cuda::SoftmaxCrossEntropy(logits_, labels_[slot], n, c, dlogits_, row_loss_, row_correct_,
-                            scalars, s);
+  // Training steps scale the loss's gradient; evaluation (other scalars) needs none.
+  const float* loss_scale = scalars == scalars_ ? &scalars_->loss_scale.scale : nullptr;
+  cuda::SoftmaxCrossEntropy(logits_, labels_[slot], n, c, loss_scale, dlogits_, p, row_loss_,
+                            row_correct_, scalars, s);
   return cuda::LastLaunchError("forward");
 }
 
@@ -281,8 +349,9 @@ Status CudaBackend::EnqueueBackward(int slot, int n) {
   cudaStream_t s = compute_.get();
   const int t = config_.tokens(), rows = n * t, d = config_.width, f = config_.hidden();
   const int c = config_.classes, pd = config_.patch_dim();
+  const Precision p = options_.precision;
   // Weight gradient: G[m×k'] += dYᵀ·X with dY rows×m and X rows×k'.
-  auto weight_grad = [&](const bf16* dy, const bf16* x, float* g, int m, int k_cols, int r) {
+  auto weight_grad = [&](const void* dy, const void* x, float* g, int m, int k_cols, int r) {
     GemmArgs a;
     a.trans_a = Trans::kYes;
     a.m = m, a.n = k_cols, a.k = r;
@@ -291,7 +360,7 @@ Status CudaBackend::EnqueueBackward(int slot, int n) {
     return Gemm(a);
   };
   // Data gradient: dX[r×n'] = dY[r×k] · W[k×n'] (W stored [out, in]).
-  auto data_grad = [&](const bf16* dy, const bf16* w, void* dx, bool fp32, int r, int n_cols,
+  auto data_grad = [&](const void* dy, const void* w, void* dx, bool fp32, int r, int n_cols,
                        int k) {
     GemmArgs a;
     a.m = r, a.n = n_cols, a.k = k;
@@ -301,26 +370,26 @@ Status CudaBackend::EnqueueBackward(int slot, int n) {
   };
 
   RETURN_IF_ERROR(weight_grad(dlogits_, features_, G(layout_.head_weight), c, d, n));
-  cuda::BiasGrad(dlogits_, G(layout_.head_bias), n, c, s);
-  RETURN_IF_ERROR(data_grad(dlogits_, Pb(layout_.head_weight), dfeatures_, true, n, d, c));
+  cuda::BiasGrad(dlogits_, p, G(layout_.head_bias), n, c, s);
+  RETURN_IF_ERROR(data_grad(dlogits_, Pn(layout_.head_weight), dfeatures_, true, n, d, c));
   cuda::LayerNormBackward(pooled_, dfeatures_, P(layout_.final_ln_gain), pooled_mean_, pooled_rstd_,
-                          dpooled_, nullptr, G(layout_.final_ln_gain), G(layout_.final_ln_bias), n,
-                          d, false, s);
-  cuda::MeanPoolBackward(dpooled_, dh_, dh_bf16_, n, t, d, s);
+                          dpooled_, nullptr, p, G(layout_.final_ln_gain), G(layout_.final_ln_bias),
+                          n, d, false, s);
+  cuda::MeanPoolBackward(dpooled_, dh_, dh_narrow_, p, n, t, d, s);
   for (int l = config_.depth - 1; l >= 0; --l) {
     const ParameterLayout::Block& b = layout_.blocks[l];
-    RETURN_IF_ERROR(weight_grad(dh_bf16_, act_[l], G(b.fc2_weight), d, f, rows));
-    cuda::BiasGrad(dh_bf16_, G(b.fc2_bias), rows, d, s);
-    RETURN_IF_ERROR(data_grad(dh_bf16_, Pb(b.fc2_weight), dact_, false, rows, f, d));
-    cuda::GeluBackward(pre_[l], dact_, dact_, int64_t{rows} * f, s);
+    RETURN_IF_ERROR(weight_grad(dh_narrow_, act_[l], G(b.fc2_weight), d, f, rows));
+    cuda::BiasGrad(dh_narrow_, p, G(b.fc2_bias), rows, d, s);
+    RETURN_IF_ERROR(data_grad(dh_narrow_, Pn(b.fc2_weight), dact_, false, rows, f, d));
+    cuda::GeluBackward(pre_[l], dact_, dact_, p, int64_t{rows} * f, s);
     RETURN_IF_ERROR(weight_grad(dact_, ln_[l], G(b.fc1_weight), f, d, rows));
-    cuda::BiasGrad(dact_, G(b.fc1_bias), rows, f, s);
-    RETURN_IF_ERROR(data_grad(dact_, Pb(b.fc1_weight), dln_, true, rows, d, f));
-    cuda::LayerNormBackward(h_[l], dln_, P(b.ln_gain), ln_mean_[l], ln_rstd_[l], dh_, dh_bf16_,
-                            G(b.ln_gain), G(b.ln_bias), rows, d, true, s);
+    cuda::BiasGrad(dact_, p, G(b.fc1_bias), rows, f, s);
+    RETURN_IF_ERROR(data_grad(dact_, Pn(b.fc1_weight), dln_, true, rows, d, f));
+    cuda::LayerNormBackward(h_[l], dln_, P(b.ln_gain), ln_mean_[l], ln_rstd_[l], dh_, dh_narrow_,
+                            p, G(b.ln_gain), G(b.ln_bias), rows, d, true, s);
   }
-  RETURN_IF_ERROR(weight_grad(dh_bf16_, x0_, G(layout_.embed_weight), d, pd, rows));
-  cuda::BiasGrad(dh_bf16_, G(layout_.embed_bias), rows, d, s);
+  RETURN_IF_ERROR(weight_grad(dh_narrow_, x0_, G(layout_.embed_weight), d, pd, rows));
+  cuda::BiasGrad(dh_narrow_, p, G(layout_.embed_bias), rows, d, s);
   return cuda::LastLaunchError("backward");
 }
 
@@ -339,10 +408,11 @@ Status CudaBackend::EnqueueOps(int slot, int ticket, bool first, bool last, bool
   RETURN_IF_ERROR(EnqueueBackward(slot, n));
   if (last) {
     if (update) {
-      cuda::GradNormAndPrepare(grads_, layout_.total(), norm_partials_, inputs_, hyper_, scalars_,
-                               s);
-      cuda::AdamWUpdate(chunks_, num_chunks_, params_, params_bf16_, grads_, m_, v_, inputs_,
-                        hyper_, scalars_, s);
+      cuda::GradNormAndPrepare(grads_, layout_.total(), norm_partials_, inputs_, hyper_,
+                               options_.precision == Precision::kFp16, options_.loss_scale,
+                               scalars_, s);
+      cuda::AdamWUpdate(chunks_, num_chunks_, params_, params_narrow_, options_.precision, grads_,
+                        m_, v_, inputs_, hyper_, scalars_, s);
       RETURN_IF_ERROR(cuda::LastLaunchError("AdamW"));
     }
     CUDA_CHECK(cudaMemcpyAsync(pinned_results_[ticket].data(), scalars_, sizeof(cuda::StepScalars),
@@ -413,6 +483,8 @@ Result<CudaStepOutcome> CudaBackend::Wait(int ticket) {
   out.result.correct = r->correct;
   out.grad_norm = r->grad_norm;
   out.skipped = r->skipped != 0;
+  out.loss_scale = r->step_loss_scale;
+  out.next_loss_scale = r->loss_scale.scale;
   float ms = 0;
   CUDA_CHECK(cudaEventElapsedTime(&ms, begin_[ticket].get(), end_[ticket].get()));
   out.device_seconds = ms / 1000.0;

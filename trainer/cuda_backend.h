@@ -1,7 +1,9 @@
 // The trainer's GPU backend: the model of trainer/model.h, the maths of trainer/cpu_backend.h
-// (checked against it by tests/trainer/cuda_backend_test.cc, within bf16 tolerance), bf16 GEMMs
-// with fp32 accumulation on cuBLASLt, and the optimizer on the device: fp32 master weights, Adam
-// moments and gradients stay there; the host sees parameters only through Get/Set (checkpoints).
+// (checked against it by tests/trainer/cuda_backend_test.cc, within the precision's tolerance),
+// GEMMs on cuBLASLt in bf16, fp16 or fp32 (CudaBackendOptions::precision) with fp32 accumulation,
+// and the optimizer on the device: fp32 master weights, Adam moments and gradients stay there;
+// the host sees parameters only through Get/Set (checkpoints). fp16 runs with dynamic loss
+// scaling (trainer/loss_scale.h), the scale living on the device and updated by the step itself.
 //
 // A step is: for each of K micro-batches, Stage (pinned copy + H2D on the copy stream) then
 // Enqueue (forward + backward, gradients accumulated); the last Enqueue also runs the gradient
@@ -10,7 +12,9 @@
 // replayed (CudaBackendOptions::use_graph); otherwise its kernels are launched one by one.
 //
 // Two batches in flight: while the device runs step i from slot s, the host may Stage batch i+1
-// into slot 1-s; Stage blocks only until that slot's previous batch has been consumed.
+// into slot 1-s; Stage blocks only until that slot's previous batch has been consumed. Images in
+// page-locked memory (the client's buffers from PinnedAllocator) are copied to the device
+// straight from where they are; others go through a pinned staging buffer first.
 //
 // Thread-safety: one CudaBackend per training loop; its calls must not overlap.
 #pragma once
@@ -29,12 +33,16 @@
 #include "trainer/cuda_gemm.h"
 #include "trainer/cuda_kernels.h"
 #include "trainer/cuda_util.h"
+#include "trainer/loss_scale.h"
 #include "trainer/model.h"
+#include "trainer/precision.h"
 
 namespace sluice::trainer {
 
 struct CudaBackendOptions {
   int max_batch = 32;  // the largest micro-batch Stage accepts (sizes the activation buffers)
+  Precision precision = Precision::kBf16;  // of the GEMMs' inputs (trainer/precision.h)
+  LossScaleOptions loss_scale;             // fp16 only
   AdamWOptions adamw;
   bool use_graph = true;        // capture each step shape once and replay it
   bool fused_epilogues = true;  // fc1 bias+GELU in the GEMM's epilogue; false: separate kernel
@@ -47,6 +55,8 @@ struct CudaStepOutcome {
   bool skipped = false;       // loss or gradient not finite: the update was not applied
   double idle_seconds = 0;    // device idle between the previous step's end and this one's start
   double device_seconds = 0;  // this step's span on the device
+  float loss_scale = 1;       // the loss scale the step ran with (1 unless fp16)
+  float next_loss_scale = 1;  // after the step's update of it
 };
 
 class CudaBackend {
@@ -70,11 +80,18 @@ class CudaBackend {
   Status GetParameters(std::vector<float>* params);
   Status GetOptimizerState(std::vector<float>* m, std::vector<float>* v, int64_t* updates);
   // Σ over the last step's micro-batches of ∂(Σ loss)/∂params (the CPU backend's convention),
-  // before averaging and clipping.
+  // before averaging and clipping, and multiplied by the loss scale the step ran with.
   Status GetGradients(std::vector<float>* grads);
+  // The dynamic loss scale (fp16; checkpoints). SetParameters resets it to loss_scale.initial
+  // (1 in other precisions). InvalidArgument for a scale that is not positive and finite, or
+  // not 1 outside fp16.
+  Status SetLossScale(const LossScaleState& state);
+  Result<LossScaleState> GetLossScale();
 
-  // Copies a batch into the next staging slot and starts its H2D on the copy stream.
-  // Returns the slot. REQUIRES: 1 <= labels.size() <= max_batch, images sized to match.
+  // Starts a batch's H2D on the copy stream into the next device slot; returns the slot.
+  // Page-locked `images` are read in place: keep them unchanged until Wait for the step that
+  // consumes the slot has returned. Others are first copied into the slot's pinned buffer.
+  // REQUIRES: 1 <= labels.size() <= max_batch, images sized to match.
   Result<int> Stage(std::span<const uint8_t> images, std::span<const int32_t> labels);
   // Enqueues forward + backward of staged `slot`. first: zero the step's gradients and sums.
   // last: with `update`, run clipping + AdamW at learning rate `lr` over `step_samples`
@@ -93,6 +110,12 @@ class CudaBackend {
   const std::string& graph_error() const { return graph_error_; }
   // GEMMs whose bias (+GELU) ran as a separate kernel because cuBLASLt had no fused algorithm.
   int64_t epilogue_fallbacks() const { return gemm_.epilogue_fallbacks(); }
+  // Batches' host→device copies so far, timed on the copy stream by events: bytes per second
+  // (0 before the first copy has been measured), and how many were read in place from
+  // page-locked memory versus through the staging buffer.
+  double h2d_bytes_per_sec() const;
+  int64_t staged_in_place() const { return staged_in_place_; }
+  int64_t staged_via_copy() const { return staged_via_copy_; }
 
  private:
   CudaBackend(const ModelConfig& config, const CudaBackendOptions& options);
@@ -103,10 +126,21 @@ class CudaBackend {
   Status EnqueueOps(int slot, int ticket, bool first, bool last, bool update, int n);
   Status EnqueueForward(int slot, int n, cuda::StepScalars* scalars);
   Status EnqueueBackward(int slot, int n);
-  Status Gemm(const GemmArgs& args) { return gemm_.Run(args, compute_.get()); }
+  Status Gemm(GemmArgs args) {
+    args.type = options_.precision;
+    return gemm_.Run(args, compute_.get());
+  }
+  // count values in the precision.
+  Result<void*> AllocNarrow(int64_t count);
+  // Adds the time and bytes of slot's last H2D, if not yet counted. REQUIRES: it has completed.
+  Status CountCopy(int slot);
 
   const float* P(int tensor) const { return params_ + layout_.tensors()[tensor].offset; }
-  const cuda::bf16* Pb(int tensor) const { return params_bf16_ + layout_.tensors()[tensor].offset; }
+  // The narrow copy of a parameter tensor (what the GEMMs read).
+  const void* Pn(int tensor) const {
+    return static_cast<const char*>(params_narrow_) +
+           layout_.tensors()[tensor].offset * ElementSize(options_.precision);
+  }
   float* G(int tensor) const { return grads_ + layout_.tensors()[tensor].offset; }
 
   const ModelConfig config_;
@@ -123,8 +157,11 @@ class CudaBackend {
   uint8_t* images_[kSlots] = {};
   int32_t* labels_[kSlots] = {};
   int batch_[kSlots] = {};
-  CudaEvent copied_[kSlots], consumed_[kSlots];
+  CudaEvent copy_begin_[kSlots], copied_[kSlots], consumed_[kSlots];  // copy events: timed
+  int64_t copy_bytes_[kSlots] = {};  // of the slot's last H2D not yet counted; 0 when counted
   int next_slot_ = 0;
+  double h2d_seconds_ = 0, h2d_bytes_ = 0;
+  int64_t staged_in_place_ = 0, staged_via_copy_ = 0;
 
   // Per ticket (step parity): host inputs, results, and the step's timing events.
   PinnedBuffer pinned_inputs_[kSlots], pinned_results_[kSlots];
@@ -141,7 +178,7 @@ class CudaBackend {
 
   // Parameters, optimizer state, scalars.
   float* params_ = nullptr;
-  cuda::bf16* params_bf16_ = nullptr;
+  void* params_narrow_ = nullptr;
   float *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
   cuda::AdamChunk* chunks_ = nullptr;
   int num_chunks_ = 0;
@@ -150,20 +187,20 @@ class CudaBackend {
   cuda::StepInputs* inputs_ = nullptr;
   PinnedBuffer pinned_eval_;
 
-  // Activations for max_batch (rows = n·T).
-  cuda::bf16* x0_ = nullptr;
-  std::vector<float*> h_;                  // depth+1 residual streams, rows × D, fp32
-  std::vector<cuda::bf16*> ln_;            // per block, rows × D
+  // Activations for max_batch (rows = n·T); void*: narrow (the precision), float*: fp32.
+  void* x0_ = nullptr;
+  std::vector<float*> h_;                  // depth+1 residual streams, rows × D
+  std::vector<void*> ln_;                  // per block, rows × D
   std::vector<float*> ln_mean_, ln_rstd_;  // per block, rows
-  std::vector<cuda::bf16*> pre_, act_;     // per block, rows × 4D
+  std::vector<void*> pre_, act_;           // per block, rows × 4D
   float *pooled_ = nullptr, *pooled_mean_ = nullptr, *pooled_rstd_ = nullptr;
-  cuda::bf16* features_ = nullptr;
+  void* features_ = nullptr;
   float* logits_ = nullptr;
-  cuda::bf16* dlogits_ = nullptr;
+  void* dlogits_ = nullptr;
   float* row_loss_ = nullptr;
   int* row_correct_ = nullptr;
   float *dfeatures_ = nullptr, *dpooled_ = nullptr, *dh_ = nullptr, *dln_ = nullptr;
-  cuda::bf16 *dh_bf16_ = nullptr, *dact_ = nullptr;
+  void *dh_narrow_ = nullptr, *dact_ = nullptr;
 };
 
 }  // namespace sluice::trainer

@@ -29,6 +29,18 @@ struct Preference {
   }
 };
 
+cudaDataType DataType(Precision p) {
+  switch (p) {
+    case Precision::kBf16:
+      return CUDA_R_16BF;
+    case Precision::kFp16:
+      return CUDA_R_16F;
+    case Precision::kFp32:
+      break;
+  }
+  return CUDA_R_32F;
+}
+
 // The largest power of two (<= 256) that divides the address.
 uint32_t Alignment(const void* p) {
   const auto address = reinterpret_cast<uintptr_t>(p);
@@ -50,7 +62,8 @@ Result<bool> CublasLtGemm::Matmul(const GemmArgs& x, cudaStream_t stream) const 
   // Row-major D = op(A)·op(B) is column-major Dᵀ = op(B)ᵀ·op(A)ᵀ; a row-major buffer read
   // column-major is its transpose, so cuBLAS gets B as its first operand and A as its second,
   // with the same transpose flags, and M = n, N = m.
-  const cudaDataType d_type = x.d_fp32 ? CUDA_R_32F : CUDA_R_16BF;
+  const cudaDataType in_type = DataType(x.type);
+  const cudaDataType d_type = DataType(x.d_type());
   MatmulDesc op;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&op.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t first_op = x.trans_b == Trans::kYes ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -81,14 +94,14 @@ Result<bool> CublasLtGemm::Matmul(const GemmArgs& x, cudaStream_t stream) const 
   // row-major, i.e. column-major n×k with ld n, or k×n with ld k.
   Layout first, second, out;
   if (x.trans_b == Trans::kNo) {
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&first.layout, CUDA_R_16BF, x.n, x.k, x.n));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&first.layout, in_type, x.n, x.k, x.n));
   } else {
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&first.layout, CUDA_R_16BF, x.k, x.n, x.k));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&first.layout, in_type, x.k, x.n, x.k));
   }
   if (x.trans_a == Trans::kNo) {
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&second.layout, CUDA_R_16BF, x.k, x.m, x.k));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&second.layout, in_type, x.k, x.m, x.k));
   } else {
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&second.layout, CUDA_R_16BF, x.m, x.k, x.m));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&second.layout, in_type, x.m, x.k, x.m));
   }
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&out.layout, d_type, x.n, x.m, x.n));
 
@@ -131,7 +144,8 @@ Result<bool> CublasLtGemm::Matmul(const GemmArgs& x, cudaStream_t stream) const 
 
 Status CublasLtGemm::Run(const GemmArgs& x, cudaStream_t stream) const {
   if (x.epilogue == Epilogue::kGeluAuxBias && (x.d_fp32 || x.n % 8 != 0 || x.aux == nullptr))
-    return InvalidArgument("GELU epilogue needs bf16 output, an aux buffer and n a multiple of 8");
+    return InvalidArgument(
+        "GELU epilogue needs output in the inputs' type, an aux buffer and n a multiple of 8");
   if (x.epilogue != Epilogue::kNone && x.bias == nullptr)
     return InvalidArgument("bias epilogue without a bias");
   if (x.epilogue != Epilogue::kNone && Alignment(x.bias) >= 16 &&
@@ -148,17 +162,17 @@ Status CublasLtGemm::Run(const GemmArgs& x, cudaStream_t stream) const {
   ASSIGN_OR_RETURN(const bool ran, Matmul(plain, stream));
   if (!ran) {
     return Unimplemented(fmt::format(
-        "cuBLASLt has no algorithm for a {}×{}×{} GEMM (trans {} {}, {} output, beta {})", x.m,
-        x.n, x.k, x.trans_a == Trans::kYes, x.trans_b == Trans::kYes, x.d_fp32 ? "fp32" : "bf16",
-        x.beta));
+        "cuBLASLt has no algorithm for a {}×{}×{} GEMM (trans {} {}, {} inputs, {} output, "
+        "beta {})",
+        x.m, x.n, x.k, x.trans_a == Trans::kYes, x.trans_b == Trans::kYes, PrecisionName(x.type),
+        PrecisionName(x.d_type()), x.beta));
   }
   if (x.epilogue == Epilogue::kNone) return Status::OK();
   ++epilogue_fallbacks_;
   if (x.epilogue == Epilogue::kBias) {
-    cuda::AddBias(x.d, x.bias, x.d_fp32, x.m, x.n, stream);
+    cuda::AddBias(x.d, x.bias, x.d_type(), x.m, x.n, stream);
   } else {
-    cuda::GeluBiasForward(x.aux, static_cast<const cuda::bf16*>(x.bias), x.aux,
-                          static_cast<cuda::bf16*>(x.d), x.m, x.n, stream);
+    cuda::GeluBiasForward(x.aux, x.bias, x.aux, x.d, x.type, x.m, x.n, stream);
   }
   return cuda::LastLaunchError("GEMM epilogue");
 }

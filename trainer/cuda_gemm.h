@@ -1,6 +1,6 @@
-// Row-major GEMMs on cuBLASLt: bf16 inputs, fp32 accumulation (CUBLAS_COMPUTE_32F), bf16 or fp32
-// output, optional bias and bias+GELU epilogues. Graph-capturable: Run only enqueues the matmul
-// (descriptor creation and the heuristic query are host-side work).
+// Row-major GEMMs on cuBLASLt: bf16, fp16 or fp32 inputs, fp32 accumulation (CUBLAS_COMPUTE_32F),
+// output in the inputs' type or fp32, optional bias and bias+GELU epilogues. Graph-capturable:
+// Run only enqueues the matmul (descriptor creation and the heuristic query are host-side work).
 #pragma once
 
 #include <cstdint>
@@ -15,7 +15,7 @@ enum class Trans { kNo, kYes };
 enum class Epilogue {
   kNone,
   kBias,         // D = A·B + bias[col]
-  kGeluAuxBias,  // aux = A·B + bias[col] (bf16), D = GELU(aux) (tanh form)
+  kGeluAuxBias,  // aux = A·B + bias[col] (the inputs' type), D = GELU(aux) (tanh form)
 };
 
 // D[m×n] = op(A)·op(B) (+ beta·C) (+ epilogue), all row-major. op(A) is m×k: A is stored m×k
@@ -24,15 +24,18 @@ enum class Epilogue {
 struct GemmArgs {
   Trans trans_a = Trans::kNo, trans_b = Trans::kNo;
   int m = 0, n = 0, k = 0;
-  const cuda::bf16* a = nullptr;
-  const cuda::bf16* b = nullptr;
+  Precision type = Precision::kBf16;  // of A and B (and of D, C, bias, aux unless d_fp32)
+  const void* a = nullptr;
+  const void* b = nullptr;
   void* d = nullptr;
-  bool d_fp32 = false;  // D (and C, bias) fp32; else bf16
+  bool d_fp32 = false;  // D (and C, bias) fp32; else `type`
   const void* c = nullptr;
   float beta = 0.0f;
   Epilogue epilogue = Epilogue::kNone;
   const void* bias = nullptr;  // n values of D's type
-  cuda::bf16* aux = nullptr;   // kGeluAuxBias: m×n bf16 (n a multiple of 8)
+  void* aux = nullptr;         // kGeluAuxBias: m×n of `type` (n a multiple of 8)
+
+  Precision d_type() const { return d_fp32 ? Precision::kFp32 : type; }
 };
 
 class CublasLtGemm {

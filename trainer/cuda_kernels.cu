@@ -21,6 +21,41 @@ int Blocks(int64_t count, int threads) {
   return static_cast<int>(b < 65535 * 32 ? b : 65535 * 32);
 }
 
+// Narrow values to and from fp32 (round to nearest even).
+__device__ __forceinline__ float ToFloat(float v) { return v; }
+__device__ __forceinline__ float ToFloat(bf16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float ToFloat(__half v) { return __half2float(v); }
+template <typename T>
+__device__ __forceinline__ T FromFloat(float v);
+template <>
+__device__ __forceinline__ float FromFloat<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ bf16 FromFloat<bf16>(float v) {
+  return __float2bfloat16(v);
+}
+template <>
+__device__ __forceinline__ __half FromFloat<__half>(float v) {
+  return __float2half_rn(v);
+}
+
+// Calls f(T()) with T the device type of `p`: host-side dispatch to a kernel template.
+template <typename F>
+void WithType(Precision p, F&& f) {
+  switch (p) {
+    case Precision::kBf16:
+      f(bf16());
+      break;
+    case Precision::kFp16:
+      f(__half());
+      break;
+    case Precision::kFp32:
+      f(float());
+      break;
+  }
+}
+
 __device__ float WarpSum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -43,7 +78,8 @@ __device__ float GeluGrad(float x) {
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
-__global__ void NormalizePatchifyKernel(const uint8_t* __restrict__ images, bf16* __restrict__ x0,
+template <typename T>
+__global__ void NormalizePatchifyKernel(const uint8_t* __restrict__ images, T* __restrict__ x0,
                                         int64_t total, int image_size, int patch, int grid,
                                         int tokens) {
   const int pd = patch * patch * 3;
@@ -57,13 +93,14 @@ __global__ void NormalizePatchifyKernel(const uint8_t* __restrict__ images, bf16
     const int py = col / (patch * 3), q = col % (patch * 3), c = q % 3;
     const uint8_t v =
         images[((i * image_size + gy * patch + py) * image_size + gx * patch) * 3 + q];
-    x0[e] = __float2bfloat16(static_cast<float>(v) * kScale[c] - kShift[c]);
+    x0[e] = FromFloat<T>(static_cast<float>(v) * kScale[c] - kShift[c]);
   }
 }
 
 // One warp per row.
+template <typename T>
 __global__ void LayerNormForwardKernel(const float* __restrict__ x, const float* __restrict__ gamma,
-                                       const float* __restrict__ beta, bf16* __restrict__ y,
+                                       const float* __restrict__ beta, T* __restrict__ y,
                                        float* __restrict__ mean, float* __restrict__ rstd, int rows,
                                        int d) {
   const int warps = blockDim.x / 32, lane = threadIdx.x % 32;
@@ -76,9 +113,8 @@ __global__ void LayerNormForwardKernel(const float* __restrict__ x, const float*
     float var = 0;
     for (int j = lane; j < d; j += 32) var += (xr[j] - mu) * (xr[j] - mu);
     const float rs = rsqrtf(WarpSum(var) / d + kLayerNormEps);
-    bf16* yr = y + r * d;
-    for (int j = lane; j < d; j += 32)
-      yr[j] = __float2bfloat16((xr[j] - mu) * rs * gamma[j] + beta[j]);
+    T* yr = y + r * d;
+    for (int j = lane; j < d; j += 32) yr[j] = FromFloat<T>((xr[j] - mu) * rs * gamma[j] + beta[j]);
     if (lane == 0) {
       mean[r] = mu;
       rstd[r] = rs;
@@ -87,11 +123,12 @@ __global__ void LayerNormForwardKernel(const float* __restrict__ x, const float*
 }
 
 // One warp per row; dgamma/dbeta partials in shared memory, flushed with one atomicAdd per block.
+template <typename T>
 __global__ void LayerNormBackwardKernel(const float* __restrict__ x, const float* __restrict__ dy,
                                         const float* __restrict__ gamma,
                                         const float* __restrict__ mean,
                                         const float* __restrict__ rstd, float* __restrict__ dx,
-                                        bf16* __restrict__ dx_bf16, float* __restrict__ dgamma,
+                                        T* __restrict__ dx_narrow, float* __restrict__ dgamma,
                                         float* __restrict__ dbeta, int rows, int d,
                                         bool accumulate_dx) {
   extern __shared__ float partial[];  // [0, d): dgamma, [d, 2d): dbeta
@@ -119,7 +156,7 @@ __global__ void LayerNormBackwardKernel(const float* __restrict__ x, const float
       float v = rs * (dyr[j] * gamma[j] - mg - xhat * mgx);
       if (accumulate_dx) v += dxr[j];
       dxr[j] = v;
-      if (dx_bf16 != nullptr) dx_bf16[r * d + j] = __float2bfloat16(v);
+      if (dx_narrow != nullptr) dx_narrow[r * d + j] = FromFloat<T>(v);
     }
   }
   __syncthreads();
@@ -129,22 +166,23 @@ __global__ void LayerNormBackwardKernel(const float* __restrict__ x, const float
   }
 }
 
-__global__ void GeluBiasForwardKernel(const bf16* x, const bf16* __restrict__ bias, bf16* pre,
-                                      bf16* y, int64_t total, int cols) {
+template <typename T>
+__global__ void GeluBiasForwardKernel(const T* x, const T* __restrict__ bias, T* pre, T* y,
+                                      int64_t total, int cols) {
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
        e += int64_t{gridDim.x} * blockDim.x) {
-    float v = __bfloat162float(x[e]);
-    if (bias != nullptr) v += __bfloat162float(bias[e % cols]);
-    if (pre != nullptr) pre[e] = __float2bfloat16(v);
-    y[e] = __float2bfloat16(Gelu(v));
+    float v = ToFloat(x[e]);
+    if (bias != nullptr) v += ToFloat(bias[e % cols]);
+    if (pre != nullptr) pre[e] = FromFloat<T>(v);
+    y[e] = FromFloat<T>(Gelu(v));
   }
 }
 
-__global__ void GeluBackwardKernel(const bf16* __restrict__ pre, const bf16* dy, bf16* dx,
-                                   int64_t total) {
+template <typename T>
+__global__ void GeluBackwardKernel(const T* __restrict__ pre, const T* dy, T* dx, int64_t total) {
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
        e += int64_t{gridDim.x} * blockDim.x) {
-    dx[e] = __float2bfloat16(__bfloat162float(dy[e]) * GeluGrad(__bfloat162float(pre[e])));
+    dx[e] = FromFloat<T>(ToFloat(dy[e]) * GeluGrad(ToFloat(pre[e])));
   }
 }
 
@@ -153,24 +191,21 @@ __global__ void AddBiasKernel(T* __restrict__ y, const T* __restrict__ bias, int
                               int cols) {
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
        e += int64_t{gridDim.x} * blockDim.x) {
-    if constexpr (sizeof(T) == sizeof(float)) {
-      y[e] += bias[e % cols];
-    } else {
-      y[e] = __float2bfloat16(__bfloat162float(y[e]) + __bfloat162float(bias[e % cols]));
-    }
+    y[e] = FromFloat<T>(ToFloat(y[e]) + ToFloat(bias[e % cols]));
   }
 }
 
 // Block (x: 256 columns, y: a slab of rows): sums its slab per column, one atomicAdd each.
 constexpr int kBiasRowsPerBlock = 256;
-__global__ void BiasGradKernel(const bf16* __restrict__ dy, float* __restrict__ db, int rows,
+template <typename T>
+__global__ void BiasGradKernel(const T* __restrict__ dy, float* __restrict__ db, int rows,
                                int cols) {
   const int col = blockIdx.x * blockDim.x + threadIdx.x;
   if (col >= cols) return;
   const int64_t begin = int64_t{blockIdx.y} * kBiasRowsPerBlock;
   const int64_t end = min(begin + kBiasRowsPerBlock, int64_t{rows});
   float sum = 0;
-  for (int64_t r = begin; r < end; ++r) sum += __bfloat162float(dy[r * cols + col]);
+  for (int64_t r = begin; r < end; ++r) sum += ToFloat(dy[r * cols + col]);
   atomicAdd(&db[col], sum);
 }
 
@@ -185,8 +220,9 @@ __global__ void MeanPoolForwardKernel(const float* __restrict__ h, float* __rest
   pooled[e] = sum / static_cast<float>(tokens);
 }
 
+template <typename T>
 __global__ void MeanPoolBackwardKernel(const float* __restrict__ dpooled, float* __restrict__ dh,
-                                       bf16* __restrict__ dh_bf16, int64_t total, int tokens,
+                                       T* __restrict__ dh_narrow, int64_t total, int tokens,
                                        int d) {
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
        e += int64_t{gridDim.x} * blockDim.x) {
@@ -194,14 +230,16 @@ __global__ void MeanPoolBackwardKernel(const float* __restrict__ dpooled, float*
     const int j = static_cast<int>(e % d);
     const float v = dpooled[(row / tokens) * d + j] / static_cast<float>(tokens);
     dh[e] = v;
-    dh_bf16[e] = __float2bfloat16(v);
+    dh_narrow[e] = FromFloat<T>(v);
   }
 }
 
 // One block (256 threads) per row.
+template <typename T>
 __global__ void SoftmaxCrossEntropyKernel(const float* __restrict__ logits,
                                           const int32_t* __restrict__ labels, int classes,
-                                          bf16* __restrict__ dlogits, float* __restrict__ row_loss,
+                                          const float* __restrict__ loss_scale,
+                                          T* __restrict__ dlogits, float* __restrict__ row_loss,
                                           int* __restrict__ row_correct) {
   __shared__ float s_val[32];
   __shared__ int s_idx[32];
@@ -255,9 +293,10 @@ __global__ void SoftmaxCrossEntropyKernel(const float* __restrict__ logits,
   __syncthreads();
   const float log_sum = logf(s_sum[0]) + zmax;
   const int label = labels[r];
+  const float scale = loss_scale != nullptr ? *loss_scale : 1.0f;
   for (int c = threadIdx.x; c < classes; c += blockDim.x) {
     const float p = __expf(z[c] - log_sum);
-    dlogits[r * classes + c] = __float2bfloat16(c == label ? p - 1.0f : p);
+    dlogits[r * classes + c] = FromFloat<T>((c == label ? p - 1.0f : p) * scale);
   }
   if (threadIdx.x == 0) {
     row_loss[r] = log_sum - z[label];
@@ -311,14 +350,18 @@ __global__ void SquareSumKernel(const float* __restrict__ g, int64_t count,
 }
 
 __global__ void PrepareUpdateKernel(const double* __restrict__ partials, int blocks,
-                                    const StepInputs* inputs, AdamHyper hyper,
-                                    StepScalars* scalars) {
+                                    const StepInputs* inputs, AdamHyper hyper, bool dynamic_scale,
+                                    LossScaleOptions scale_options, StepScalars* scalars) {
   if (threadIdx.x != 0) return;
   double sum = 0;
   for (int b = 0; b < blocks; ++b) sum += partials[b];
-  const double inv = inputs->inv_samples;
+  // The gradients carry the loss scale: divide it out with the averaging.
+  const double loss_scale = scalars->loss_scale.scale;
+  const double inv = inputs->inv_samples / loss_scale;
   const double norm = sqrt(sum) * inv;  // ‖Σg / samples‖
   scalars->grad_norm = norm;
+  scalars->step_loss_scale = scalars->loss_scale.scale;
+  if (dynamic_scale) UpdateLossScale(&scalars->loss_scale, isfinite(norm), scale_options);
   const bool finite = isfinite(norm) && isfinite(scalars->loss_sum);
   scalars->skipped = finite ? 0 : 1;
   if (!finite) return;
@@ -330,8 +373,9 @@ __global__ void PrepareUpdateKernel(const double* __restrict__ partials, int blo
   scalars->correction2 = static_cast<float>(1.0 - pow(double(hyper.beta2), t));
 }
 
+template <typename T>
 __global__ void AdamWKernel(const AdamChunk* __restrict__ chunks, float* __restrict__ params,
-                            bf16* __restrict__ params_bf16, const float* __restrict__ grads,
+                            T* __restrict__ params_narrow, const float* __restrict__ grads,
                             float* __restrict__ m, float* __restrict__ v,
                             const StepInputs* __restrict__ inputs, AdamHyper hyper,
                             const StepScalars* __restrict__ scalars) {
@@ -351,14 +395,15 @@ __global__ void AdamWKernel(const AdamChunk* __restrict__ chunks, float* __restr
     const float p =
         params[i] - (decay * params[i] + lr * (mi / c1) / (sqrtf(vi / c2) + hyper.epsilon));
     params[i] = p;
-    params_bf16[i] = __float2bfloat16(p);
+    params_narrow[i] = FromFloat<T>(p);
   }
 }
 
-__global__ void CastKernel(const float* __restrict__ src, bf16* __restrict__ dst, int64_t count) {
+template <typename T>
+__global__ void CastKernel(const float* __restrict__ src, T* __restrict__ dst, int64_t count) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * blockDim.x) {
-    dst[i] = __float2bfloat16(src[i]);
+    dst[i] = FromFloat<T>(src[i]);
   }
 }
 
@@ -371,25 +416,35 @@ Status LastLaunchError(const char* what) {
                   ")");
 }
 
-void NormalizePatchify(const uint8_t* images, bf16* x0, int n, int image_size, int patch,
-                       cudaStream_t stream) {
+void NormalizePatchify(const uint8_t* images, void* x0, Precision p, int n, int image_size,
+                       int patch, cudaStream_t stream) {
   const int grid = image_size / patch, tokens = grid * grid;
   const int64_t total = int64_t{n} * tokens * patch * patch * 3;
-  NormalizePatchifyKernel<<<Blocks(total, 256), 256, 0, stream>>>(images, x0, total, image_size,
-                                                                  patch, grid, tokens);
+  WithType(p, [&](auto tag) {
+    using T = decltype(tag);
+    NormalizePatchifyKernel<T><<<Blocks(total, 256), 256, 0, stream>>>(
+        images, static_cast<T*>(x0), total, image_size, patch, grid, tokens);
+  });
 }
 
-void LayerNormForward(const float* x, const float* gamma, const float* beta, bf16* y, float* mean,
-                      float* rstd, int rows, int d, cudaStream_t stream) {
-  LayerNormForwardKernel<<<Blocks(rows, 8), 256, 0, stream>>>(x, gamma, beta, y, mean, rstd, rows,
-                                                              d);
+void LayerNormForward(const float* x, const float* gamma, const float* beta, void* y, Precision p,
+                      float* mean, float* rstd, int rows, int d, cudaStream_t stream) {
+  WithType(p, [&](auto tag) {
+    using T = decltype(tag);
+    LayerNormForwardKernel<T><<<Blocks(rows, 8), 256, 0, stream>>>(
+        x, gamma, beta, static_cast<T*>(y), mean, rstd, rows, d);
+  });
 }
 
-Status LayerNormBackwardSetup(int d) {
+Status LayerNormBackwardSetup(int d, Precision p) {
   if (d <= kDefaultSharedWidth) return Status::OK();
-  const cudaError_t e =
-      cudaFuncSetAttribute(LayerNormBackwardKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(2 * d * sizeof(float)));
+  cudaError_t e = cudaSuccess;
+  WithType(p, [&](auto tag) {
+    using T = decltype(tag);
+    e = cudaFuncSetAttribute(LayerNormBackwardKernel<T>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(2 * d * sizeof(float)));
+  });
   if (e != cudaSuccess) {
     return Internal(std::string("LayerNorm backward for width ") + std::to_string(d) + ": " +
                     cudaGetErrorString(e));
@@ -398,77 +453,106 @@ Status LayerNormBackwardSetup(int d) {
 }
 
 void LayerNormBackward(const float* x, const float* dy, const float* gamma, const float* mean,
-                       const float* rstd, float* dx, bf16* dx_bf16, float* dgamma, float* dbeta,
-                       int rows, int d, bool accumulate_dx, cudaStream_t stream) {
+                       const float* rstd, float* dx, void* dx_narrow, Precision p, float* dgamma,
+                       float* dbeta, int rows, int d, bool accumulate_dx, cudaStream_t stream) {
   // Enough blocks to fill the device, few enough that the shared partials amortize.
   const int blocks = std::min(Blocks(rows, 8), 1024);
-  LayerNormBackwardKernel<<<blocks, 256, 2 * d * sizeof(float), stream>>>(
-      x, dy, gamma, mean, rstd, dx, dx_bf16, dgamma, dbeta, rows, d, accumulate_dx);
+  WithType(p, [&](auto tag) {
+    using T = decltype(tag);
+    LayerNormBackwardKernel<T><<<blocks, 256, 2 * d * sizeof(float), stream>>>(
+        x, dy, gamma, mean, rstd, dx, static_cast<T*>(dx_narrow), dgamma, dbeta, rows, d,
+        accumulate_dx);
+  });
 }
 
-void GeluBiasForward(const bf16* x, const bf16* bias, bf16* pre, bf16* y, int rows, int cols,
-                     cudaStream_t stream) {
+void GeluBiasForward(const void* x, const void* bias, void* pre, void* y, Precision p, int rows,
+                     int cols, cudaStream_t stream) {
   const int64_t total = int64_t{rows} * cols;
-  GeluBiasForwardKernel<<<Blocks(total, 256), 256, 0, stream>>>(x, bias, pre, y, total, cols);
+  WithType(p, [&](auto tag) {
+    using T = decltype(tag);
+    GeluBiasForwardKernel<T><<<Blocks(total, 256), 256, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<const T*>(bias), static_cast<T*>(pre),
+        static_cast<T*>(y), total, cols);
+  });
 }
 
-void GeluBackward(const bf16* pre, const bf16* dy, bf16* dx, int64_t count, cudaStream_t stream) {
-  GeluBackwardKernel<<<Blocks(count, 256), 256, 0, stream>>>(pre, dy, dx, count);
+void GeluBackward(const void* pre, const void* dy, void* dx, Precision p, int64_t count,
+                  cudaStream_t stream) {
+  WithType(p, [&](auto tag) {
+    using T = decltype(tag);
+    GeluBackwardKernel<T><<<Blocks(count, 256), 256, 0, stream>>>(
+        static_cast<const T*>(pre), static_cast<const T*>(dy), static_cast<T*>(dx), count);
+  });
 }
 
-void AddBias(void* y, const void* bias, bool fp32, int rows, int cols, cudaStream_t stream) {
+void AddBias(void* y, const void* bias, Precision p, int rows, int cols, cudaStream_t stream) {
   const int64_t total = int64_t{rows} * cols;
-  if (fp32) {
-    AddBiasKernel<float><<<Blocks(total, 256), 256, 0, stream>>>(
-        static_cast<float*>(y), static_cast<const float*>(bias), total, cols);
-  } else {
-    AddBiasKernel<bf16><<<Blocks(total, 256), 256, 0, stream>>>(
-        static_cast<bf16*>(y), static_cast<const bf16*>(bias), total, cols);
-  }
+  WithType(p, [&](auto tag) {
+    using T = decltype(tag);
+    AddBiasKernel<T><<<Blocks(total, 256), 256, 0, stream>>>(
+        static_cast<T*>(y), static_cast<const T*>(bias), total, cols);
+  });
 }
 
-void BiasGrad(const bf16* dy, float* db, int rows, int cols, cudaStream_t stream) {
+void BiasGrad(const void* dy, Precision p, float* db, int rows, int cols, cudaStream_t stream) {
   const dim3 grid((cols + 255) / 256, (rows + kBiasRowsPerBlock - 1) / kBiasRowsPerBlock);
-  BiasGradKernel<<<grid, 256, 0, stream>>>(dy, db, rows, cols);
+  WithType(p, [&](auto tag) {
+    using T = decltype(tag);
+    BiasGradKernel<T><<<grid, 256, 0, stream>>>(static_cast<const T*>(dy), db, rows, cols);
+  });
 }
 
 void MeanPoolForward(const float* h, float* pooled, int n, int tokens, int d, cudaStream_t stream) {
   MeanPoolForwardKernel<<<Blocks(int64_t{n} * d, 256), 256, 0, stream>>>(h, pooled, n, tokens, d);
 }
 
-void MeanPoolBackward(const float* dpooled, float* dh, bf16* dh_bf16, int n, int tokens, int d,
-                      cudaStream_t stream) {
+void MeanPoolBackward(const float* dpooled, float* dh, void* dh_narrow, Precision p, int n,
+                      int tokens, int d, cudaStream_t stream) {
   const int64_t total = int64_t{n} * tokens * d;
-  MeanPoolBackwardKernel<<<Blocks(total, 256), 256, 0, stream>>>(dpooled, dh, dh_bf16, total,
-                                                                 tokens, d);
+  WithType(p, [&](auto tag) {
+    using T = decltype(tag);
+    MeanPoolBackwardKernel<T><<<Blocks(total, 256), 256, 0, stream>>>(
+        dpooled, dh, static_cast<T*>(dh_narrow), total, tokens, d);
+  });
 }
 
 void SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int n, int classes,
-                         bf16* dlogits, float* row_loss, int* row_correct, StepScalars* scalars,
-                         cudaStream_t stream) {
-  SoftmaxCrossEntropyKernel<<<n, 256, 0, stream>>>(logits, labels, classes, dlogits, row_loss,
-                                                   row_correct);
+                         const float* loss_scale, void* dlogits, Precision p, float* row_loss,
+                         int* row_correct, StepScalars* scalars, cudaStream_t stream) {
+  WithType(p, [&](auto tag) {
+    using T = decltype(tag);
+    SoftmaxCrossEntropyKernel<T><<<n, 256, 0, stream>>>(
+        logits, labels, classes, loss_scale, static_cast<T*>(dlogits), row_loss, row_correct);
+  });
   SumLossKernel<<<1, 256, 0, stream>>>(row_loss, row_correct, n, scalars);
 }
 
 int GradNormBlocks() { return kGradNormBlocks; }
 
 void GradNormAndPrepare(const float* grads, int64_t count, double* partials,
-                        const StepInputs* inputs, const AdamHyper& hyper, StepScalars* scalars,
+                        const StepInputs* inputs, const AdamHyper& hyper, bool dynamic_scale,
+                        const LossScaleOptions& scale_options, StepScalars* scalars,
                         cudaStream_t stream) {
   SquareSumKernel<<<kGradNormBlocks, 256, 0, stream>>>(grads, count, partials);
-  PrepareUpdateKernel<<<1, 32, 0, stream>>>(partials, kGradNormBlocks, inputs, hyper, scalars);
+  PrepareUpdateKernel<<<1, 32, 0, stream>>>(partials, kGradNormBlocks, inputs, hyper,
+                                            dynamic_scale, scale_options, scalars);
 }
 
-void AdamWUpdate(const AdamChunk* chunks, int num_chunks, float* params, bf16* params_bf16,
-                 const float* grads, float* m, float* v, const StepInputs* inputs,
+void AdamWUpdate(const AdamChunk* chunks, int num_chunks, float* params, void* params_narrow,
+                 Precision p, const float* grads, float* m, float* v, const StepInputs* inputs,
                  const AdamHyper& hyper, const StepScalars* scalars, cudaStream_t stream) {
-  AdamWKernel<<<num_chunks, 256, 0, stream>>>(chunks, params, params_bf16, grads, m, v, inputs,
-                                              hyper, scalars);
+  WithType(p, [&](auto tag) {
+    using T = decltype(tag);
+    AdamWKernel<T><<<num_chunks, 256, 0, stream>>>(chunks, params, static_cast<T*>(params_narrow),
+                                                   grads, m, v, inputs, hyper, scalars);
+  });
 }
 
-void CastToBf16(const float* src, bf16* dst, int64_t count, cudaStream_t stream) {
-  CastKernel<<<Blocks(count, 256), 256, 0, stream>>>(src, dst, count);
+void CastToNarrow(const float* src, void* dst, Precision p, int64_t count, cudaStream_t stream) {
+  WithType(p, [&](auto tag) {
+    using T = decltype(tag);
+    CastKernel<T><<<Blocks(count, 256), 256, 0, stream>>>(src, static_cast<T*>(dst), count);
+  });
 }
 
 }  // namespace sluice::trainer::cuda

@@ -3,16 +3,20 @@
 // arrays; row-major layouts as in trainer/cpu_kernels.h. Launch errors surface at the next
 // synchronizing call, or from LastLaunchError().
 //
-// Precision: activations handed to GEMMs are bf16; the residual stream, LayerNorm statistics,
-// logits, gradients and optimizer state are fp32.
+// Precision (trainer/precision.h): the arrays GEMMs read — "narrow" below, typed void* — hold
+// bf16, fp16 or fp32 values as the Precision argument says; the residual stream, LayerNorm
+// statistics, logits, gradients and optimizer state are always fp32.
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "formats/status.h"
+#include "trainer/loss_scale.h"
+#include "trainer/precision.h"
 
 namespace sluice::trainer::cuda {
 
@@ -27,6 +31,8 @@ struct StepScalars {
   float correction1, correction2;  // Adam bias corrections 1 - β^t
   int skipped;                     // 1: loss or gradient not finite, the update was not applied
   long long updates;               // Adam's count of applied updates (t)
+  LossScaleState loss_scale;       // the scale the next step runs with (1 unless fp16)
+  float step_loss_scale;           // the scale the last update step ran with
 };
 
 // Written by the host before each step (pinned memory, copied in by the step itself).
@@ -51,63 +57,66 @@ struct AdamHyper {
 // The error of the last launch, as a Status (cudaGetLastError).
 Status LastLaunchError(const char* what);
 
-// uint8 NHWC images [n×S×S×3] → x0 [n·T × P·P·3] bf16, (v/255 - mean)/std per channel, patches in
-// image order, columns (py, px, channel) — the CPU backend's layout.
-void NormalizePatchify(const uint8_t* images, bf16* x0, int n, int image_size, int patch,
-                       cudaStream_t stream);
+// uint8 NHWC images [n×S×S×3] → x0 [n·T × P·P·3] narrow, (v/255 - mean)/std per channel, patches
+// in image order, columns (py, px, channel) — the CPU backend's layout.
+void NormalizePatchify(const uint8_t* images, void* x0, Precision p, int n, int image_size,
+                       int patch, cudaStream_t stream);
 
-// y = LN(x)·gamma + beta (eps 1e-5), x fp32 [rows×d], y bf16; mean and rstd per row.
-void LayerNormForward(const float* x, const float* gamma, const float* beta, bf16* y, float* mean,
-                      float* rstd, int rows, int d, cudaStream_t stream);
-// dx (+)= ∂L/∂x (fp32; and its bf16 copy in dx_bf16 when not null); dgamma, dbeta accumulated.
-// REQUIRES: LayerNormBackwardSetup(d) once before capture when d > 4096.
+// y = LN(x)·gamma + beta (eps 1e-5), x fp32 [rows×d], y narrow; mean and rstd per row.
+void LayerNormForward(const float* x, const float* gamma, const float* beta, void* y, Precision p,
+                      float* mean, float* rstd, int rows, int d, cudaStream_t stream);
+// dx (+)= ∂L/∂x (fp32; and its narrow copy in dx_narrow when not null); dgamma, dbeta
+// accumulated. REQUIRES: LayerNormBackwardSetup(d, p) once before capture when d > 4096.
 void LayerNormBackward(const float* x, const float* dy, const float* gamma, const float* mean,
-                       const float* rstd, float* dx, bf16* dx_bf16, float* dgamma, float* dbeta,
-                       int rows, int d, bool accumulate_dx, cudaStream_t stream);
-Status LayerNormBackwardSetup(int d);
+                       const float* rstd, float* dx, void* dx_narrow, Precision p, float* dgamma,
+                       float* dbeta, int rows, int d, bool accumulate_dx, cudaStream_t stream);
+Status LayerNormBackwardSetup(int d, Precision p);
 
-// GELU, tanh form (the one cuBLASLt's GELU epilogues use, so both paths agree):
+// GELU, tanh form (the one cuBLASLt's GELU epilogues use, so both paths agree), all narrow:
 // y = GELU(x + bias[col]); pre (optional) keeps x + bias. x and y may alias.
-void GeluBiasForward(const bf16* x, const bf16* bias, bf16* pre, bf16* y, int rows, int cols,
-                     cudaStream_t stream);
-// dx = dy · GELU'(pre), in place allowed.
-void GeluBackward(const bf16* pre, const bf16* dy, bf16* dx, int64_t count, cudaStream_t stream);
+void GeluBiasForward(const void* x, const void* bias, void* pre, void* y, Precision p, int rows,
+                     int cols, cudaStream_t stream);
+// dx = dy · GELU'(pre), all narrow, in place allowed.
+void GeluBackward(const void* pre, const void* dy, void* dx, Precision p, int64_t count,
+                  cudaStream_t stream);
 
-// y[row, col] += bias[col]; y and bias both fp32 (fp32 = true) or both bf16. The GEMM's fallback
-// when cuBLASLt has no fused-bias algorithm for a shape or alignment.
-void AddBias(void* y, const void* bias, bool fp32, int rows, int cols, cudaStream_t stream);
+// y[row, col] += bias[col]; y and bias both of `p`. The GEMM's fallback when cuBLASLt has no
+// fused-bias algorithm for a shape or alignment.
+void AddBias(void* y, const void* bias, Precision p, int rows, int cols, cudaStream_t stream);
 
-// db[col] += Σ_rows dy[row, col] (fp32 accumulation).
-void BiasGrad(const bf16* dy, float* db, int rows, int cols, cudaStream_t stream);
+// db[col] += Σ_rows dy[row, col] (dy narrow, fp32 accumulation).
+void BiasGrad(const void* dy, Precision p, float* db, int rows, int cols, cudaStream_t stream);
 
 // pooled[i, :] = mean over the T tokens of image i of h (fp32).
 void MeanPoolForward(const float* h, float* pooled, int n, int tokens, int d, cudaStream_t stream);
-// dh[i·T + t, :] = dpooled[i, :] / T, fp32 and bf16.
-void MeanPoolBackward(const float* dpooled, float* dh, bf16* dh_bf16, int n, int tokens, int d,
-                      cudaStream_t stream);
+// dh[i·T + t, :] = dpooled[i, :] / T, fp32 and narrow.
+void MeanPoolBackward(const float* dpooled, float* dh, void* dh_narrow, Precision p, int n,
+                      int tokens, int d, cudaStream_t stream);
 
-// One block per sample: loss, argmax, dlogits = softmax - onehot (bf16); then adds Σ loss and the
-// hits to scalars->loss_sum / correct (one block, fixed order: deterministic).
-// row_loss, row_correct: n scratch values.
+// One block per sample: loss, argmax, dlogits = (softmax - onehot)·(*loss_scale, or 1 when
+// loss_scale is null), narrow; then adds Σ loss and the hits to scalars->loss_sum / correct (one
+// block, fixed order: deterministic). row_loss, row_correct: n scratch values.
 void SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int n, int classes,
-                         bf16* dlogits, float* row_loss, int* row_correct, StepScalars* scalars,
-                         cudaStream_t stream);
+                         const float* loss_scale, void* dlogits, Precision p, float* row_loss,
+                         int* row_correct, StepScalars* scalars, cudaStream_t stream);
 
 // Σ g² in per-block partials (partials holds GradNormBlocks() doubles), then one block that sums
-// them in a fixed order, decides skip (loss or norm not finite), the clip factor, Adam's count and
-// bias corrections.
+// them in a fixed order, unscales by the step's loss scale, decides skip (loss or norm not
+// finite), updates the loss scale when `dynamic_scale` (trainer/loss_scale.h), and sets the clip
+// factor, Adam's count and bias corrections.
 int GradNormBlocks();
 void GradNormAndPrepare(const float* grads, int64_t count, double* partials,
-                        const StepInputs* inputs, const AdamHyper& hyper, StepScalars* scalars,
+                        const StepInputs* inputs, const AdamHyper& hyper, bool dynamic_scale,
+                        const LossScaleOptions& scale_options, StepScalars* scalars,
                         cudaStream_t stream);
 
 // For every chunk: unless scalars->skipped, g = grad·grad_scale; Adam moments; decoupled decay
-// where chunk.decay; writes the bf16 copy of the updated parameter.
-void AdamWUpdate(const AdamChunk* chunks, int num_chunks, float* params, bf16* params_bf16,
-                 const float* grads, float* m, float* v, const StepInputs* inputs,
+// where chunk.decay; writes the narrow copy of the updated parameter.
+void AdamWUpdate(const AdamChunk* chunks, int num_chunks, float* params, void* params_narrow,
+                 Precision p, const float* grads, float* m, float* v, const StepInputs* inputs,
                  const AdamHyper& hyper, const StepScalars* scalars, cudaStream_t stream);
 
-// dst[i] = bf16(src[i]).
-void CastToBf16(const float* src, bf16* dst, int64_t count, cudaStream_t stream);
+// dst[i] = src[i] in `p`.
+void CastToNarrow(const float* src, void* dst, Precision p, int64_t count, cudaStream_t stream);
 
 }  // namespace sluice::trainer::cuda

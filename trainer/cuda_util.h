@@ -153,4 +153,9 @@ class CudaGraph {
   cudaGraphExec_t exec_ = nullptr;
 };
 
+// Host→device bandwidth of a plain loop of cudaMemcpyAsync from one page-locked buffer of `bytes`
+// to the device on a stream of its own, event-timed over `copies` copies after a warm-up: the
+// yardstick the trainer's ingest H2D is compared with. Bytes per second.
+Result<double> MeasurePinnedCopyBandwidth(size_t bytes, int copies = 20);
+
 }  // namespace sluice::trainer

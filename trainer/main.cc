@@ -26,7 +26,14 @@ int main(int argc, char** argv) {
   app.add_option("--device", o.device,
                  "auto, cpu or cuda (default auto: cuda when a device is usable)");
   app.add_option("--precision", o.precision,
-                 "auto, fp32 (CPU) or bf16 (CUDA); default auto; fp16 is not implemented yet");
+                 "auto, fp32, bf16 or fp16 (GEMM inputs; dynamic loss scaling with fp16). Default "
+                 "auto: bf16 on CUDA, fp32 on the CPU (where bf16/fp16 are emulated, for tests)");
+  app.add_option("--loss-scale", o.loss_scale.initial,
+                 "fp16: initial dynamic loss scale (default 65536)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--loss-scale-window", o.loss_scale.growth_interval,
+                 "fp16: clean steps before the loss scale doubles (default 2000)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--accum", o.accum, "Micro-batches per step (default 1)")
       ->check(CLI::PositiveNumber);
   app.add_option("--lr", o.lr, "Peak learning rate (default 1e-3)");

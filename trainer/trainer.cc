@@ -103,6 +103,19 @@ Result<StepResult> Evaluate(Client& client, const TrainerOptions& o, EvalBackend
   return total;
 }
 
+// The log line of a step whose update was skipped. fp16: a gradient overflow is routine (the
+// loss scale was too high and backs off), so the line says so rather than sounding an alarm.
+std::string SkipMessage(int64_t step, double loss, double norm, bool fp16, float scale,
+                        float next_scale) {
+  if (fp16 && std::isfinite(loss)) {
+    return fmt::format(
+        "step {}: gradient overflow at loss scale {:g}; update skipped, scale → {:g}\n", step,
+        scale, next_scale);
+  }
+  return fmt::format("step {}: non-finite {} (loss {}, gradient norm {}); update skipped\n", step,
+                     std::isfinite(loss) ? "gradient" : "loss", loss, norm);
+}
+
 nlohmann::json Number(double v) {
   return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
 }
@@ -120,7 +133,12 @@ std::string TrainSummary::ToJson() const {
       {"data_wait_fraction", Number(data_wait_fraction)},
       {"device", device},
       {"skipped_updates", skipped_updates},
+      {"precision", precision},
   };
+  if (loss_scale > 0) j["loss_scale"] = loss_scale;
+  if (h2d_bytes_per_sec > 0) j["h2d_gb_per_sec"] = Number(h2d_bytes_per_sec / 1e9);
+  if (h2d_plain_bytes_per_sec > 0)
+    j["h2d_plain_gb_per_sec"] = Number(h2d_plain_bytes_per_sec / 1e9);
   return j.dump();
 }
 
@@ -156,29 +174,35 @@ Result<std::string> ResolveDevice(const std::string& device, std::string* note) 
 #endif
 }
 
-Result<std::string> ResolvePrecision(const std::string& device, const std::string& precision) {
-  if (precision != "auto" && precision != "fp32" && precision != "bf16" && precision != "fp16")
+Result<Precision> ResolvePrecision(const std::string& device, const std::string& precision,
+                                   std::string* note) {
+  std::string unused;
+  if (note == nullptr) note = &unused;
+  const bool cpu = device == "cpu";
+  if (precision == "auto") {
+    *note = cpu ? "fp32 (auto on the CPU)" : "bf16 (auto on CUDA)";
+    return cpu ? Precision::kFp32 : Precision::kBf16;
+  }
+  Result<Precision> p = ParsePrecision(precision);
+  if (!p.ok()) {
     return InvalidArgument("--precision " + precision + ": expected auto, fp32, bf16 or fp16");
-  if (device == "cpu") {
-    if (precision == "auto" || precision == "fp32") return std::string("fp32");
-    return Unimplemented("--precision " + precision +
-                         " needs the CUDA backend; the CPU backend trains in fp32");
   }
-  if (precision == "auto" || precision == "bf16") return std::string("bf16");
-  if (precision == "fp32") {
-    return Unimplemented(
-        "--precision fp32 on CUDA is not implemented (the CUDA backend runs bf16 GEMMs with fp32 "
-        "master weights); use bf16, or --device cpu for fp32");
-  }
-  return Unimplemented(
-      "--precision fp16 (with dynamic loss scaling) is not implemented yet; use bf16");
+  *note = precision;
+  if (cpu && *p != Precision::kFp32)
+    *note += " emulated on the CPU (fp32 arithmetic, rounded storage)";
+  if (*p == Precision::kFp16) *note += " with dynamic loss scaling";
+  return *p;
 }
 
 Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
   TrainSummary summary;
   std::string device_note;
   ASSIGN_OR_RETURN(summary.device, ResolveDevice(o.device, &device_note));
-  ASSIGN_OR_RETURN(const std::string precision, ResolvePrecision(summary.device, o.precision));
+  std::string precision_note;
+  ASSIGN_OR_RETURN(const Precision precision,
+                   ResolvePrecision(summary.device, o.precision, &precision_note));
+  summary.precision = PrecisionName(precision);
+  const bool fp16 = precision == Precision::kFp16;
   if (o.steps < 1) return InvalidArgument("--steps must be at least 1");
   if (o.batch_size < 1) return InvalidArgument("--batch-size must be at least 1");
   if (o.accum < 1) return InvalidArgument("--accum must be at least 1");
@@ -209,7 +233,9 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
   }
   RETURN_IF_ERROR(config.Validate());
 
-  CpuBackend backend(config);
+  CpuBackend backend(config, precision);
+  LossScaleState scaler;
+  if (fp16) scaler.scale = o.loss_scale.initial;
   const ParameterLayout& layout = backend.layout();
   std::vector<float> params = InitParameters(config, layout, o.seed);
   std::vector<float> grads(layout.total());
@@ -245,6 +271,10 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
       last.epoch = ck.epoch;
       last.index = ck.index;
       last.end_record = ck.end_record;
+      if (fp16 && ck.loss_scale > 0) {
+        scaler.scale = ck.loss_scale;
+        scaler.good_steps = ck.loss_scale_good_steps;
+      }
       if (has_position) {
         request.mutable_start_position()->set_epoch(last.epoch);
         request.mutable_start_position()->set_index(last.index + 1);
@@ -263,12 +293,17 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
     CudaBackendOptions gpu_options;
     gpu_options.max_batch = o.batch_size;
     gpu_options.adamw = o.adamw;
+    gpu_options.precision = precision;
+    gpu_options.loss_scale = o.loss_scale;
     ASSIGN_OR_RETURN(gpu, CudaBackend::Create(config, gpu_options));
     RETURN_IF_ERROR(gpu->SetParameters(params));
     if (optimizer.updates() > 0) {
       RETURN_IF_ERROR(gpu->SetOptimizerState(optimizer.first_moment(), optimizer.second_moment(),
                                              optimizer.updates()));
     }
+    RETURN_IF_ERROR(gpu->SetLossScale(scaler));
+    const size_t batch_bytes = size_t(o.batch_size) * o.image_size * o.image_size * 3;
+    ASSIGN_OR_RETURN(summary.h2d_plain_bytes_per_sec, MeasurePinnedCopyBandwidth(batch_bytes));
   }
 #endif
 
@@ -276,7 +311,7 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
              "sluice-trainer: device {} ({}), {}, {} threads; model S={} P={} D={} L={} "
              "hidden={} "
              "classes={} ({} parameters); batch {}, accum {}, {} steps, lr {}\n",
-             summary.device, device_note, precision, tbb::info::default_concurrency(),
+             summary.device, device_note, precision_note, tbb::info::default_concurrency(),
              config.image_size, config.patch, config.width, config.depth, config.hidden(),
              config.classes, layout.total(), o.batch_size, o.accum, o.steps, o.lr)
       << std::flush;
@@ -290,6 +325,7 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
       RETURN_IF_ERROR(
           gpu->GetOptimizerState(&optimizer.first_moment(), &optimizer.second_moment(), &updates));
       optimizer.set_updates(updates);
+      ASSIGN_OR_RETURN(scaler, gpu->GetLossScale());
     }
 #endif
     return Status::OK();
@@ -305,6 +341,10 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
     ck.epoch = last.epoch;
     ck.index = last.index;
     ck.end_record = last.end_record;
+    if (fp16) {
+      ck.loss_scale = scaler.scale;
+      ck.loss_scale_good_steps = scaler.good_steps;
+    }
     ck.params = params;
     ck.first_moment = optimizer.first_moment();
     ck.second_moment = optimizer.second_moment();
@@ -338,6 +378,7 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
   int64_t window_correct = 0, window_images = 0;
   Clock::duration window_time{}, window_wait{};
   bool stream_ended = false;
+  float current_scale = scaler.scale;  // fp16: the loss scale after the last step
 
   // GPU: the next step's micro-batches, fetched while the device runs the current one.
   std::vector<ReceivedBatch> ahead;
@@ -397,6 +438,7 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
       sum = outcome.result;
       loss = sum.loss_sum / samples;
       norm = outcome.grad_norm;
+      current_scale = outcome.next_loss_scale;
       ++step;
       if (!gpu_noted_graph && !gpu->graph_error().empty()) {
         gpu_noted_graph = true;
@@ -410,10 +452,7 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
       }
       if (outcome.skipped) {
         ++summary.skipped_updates;
-        log << fmt::format(
-            "step {}: non-finite loss or gradient (loss {}, gradient norm {}); "
-            "update skipped\n",
-            step, loss, norm);
+        log << SkipMessage(step, loss, norm, fp16, outcome.loss_scale, outcome.next_loss_scale);
       }
     }
 #endif
@@ -430,7 +469,8 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
           break;
         }
         RETURN_IF_ERROR(CheckBatch(batch, config, o.dataset));
-        const StepResult r = backend.ForwardBackward(params, batch.images, batch.labels, grads);
+        const StepResult r =
+            backend.ForwardBackward(params, batch.images, batch.labels, grads, scaler.scale);
         sum.loss_sum += r.loss_sum;
         sum.correct += r.correct;
         samples += batch.meta.n;
@@ -438,17 +478,21 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
         has_position = true;
       }
       if (samples == 0) break;
-      const float inv = 1.0f / static_cast<float>(samples);
+      // Undo the loss scale with the averaging (the scale is a power of two: exact).
+      const float inv = 1.0f / (static_cast<float>(samples) * scaler.scale);
       for (float& g : grads) g *= inv;
       loss = sum.loss_sum / samples;
       norm = GlobalNorm(grads);
       ++step;
-      if (std::isfinite(loss) && std::isfinite(norm)) {
+      const float step_scale = scaler.scale;
+      const bool finite_grad = std::isfinite(norm);
+      if (fp16) UpdateLossScale(&scaler, finite_grad, o.loss_scale);
+      current_scale = scaler.scale;
+      if (std::isfinite(loss) && finite_grad) {
         optimizer.Update(params, grads, norm, LearningRate(o, step - 1));
       } else {
         ++summary.skipped_updates;
-        log << fmt::format("step {}: non-finite {} (loss {}, gradient norm {}); update skipped\n",
-                           step, std::isfinite(loss) ? "gradient" : "loss", loss, norm);
+        log << SkipMessage(step, loss, norm, fp16, step_scale, scaler.scale);
       }
     }
     const Clock::duration step_time = Clock::now() - step_start;
@@ -469,11 +513,12 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
       summary.train_accuracy = static_cast<double>(window_correct) / window_images;
       log << fmt::format(
                  "step {:>6}  loss {:.4f}  acc {:.3f}  img/s {:.1f}  data-wait {:.1f}%  step "
-                 "{:.1f} ms\n",
+                 "{:.1f} ms{}\n",
                  step, summary.final_loss, summary.train_accuracy,
                  window_images / Seconds(window_time),
                  100.0 * Seconds(window_wait) / Seconds(window_time),
-                 1000.0 * Seconds(window_time) / window_steps)
+                 1000.0 * Seconds(window_time) / window_steps,
+                 fp16 ? fmt::format("  loss-scale {:g}", current_scale) : std::string())
           << std::flush;
       window_loss = window_steps = 0;
       window_correct = window_images = 0;
@@ -493,6 +538,10 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
     summary.train_accuracy = std::numeric_limits<double>::quiet_NaN();
   }
   summary.steps = step;
+  if (fp16) summary.loss_scale = scaler.scale;
+#if SLUICE_HAVE_CUDA
+  if (gpu != nullptr) summary.h2d_bytes_per_sec = gpu->h2d_bytes_per_sec();
+#endif
   summary.images_per_sec = train_images / std::max(1e-9, Seconds(train_time));
   summary.data_wait_fraction = Seconds(wait_time) / std::max(1e-9, Seconds(train_time));
   return summary;

@@ -10,7 +10,9 @@
 
 #include "formats/status.h"
 #include "trainer/adamw.h"
+#include "trainer/loss_scale.h"
 #include "trainer/model.h"
+#include "trainer/precision.h"
 
 namespace sluice::trainer {
 
@@ -24,7 +26,8 @@ struct TrainerOptions {
   int accum = 1;             // micro-batches per step
   int image_size = 32;
   std::string device = "auto";     // auto | cpu | cuda
-  std::string precision = "auto";  // auto: fp32 on the CPU, bf16 on CUDA
+  std::string precision = "auto";  // auto: fp32 on the CPU, bf16 on CUDA; or fp32, bf16, fp16
+  LossScaleOptions loss_scale;     // fp16 only
   int width = 64, depth = 2, patch = 8;
   int num_classes = 0;        // 0: from ListDatasets
   float lr = 1e-3f;           // peak learning rate
@@ -51,10 +54,16 @@ struct TrainSummary {
   double data_wait_fraction = 0;  // time blocked in Next() / training wall time
   int64_t skipped_updates = 0;    // steps whose loss or gradient was not finite
   std::string device;
+  std::string precision;
+  double loss_scale = 0;          // fp16: the dynamic loss scale at the end; 0 otherwise
+  // CUDA: host→device bytes per second of the batches' copies (copy stream, event-timed), and of
+  // a plain pinned cudaMemcpyAsync loop of the same size measured at start-up; 0 on the CPU.
+  double h2d_bytes_per_sec = 0, h2d_plain_bytes_per_sec = 0;
   std::vector<double> losses;  // per step of this run (mean per sample)
 
   // {"steps","initial_loss","final_loss","train_accuracy","eval_accuracy","images_per_sec",
-  //  "data_wait_fraction","device","skipped_updates"}; NaN and absent values are null.
+  //  "data_wait_fraction","device","skipped_updates","precision"}, plus "loss_scale" with fp16 and
+  //  "h2d_gb_per_sec", "h2d_plain_gb_per_sec" on CUDA; NaN and absent values are null.
   std::string ToJson() const;
 };
 
@@ -62,9 +71,11 @@ struct TrainSummary {
 // else "cpu"; "cuda" → "cuda", FailedPrecondition without a usable device, Unimplemented in a
 // build without nvcc. *note says why "auto" chose what it did.
 Result<std::string> ResolveDevice(const std::string& device, std::string* note);
-// The precision a resolved device trains in: "auto" → fp32 on "cpu", bf16 on "cuda". Unimplemented
-// for bf16/fp16 on the CPU and for fp32/fp16 on CUDA (not written yet).
-Result<std::string> ResolvePrecision(const std::string& device, const std::string& precision);
+// The precision a resolved device trains in: "auto" → fp32 on "cpu", bf16 on "cuda"; "fp32",
+// "bf16", "fp16" as named (on the CPU the narrow ones are emulated, trainer/cpu_backend.h).
+// InvalidArgument for any other name. *note (optional) says what the choice means.
+Result<Precision> ResolvePrecision(const std::string& device, const std::string& precision,
+                                   std::string* note = nullptr);
 
 // Runs the training described by `options`, writing the progress lines to `log`. The first line
 // names the device. Errors: the client's (connection, bad request), InvalidArgument for bad

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The trainer's GPU check, for a session with a CUDA device (one prepared run, < 10 minutes):
 #   1. builds the trainer, the server and the GPU tests (Release, CUDA);
-#   2. runs `ctest -L gpu` (GPU step vs CPU step, graph replay vs eager, NaN guard, loss falls);
+#   2. runs `ctest -L gpu` (GPU step vs CPU step in bf16/fp16/fp32, graph replay vs eager, NaN
+#      guard, fp16 overflow and back-off, pinned in-place staging, loss falls);
 #   3. benchmarks issue 5's model — D=384, L=4, P=16, batch 256, 224x224 — fed by `sluice serve`
-#      from a warm DECODED cache over TCP loopback: step time, img/s, data-wait fraction.
+#      from a warm DECODED cache over TCP loopback, in bf16, then fp16 and fp32: step time, img/s,
+#      data-wait fraction, and the ingest's H2D bandwidth against a plain pinned-copy loop.
 #   tests/bench/trainer_gpu.sh [DATA_DIR]
 # On the lent machine, which lacks our libraries, use binaries packed here by
 # tests/bench/device_pack.sh: BIN_DIR=... PHOTOS=... LD_LIBRARY_PATH=... (see that script).
@@ -44,28 +46,44 @@ sluice="$bin/sluice"
 make_bench_data "$data" > "$work/synth.log" 2>&1
 start_bench_server "$data" "$work"
 [ -n "$tcp" ] || { cat "$work/serve.log"; exit 1; }
-# The first ~25 steps fill the cache (6,000 images = 23 batches); the last log windows are warm.
-"$bin/sluice-trainer" --target "$tcp" --dataset cached --num-classes 12 --device cuda \
-  --batch-size 256 --image-size 224 --width 384 --depth 4 --patch 16 --steps "$steps" \
-  --log-every 10 --lr 1e-3 2>&1 | tee "$out/trainer_bench.txt"
-python3 - "$out/trainer_bench.txt" "$out/summary.json" <<'PY'
+# The first ~25 steps fill the cache (6,000 images = 23 batches); the later log windows are warm.
+for precision in bf16 fp16 fp32; do
+  n=$steps
+  [ "$precision" = bf16 ] || n=$((steps * 2 / 3))
+  "$bin/sluice-trainer" --target "$tcp" --dataset cached --num-classes 12 --device cuda \
+    --precision "$precision" --batch-size 256 --image-size 224 --width 384 --depth 4 --patch 16 \
+    --steps "$n" --log-every 10 --lr 1e-3 2>&1 | tee "$out/trainer_bench_$precision.txt"
+done
+python3 - "$out" <<'PY'
 import json, re, sys
-text = open(sys.argv[1]).read()
-windows = [tuple(map(float, m)) for m in re.findall(
-    r"step\s+(\d+)\s+loss (\S+)\s+acc (\S+)\s+img/s (\S+)\s+data-wait (\S+)%\s+step (\S+) ms", text)]
-warm = [w for w in windows if w[0] > 40] or windows
-result = {"final": None, "warm_windows": len(warm)}
-if warm:
-    result.update({
-        "warm_img_per_sec": sum(w[3] for w in warm) / len(warm),
-        "warm_data_wait_pct": sum(w[4] for w in warm) / len(warm),
-        "warm_step_ms": sum(w[5] for w in warm) / len(warm),
-    })
-last = [l for l in text.splitlines() if l.startswith("{")]
-if last:
-    result["final"] = json.loads(last[-1])
-json.dump(result, open(sys.argv[2], "w"), indent=1)
-print(json.dumps(result, indent=1))
+out = sys.argv[1]
+summary = {}
+for precision in ("bf16", "fp16", "fp32"):
+    try:
+        text = open(f"{out}/trainer_bench_{precision}.txt").read()
+    except OSError:
+        continue
+    windows = [tuple(map(float, m)) for m in re.findall(
+        r"step\s+(\d+)\s+loss (\S+)\s+acc (\S+)\s+img/s (\S+)\s+data-wait (\S+)%\s+step (\S+) ms",
+        text)]
+    warm = [w for w in windows if w[0] > 40] or windows
+    result = {"final": None, "warm_windows": len(warm)}
+    if warm:
+        result.update({
+            "warm_img_per_sec": sum(w[3] for w in warm) / len(warm),
+            "warm_data_wait_pct": sum(w[4] for w in warm) / len(warm),
+            "warm_step_ms": sum(w[5] for w in warm) / len(warm),
+        })
+    last = [l for l in text.splitlines() if l.startswith("{")]
+    if last:
+        final = json.loads(last[-1])
+        result["final"] = final
+        if final.get("h2d_gb_per_sec") and final.get("h2d_plain_gb_per_sec"):
+            result["h2d_vs_plain_pinned_copy"] = (final["h2d_gb_per_sec"] /
+                                                  final["h2d_plain_gb_per_sec"])
+    summary[precision] = result
+json.dump(summary, open(f"{out}/summary.json", "w"), indent=1)
+print(json.dumps(summary, indent=1))
 PY
 kill -TERM $server
 wait $server 2>/dev/null || true

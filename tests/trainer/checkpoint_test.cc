@@ -17,6 +17,8 @@ Checkpoint Sample() {
   ck.epoch = 2;
   ck.index = 7;
   ck.end_record = 240;
+  ck.loss_scale = 32768.0f;
+  ck.loss_scale_good_steps = 17;
   ck.params = {1.5f, -2.0f, 3.25f};
   ck.first_moment = {0.1f, 0.2f, 0.3f};
   ck.second_moment = {1e-8f, 2e-8f, 3e-8f};
@@ -38,6 +40,8 @@ TEST_CASE("SaveLoadRoundTrip") {
   CHECK(loaded->epoch == 2);
   CHECK(loaded->index == 7);
   CHECK(loaded->end_record == 240);
+  CHECK(loaded->loss_scale == 32768.0f);
+  CHECK(loaded->loss_scale_good_steps == 17);
   CHECK(loaded->params == expected.params);
   CHECK(loaded->first_moment == expected.first_moment);
   CHECK(loaded->second_moment == expected.second_moment);

@@ -1,5 +1,5 @@
-// The CPU backend's backward pass against central finite differences on a tiny model, and its
-// determinism.
+// The CPU backend's backward pass against central finite differences on a tiny model, its
+// determinism, and its emulation of the GPU's narrow precisions with loss scaling.
 #include "trainer/cpu_backend.h"
 
 #include <catch2/catch.hpp>
@@ -102,6 +102,78 @@ TEST_CASE("InitialLossIsNearLogClassesAndRepeatable") {
   const StepResult r2 = backend.Forward(a, batch.images, batch.labels);
   CHECK(r1.loss_sum == r2.loss_sum);  // bitwise: the kernels reduce in a fixed order
   CHECK(r1.loss_sum / 16 == Approx(std::log(10.0)).margin(0.1));
+}
+
+// ‖a - b‖ / ‖b‖ over the whole array.
+double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += double(a[i] - b[i]) * (a[i] - b[i]);
+    norm += double(b[i]) * b[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+TEST_CASE("NarrowPrecisionsStayCloseToFp32ButAreNotIt") {
+  ModelConfig config = TinyConfig();
+  config.width = 16;
+  CpuBackend fp32(config);
+  const ParameterLayout& layout = fp32.layout();
+  const TestBatch batch = MakeBatch(config, 6, 21);
+  const std::vector<float> params = RandomParameters(layout, 4);
+  std::vector<float> reference(layout.total(), 0.0f);
+  const StepResult r = fp32.ForwardBackward(params, batch.images, batch.labels, reference);
+  for (Precision p : {Precision::kBf16, Precision::kFp16}) {
+    CpuBackend narrow(config, p);
+    std::vector<float> grads(layout.total(), 0.0f);
+    const StepResult n = narrow.ForwardBackward(params, batch.images, batch.labels, grads);
+    CAPTURE(PrecisionName(p));
+    // bf16 keeps 8 significant bits, fp16 11: errors of a few parts in 100 / 1000.
+    const double tolerance = p == Precision::kBf16 ? 5e-2 : 1e-2;
+    CHECK(n.loss_sum == Approx(r.loss_sum).epsilon(tolerance));
+    const double error = RelativeError(grads, reference);
+    CHECK(error < tolerance);
+    CHECK(error > 0);  // the rounding did happen
+  }
+}
+
+TEST_CASE("LossScaleMultipliesTheGradientsExactly") {
+  const ModelConfig config = TinyConfig();
+  CpuBackend backend(config, Precision::kFp16);
+  const ParameterLayout& layout = backend.layout();
+  const TestBatch batch = MakeBatch(config, 3, 8);
+  const std::vector<float> params = RandomParameters(layout, 2);
+  std::vector<float> plain(layout.total(), 0.0f), scaled(layout.total(), 0.0f);
+  backend.ForwardBackward(params, batch.images, batch.labels, plain, 1.0f);
+  backend.ForwardBackward(params, batch.images, batch.labels, scaled, 1024.0f);
+  // A power-of-two scale commutes with every rounding while nothing over- or underflows, so the
+  // scaled gradients are the plain ones × 1024 — except where fp16 flushed a tiny unscaled value
+  // (what loss scaling exists to prevent): compare with a margin for those.
+  int64_t exact = 0;
+  for (int64_t i = 0; i < layout.total(); ++i) {
+    REQUIRE(scaled[i] / 1024.0f == Approx(plain[i]).margin(1e-4).epsilon(1e-2));
+    if (scaled[i] == plain[i] * 1024.0f) ++exact;
+  }
+  CHECK(exact > layout.total() / 2);
+}
+
+TEST_CASE("Fp16LossScaleTooHighOverflowsTheGradients") {
+  const ModelConfig config = TinyConfig();
+  const TestBatch batch = MakeBatch(config, 3, 8);
+  CpuBackend fp16(config, Precision::kFp16);
+  const std::vector<float> params = RandomParameters(fp16.layout(), 2);
+  std::vector<float> grads(fp16.layout().total(), 0.0f);
+  // |softmax - onehot| is up to 1: × 2^20 is far past fp16's largest value, 65504.
+  const StepResult r = fp16.ForwardBackward(params, batch.images, batch.labels, grads, 0x1p20f);
+  CHECK(std::isfinite(r.loss_sum));  // the loss itself is fp32
+  bool overflowed = false;
+  for (float g : grads) overflowed |= !std::isfinite(g);
+  CHECK(overflowed);
+  // The same scale in fp32 storage does not overflow.
+  CpuBackend fp32(config);
+  std::fill(grads.begin(), grads.end(), 0.0f);
+  fp32.ForwardBackward(params, batch.images, batch.labels, grads, 0x1p20f);
+  for (float g : grads) REQUIRE(std::isfinite(g));
 }
 
 }  // namespace

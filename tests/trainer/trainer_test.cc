@@ -128,23 +128,77 @@ TEST_CASE("AutoDeviceSaysWhyAndCudaWithoutDeviceFailsClearly") {
   CHECK(ResolveDevice("tpu", &note).status().code() == StatusCode::kInvalidArgument);
 }
 
-TEST_CASE("PrecisionFollowsTheDevice") {
-  CHECK(ResolvePrecision("cpu", "auto").value() == "fp32");
-  CHECK(ResolvePrecision("cpu", "fp32").value() == "fp32");
-  CHECK(ResolvePrecision("cpu", "bf16").status().code() == StatusCode::kUnimplemented);
-  CHECK(ResolvePrecision("cuda", "auto").value() == "bf16");
-  CHECK(ResolvePrecision("cuda", "bf16").value() == "bf16");
-  CHECK(ResolvePrecision("cuda", "fp32").status().code() == StatusCode::kUnimplemented);
-  const Status fp16 = ResolvePrecision("cuda", "fp16").status();
-  CHECK(fp16.code() == StatusCode::kUnimplemented);
-  CHECK(fp16.message().find("loss scaling") != std::string::npos);
-  CHECK(ResolvePrecision("cpu", "fp8").status().code() == StatusCode::kInvalidArgument);
-  TrainerOptions o;
-  o.targets = {"127.0.0.1:1"};
-  o.device = "cpu";
-  o.precision = "bf16";
+TEST_CASE("PrecisionFollowsTheDeviceAndNarrowOnesAreEmulatedOnTheCpu") {
+  std::string note;
+  CHECK(ResolvePrecision("cpu", "auto").value() == Precision::kFp32);
+  CHECK(ResolvePrecision("cpu", "fp32").value() == Precision::kFp32);
+  CHECK(ResolvePrecision("cpu", "bf16", &note).value() == Precision::kBf16);
+  CHECK(note.find("emulated on the CPU") != std::string::npos);
+  CHECK(ResolvePrecision("cpu", "fp16", &note).value() == Precision::kFp16);
+  CHECK(note.find("dynamic loss scaling") != std::string::npos);
+  CHECK(ResolvePrecision("cuda", "auto").value() == Precision::kBf16);
+  CHECK(ResolvePrecision("cuda", "bf16").value() == Precision::kBf16);
+  CHECK(ResolvePrecision("cuda", "fp32").value() == Precision::kFp32);
+  CHECK(ResolvePrecision("cuda", "fp16").value() == Precision::kFp16);
+  const Status fp8 = ResolvePrecision("cpu", "fp8").status();
+  CHECK(fp8.code() == StatusCode::kInvalidArgument);
+  CHECK(fp8.message().find("--precision fp8") != std::string::npos);
+}
+
+// fp16 on the CPU: the narrow storage is emulated, so a loss scale far too high overflows the
+// scaled logit gradients (> 65504) exactly as on a GPU; the scaler must back off, skip those
+// steps, say so, and then learn like fp32.
+TEST_CASE("Fp16OnCpuBacksOffFromOverflowThenLearns") {
+  SynthServer server;
+  TrainerOptions o = server.Options();
+  o.precision = "fp16";
+  o.eval_dataset.clear();
+  o.steps = 200;
+  o.loss_scale.initial = 16777216.0f;  // 2^24: the first steps must overflow
+  o.loss_scale.growth_interval = 50;
   std::ostringstream log;
-  CHECK(Train(o, log).status().code() == StatusCode::kUnimplemented);
+  Result<TrainSummary> s = Train(o, log);
+  INFO(log.str());
+  REQUIRE(s.ok());
+  CHECK(s->precision == "fp16");
+  CHECK(s->skipped_updates >= 1);
+  CHECK(s->skipped_updates < 20);
+  CHECK(log.str().find("gradient overflow at loss scale 1.67772e+07; update skipped, scale → "
+                       "8.38861e+06") != std::string::npos);
+  CHECK(log.str().find("loss-scale") != std::string::npos);
+  CHECK(s->loss_scale > 0);
+  CHECK(s->loss_scale < o.loss_scale.initial);
+  CHECK(s->final_loss <= 0.5 * s->initial_loss);
+  CHECK(s->ToJson().find("\"loss_scale\"") != std::string::npos);
+  CHECK(s->ToJson().find("\"precision\":\"fp16\"") != std::string::npos);
+}
+
+TEST_CASE("Fp16ResumeRestoresTheLossScaleAndGivesTheSameNextStepLoss") {
+  SynthServer server;
+  TrainerOptions o = server.Options();
+  o.precision = "fp16";
+  o.eval_dataset.clear();
+  o.steps = 9;
+  o.loss_scale.initial = 262144.0f;  // 2^18 overflows: the scale backs off before the checkpoint
+  o.loss_scale.growth_interval = 3;  // and grows again
+  std::ostringstream log;
+  Result<TrainSummary> straight = Train(o, log);
+  REQUIRE(straight.ok());
+  REQUIRE(straight->losses.size() == 9);
+
+  o.checkpoint_dir = server.dir.file("ck");
+  o.stop_after = 8;
+  Result<TrainSummary> first = Train(o, log);
+  REQUIRE(first.ok());
+  o.stop_after = 0;
+  o.resume = true;
+  Result<TrainSummary> resumed = Train(o, log);
+  INFO(log.str());
+  REQUIRE(resumed.ok());
+  REQUIRE(resumed->losses.size() == 1);
+  CHECK(resumed->losses[0] == straight->losses[8]);
+  CHECK(resumed->loss_scale == straight->loss_scale);
+  CHECK(resumed->skipped_updates + first->skipped_updates == straight->skipped_updates);
 }
 
 }  // namespace

@@ -1,0 +1,51 @@
+// Dynamic loss scaling for fp16 training: the loss's gradient is multiplied by `scale` before the
+// backward pass, so small activation gradients stay above fp16's smallest values; the weight
+// gradients are divided by it again before the update. A step whose gradient overflowed (not
+// finite) is skipped and the scale backs off; after `growth_interval` clean steps in a row it
+// grows. Defaults are PyTorch's GradScaler's.
+//
+// The update rule is one inline function compiled for both the host (the CPU backend) and the
+// device (the CUDA backend's step kernel), so both follow the same sequence of scales.
+#pragma once
+
+#if defined(__CUDACC__)
+#define SLUICE_HOST_DEVICE __host__ __device__
+#else
+#define SLUICE_HOST_DEVICE
+#endif
+
+namespace sluice::trainer {
+
+struct LossScaleOptions {
+  float initial = 65536.0f;  // 2^16
+  float growth = 2.0f;
+  float backoff = 0.5f;
+  int growth_interval = 2000;  // clean steps in a row before the scale grows
+  float min_scale = 1.0f;      // the scale never backs off below this
+  float max_scale = 16777216.0f;  // 2^24: never grows above this
+};
+
+struct LossScaleState {
+  float scale = 1.0f;
+  int good_steps = 0;  // clean steps since the last change
+};
+
+// After a step: `finite` says whether the step's gradient was finite. Returns true when the
+// update may be applied (finite), false when it must be skipped.
+SLUICE_HOST_DEVICE inline bool UpdateLossScale(LossScaleState* s, bool finite,
+                                               const LossScaleOptions& o) {
+  if (!finite) {
+    const float backed = s->scale * o.backoff;
+    s->scale = backed < o.min_scale ? o.min_scale : backed;
+    s->good_steps = 0;
+    return false;
+  }
+  if (++s->good_steps >= o.growth_interval) {
+    const float grown = s->scale * o.growth;
+    s->scale = grown > o.max_scale ? o.max_scale : grown;
+    s->good_steps = 0;
+  }
+  return true;
+}
+
+}  // namespace sluice::trainer

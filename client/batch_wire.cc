@@ -61,6 +61,7 @@ std::string EncodeBatchPrefix(const BatchMeta& meta, std::span<const int32_t> la
 }
 
 Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out) {
+  const size_t message_bytes = buffer->Length();
   grpc::ProtoBufferReader reader(buffer);
   google::protobuf::io::CodedInputStream in(&reader);
   in.SetTotalBytesLimit(INT32_MAX);
@@ -103,9 +104,14 @@ Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out) 
             !in.ReadVarint64(&images_bytes)) {
           return Malformed("images");
         }
-        if (out->images.size() < images_bytes) out->images.resize(images_bytes);
-        if (images_bytes > 0 && !in.ReadRaw(out->images.data(), static_cast<int>(images_bytes))) {
+        auto cut_short = [&] {
           return Malformed("images (" + std::to_string(images_bytes) + " bytes announced)");
+        };
+        // A corrupt length must not become a huge allocation.
+        if (images_bytes > message_bytes) return cut_short();
+        RETURN_IF_ERROR(out->images.Reserve(images_bytes).WithContext("batch images"));
+        if (images_bytes > 0 && !in.ReadRaw(out->images.data(), static_cast<int>(images_bytes))) {
+          return cut_short();
         }
         have_images = true;
         break;

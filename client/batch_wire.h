@@ -6,10 +6,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "client/buffer_allocator.h"
 #include "formats/status.h"
 
 namespace grpc {
@@ -36,13 +39,16 @@ std::string EncodeBatchPrefix(const BatchMeta& meta, std::span<const int32_t> la
 
 // Where DecodeBatch puts a batch's arrays; grown as needed and reused across batches.
 struct BatchArrays {
-  std::vector<uint8_t> images;
+  explicit BatchArrays(std::shared_ptr<BufferAllocator> allocator = HeapAllocator())
+      : images(std::move(allocator)) {}
+
+  HostBuffer images;  // capacity() at least the batch's image_bytes()
   std::vector<int32_t> labels;
 };
 
 // Parses a serialized Batch as gRPC received it, copying the images once into out->images.
 // DataLoss naming the field when the message is malformed or its shape disagrees with its
-// images or labels.
+// images or labels; the allocator's status, naming the byte count, when out->images cannot grow.
 Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out);
 
 }  // namespace sluice

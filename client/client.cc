@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -46,7 +47,110 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, const Clie
   return grpc::CreateCustomChannel(target, creds, args);
 }
 
-// One server's stream: a thread that reads batches into reusable buffers, `prefetch` ahead,
+}  // namespace
+
+// One server stream's buffers: prefetch + max_held of them. A buffer is free, read ahead (taken
+// by the reader thread, not yet leased) or leased to the consumer. Shared by the reader, the
+// consumer and every lease, so a lease may outlive the stream; the buffers are freed with the
+// last reference.
+class BufferPool {
+ public:
+  explicit BufferPool(const ClientOptions& options) : ahead_limit_(options.prefetch) {
+    const int size = options.prefetch + options.max_held;
+    slots_.reserve(static_cast<size_t>(size));
+    for (int i = 0; i < size; ++i) {
+      slots_.emplace_back(options.allocator);
+      free_.push_back(&slots_.back());
+    }
+  }
+
+  // For the reader: blocks until a buffer is free and fewer than `prefetch` are read ahead, so
+  // the extra max_held buffers are allocated only when the consumer holds batches. Null once
+  // closed.
+  BatchArrays* Acquire() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return closed_ || (!free_.empty() && ahead_ < ahead_limit_); });
+    if (closed_) return nullptr;
+    ++ahead_;
+    BatchArrays* arrays = free_.back();
+    free_.pop_back();
+    return arrays;
+  }
+  // A buffer the reader acquired and did not fill.
+  void Unacquire(BatchArrays* arrays) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --ahead_;
+      free_.push_back(arrays);
+    }
+    cv_.notify_all();
+  }
+  // Hands a read-ahead buffer to the consumer.
+  static BatchLease Lease(std::shared_ptr<BufferPool> pool, BatchArrays* arrays) {
+    {
+      std::lock_guard<std::mutex> lock(pool->mu_);
+      --pool->ahead_;
+      ++pool->leased_;
+    }
+    pool->cv_.notify_all();
+    return {std::move(pool), arrays};
+  }
+  void Return(BatchArrays* arrays) noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --leased_;
+      free_.push_back(arrays);
+    }
+    cv_.notify_all();
+  }
+  // Wakes and fails a waiting Acquire(), and every later one.
+  void Close() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closed_ = true;
+    }
+    cv_.notify_all();
+  }
+  int leased() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return leased_;
+  }
+
+ private:
+  const int ahead_limit_;
+  std::vector<BatchArrays> slots_;  // never resized: free_ and leases point into it
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<BatchArrays*> free_;  // guarded by mu_
+  int ahead_ = 0;                   // guarded by mu_
+  int leased_ = 0;                  // guarded by mu_
+  bool closed_ = false;             // guarded by mu_
+};
+
+BatchLease::~BatchLease() { Release(); }
+
+BatchLease::BatchLease(BatchLease&& other) noexcept
+    : pool_(std::move(other.pool_)), arrays_(std::exchange(other.arrays_, nullptr)) {}
+
+BatchLease& BatchLease::operator=(BatchLease&& other) noexcept {
+  if (this != &other) {
+    Release();
+    pool_ = std::move(other.pool_);
+    arrays_ = std::exchange(other.arrays_, nullptr);
+  }
+  return *this;
+}
+
+void BatchLease::Release() noexcept {
+  if (arrays_ == nullptr) return;
+  pool_->Return(std::exchange(arrays_, nullptr));
+  pool_.reset();
+}
+
+namespace {
+
+// One server's stream: a thread that reads batches into its pool's buffers, `prefetch` ahead,
 // reconnecting and resuming on UNAVAILABLE.
 class ServerStream {
  public:
@@ -56,8 +160,7 @@ class ServerStream {
         options_(options),
         request_(std::move(request)),
         wake_(std::move(wake)),
-        slots_(static_cast<size_t>(std::max(1, options.prefetch)) + 1) {
-    for (auto& s : slots_) free_.push_back(&s);
+        pool_(std::make_shared<BufferPool>(options)) {
     thread_ = std::thread([this] { Run(); });
   }
   ~ServerStream() {
@@ -66,6 +169,7 @@ class ServerStream {
       stop_ = true;
       if (context_) context_->TryCancel();
     }
+    pool_->Close();
     cv_.notify_all();
     thread_.join();
   }
@@ -75,28 +179,26 @@ class ServerStream {
     BatchArrays* arrays = nullptr;
   };
 
-  // Non-blocking: a batch, or the final status (*done), or neither.
-  bool TryTake(Item* item, bool* done, Status* final_status) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!ready_.empty()) {
+  // Non-blocking: a batch and the lease on its buffers, or the final status (*done), or neither.
+  bool TryTake(Item* item, BatchLease* lease, bool* done, Status* final_status) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (ready_.empty()) {
+        if (finished_) {
+          *done = true;
+          *final_status = final_;
+        }
+        return false;
+      }
       *item = ready_.front();
       ready_.pop_front();
       delivered_any_ = true;
-      return true;
     }
-    if (finished_) {
-      *done = true;
-      *final_status = final_;
-    }
-    return false;
+    *lease = BufferPool::Lease(pool_, item->arrays);
+    return true;
   }
-  void Give(BatchArrays* arrays) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      free_.push_back(arrays);
-    }
-    cv_.notify_all();
-  }
+  // Buffers leased to the consumer.
+  int leased() { return pool_->leased(); }
   // The stream's error when it ended before delivering any batch.
   bool FailedEarly(Status* error) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -191,19 +293,13 @@ class ServerStream {
       grpc::ByteBuffer in;
       call->Read(&in, t(3));
       if (!step(3)) break;
-      BatchArrays* arrays = nullptr;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [this] { return stop_ || !free_.empty(); });
-        if (stop_) break;
-        arrays = free_.back();
-        free_.pop_back();
-      }
+      BatchArrays* arrays = pool_->Acquire();
+      if (arrays == nullptr) break;  // stopping
       Item item;
       item.arrays = arrays;
       decode_error = DecodeBatch(&in, &item.meta, arrays);
       if (!decode_error.ok()) {
-        Give(arrays);
+        pool_->Unacquire(arrays);
         context.TryCancel();
         break;
       }
@@ -239,13 +335,12 @@ class ServerStream {
   const v1::StreamRequest request_;
   const std::function<void()> wake_;
   std::optional<v1::Position> resume_;  // reader thread only
-  std::vector<BatchArrays> slots_;
+  const std::shared_ptr<BufferPool> pool_;
   std::atomic<int64_t> reconnects_{0};
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<BatchArrays*> free_;   // guarded by mu_
-  std::deque<Item> ready_;           // guarded by mu_
+  std::deque<Item> ready_;           // guarded by mu_; read ahead in pool_'s buffers
   grpc::ClientContext* context_ = nullptr;  // the call in progress; guarded by mu_
   bool stop_ = false;                // guarded by mu_
   bool finished_ = false;            // guarded by mu_
@@ -266,7 +361,7 @@ class FanInStream : public BatchStream {
     done_.assign(streams_.size(), false);
   }
   ~FanInStream() override {
-    if (held_) streams_[static_cast<size_t>(held_server_)]->Give(held_);
+    kept_.Release();
     streams_.clear();
   }
 
@@ -279,12 +374,47 @@ class FanInStream : public BatchStream {
   }
 
   Status Next(ReceivedBatch* batch, bool* end_of_sequence) override {
+    kept_.Release();
+    batch->lease.Release();
+    RETURN_IF_ERROR(Get(batch, end_of_sequence));
+    kept_ = std::move(batch->lease);
+    return Status::OK();
+  }
+
+  Status Take(ReceivedBatch* batch, bool* end_of_sequence) override {
+    kept_.Release();
+    batch->lease.Release();
+    if (!final_.ok()) return final_;
+    int held = 0;
+    for (const auto& s : streams_) held += s->leased();
+    if (held >= options_.max_held) {
+      return FailedPrecondition("holding " + std::to_string(held) +
+                                " batches; release one or raise ClientOptions::max_held");
+    }
+    return Get(batch, end_of_sequence);
+  }
+
+  int64_t reconnects() const override {
+    int64_t n = 0;
+    for (const auto& s : streams_) n += s->reconnects();
+    return n;
+  }
+  int servers() const override { return static_cast<int>(streams_.size()); }
+
+  // The first final status among servers that ended in error, if any (for Stream()).
+  Status FirstError() {
+    for (auto& s : streams_) {
+      Status error;
+      if (s->FailedEarly(&error)) return error;
+    }
+    return Status::OK();
+  }
+
+ private:
+  // Blocks for the next batch, with the lease on its buffers in batch->lease.
+  Status Get(ReceivedBatch* batch, bool* end_of_sequence) {
     *end_of_sequence = false;
     if (!final_.ok()) return final_;
-    if (held_) {
-      streams_[static_cast<size_t>(held_server_)]->Give(held_);
-      held_ = nullptr;
-    }
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
       bool all_done = true;
@@ -294,10 +424,8 @@ class FanInStream : public BatchStream {
         ServerStream::Item item;
         bool done = false;
         Status s;
-        if (streams_[i]->TryTake(&item, &done, &s)) {
+        if (streams_[i]->TryTake(&item, &batch->lease, &done, &s)) {
           next_ = (i + 1) % streams_.size();
-          held_ = item.arrays;
-          held_server_ = static_cast<int>(i);
           batch->meta = item.meta;
           batch->images = {item.arrays->images.data(), item.meta.image_bytes()};
           batch->labels = {item.arrays->labels.data(), item.arrays->labels.size()};
@@ -322,23 +450,6 @@ class FanInStream : public BatchStream {
     }
   }
 
-  int64_t reconnects() const override {
-    int64_t n = 0;
-    for (const auto& s : streams_) n += s->reconnects();
-    return n;
-  }
-  int servers() const override { return static_cast<int>(streams_.size()); }
-
-  // The first final status among servers that ended in error, if any (for Stream()).
-  Status FirstError() {
-    for (auto& s : streams_) {
-      Status error;
-      if (s->FailedEarly(&error)) return error;
-    }
-    return Status::OK();
-  }
-
- private:
   // A server stream has something new. Taking mu_ orders this after a consumer's check of the
   // streams, so a consumer about to wait cannot miss the notification.
   void Wake() {
@@ -352,8 +463,7 @@ class FanInStream : public BatchStream {
   std::condition_variable cv_;
   std::vector<bool> done_;  // consumer only
   size_t next_ = 0;         // consumer only
-  BatchArrays* held_ = nullptr;  // the batch the consumer has; consumer only
-  int held_server_ = 0;
+  BatchLease kept_;         // the batch Next() returned last; consumer only
   Status final_;
 };
 
@@ -467,7 +577,10 @@ class GrpcClient : public Client {
 Result<std::unique_ptr<Client>> Client::Create(const ClientOptions& options) {
   ASSIGN_OR_RETURN(std::vector<std::string> targets, ResolveTargets(options.targets));
   if (options.prefetch < 1) return InvalidArgument("prefetch must be at least 1");
-  return std::unique_ptr<Client>(new GrpcClient(options, std::move(targets)));
+  if (options.max_held < 1) return InvalidArgument("max_held must be at least 1");
+  ClientOptions o = options;
+  if (o.allocator == nullptr) o.allocator = HeapAllocator();
+  return std::unique_ptr<Client>(new GrpcClient(std::move(o), std::move(targets)));
 }
 
 }  // namespace sluice

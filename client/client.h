@@ -9,7 +9,9 @@
 //   ReceivedBatch batch; bool end = false;
 //   while (stream->Next(&batch, &end).ok() && !end) Train(batch.images, batch.labels);
 //
-// A stream reads ahead `prefetch` batches per server on its own thread, into buffers it reuses.
+// A stream reads ahead `prefetch` batches per server on its own thread, into buffers it reuses
+// (from ClientOptions::allocator). Take() instead of Next() lends a batch's buffers to the
+// consumer until it releases them, so it can hold up to `max_held` batches at once.
 // On UNAVAILABLE (server restarted, connection lost), or CANCELLED by a server that is
 // shutting down, it reconnects with exponential backoff and
 // resumes after the last batch it received, so a deterministic private stream loses and repeats
@@ -22,9 +24,11 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "client/batch_wire.h"
+#include "client/buffer_allocator.h"
 #include "formats/status.h"
 #include "sluice/v1/service.pb.h"
 
@@ -41,15 +45,51 @@ struct ClientOptions {
   // A stream gives up (returning the last UNAVAILABLE) after this long without reaching a server.
   std::chrono::milliseconds reconnect_deadline{60000};
   std::chrono::milliseconds rpc_timeout{10000};  // ListDatasets and GetStats
+  // Where batch image buffers come from; null: HeapAllocator(). One that returns page-locked
+  // memory (cudaHostAlloc) lets a batch be copied to a device with no staging copy. A failed
+  // allocation ends the stream with its status, naming the byte count.
+  std::shared_ptr<BufferAllocator> allocator;
+  // Batches a consumer may hold at once through Take(), at least 1. Each server stream has
+  // prefetch + max_held buffers, allocated as they are first needed.
+  int max_held = 4;
 };
 
-// One batch as the stream hands it out. The spans stay valid until the next Next() call or the
-// stream's destruction.
+class BufferPool;  // client.cc
+
+// A taken batch's claim on its buffers: until the lease is destroyed or Release()d the stream does
+// not reuse them, and the batch stays valid, even after its stream and Client are destroyed (the
+// buffers are then freed with the last lease). It may be released on any thread; one lease
+// object is not itself thread-safe.
+class BatchLease {
+ public:
+  BatchLease() = default;
+  ~BatchLease();
+  BatchLease(BatchLease&& other) noexcept;
+  BatchLease& operator=(BatchLease&& other) noexcept;
+  BatchLease(const BatchLease&) = delete;
+  BatchLease& operator=(const BatchLease&) = delete;
+
+  // Gives the buffers back; the batch's spans are invalid from here on. No-op when empty.
+  void Release() noexcept;
+  bool empty() const { return arrays_ == nullptr; }
+
+ private:
+  friend class BufferPool;
+  BatchLease(std::shared_ptr<BufferPool> pool, BatchArrays* arrays)
+      : pool_(std::move(pool)), arrays_(arrays) {}
+
+  std::shared_ptr<BufferPool> pool_;
+  BatchArrays* arrays_ = nullptr;
+};
+
+// One batch as the stream hands it out. From Next(), the spans stay valid until the next Next()
+// or Take() call or the stream's destruction; from Take(), until `lease` goes.
 struct ReceivedBatch {
   BatchMeta meta;
   std::span<const uint8_t> images;  // meta.n × H × W × 3, NHWC
   std::span<const int32_t> labels;  // meta.n
   int server = 0;                   // index of the server (resolved target) it came from
+  BatchLease lease;                 // empty from Next()
 };
 
 class BatchStream {
@@ -57,7 +97,12 @@ class BatchStream {
   virtual ~BatchStream() = default;
   // Blocks for the next batch. *end_of_sequence when every server's stream has ended. An error
   // (the server's status and message, or UNAVAILABLE after reconnect_deadline) ends the stream.
+  // Releases *batch's lease, if any, and the batch the previous Next() returned, before waiting.
   virtual Status Next(ReceivedBatch* batch, bool* end_of_sequence) = 0;
+  // Next(), but the caller owns the batch until batch->lease is destroyed or released, so it may
+  // hold several. FailedPrecondition, at once, when it already holds max_held batches of this
+  // stream (a Take that waited for one of them would never return).
+  virtual Status Take(ReceivedBatch* batch, bool* end_of_sequence) = 0;
   // Reconnections made so far, over all servers.
   virtual int64_t reconnects() const = 0;
   // Servers (resolved targets) this stream reads from.
@@ -67,7 +112,8 @@ class BatchStream {
 class Client {
  public:
   virtual ~Client() = default;
-  // Resolves dns: targets. InvalidArgument for an empty or malformed target list.
+  // Resolves dns: targets. InvalidArgument for an empty or malformed target list, or prefetch or
+  // max_held below 1.
   static Result<std::unique_ptr<Client>> Create(const ClientOptions& options);
 
   // From the first server.

@@ -1,6 +1,7 @@
 // The Batch codec: what the server's prefix + image slice make is a plain v1::Batch to protobuf,
 // and DecodeBatch reads any valid encoding (fields in any order, packed or not) and refuses a
-// malformed one by naming the field.
+// malformed one by naming the field. Image buffers come from a BufferAllocator; one that fails
+// is an error naming the byte count.
 #include "client/batch_wire.h"
 
 #include <catch2/catch.hpp>
@@ -123,7 +124,9 @@ TEST_CASE("DecodeReadsTheServerEncodingAndAnyProtobufEncoding") {
     CHECK(got.width == 4);
     CHECK(got.skipped_records == 5);
     CHECK(arrays.labels == labels);
-    CHECK(std::string(arrays.images.begin(), arrays.images.begin() + static_cast<long>(got.image_bytes())) == images);
+    REQUIRE(arrays.images.capacity() >= got.image_bytes());
+    CHECK(std::string(reinterpret_cast<const char*>(arrays.images.data()), got.image_bytes()) ==
+          images);
   }
 }
 
@@ -159,6 +162,64 @@ TEST_CASE("MalformedBatchesAreDataLossNamingTheField") {
     CHECK(s.code() == StatusCode::kDataLoss);
     CHECK(s.message().find(c.says) != std::string::npos);
   }
+}
+
+// Refuses every allocation, remembering the sizes asked for.
+class RefusingAllocator : public BufferAllocator {
+ public:
+  Result<void*> Allocate(size_t bytes) override {
+    asked.push_back(bytes);
+    return ResourceExhausted("no pinned memory left");
+  }
+  void Free(void* /*p*/, size_t /*bytes*/) noexcept override {}
+  std::vector<size_t> asked;
+};
+
+TEST_CASE("ImageBufferThatCannotGrowIsAnErrorNamingTheByteCount") {
+  const BatchMeta m = Meta();
+  grpc::ByteBuffer b = ServerBuffer(m, {4, -1, 70000}, Images(m));
+  auto allocator = std::make_shared<RefusingAllocator>();
+  BatchMeta got;
+  BatchArrays arrays(allocator);
+  Status s = DecodeBatch(&b, &got, &arrays);
+  CHECK(s.code() == StatusCode::kResourceExhausted);
+  CHECK(s.message().find(std::to_string(m.image_bytes()) + " bytes") != std::string::npos);
+  CHECK(s.message().find("no pinned memory left") != std::string::npos);
+  CHECK(allocator->asked == std::vector<size_t>{m.image_bytes()});
+}
+
+TEST_CASE("ImagesLongerThanTheMessageAreDataLossWithoutAllocating") {
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream s(&bytes);
+    google::protobuf::io::CodedOutputStream out(&s);
+    out.WriteTag((15 << 3) | 2);
+    out.WriteVarint64(uint64_t{1} << 40);  // a terabyte announced
+    out.WriteRaw("abc", 3);
+  }
+  grpc::ByteBuffer b = Buffer(bytes);
+  auto allocator = std::make_shared<RefusingAllocator>();
+  BatchMeta got;
+  BatchArrays arrays(allocator);
+  Status s = DecodeBatch(&b, &got, &arrays);
+  CHECK(s.code() == StatusCode::kDataLoss);
+  CHECK(s.message().find("bytes announced") != std::string::npos);
+  CHECK(allocator->asked.empty());
+}
+
+TEST_CASE("HeapBuffersArePageAlignedAndGrowOnlyWhenAskedForMore") {
+  HostBuffer buffer;
+  CHECK(buffer.capacity() == 0);
+  REQUIRE(buffer.Reserve(10000).ok());
+  CHECK(buffer.capacity() == 10000);
+  CHECK(reinterpret_cast<uintptr_t>(buffer.data()) % 4096 == 0);
+  const uint8_t* first = buffer.data();
+  REQUIRE(buffer.Reserve(5000).ok());
+  CHECK(buffer.data() == first);
+  CHECK(buffer.capacity() == 10000);
+  HostBuffer moved = std::move(buffer);
+  CHECK(moved.data() == first);
+  CHECK(moved.capacity() == 10000);
 }
 
 }  // namespace

@@ -138,6 +138,19 @@ Status CudaGraph::Launch(cudaStream_t stream) const {
   return Status::OK();
 }
 
+Result<void*> PinnedAllocator::Allocate(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return ResourceExhausted(fmt::format("cudaHostAlloc of {} bytes: {}", bytes,
+                                         cudaGetErrorString(e)));
+  }
+  return p;
+}
+
+void PinnedAllocator::Free(void* p, size_t) noexcept { cudaFreeHost(p); }
+
 Result<double> MeasurePinnedCopyBandwidth(size_t bytes, int copies) {
   if (bytes == 0 || copies < 1) return InvalidArgument("pinned-copy bandwidth: nothing to copy");
   ASSIGN_OR_RETURN(PinnedBuffer source, PinnedBuffer::Allocate(bytes));

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "client/buffer_allocator.h"
 #include "formats/status.h"
 
 namespace sluice::trainer {
@@ -151,6 +152,14 @@ class CudaGraph {
   void Reset();
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
+};
+
+// Page-locked host memory (cudaHostAlloc) for the client's batch buffers: batches are decoded
+// straight into it and copied to the device from where they are (CudaBackend::Stage).
+class PinnedAllocator : public BufferAllocator {
+ public:
+  Result<void*> Allocate(size_t bytes) override;
+  void Free(void* p, size_t bytes) noexcept override;
 };
 
 // Host→device bandwidth of a plain loop of cudaMemcpyAsync from one page-locked buffer of `bytes`

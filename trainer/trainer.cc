@@ -213,6 +213,12 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
   ClientOptions client_options;
   client_options.targets = o.targets;
   client_options.token = o.token;
+  // GPU: the step in flight holds its micro-batches and the next step's are fetched meanwhile.
+  client_options.max_held = 2 * o.accum;
+#if SLUICE_HAVE_CUDA
+  // Batches decoded straight into page-locked memory go to the device with no staging copy.
+  if (summary.device == "cuda") client_options.allocator = std::make_shared<PinnedAllocator>();
+#endif
   ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Create(client_options));
 
   ModelConfig config;
@@ -380,7 +386,8 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
   bool stream_ended = false;
   float current_scale = scaler.scale;  // fp16: the loss scale after the last step
 
-  // GPU: the next step's micro-batches, fetched while the device runs the current one.
+  // GPU: the next step's micro-batches, fetched while the device runs the current one. Taken
+  // (their leases keep them intact) until the step that staged them has been waited for.
   std::vector<ReceivedBatch> ahead;
   [[maybe_unused]] auto fetch_step = [&](std::vector<ReceivedBatch>* batches,
                                          Clock::duration* wait) -> Status {
@@ -389,7 +396,7 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
       ReceivedBatch batch;
       bool end = false;
       const Clock::time_point wait_start = Clock::now();
-      RETURN_IF_ERROR(stream->Next(&batch, &end).WithContext("training stream"));
+      RETURN_IF_ERROR(stream->Take(&batch, &end).WithContext("training stream"));
       if (wait != nullptr) *wait += Clock::now() - wait_start;
       if (end) {
         stream_ended = true;

@@ -11,6 +11,7 @@ namespace {
 
 using google::protobuf::internal::WireFormatLite;
 constexpr int kImagesField = 15;
+constexpr int kSharedMemoryField = 16;
 
 Status Malformed(const std::string& what) {
   return DataLoss("malformed Batch message: " + what);
@@ -37,9 +38,8 @@ bool ReadInt32s(google::protobuf::io::CodedInputStream* in, uint32_t wire_type,
   return true;
 }
 
-}  // namespace
-
-std::string EncodeBatchPrefix(const BatchMeta& meta, std::span<const int32_t> labels) {
+// Every field of a Batch but its images.
+v1::Batch MetaMessage(const BatchMeta& meta, std::span<const int32_t> labels) {
   v1::Batch b;
   b.mutable_position()->set_epoch(meta.epoch);
   b.mutable_position()->set_index(meta.index);
@@ -50,6 +50,13 @@ std::string EncodeBatchPrefix(const BatchMeta& meta, std::span<const int32_t> la
   b.add_shape(meta.channels);
   b.mutable_labels()->Add(labels.begin(), labels.end());
   b.set_skipped_records(meta.skipped_records);
+  return b;
+}
+
+}  // namespace
+
+std::string EncodeBatchPrefix(const BatchMeta& meta, std::span<const int32_t> labels) {
+  const v1::Batch b = MetaMessage(meta, labels);
   std::string out;
   b.SerializeToString(&out);
   google::protobuf::io::StringOutputStream stream(&out);
@@ -60,6 +67,14 @@ std::string EncodeBatchPrefix(const BatchMeta& meta, std::span<const int32_t> la
   return out;
 }
 
+std::string EncodeSharedBatch(const BatchMeta& meta, std::span<const int32_t> labels,
+                              uint32_t slot) {
+  v1::Batch b = MetaMessage(meta, labels);
+  b.mutable_shared_memory()->set_slot(slot);
+  b.mutable_shared_memory()->set_length(meta.image_bytes());
+  return b.SerializeAsString();
+}
+
 Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out) {
   const size_t message_bytes = buffer->Length();
   grpc::ProtoBufferReader reader(buffer);
@@ -67,6 +82,7 @@ Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out) 
   in.SetTotalBytesLimit(INT32_MAX);
   *meta = BatchMeta();
   out->labels.clear();
+  out->shared = false;
   std::vector<int32_t> shape;
   uint64_t images_bytes = 0;
   bool have_images = false;
@@ -116,6 +132,19 @@ Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out) 
         have_images = true;
         break;
       }
+      case kSharedMemoryField: {
+        std::string bytes;
+        uint32_t length = 0;
+        v1::SharedMemoryRef ref;
+        if (wire_type != WireFormatLite::WIRETYPE_LENGTH_DELIMITED || !in.ReadVarint32(&length) ||
+            !in.ReadString(&bytes, static_cast<int>(length)) || !ref.ParseFromString(bytes)) {
+          return Malformed("shared_memory");
+        }
+        out->shared = true;
+        out->shared_slot = ref.slot();
+        images_bytes = ref.length();
+        break;
+      }
       default:
         if (!WireFormatLite::SkipField(&in, tag)) return Malformed("field " + std::to_string(field));
     }
@@ -128,7 +157,8 @@ Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out) 
   meta->height = shape[1];
   meta->width = shape[2];
   meta->channels = shape[3];
-  if (!have_images && meta->n > 0) return Malformed("no images");
+  if (out->shared && have_images) return Malformed("both images and shared_memory");
+  if (!have_images && !out->shared && meta->n > 0) return Malformed("no images");
   if (images_bytes != meta->image_bytes()) {
     return Malformed("images holds " + std::to_string(images_bytes) + " bytes, shape needs " +
                      std::to_string(meta->image_bytes()));

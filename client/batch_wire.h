@@ -37,6 +37,13 @@ struct BatchMeta {
 // meta.image_bytes() image bytes completes the message.
 std::string EncodeBatchPrefix(const BatchMeta& meta, std::span<const int32_t> labels);
 
+// The whole serialized Batch of a shared-memory stream: meta, labels, and where the images are
+// (SharedMemoryRef {slot, meta.image_bytes()}) instead of the images.
+std::string EncodeSharedBatch(const BatchMeta& meta, std::span<const int32_t> labels,
+                              uint32_t slot);
+
+class SharedSegment;
+
 // Where DecodeBatch puts a batch's arrays; grown as needed and reused across batches.
 struct BatchArrays {
   explicit BatchArrays(std::shared_ptr<BufferAllocator> allocator = HeapAllocator())
@@ -44,9 +51,21 @@ struct BatchArrays {
 
   HostBuffer images;  // capacity() at least the batch's image_bytes()
   std::vector<int32_t> labels;
+  // A batch whose images are in a shared-memory slot: DecodeBatch sets `shared` and shared_slot;
+  // the client then points shared_images into its mapping of `segment` (and frees the slot when
+  // the batch is released).
+  bool shared = false;
+  uint32_t shared_slot = 0;
+  std::shared_ptr<SharedSegment> segment;
+  const uint8_t* shared_images = nullptr;
+
+  const uint8_t* image_data() const {
+    return shared_images != nullptr ? shared_images : images.data();
+  }
 };
 
-// Parses a serialized Batch as gRPC received it, copying the images once into out->images.
+// Parses a serialized Batch as gRPC received it, copying the images once into out->images (or,
+// for a shared-memory batch, only noting its slot: out->shared).
 // DataLoss naming the field when the message is malformed or its shape disagrees with its
 // images or labels; the allocator's status, naming the byte count, when out->images cannot grow.
 Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out);

@@ -20,6 +20,17 @@ class BufferAllocator {
   virtual Result<void*> Allocate(size_t bytes) = 0;
   // REQUIRES: p came from Allocate(bytes) with the same bytes.
   virtual void Free(void* p, size_t bytes) noexcept = 0;
+  // Memory the client did not allocate but hands batches out of (a same-host stream's
+  // shared-memory segment): told after it is mapped and before it is unmapped, so an allocator
+  // of page-locked memory can page-lock it too (cudaHostRegister). Default: nothing.
+  virtual void Adopt(void* base, size_t bytes) noexcept {
+    (void)base;
+    (void)bytes;
+  }
+  virtual void Unadopt(void* base, size_t bytes) noexcept {
+    (void)base;
+    (void)bytes;
+  }
 };
 
 // Page-aligned (4096-byte) heap memory; the default.

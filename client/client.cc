@@ -14,6 +14,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include "client/shared_segment.h"
 #include "formats/file.h"
 #include "sluice/v1/service.grpc.pb.h"
 
@@ -47,6 +48,25 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, const Clie
   return grpc::CreateCustomChannel(target, creds, args);
 }
 
+// A target on this host: a unix: socket or a loopback address.
+bool IsLocalTarget(const std::string& target) {
+  for (const char* prefix : {"unix:", "127.", "localhost:", "ipv4:127.", "[::1]:", "ipv6:[::1]:",
+                             "unix-abstract:"}) {
+    if (target.rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
+// Gives a shared-memory batch's slot back to the server.
+void ReleaseShared(BatchArrays* arrays) {
+  if (arrays->segment == nullptr) return;
+  arrays->segment->Free(static_cast<int>(arrays->shared_slot));
+  arrays->segment.reset();
+  arrays->shared_images = nullptr;
+}
+
+constexpr char kSegmentKey[] = "sluice-shm-segment";
+
 }  // namespace
 
 // One server stream's buffers: prefetch + max_held of them. A buffer is free, read ahead (taken
@@ -78,6 +98,7 @@ class BufferPool {
   }
   // A buffer the reader acquired and did not fill.
   void Unacquire(BatchArrays* arrays) {
+    ReleaseShared(arrays);
     {
       std::lock_guard<std::mutex> lock(mu_);
       --ahead_;
@@ -96,6 +117,7 @@ class BufferPool {
     return {std::move(pool), arrays};
   }
   void Return(BatchArrays* arrays) noexcept {
+    ReleaseShared(arrays);
     {
       std::lock_guard<std::mutex> lock(mu_);
       --leased_;
@@ -212,6 +234,7 @@ class ServerStream {
     return !ready_.empty() || finished_;
   }
   int64_t reconnects() const { return reconnects_.load(); }
+  int64_t shared_batches() const { return shared_batches_.load(); }
 
  private:
   void Run() {
@@ -266,6 +289,12 @@ class ServerStream {
     if (!options_.token.empty()) context.AddMetadata("authorization", "Bearer " + options_.token);
     v1::StreamRequest request = request_;
     if (resume_) *request.mutable_start_position() = *resume_;
+    if (options_.shared_memory && IsLocalTarget(target_)) {
+      request.set_shared_memory(true);
+      // Enough that the server never waits on a slot this client could not give back: the
+      // batches read ahead, those the consumer may hold, and the one being decoded.
+      request.set_shared_memory_slots(options_.prefetch + options_.max_held + 1);
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stop_) return Status(StatusCode::kCancelled, "stream closed");
@@ -288,6 +317,22 @@ class ServerStream {
       call->WriteLast(request_buffer, grpc::WriteOptions(), t(2));
       alive = step(2);
     }
+    // A server that agreed to shared memory names the segment in its initial metadata. One this
+    // process cannot map is left alone: the server then sends ordinary batches.
+    std::shared_ptr<SharedSegment> segment;
+    if (alive) {
+      call->ReadInitialMetadata(t(5));
+      alive = step(5);
+    }
+    if (alive && request.shared_memory()) {
+      const auto& metadata = context.GetServerInitialMetadata();
+      if (auto it = metadata.find(kSegmentKey); it != metadata.end()) {
+        Result<std::shared_ptr<SharedSegment>> opened =
+            SharedSegment::Open(std::string(it->second.data(), it->second.size()),
+                                options_.allocator);
+        if (opened.ok()) segment = std::move(*opened);
+      }
+    }
     Status decode_error;
     while (alive) {
       grpc::ByteBuffer in;
@@ -298,6 +343,21 @@ class ServerStream {
       Item item;
       item.arrays = arrays;
       decode_error = DecodeBatch(&in, &item.meta, arrays);
+      if (decode_error.ok() && arrays->shared) {
+        if (segment == nullptr) {
+          decode_error = DataLoss("the server sent a shared-memory batch without a segment");
+        } else {
+          Result<std::span<const uint8_t>> bytes =
+              segment->Full(arrays->shared_slot, item.meta.image_bytes());
+          if (bytes.ok()) {
+            arrays->segment = segment;
+            arrays->shared_images = bytes->data();
+            ++shared_batches_;
+          } else {
+            decode_error = bytes.status();
+          }
+        }
+      }
       if (!decode_error.ok()) {
         pool_->Unacquire(arrays);
         context.TryCancel();
@@ -337,6 +397,7 @@ class ServerStream {
   std::optional<v1::Position> resume_;  // reader thread only
   const std::shared_ptr<BufferPool> pool_;
   std::atomic<int64_t> reconnects_{0};
+  std::atomic<int64_t> shared_batches_{0};
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -399,6 +460,11 @@ class FanInStream : public BatchStream {
     for (const auto& s : streams_) n += s->reconnects();
     return n;
   }
+  int64_t shared_memory_batches() const override {
+    int64_t n = 0;
+    for (const auto& s : streams_) n += s->shared_batches();
+    return n;
+  }
   int servers() const override { return static_cast<int>(streams_.size()); }
 
   // The first final status among servers that ended in error, if any (for Stream()).
@@ -427,7 +493,7 @@ class FanInStream : public BatchStream {
         if (streams_[i]->TryTake(&item, &batch->lease, &done, &s)) {
           next_ = (i + 1) % streams_.size();
           batch->meta = item.meta;
-          batch->images = {item.arrays->images.data(), item.meta.image_bytes()};
+          batch->images = {item.arrays->image_data(), item.meta.image_bytes()};
           batch->labels = {item.arrays->labels.data(), item.arrays->labels.size()};
           batch->server = static_cast<int>(i);
           return Status::OK();

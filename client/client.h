@@ -52,6 +52,11 @@ struct ClientOptions {
   // Batches a consumer may hold at once through Take(), at least 1. Each server stream has
   // prefetch + max_held buffers, allocated as they are first needed.
   int max_held = 4;
+  // Ask a server on this host (a unix: target or a loopback address) for its batches' images
+  // through shared memory instead of the socket: no socket copies, and the images are read where
+  // the server put them (the allocator is not used for them). Falls back to ordinary batches by
+  // itself when the server declines or the segment cannot be mapped (e.g. another /dev/shm).
+  bool shared_memory = true;
 };
 
 class BufferPool;  // client.cc
@@ -105,6 +110,8 @@ class BatchStream {
   virtual Status Take(ReceivedBatch* batch, bool* end_of_sequence) = 0;
   // Reconnections made so far, over all servers.
   virtual int64_t reconnects() const = 0;
+  // Batches received so far whose images came through shared memory.
+  virtual int64_t shared_memory_batches() const = 0;
   // Servers (resolved targets) this stream reads from.
   virtual int servers() const = 0;
 };

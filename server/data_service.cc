@@ -1,10 +1,15 @@
 #include "server/data_service.h"
 
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <mutex>
 
 #include <grpcpp/support/proto_buffer_reader.h>
 
 #include "client/batch_wire.h"
+#include "client/shared_segment.h"
 #include "server/request_policy.h"
 
 namespace sluice {
@@ -19,17 +24,49 @@ class RefusedStream : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
 void DestroyBatch(void* batch) { delete static_cast<Batch*>(batch); }
 
+// How long a client that asked for shared memory has to map the segment before its stream falls
+// back to ordinary batches (a client in another /dev/shm, or of another user, never does).
+constexpr auto kAttachTimeout = std::chrono::seconds(2);
+
 class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public JobConsumer {
  public:
-  BatchWriter(JobRegistry* registry, std::shared_ptr<Job> job)
-      : registry_(registry), job_(std::move(job)), counters_(&registry->counters(job_->dataset())) {
+  // segment: the stream's shared-memory segment, already named in the initial metadata; null
+  // for ordinary batches.
+  BatchWriter(JobRegistry* registry, std::shared_ptr<Job> job,
+              std::shared_ptr<SharedSegment> segment, SlotWatcher* watcher)
+      : registry_(registry),
+        job_(std::move(job)),
+        counters_(&registry->counters(job_->dataset())),
+        segment_(std::move(segment)),
+        watcher_(watcher) {
     job_->Attach(this);
-    job_->Want(this);
+    if (segment_ == nullptr) {
+      job_->Want(this);
+      return;
+    }
+    registry_->CountSharedMemory(static_cast<int64_t>(segment_->total_bytes()), 1);
+    StartSendInitialMetadata();
+    const auto deadline = std::chrono::steady_clock::now() + kAttachTimeout;
+    watcher_->Watch(
+        this,
+        [this, deadline] {
+          return segment_->attached() || std::chrono::steady_clock::now() >= deadline;
+        },
+        [this] {
+          // Attached: the name is no longer needed (the mappings stay). Not: ordinary batches.
+          shared_ = segment_->attached();
+          segment_->Unlink();
+          WantIfOpen();
+        });
   }
 
   void OnEvent(JobEvent event) override {
     if (event.end || !event.error.ok()) {
       FinishOnce(ToGrpc(event.error));
+      return;
+    }
+    if (shared_) {
+      WriteShared(std::move(event.batch));
       return;
     }
     Batch* batch = new Batch(std::move(event.batch));
@@ -77,11 +114,7 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
     counters_->images.fetch_add(pending_images_, std::memory_order_relaxed);
     counters_->bytes.fetch_add(pending_bytes_, std::memory_order_relaxed);
     counters_->skipped.fetch_add(pending_skipped_, std::memory_order_relaxed);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (finished_) return;
-    }
-    job_->Want(this);
+    WantNext();
   }
 
   void OnCancel() override {
@@ -97,6 +130,10 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
   }
 
   void OnDone() override {
+    if (segment_ != nullptr) {
+      watcher_->Cancel(this);
+      registry_->CountSharedMemory(-static_cast<int64_t>(segment_->total_bytes()), -1);
+    }
     job_->Detach(this);
     registry_->Close(std::move(job_));
     delete this;
@@ -112,9 +149,64 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
     Finish(std::move(status));
   }
 
+  // The job's next batch, once a shared-memory stream has a free slot to put it in (the client
+  // frees them as its consumer releases batches).
+  void WantNext() {
+    if (shared_ && segment_->FindFree() < 0) {
+      watcher_->Watch(
+          this, [this] { return segment_->FindFree() >= 0; }, [this] { WantIfOpen(); });
+      return;
+    }
+    WantIfOpen();
+  }
+  void WantIfOpen() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finished_) return;
+    }
+    job_->Want(this);
+  }
+
+  // Copies the images into a free slot (WantNext waited for one) and sends the rest of the
+  // batch with the slot's number; the batch's pooled buffer goes back at once.
+  void WriteShared(Batch batch) {
+    const int slot = segment_->FindFree();
+    const size_t image_bytes = batch.images().size();
+    if (slot < 0 || image_bytes > segment_->slot_bytes()) {
+      FinishOnce(ToGrpc(Internal("shared-memory stream: no free slot of " +
+                                 std::to_string(image_bytes) + " bytes")));
+      return;
+    }
+    std::memcpy(segment_->SlotData(slot), batch.images().data(), image_bytes);
+    segment_->MarkFull(slot);
+    BatchMeta meta;
+    meta.epoch = batch.position().epoch;
+    meta.index = batch.position().index;
+    meta.end_record = batch.position().end_record;
+    meta.n = batch.size();
+    meta.height = batch.height();
+    meta.width = batch.width();
+    meta.skipped_records = batch.skipped();
+    grpc::Slice slice(EncodeSharedBatch(meta, batch.labels(), static_cast<uint32_t>(slot)));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finished_) return;
+      writing_ = true;
+      pending_images_ = static_cast<uint64_t>(meta.n);
+      pending_bytes_ = image_bytes;
+      pending_skipped_ = meta.skipped_records;
+      out_ = grpc::ByteBuffer(&slice, 1);
+    }
+    StartWrite(&out_);
+  }
+
   JobRegistry* const registry_;
   std::shared_ptr<Job> job_;
   DatasetCounters* const counters_;
+  const std::shared_ptr<SharedSegment> segment_;  // null: ordinary batches
+  SlotWatcher* const watcher_;
+  // Images go through segment_: set (before the first Want) once the client attached.
+  std::atomic<bool> shared_{false};
   grpc::ByteBuffer out_;  // the write in flight
   // The write in flight, counted as served when it completes.
   uint64_t pending_images_ = 0;
@@ -206,7 +298,30 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* DataService::StreamBatches(
   Result<std::shared_ptr<Job>> job =
       registry_->Open(request.dataset(), request.job_name(), *options, start);
   if (!job.ok()) return new RefusedStream(job.status());
-  return new BatchWriter(registry_, std::move(*job));
+  std::shared_ptr<SharedSegment> segment;
+  if (request.shared_memory()) segment = SharedSegmentFor(*context, request, (*job)->options());
+  return new BatchWriter(registry_, std::move(*job), std::move(segment), &watcher_);
+}
+
+std::shared_ptr<SharedSegment> DataService::SharedSegmentFor(grpc::CallbackServerContext& context,
+                                                             const v1::StreamRequest& request,
+                                                             const ResolvedOptions& options) {
+  if (config_.disable_shared_memory() || !IsSameHostPeer(context.peer())) return nullptr;
+  const int slots = request.shared_memory_slots();
+  const uint64_t slot_bytes = uint64_t(options.batch_size) * options.height * options.width * 3;
+  const uint64_t limit = static_cast<uint64_t>(config_.max_shared_memory_bytes());
+  if (slots < 2 || slots > SharedSegment::kMaxSlots || slot_bytes * slots > limit) return nullptr;
+  Result<std::shared_ptr<SharedSegment>> segment = SharedSegment::Create(slots, slot_bytes);
+  if (!segment.ok()) {
+    // Ordinary batches still work; say once why this host's clients do not get shared memory.
+    if (!shared_memory_warned_.exchange(true)) {
+      std::fprintf(stderr, "sluice serve: shared memory unavailable, sending batches inline: %s\n",
+                   segment.status().ToString().c_str());
+    }
+    return nullptr;
+  }
+  context.AddInitialMetadata("sluice-shm-segment", (*segment)->name());
+  return std::move(*segment);
 }
 
 }  // namespace sluice

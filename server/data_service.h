@@ -5,13 +5,18 @@
 // gRPC releases the slice. No thread per stream, and no reaction ever blocks.
 #pragma once
 
+#include <atomic>
+#include <memory>
 #include <string>
 
 #include "server/job_registry.h"
+#include "server/slot_watcher.h"
 #include "sluice/v1/server_config.pb.h"
 #include "sluice/v1/service.grpc.pb.h"
 
 namespace sluice {
+
+class SharedSegment;
 
 using DataServiceBase = v1::DataService::WithCallbackMethod_ListDatasets<
     v1::DataService::WithRawCallbackMethod_StreamBatches<
@@ -34,10 +39,18 @@ class DataService final : public DataServiceBase {
  private:
   // UNAUTHENTICATED unless the call carries "authorization: Bearer <token>".
   Status Authenticate(const grpc::CallbackServerContext& context) const;
+  // A shared-memory segment for a stream that asked for one, named in the call's initial
+  // metadata; null (ordinary batches) when shared memory is off, the peer is not on this host,
+  // the slots asked for are out of bounds or too large together, or /dev/shm has no room.
+  std::shared_ptr<SharedSegment> SharedSegmentFor(grpc::CallbackServerContext& context,
+                                                  const v1::StreamRequest& request,
+                                                  const ResolvedOptions& options);
 
   const v1::ServerConfig& config_;
   JobRegistry* const registry_;
   const std::string token_;
+  SlotWatcher watcher_;
+  std::atomic<bool> shared_memory_warned_{false};
 };
 
 // Our Status as a grpc::Status (the codes are the same numbers).

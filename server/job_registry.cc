@@ -246,6 +246,8 @@ void JobRegistry::FillStats(const std::string& dataset, v1::Stats* out) const {
   out->set_memory_budget_bytes(config_.memory_budget_bytes());
   out->set_max_streams(config_.max_streams());
   out->set_active_streams(streams_.load());
+  out->set_shared_memory_bytes(shared_memory_bytes_.load());
+  out->set_shared_memory_streams(shared_memory_streams_.load());
   for (const auto& [name, c] : counters_) {
     if (!dataset.empty() && name != dataset) continue;
     v1::DatasetStats* d = out->add_datasets();

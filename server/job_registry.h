@@ -56,6 +56,11 @@ class JobRegistry {
 
   DatasetCounters& counters(const std::string& dataset);
   void FillStats(const std::string& dataset, v1::Stats* out) const;
+  // A same-host stream's shared-memory segment of `bytes` opened (+) or closed (-).
+  void CountSharedMemory(int64_t bytes, int streams) {
+    shared_memory_bytes_.fetch_add(bytes);
+    shared_memory_streams_.fetch_add(streams);
+  }
   int active_streams() const { return streams_.load(); }
   int64_t memory_reserved() const;
 
@@ -72,6 +77,8 @@ class JobRegistry {
   const std::chrono::steady_clock::time_point start_;
   std::map<std::string, std::unique_ptr<DatasetCounters>> counters_;  // fixed after construction
   std::atomic<int> streams_{0};
+  std::atomic<int64_t> shared_memory_bytes_{0};
+  std::atomic<int> shared_memory_streams_{0};
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -54,6 +54,7 @@ struct ProfileFlags {
   std::string token_file;
   std::string tls_ca_file;
   std::string job_name;
+  bool no_shared_memory = false;
 };
 
 // "512M", "2G", "1.5GiB", "1000000" → bytes.
@@ -432,6 +433,8 @@ void RegisterProfileCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--token-file", f->token_file, "With --target: file holding the bearer token");
   cmd->add_option("--tls-ca", f->tls_ca_file, "With --target: PEM roots to trust (enables TLS)");
   cmd->add_option("--job-name", f->job_name, "With --target: join this shared job");
+  cmd->add_flag("--no-shared-memory", f->no_shared_memory,
+                "With --target: images through the socket even from a server on this host");
   cmd->callback([f, exit_code] {
     if (f->targets.empty()) {
       *exit_code = RunProfile(*f);
@@ -449,6 +452,7 @@ void RegisterProfileCommand(CLI::App& app, int* exit_code) {
     r.token_file = f->token_file;
     r.tls_ca_file = f->tls_ca_file;
     r.job_name = f->job_name;
+    r.shared_memory = !f->no_shared_memory;
     r.batch_size = f->batch_size;
     if (!f->image_size.empty() &&
         std::sscanf(f->image_size.c_str(), "%dx%d", &r.height, &r.width) != 2) {

@@ -43,6 +43,7 @@ int RunRemoteProfile(const RemoteProfileFlags& f) {
   ClientOptions co;
   co.targets = f.targets;
   if (f.prefetch > 0) co.prefetch = f.prefetch;
+  co.shared_memory = f.shared_memory;
   if (!f.token_file.empty()) {
     Result<std::string> token = ReadTokenFile(f.token_file);
     if (!token.ok()) return Fail(token.status());
@@ -195,6 +196,7 @@ int RunRemoteProfile(const RemoteProfileFlags& f) {
                         {"width", width},
                         {"servers", (*stream)->servers()},
                         {"reconnects", (*stream)->reconnects()},
+                        {"shared_memory_batches", (*stream)->shared_memory_batches()},
                         {"client_wait_fraction", wait_fraction},
                         {"batch_wait_ms", {{"p50", p50}, {"p90", p90}, {"p99", p99}, {"max", max}}},
                         {"stages", stages},
@@ -209,6 +211,9 @@ int RunRemoteProfile(const RemoteProfileFlags& f) {
              (*stream)->servers(), (*stream)->servers() == 1 ? "" : "s");
   fmt::print("  {:.0f} images/s   {:.1f} MB/s   {:.2f} batches/s   {:.2f} s measured\n",
              images_per_sec, bytes_per_sec / 1e6, static_cast<double>(waits_ms.size()) / wall, wall);
+  fmt::print("  images {}\n", (*stream)->shared_memory_batches() > 0
+                                  ? "through shared memory (same host)"
+                                  : "through the socket");
   fmt::print("  wait per batch: p50 {:.2f} ms  p90 {:.2f} ms  p99 {:.2f} ms  max {:.2f} ms; "
              "waiting {:.0f}% of the time\n\n",
              p50, p90, p99, max, 100 * wait_fraction);

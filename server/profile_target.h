@@ -27,6 +27,7 @@ struct RemoteProfileFlags {
   double seconds = 0;
   int64_t warmup_batches = 2;
   bool json = false;
+  bool shared_memory = true;  // ClientOptions::shared_memory
 };
 
 // Exit status: 0, or 1 with the server's status on stderr.

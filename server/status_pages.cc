@@ -58,6 +58,12 @@ std::string StatusPages::Metrics() {
   w.Family("sluice_memory_reserved_bytes", "Memory budgets of the running jobs.",
            MetricType::kGauge);
   w.Sample("sluice_memory_reserved_bytes", {}, static_cast<double>(stats.memory_reserved_bytes()));
+  w.Family("sluice_shared_memory_bytes",
+           "Shared-memory segments of same-host streams, in /dev/shm.", MetricType::kGauge);
+  w.Sample("sluice_shared_memory_bytes", {}, static_cast<double>(stats.shared_memory_bytes()));
+  w.Family("sluice_shared_memory_streams", "Streams delivering through shared memory.",
+           MetricType::kGauge);
+  w.Sample("sluice_shared_memory_streams", {}, stats.shared_memory_streams());
 
   struct Counter {
     const char* name;

@@ -151,6 +151,16 @@ Result<void*> PinnedAllocator::Allocate(size_t bytes) {
 
 void PinnedAllocator::Free(void* p, size_t) noexcept { cudaFreeHost(p); }
 
+void PinnedAllocator::Adopt(void* base, size_t bytes) noexcept {
+  if (cudaHostRegister(base, bytes, cudaHostRegisterDefault) != cudaSuccess) {
+    (void)cudaGetLastError();  // Stage then copies through its pinned buffer
+  }
+}
+
+void PinnedAllocator::Unadopt(void* base, size_t) noexcept {
+  if (cudaHostUnregister(base) != cudaSuccess) (void)cudaGetLastError();
+}
+
 Result<double> MeasurePinnedCopyBandwidth(size_t bytes, int copies) {
   if (bytes == 0 || copies < 1) return InvalidArgument("pinned-copy bandwidth: nothing to copy");
   ASSIGN_OR_RETURN(PinnedBuffer source, PinnedBuffer::Allocate(bytes));

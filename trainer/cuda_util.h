@@ -160,6 +160,10 @@ class PinnedAllocator : public BufferAllocator {
  public:
   Result<void*> Allocate(size_t bytes) override;
   void Free(void* p, size_t bytes) noexcept override;
+  // A shared-memory segment the client maps is page-locked in place (cudaHostRegister), so its
+  // batches go to the device with no staging copy either; left pageable if that fails.
+  void Adopt(void* base, size_t bytes) noexcept override;
+  void Unadopt(void* base, size_t bytes) noexcept override;
 };
 
 // Host→device bandwidth of a plain loop of cudaMemcpyAsync from one page-locked buffer of `bytes`

@@ -4,6 +4,8 @@
 #     batch 256)
 #   - raw delivery of a warm DECODED cache at batch 256, 224x224: >= 2 GB/s over TCP loopback,
 #     and more over a unix: socket
+# each through the socket (--no-shared-memory) and, as a client on the server's host gets by
+# default, through shared memory.
 #   tests/bench/serve_throughput.sh [DATA_DIR]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -33,14 +35,24 @@ open(sys.argv[2], "w").write(str(j["images_per_sec"]))' "$1" "$2"
 
 start_bench_server "$data" "$work" "unix:$work/sluice.sock"
 
+ratio() {
+  python3 -c "import sys; print('%s / in-process: %.2f' % (sys.argv[3], float(open(sys.argv[1]).read()) / float(open(sys.argv[2]).read())))" \
+    "$1" "$work/inproc" "$2"
+}
 "$sluice" profile --target "$tcp" --dataset train --batch-size 256 --image-size 224 --batches 40 \
-  --json | summary "served over TCP, uncached" "$work/tcp"
-python3 -c "import sys; print('TCP / in-process: %.2f' % (float(open(sys.argv[1]).read()) / float(open(sys.argv[2]).read())))" \
-  "$work/tcp" "$work/inproc"
+  --no-shared-memory --json | summary "served over TCP, uncached" "$work/tcp"
+ratio "$work/tcp" "TCP"
+"$sluice" profile --target "$tcp" --dataset train --batch-size 256 --image-size 224 --batches 40 \
+  --json | summary "served, shared memory, uncached" "$work/shm"
+ratio "$work/shm" "shared memory"
 # 6,000 images = 24 batches: 30 warm-up batches fill the job's DECODED cache.
 "$sluice" profile --target "$tcp" --dataset cached --batch-size 256 --image-size 224 \
-  --warmup-batches 30 --batches 100 --json | summary "warm DECODED cache, TCP" "$work/c_tcp"
+  --warmup-batches 30 --batches 100 --no-shared-memory --json |
+  summary "warm DECODED cache, TCP" "$work/c_tcp"
 "$sluice" profile --target "unix:$work/sluice.sock" --dataset cached --batch-size 256 \
-  --image-size 224 --warmup-batches 30 --batches 100 --json | summary "warm DECODED cache, unix:" "$work/c_unix"
+  --image-size 224 --warmup-batches 30 --batches 100 --no-shared-memory --json |
+  summary "warm DECODED cache, unix:" "$work/c_unix"
+"$sluice" profile --target "$tcp" --dataset cached --batch-size 256 --image-size 224 \
+  --warmup-batches 30 --batches 100 --json | summary "warm DECODED cache, shared memory" "$work/c_shm"
 kill -TERM $server
 wait $server || true

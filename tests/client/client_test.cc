@@ -1,19 +1,26 @@
 // The C++ client's buffers against a real `sluice serve`: batches taken with Take() and held
-// across later ones, the max_held bound, leases that outlive their stream, and image buffers from
-// a consumer's allocator.
+// across later ones, the max_held bound, leases that outlive their stream, image buffers from a
+// consumer's allocator, and same-host delivery through shared memory.
 #include "client/client.h"
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <grpcpp/grpcpp.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "sluice/v1/service.grpc.pb.h"
 #include "tests/pipeline/pipeline_test_data.h"
 #include "tests/server/serve_test_support.h"
 
@@ -44,13 +51,16 @@ v1::StreamRequest Request() {
   return r;
 }
 
+// With an allocator, the batches come inline (shared-memory images bypass the allocator).
 std::unique_ptr<Client> Connect(const ServerProcess& server, int prefetch = 2, int max_held = 4,
-                                std::shared_ptr<BufferAllocator> allocator = nullptr) {
+                                std::shared_ptr<BufferAllocator> allocator = nullptr,
+                                bool shared_memory = true) {
   REQUIRE(server.running());
   ClientOptions o;
   o.targets = {server.address()};
   o.prefetch = prefetch;
   o.max_held = max_held;
+  o.shared_memory = shared_memory && allocator == nullptr;
   o.allocator = std::move(allocator);
   o.reconnect_deadline = std::chrono::milliseconds(3000);
   auto c = Client::Create(o);
@@ -141,6 +151,38 @@ class CountingAllocator : public BufferAllocator {
     }
     heap_->Free(p, bytes);
   }
+  void Adopt(void* base, size_t bytes) noexcept override {
+    std::lock_guard<std::mutex> lock(mu_);
+    adopted_[base] = bytes;
+    ++adoptions_;
+  }
+  void Unadopt(void* base, size_t bytes) noexcept override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = adopted_.find(base);
+    if (it == adopted_.end() || it->second != bytes) {
+      ++bad_frees_;
+      return;
+    }
+    adopted_.erase(it);
+  }
+  int adoptions() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return adoptions_;
+  }
+  size_t adopted() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return adopted_.size();
+  }
+  // Whether [p, p + bytes) lies in memory adopted and not yet unadopted.
+  bool InAdopted(const void* p, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [base, size] : adopted_) {
+      const auto* start = static_cast<const uint8_t*>(base);
+      const auto* q = static_cast<const uint8_t*>(p);
+      if (q >= start && q + bytes <= start + size) return true;
+    }
+    return false;
+  }
 
   int allocations() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -171,6 +213,8 @@ class CountingAllocator : public BufferAllocator {
   int allocations_ = 0;           // guarded by mu_
   int bad_frees_ = 0;             // guarded by mu_
   std::map<void*, size_t> live_;  // guarded by mu_
+  std::map<void*, size_t> adopted_;  // guarded by mu_
+  int adoptions_ = 0;                // guarded by mu_
 };
 
 // Hands out `successes` buffers from the heap, then refuses.
@@ -322,6 +366,148 @@ TEST_CASE("AllocatorThatFailsEndsTheStreamWithAnErrorNamingTheByteCount") {
     CHECK(stream.status().code() == StatusCode::kResourceExhausted);
     CHECK(stream.status().message().find(bytes) != std::string::npos);
   }
+}
+
+// The names in /dev/shm of segments `pid` created.
+std::vector<std::string> SegmentsOf(pid_t pid) {
+  std::vector<std::string> out;
+  const std::string prefix = "sluice-" + std::to_string(pid) + "-";
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) == 0) out.push_back(name);
+  }
+  return out;
+}
+
+TEST_CASE("SameHostStreamGoesThroughSharedMemoryWithTheSameBytesAndLeavesNoSegment") {
+  Served s;
+  std::vector<Contents> inline_batches, shared_batches;
+  {
+    auto client = Connect(s.server, 2, 4, nullptr, /*shared_memory=*/false);
+    auto stream = Open(*client);
+    inline_batches = NextAll(*stream);
+    CHECK(stream->shared_memory_batches() == 0);
+  }
+  {
+    auto client = Connect(s.server);
+    auto stream = Open(*client);
+    ReceivedBatch first;
+    bool end = false;
+    REQUIRE(stream->Next(&first, &end).ok());
+    // Attached: the server has already unlinked the name; the mappings stay.
+    CHECK(SegmentsOf(s.server.pid()).empty());
+    Result<v1::Stats> stats = client->GetStats();
+    REQUIRE(stats.ok());
+    CHECK(stats->shared_memory_streams() == 1);
+    // prefetch 2 + max_held 4 + 1 slots of one batch, and the header page.
+    CHECK(stats->shared_memory_bytes() == 4096 + 7 * ((kImageBytes + 4095) / 4096 * 4096));
+    shared_batches.emplace_back(first);
+    for (const Contents& c : NextAll(*stream)) shared_batches.push_back(c);
+    CHECK(stream->shared_memory_batches() == kBatches);
+  }
+  REQUIRE(inline_batches.size() == kBatches);
+  CHECK(shared_batches == inline_batches);
+}
+
+TEST_CASE("HeldSharedMemoryBatchesAreNotOverwrittenWhileTheServerWaitsForASlot") {
+  Served s;
+  std::vector<Contents> expected;
+  {
+    auto client = Connect(s.server, 2, 4, nullptr, /*shared_memory=*/false);
+    auto stream = Open(*client);
+    expected = NextAll(*stream);
+  }
+  // prefetch 1 + max_held 2 + 1 = 4 slots: with two held and one read ahead, the server has one
+  // slot left and then must wait for the consumer.
+  auto client = Connect(s.server, /*prefetch=*/1, /*max_held=*/2);
+  auto stream = Open(*client);
+  ReceivedBatch a, b;
+  bool end = false;
+  REQUIRE(stream->Take(&a, &end).ok());
+  REQUIRE(stream->Take(&b, &end).ok());
+  const Contents a_copy(a), b_copy(b);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(Contents(a) == a_copy);
+  CHECK(Contents(b) == b_copy);
+  CHECK(a_copy == expected[0]);
+  CHECK(b_copy == expected[1]);
+  a.lease.Release();
+  b.lease.Release();
+  std::vector<Contents> rest = TakeAll(*stream, 2);
+  REQUIRE(rest.size() == kBatches - 2);
+  CHECK(std::equal(rest.begin(), rest.end(), expected.begin() + 2));
+  CHECK(stream->shared_memory_batches() == kBatches);
+}
+
+TEST_CASE("ClientThatNeverMapsTheSegmentGetsOrdinaryBatchesAfterTwoSeconds") {
+  Served s;
+  // A plain gRPC client asking for shared memory and ignoring the segment it is offered.
+  auto channel = grpc::CreateChannel(s.server.address(), grpc::InsecureChannelCredentials());
+  auto stub = v1::DataService::NewStub(channel);
+  grpc::ClientContext context;
+  v1::StreamRequest request = Request();
+  request.set_shared_memory(true);
+  request.set_shared_memory_slots(4);
+  const auto start = std::chrono::steady_clock::now();
+  auto reader = stub->StreamBatches(&context, request);
+  v1::Batch batch;
+  REQUIRE(reader->Read(&batch));
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(waited >= 1.5);
+  CHECK_FALSE(batch.has_shared_memory());
+  CHECK(batch.images().size() == kImageBytes);
+  const auto& metadata = context.GetServerInitialMetadata();
+  auto it = metadata.find("sluice-shm-segment");
+  REQUIRE(it != metadata.end());
+  CHECK(SegmentsOf(s.server.pid()).empty());  // unlinked when the wait ended
+  int batches = 1;
+  while (reader->Read(&batch)) ++batches;
+  CHECK(reader->Finish().ok());
+  CHECK(batches == kBatches);
+}
+
+TEST_CASE("AllocatorAdoptsTheSharedSegmentItsBatchesAreReadFrom") {
+  // What lets a CUDA consumer page-lock the segment (PinnedAllocator: cudaHostRegister).
+  Served s;
+  auto allocator = std::make_shared<CountingAllocator>();
+  ClientOptions o;
+  o.targets = {s.server.address()};
+  o.allocator = allocator;
+  auto client = Client::Create(o);
+  REQUIRE(client.ok());
+  {
+    auto stream = Open(**client);
+    int batches = 0;
+    for (;;) {
+      ReceivedBatch b;
+      bool end = false;
+      REQUIRE(stream->Next(&b, &end).ok());
+      if (end) break;
+      CHECK(allocator->InAdopted(b.images.data(), b.images.size()));
+      ++batches;
+    }
+    CHECK(batches == kBatches);
+    CHECK(stream->shared_memory_batches() == kBatches);
+    CHECK(allocator->adoptions() == 1);
+    CHECK(allocator->allocations() == 0);  // no image buffer was needed
+  }
+  CHECK(allocator->adopted() == 0);  // unadopted before the segment was unmapped
+  CHECK(allocator->bad_frees() == 0);
+}
+
+TEST_CASE("ServerStartUpRemovesSegmentsOfServersThatAreGone") {
+  // A pid that existed and is gone: a child that has exited and been reaped.
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  REQUIRE(child > 0);
+  waitpid(child, nullptr, 0);
+  const std::string stale = "/dev/shm/sluice-" + std::to_string(child) + "-0-0123456789abcdef";
+  testing::WriteAll(stale, "left by a server killed before its client attached");
+  REQUIRE(std::filesystem::exists(stale));
+  Served s;
+  REQUIRE(s.server.running());
+  CHECK_FALSE(std::filesystem::exists(stale));
 }
 
 }  // namespace

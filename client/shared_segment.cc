@@ -53,14 +53,33 @@ Status Errno(const std::string& what, int error) {
   }
 }
 
-// A name no other live process uses: pid, a per-process counter, and randomness (an attacker
-// cannot pre-create it; O_EXCL refuses it anyway).
+// When process `pid` started (clock ticks after boot: field 22 of /proc/PID/stat); 0 when there
+// is no such process. With the pid it names a process uniquely, even across pid reuse.
+uint64_t StartTime(pid_t pid) {
+  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (f == nullptr) return 0;
+  char line[1024];
+  const size_t n = std::fread(line, 1, sizeof(line) - 1, f);
+  std::fclose(f);
+  line[n] = '\0';
+  const char* p = std::strrchr(line, ')');  // the command name may hold spaces and ')'
+  if (p == nullptr) return 0;
+  // Fields after the name start with the 3rd (state); the start time is the 22nd.
+  for (int field = 2; field < 22 && p != nullptr; ++field) p = std::strchr(p + 1, ' ');
+  return p == nullptr ? 0 : std::strtoull(p + 1, nullptr, 10);
+}
+
+// A name no other live process uses: pid and start time (which also tell RemoveStaleSegments
+// whether the creator still runs), a per-process counter, and randomness (an attacker cannot
+// pre-create it; O_EXCL refuses it anyway).
 std::string NewName() {
   static std::atomic<uint64_t> counter{0};
+  static const uint64_t start = StartTime(getpid());
   std::random_device rd;
   const uint64_t random = (uint64_t{rd()} << 32) ^ rd();
-  char buffer[96];
-  std::snprintf(buffer, sizeof(buffer), "/%s%d-%llu-%016llx", kPrefix, static_cast<int>(getpid()),
+  char buffer[128];
+  std::snprintf(buffer, sizeof(buffer), "/%s%d-%llu-%llu-%016llx", kPrefix,
+                static_cast<int>(getpid()), static_cast<unsigned long long>(start),
                 static_cast<unsigned long long>(counter.fetch_add(1)),
                 static_cast<unsigned long long>(random));
   return buffer;
@@ -68,16 +87,17 @@ std::string NewName() {
 
 }  // namespace
 
-SharedSegment::SharedSegment(std::string name, void* base, uint64_t total_bytes, bool owner,
+SharedSegment::SharedSegment(std::string name, void* base, uint64_t total_bytes, int slots,
+                             uint64_t slot_bytes, bool owner,
                              std::shared_ptr<BufferAllocator> adopter)
     : name_(std::move(name)),
       base_(base),
       total_bytes_(total_bytes),
       owner_(owner),
       adopter_(std::move(adopter)),
+      slots_(slots),
+      slot_bytes_(slot_bytes),
       linked_(owner) {
-  slots_ = static_cast<int>(header()->slots);
-  slot_bytes_ = header()->slot_bytes;
   if (adopter_ != nullptr) adopter_->Adopt(base_, total_bytes_);
 }
 
@@ -121,7 +141,8 @@ Result<std::shared_ptr<SharedSegment>> SharedSegment::Create(int slots, uint64_t
   h->attached.store(0, std::memory_order_relaxed);
   for (auto& s : h->state) s.store(0, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
-  return std::shared_ptr<SharedSegment>(new SharedSegment(name, base, total, /*owner=*/true));
+  return std::shared_ptr<SharedSegment>(
+      new SharedSegment(name, base, total, slots, slot, /*owner=*/true));
 }
 
 Result<std::shared_ptr<SharedSegment>> SharedSegment::Open(
@@ -138,6 +159,13 @@ Result<std::shared_ptr<SharedSegment>> SharedSegment::Open(
     close(fd);
     return Errno("stat shared segment " + name, e);
   }
+  // Only a segment of this user that no one else may write: another local user could otherwise
+  // plant one (bound to a port this client was pointed at) and change it under the client.
+  if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
+    close(fd);
+    return FailedPrecondition("shared segment " + name +
+                              " is not this user's alone (owner or mode); not mapping it");
+  }
   const uint64_t total = static_cast<uint64_t>(st.st_size);
   if (total < kPage) {
     close(fd);
@@ -147,19 +175,25 @@ Result<std::shared_ptr<SharedSegment>> SharedSegment::Open(
   const int map_error = errno;
   close(fd);
   if (base == MAP_FAILED) return Errno("map shared segment " + name, map_error);
-  const auto* h = static_cast<const Header*>(base);
-  const bool valid = std::memcmp(h->magic, kMagic, sizeof(kMagic)) == 0 && h->slots >= 1 &&
-                     h->slots <= kMaxSlots && h->slot_bytes > 0 && h->slot_bytes % kPage == 0 &&
-                     h->total_bytes == total &&
-                     h->slot_bytes <= (total - kPage) / h->slots;
+  // The header read once: what is checked is what is used, whatever changes in it later.
+  auto* h = static_cast<Header*>(base);
+  char magic[sizeof(kMagic)];
+  std::memcpy(magic, h->magic, sizeof(magic));
+  const uint32_t slots = h->slots;
+  const uint64_t slot_bytes = h->slot_bytes;
+  const uint64_t header_total = h->total_bytes;
+  const bool valid = std::memcmp(magic, kMagic, sizeof(kMagic)) == 0 && slots >= 1 &&
+                     slots <= kMaxSlots && slot_bytes > 0 && slot_bytes % kPage == 0 &&
+                     header_total == total && slot_bytes <= (total - kPage) / slots;
   if (!valid) {
     munmap(base, total);
     return DataLoss("shared segment " + name + " has a malformed header");
   }
-  std::shared_ptr<SharedSegment> segment(
-      new SharedSegment(name, base, total, /*owner=*/false, std::move(adopter)));
-  segment->header()->attached.store(1, std::memory_order_release);
-  return segment;
+  // Attached before adopting: page-locking a large mapping takes time the server is waiting.
+  h->attached.store(1, std::memory_order_release);
+  return std::shared_ptr<SharedSegment>(new SharedSegment(
+      name, base, total, static_cast<int>(slots), slot_bytes, /*owner=*/false,
+      std::move(adopter)));
 }
 
 bool SharedSegment::attached() const {
@@ -207,9 +241,14 @@ int RemoveStaleSegments() {
   while (const dirent* entry = readdir(dir)) {
     const std::string name = entry->d_name;
     if (name.rfind(kPrefix, 0) != 0) continue;
-    const long pid = std::strtol(name.c_str() + sizeof(kPrefix) - 1, nullptr, 10);
-    if (pid <= 0 || pid == getpid()) continue;
-    if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours
+    char* rest = nullptr;
+    const long pid = std::strtol(name.c_str() + sizeof(kPrefix) - 1, &rest, 10);
+    if (pid <= 0 || *rest != '-') continue;
+    const uint64_t start = std::strtoull(rest + 1, nullptr, 10);
+    // Its creator still runs when a process of that pid exists and started when it did (a
+    // server restarted under the same pid, e.g. 1 in a container, has another start time).
+    const bool exists = kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH;
+    if (exists && StartTime(static_cast<pid_t>(pid)) == start) continue;
     if (shm_unlink(("/" + name).c_str()) == 0) ++removed;
   }
   closedir(dir);
@@ -217,8 +256,11 @@ int RemoveStaleSegments() {
 }
 
 bool IsSameHostPeer(const std::string& peer) {
-  return peer.rfind("unix:", 0) == 0 || peer.rfind("ipv4:127.", 0) == 0 ||
-         peer.rfind("ipv6:[::1]", 0) == 0 || peer.rfind("ipv6:%5B::1%5D", 0) == 0;
+  for (const char* prefix : {"unix:", "unix-abstract:", "ipv4:127.", "ipv6:[::1]",
+                             "ipv6:%5B::1%5D", "ipv6:[::ffff:127."}) {
+    if (peer.rfind(prefix, 0) == 0) return true;
+  }
+  return false;
 }
 
 }  // namespace sluice

@@ -34,9 +34,10 @@ class SharedSegment {
  public:
   static constexpr int kMaxSlots = 64;
 
-  // Server: creates "/sluice-<pid>-<n>-<random>" with `slots` slots of at least slot_bytes,
-  // its space reserved up front (posix_fallocate: a full /dev/shm fails here, not with SIGBUS
-  // on a later write). ResourceExhausted or IOError naming the segment when it cannot.
+  // Server: creates "/sluice-<pid>-<start time>-<n>-<random>" with `slots` slots of at least
+  // slot_bytes, its space reserved up front (posix_fallocate: a full /dev/shm fails here, not
+  // with SIGBUS on a later write). ResourceExhausted or IOError naming the segment when it
+  // cannot.
   static Result<std::shared_ptr<SharedSegment>> Create(int slots, uint64_t slot_bytes);
   // Client: maps the segment a server named and marks it attached. DataLoss when it is not a
   // well-formed segment; NotFound, FailedPrecondition (permissions) or IOError when it cannot
@@ -67,8 +68,8 @@ class SharedSegment {
 
  private:
   struct Header;
-  SharedSegment(std::string name, void* base, uint64_t total_bytes, bool owner,
-                std::shared_ptr<BufferAllocator> adopter = nullptr);
+  SharedSegment(std::string name, void* base, uint64_t total_bytes, int slots,
+                uint64_t slot_bytes, bool owner, std::shared_ptr<BufferAllocator> adopter = nullptr);
   Header* header() const;
 
   const std::string name_;
@@ -76,13 +77,15 @@ class SharedSegment {
   const uint64_t total_bytes_;
   const bool owner_;
   const std::shared_ptr<BufferAllocator> adopter_;
-  int slots_ = 0;
-  uint64_t slot_bytes_ = 0;
+  const int slots_;            // as validated at Open: never re-read from the shared header
+  const uint64_t slot_bytes_;
   std::atomic<bool> linked_;
 };
 
-// Removes /dev/shm/sluice-<pid>-* segments of processes that no longer exist (servers killed
-// before their client attached). Returns how many it removed.
+// Removes /dev/shm/sluice-<pid>-<start>-* segments whose creating process no longer runs (servers
+// killed before their client attached): no process of that pid, or one that started at another
+// time. Processes in another pid namespace sharing this /dev/shm look gone too: give such
+// servers separate /dev/shm mounts. Returns how many it removed.
 int RemoveStaleSegments();
 
 // True when `peer` (grpc::ServerContext::peer()) is a unix: socket or a loopback address: a

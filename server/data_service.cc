@@ -32,19 +32,22 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
  public:
   // segment: the stream's shared-memory segment, already named in the initial metadata; null
   // for ordinary batches.
+  // segment: the stream's shared-memory segment, already named in the initial metadata and
+  // reserved in the registry; null for ordinary batches.
   BatchWriter(JobRegistry* registry, std::shared_ptr<Job> job,
               std::shared_ptr<SharedSegment> segment, SlotWatcher* watcher)
       : registry_(registry),
         job_(std::move(job)),
         counters_(&registry->counters(job_->dataset())),
+        offered_(segment != nullptr),
         segment_(std::move(segment)),
         watcher_(watcher) {
     job_->Attach(this);
-    if (segment_ == nullptr) {
+    if (!offered_) {
       job_->Want(this);
       return;
     }
-    registry_->CountSharedMemory(static_cast<int64_t>(segment_->total_bytes()), 1);
+    reserved_ = static_cast<int64_t>(segment_->total_bytes());
     StartSendInitialMetadata();
     const auto deadline = std::chrono::steady_clock::now() + kAttachTimeout;
     watcher_->Watch(
@@ -53,9 +56,17 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
           return segment_->attached() || std::chrono::steady_clock::now() >= deadline;
         },
         [this] {
-          // Attached: the name is no longer needed (the mappings stay). Not: ordinary batches.
-          shared_ = segment_->attached();
+          // Attached: the name is no longer needed (the mappings stay). Not: ordinary batches,
+          // and the segment's memory goes back now rather than with the stream.
           segment_->Unlink();
+          if (segment_->attached()) {
+            registry_->CountSharedMemoryStream(1);
+            shared_ = true;
+          } else {
+            segment_.reset();
+            registry_->ReleaseSharedMemory(reserved_);
+            reserved_ = 0;
+          }
           WantIfOpen();
         });
   }
@@ -130,9 +141,12 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
   }
 
   void OnDone() override {
-    if (segment_ != nullptr) {
+    if (offered_) {
+      // After Cancel the watcher's ready() is not running and will not run: reserved_ and
+      // shared_ are settled.
       watcher_->Cancel(this);
-      registry_->CountSharedMemory(-static_cast<int64_t>(segment_->total_bytes()), -1);
+      if (reserved_ > 0) registry_->ReleaseSharedMemory(reserved_);
+      if (shared_) registry_->CountSharedMemoryStream(-1);
     }
     job_->Detach(this);
     registry_->Close(std::move(job_));
@@ -203,8 +217,12 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
   JobRegistry* const registry_;
   std::shared_ptr<Job> job_;
   DatasetCounters* const counters_;
-  const std::shared_ptr<SharedSegment> segment_;  // null: ordinary batches
+  const bool offered_;  // a segment was named to the client (the watcher is in use)
+  // Null for ordinary batches; reset by the watcher's ready() when the client did not attach
+  // (before any Want, so nothing else reads it then).
+  std::shared_ptr<SharedSegment> segment_;
   SlotWatcher* const watcher_;
+  int64_t reserved_ = 0;  // registry bytes held for segment_; ready() and OnDone only
   // Images go through segment_: set (before the first Want) once the client attached.
   std::atomic<bool> shared_{false};
   grpc::ByteBuffer out_;  // the write in flight
@@ -311,8 +329,17 @@ std::shared_ptr<SharedSegment> DataService::SharedSegmentFor(grpc::CallbackServe
   const uint64_t slot_bytes = uint64_t(options.batch_size) * options.height * options.width * 3;
   const uint64_t limit = static_cast<uint64_t>(config_.max_shared_memory_bytes());
   if (slots < 2 || slots > SharedSegment::kMaxSlots || slot_bytes * slots > limit) return nullptr;
+  // Reserved before it exists, at its size with the header and the slots' page rounding.
+  const int64_t bytes =
+      static_cast<int64_t>(4096 + (slot_bytes + 4095) / 4096 * 4096 * static_cast<uint64_t>(slots));
+  if (!registry_->ReserveSharedMemory(bytes)) return nullptr;
   Result<std::shared_ptr<SharedSegment>> segment = SharedSegment::Create(slots, slot_bytes);
+  if (segment.ok() && static_cast<int64_t>((*segment)->total_bytes()) != bytes) {
+    segment = Internal("shared segment size " + std::to_string((*segment)->total_bytes()) +
+                       " is not the " + std::to_string(bytes) + " reserved");
+  }
   if (!segment.ok()) {
+    registry_->ReleaseSharedMemory(bytes);
     // Ordinary batches still work; say once why this host's clients do not get shared memory.
     if (!shared_memory_warned_.exchange(true)) {
       std::fprintf(stderr, "sluice serve: shared memory unavailable, sending batches inline: %s\n",

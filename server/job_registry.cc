@@ -240,6 +240,14 @@ void JobRegistry::Reap() {
   }
 }
 
+bool JobRegistry::ReserveSharedMemory(int64_t bytes) {
+  int64_t used = shared_memory_bytes_.load();
+  do {
+    if (used + bytes > config_.max_shared_memory_bytes()) return false;
+  } while (!shared_memory_bytes_.compare_exchange_weak(used, used + bytes));
+  return true;
+}
+
 void JobRegistry::FillStats(const std::string& dataset, v1::Stats* out) const {
   out->set_uptime_seconds(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());

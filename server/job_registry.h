@@ -56,11 +56,12 @@ class JobRegistry {
 
   DatasetCounters& counters(const std::string& dataset);
   void FillStats(const std::string& dataset, v1::Stats* out) const;
-  // A same-host stream's shared-memory segment of `bytes` opened (+) or closed (-).
-  void CountSharedMemory(int64_t bytes, int streams) {
-    shared_memory_bytes_.fetch_add(bytes);
-    shared_memory_streams_.fetch_add(streams);
-  }
+  // Same-host streams' shared-memory segments, together at most max_shared_memory_bytes:
+  // false (nothing reserved) when `bytes` more would pass it.
+  bool ReserveSharedMemory(int64_t bytes);
+  void ReleaseSharedMemory(int64_t bytes) { shared_memory_bytes_.fetch_sub(bytes); }
+  // Streams whose client attached to their segment.
+  void CountSharedMemoryStream(int delta) { shared_memory_streams_.fetch_add(delta); }
   int active_streams() const { return streams_.load(); }
   int64_t memory_reserved() const;
 

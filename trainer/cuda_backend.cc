@@ -18,6 +18,10 @@ CudaBackend::CudaBackend(const ModelConfig& config, const CudaBackendOptions& op
 
 CudaBackend::~CudaBackend() {
   // Nothing may still read or write the buffers the members' destructors free.
+  Synchronize();
+}
+
+void CudaBackend::Synchronize() {
   if (compute_.get() != nullptr) cudaStreamSynchronize(compute_.get());
   if (copy_.get() != nullptr) cudaStreamSynchronize(copy_.get());
 }

@@ -103,6 +103,10 @@ class CudaBackend {
   // One micro-batch step, synchronously (tests): Stage, Enqueue(first, last), Wait.
   Result<CudaStepOutcome> Step(std::span<const uint8_t> images, std::span<const int32_t> labels,
                                float lr, bool update);
+  // Waits for everything enqueued on both streams (copies included): after it, no staged batch
+  // is read any more. For error paths that drop batches before their step's Wait.
+  void Synchronize();
+
   // The forward pass alone (evaluation), synchronously.
   Result<StepResult> Forward(std::span<const uint8_t> images, std::span<const int32_t> labels);
 

@@ -21,8 +21,11 @@ struct LossScaleOptions {
   float growth = 2.0f;
   float backoff = 0.5f;
   int growth_interval = 2000;  // clean steps in a row before the scale grows
-  float min_scale = 1.0f;      // the scale never backs off below this
-  float max_scale = 16777216.0f;  // 2^24: never grows above this
+  float min_scale = 1.0f;  // the scale never backs off below this
+  // Never grows above this. The scale multiplies the gradient of the SUMMED loss, so a sample's
+  // logit gradient is up to the scale itself: past fp16's largest value, 65504, any confidently
+  // wrong sample overflows. Growing beyond 2^16 would only buy skipped steps.
+  float max_scale = 65536.0f;
 };
 
 struct LossScaleState {

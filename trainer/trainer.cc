@@ -426,6 +426,15 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
         ahead.clear();
       }
       if (batches.empty()) break;
+      // On an error return below, the batches' leases go while their copies to the device may
+      // still run: wait for the device first (destroyed before `batches`, declared after it).
+      struct SyncOnError {
+        CudaBackend* gpu;
+        bool armed = true;
+        ~SyncOnError() {
+          if (armed) gpu->Synchronize();
+        }
+      } sync_on_error{gpu.get()};
       for (const ReceivedBatch& b : batches) samples += b.meta.n;
       int ticket = -1;
       for (size_t k = 0; k < batches.size(); ++k) {
@@ -439,6 +448,7 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
       // Overlap: fetch the next step's batches while the device computes this one.
       if (step + 1 < end_step) RETURN_IF_ERROR(fetch_step(&ahead, nullptr));
       ASSIGN_OR_RETURN(const CudaStepOutcome outcome, gpu->Wait(ticket));
+      sync_on_error.armed = false;
       // Data wait on the GPU: the time the device sat idle before this step.
       step_wait += std::chrono::duration_cast<Clock::duration>(
           std::chrono::duration<double>(outcome.idle_seconds));

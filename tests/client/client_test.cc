@@ -461,10 +461,33 @@ TEST_CASE("ClientThatNeverMapsTheSegmentGetsOrdinaryBatchesAfterTwoSeconds") {
   auto it = metadata.find("sluice-shm-segment");
   REQUIRE(it != metadata.end());
   CHECK(SegmentsOf(s.server.pid()).empty());  // unlinked when the wait ended
+  {
+    // ... and its memory given back: no segment is held for a stream that does not use one.
+    grpc::ClientContext stats_context;
+    v1::Stats stats;
+    REQUIRE(stub->GetStats(&stats_context, v1::GetStatsRequest(), &stats).ok());
+    CHECK(stats.shared_memory_bytes() == 0);
+    CHECK(stats.shared_memory_streams() == 0);
+  }
   int batches = 1;
   while (reader->Read(&batch)) ++batches;
   CHECK(reader->Finish().ok());
   CHECK(batches == kBatches);
+}
+
+TEST_CASE("StreamsPastTheServersSharedMemoryLimitGetOrdinaryBatches") {
+  TempDir dir;
+  testing::WriteTestShards(dir, 4, 40);
+  testing::WriteAll(dir.file("sluice.textproto"),
+                    "listen: \"127.0.0.1:0\"\nmax_shared_memory_bytes: 100000\n"
+                    "datasets { name: \"train\" pipeline { files: \"" +
+                        dir.file("shard-*.tfrecord") + "\" } }\n");
+  ServerProcess server({"--config", dir.file("sluice.textproto")});
+  auto client = Connect(server);  // 7 slots of 30 KiB: more than 100,000 bytes
+  auto stream = Open(*client);
+  const std::vector<Contents> got = NextAll(*stream);
+  CHECK(got.size() == kBatches);
+  CHECK(stream->shared_memory_batches() == 0);
 }
 
 TEST_CASE("AllocatorAdoptsTheSharedSegmentItsBatchesAreReadFrom") {

@@ -78,10 +78,38 @@ TEST_CASE("OpenRefusesNamesAndSegmentsThatAreNotSluices") {
   CHECK(garbage.message().find(name) != std::string::npos);
 }
 
+TEST_CASE("OpenRefusesASegmentOthersMayWrite") {
+  auto created = SharedSegment::Create(2, 4096);
+  REQUIRE(created.ok());
+  const std::string path = "/dev/shm" + (*created)->name();
+  std::filesystem::permissions(path, std::filesystem::perms::others_write,
+                               std::filesystem::perm_options::add);
+  const Status s = SharedSegment::Open((*created)->name()).status();
+  CHECK(s.code() == StatusCode::kFailedPrecondition);
+  CHECK(s.message().find("not this user's alone") != std::string::npos);
+}
+
+TEST_CASE("StaleSegmentsAreThoseOfProcessesThatNoLongerRun") {
+  auto mine = SharedSegment::Create(2, 4096);
+  REQUIRE(mine.ok());
+  // This pid with another start time: a predecessor that had the same pid (pid 1 in a
+  // container), gone.
+  const std::string stale =
+      "/sluice-" + std::to_string(getpid()) + "-999999999999-0-00000000000000ff";
+  const int fd = shm_open(stale.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  REQUIRE(fd >= 0);
+  close(fd);
+  CHECK(RemoveStaleSegments() >= 1);
+  CHECK_FALSE(std::filesystem::exists("/dev/shm" + stale));
+  CHECK(std::filesystem::exists("/dev/shm" + (*mine)->name()));  // its creator runs
+}
+
 TEST_CASE("SameHostPeersAreUnixSocketsAndLoopback") {
   CHECK(IsSameHostPeer("unix:/tmp/sluice.sock"));
   CHECK(IsSameHostPeer("ipv4:127.0.0.1:52344"));
   CHECK(IsSameHostPeer("ipv6:[::1]:52344"));
+  CHECK(IsSameHostPeer("unix-abstract:sluice"));
+  CHECK(IsSameHostPeer("ipv6:[::ffff:127.0.0.1]:52344"));
   CHECK_FALSE(IsSameHostPeer("ipv4:10.0.0.7:52344"));
   CHECK_FALSE(IsSameHostPeer("ipv6:[fe80::1]:52344"));
 }

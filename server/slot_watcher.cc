@@ -1,5 +1,6 @@
 #include "server/slot_watcher.h"
 
+#include <algorithm>
 #include <chrono>
 #include <iterator>
 
@@ -32,10 +33,16 @@ void SlotWatcher::Cancel(const void* owner) {
 }
 
 void SlotWatcher::Run() {
+  // Polls every 200 µs after something changed, backing off to 2 ms while nothing does (a
+  // trainer slower than the server keeps its stream waiting for slots most of the time).
+  constexpr auto kFastest = std::chrono::microseconds(200);
+  constexpr auto kSlowest = std::chrono::microseconds(2000);
+  auto interval = kFastest;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     cv_.wait(lock, [this] { return stop_ || !entries_.empty(); });
     if (stop_) return;
+    bool any_fired = false;
     // One pass: each entry's check (and ready) runs without the lock, marked as running so
     // that Cancel of its owner waits for it; meanwhile only other owners' entries can go (list
     // iterators to the others stay valid) and new ones are appended.
@@ -46,11 +53,17 @@ void SlotWatcher::Run() {
       if (fired) it->ready();
       lock.lock();
       running_ = nullptr;
+      any_fired |= fired;
       it = fired ? entries_.erase(it) : std::next(it);
       cv_.notify_all();
       if (stop_) return;
     }
-    cv_.wait_for(lock, std::chrono::microseconds(200), [this] { return stop_; });
+    interval = any_fired ? kFastest : std::min(interval * 2, kSlowest);
+    const size_t watched = entries_.size();
+    // A new watch resets the pace: its condition may already hold.
+    if (cv_.wait_for(lock, interval, [&] { return stop_ || entries_.size() > watched; })) {
+      interval = kFastest;
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Benchmark of the Python client against the C++ client (`sluice profile --target`), both reading
-# the same `sluice serve` on this machine over TCP loopback (batch 256, 224x224):
+# the same `sluice serve` on this machine over TCP loopback (batch 256, 224x224) — the C++ client
+# through the socket too (--no-shared-memory), as the Python client does not use shared memory:
 #   - uncached TRAIN: the server's decode is the bottleneck, so a client's own CPU time (shared
 #     cores) shows as lost images/s; goal: Python >= 90% of C++
 #   - warm DECODED cache: raw delivery, the clients' receive paths alone
@@ -49,7 +50,7 @@ measure() {  # CLIENT DATASET WARMUP BATCHES -> one JSON line
   case "$1" in
     cpp) /usr/bin/time -f '%U %S' -o "$work/time" "$sluice" profile --target "$tcp" \
            --dataset "$2" --batch-size 256 --image-size 224 --warmup-batches "$3" \
-           --batches "$4" --json > "$work/out"
+           --batches "$4" --no-shared-memory --json > "$work/out"
          python3 -c 'import json, sys
 j = json.load(open(sys.argv[1])); u, s = map(float, open(sys.argv[2]).read().split()[-2:])
 print(json.dumps({"images_per_sec": j["images_per_sec"],

@@ -55,11 +55,18 @@ struct CommandResult {
   std::string err;  // stderr
 };
 
+// The `sluice` binary the tests run: $SLUICE_BIN when set (binaries run away from their build
+// tree, e.g. on the lent GPU machine), else the one this build made.
+inline std::string SluiceBinary() {
+  const char* env = std::getenv("SLUICE_BIN");
+  return env != nullptr && *env != '\0' ? env : SLUICE_BINARY;
+}
+
 // Runs `sluice <args>` (args are passed to the shell as written) and captures both streams.
 inline CommandResult RunSluice(const std::string& args) {
   TempDir tmp;
   std::string out_path = tmp.file("stdout"), err_path = tmp.file("stderr");
-  std::string cmd = std::string(SLUICE_BINARY) + " " + args + " >" + out_path + " 2>" + err_path +
+  std::string cmd = SluiceBinary() + " " + args + " >" + out_path + " 2>" + err_path +
                     " </dev/null";
   int rc = std::system(cmd.c_str());
   CommandResult r;

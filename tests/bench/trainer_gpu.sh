@@ -25,7 +25,7 @@ echo "results in $out"
 
 nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || echo "nvidia-smi failed" >&2
 if [ -n "${BIN_DIR:-}" ]; then
-  bin=$BIN_DIR  # packed by tests/bench/device_pack.sh
+  bin=$(cd "$BIN_DIR" && pwd)  # packed by tests/bench/device_pack.sh
 else
   bin=$build/bin
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release > "$out/cmake.txt" 2>&1 ||
@@ -37,7 +37,11 @@ else
 fi
 
 # The gpu-labelled tests (tests/trainer/cuda_*_test.cc), run directly: exit 77 means skipped.
-"$bin/trainer_cuda_backend_test" > "$out/ctest_gpu.txt" 2>&1
+# They start `sluice` (synth, serve) from $SLUICE_BIN and take photos from $SLUICE_PHOTOS, not
+# the paths of the tree they were built in.
+photos=$(realpath "${PHOTOS:-/usr/share/backgrounds/mate/nature}")
+SLUICE_BIN="$bin/sluice" SLUICE_PHOTOS="$photos" \
+  "$bin/trainer_cuda_backend_test" > "$out/ctest_gpu.txt" 2>&1
 ctest_rc=$?
 tail -15 "$out/ctest_gpu.txt"
 

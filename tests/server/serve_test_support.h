@@ -23,17 +23,18 @@ class ServerProcess {
   explicit ServerProcess(std::vector<std::string> args) {
     int out[2];
     if (pipe(out) != 0) throw std::runtime_error("pipe");
+    // Built before fork: the child of a threaded process should not allocate.
+    std::string bin = SluiceBinary(), serve = "serve";
+    std::vector<char*> argv;
+    argv.push_back(bin.data());
+    argv.push_back(serve.data());
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
     pid_ = fork();
     if (pid_ == 0) {
       dup2(out[1], 1);
       close(out[0]);
       close(out[1]);
-      std::vector<char*> argv;
-      std::string bin = SLUICE_BINARY, serve = "serve";
-      argv.push_back(bin.data());
-      argv.push_back(serve.data());
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
       execv(bin.c_str(), argv.data());
       _exit(127);
     }

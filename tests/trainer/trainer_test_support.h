@@ -3,6 +3,7 @@
 // options sized to train on it in seconds.
 #pragma once
 
+#include <cstdlib>
 #include <string>
 
 #include "tests/server/serve_test_support.h"
@@ -12,8 +13,13 @@ namespace sluice::testing {
 
 struct SynthServer {
   explicit SynthServer(int num_classes = 4) {
+    // $SLUICE_PHOTOS where Debian's mate-backgrounds is not installed (the lent GPU machine).
+    const char* photos = std::getenv("SLUICE_PHOTOS");
     const CommandResult synth = RunSluice(
-        "synth --photos /usr/share/backgrounds/mate/nature --classes 4 --images 400 "
+        "synth --photos " +
+        std::string(photos != nullptr && *photos != '\0' ? photos
+                                                          : "/usr/share/backgrounds/mate/nature") +
+        " --classes 4 --images 400 "
         "--val-fraction 0.2 --shards 4 --val-shards 1 --seed 1 --threads 2 --out " +
         dir.file("data"));
     if (synth.exit_code != 0) throw std::runtime_error("sluice synth failed: " + synth.err);

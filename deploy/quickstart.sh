@@ -2,7 +2,7 @@
 # From a fresh Debian 12 machine to a demo data set: installs what is missing, builds `sluice`,
 # makes an ImageNet-like demo set from the photos of Debian's mate-backgrounds, inspects it, runs
 # the training pipeline over it in-process, then serves it with `sluice serve`, streams from it, and
-# trains a small classifier on it for about two minutes with `sluice-trainer` (CPU backend).
+# trains a small classifier on it for about a minute with `sluice-trainer` (CPU backend).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 demo="$root/build/demo"
@@ -45,10 +45,10 @@ done
 echo "== streaming from it over gRPC (what a trainer sees)"
 "$sluice" profile --target 127.0.0.1:50051 --dataset train --batch-size 128 --image-size 224 \
   --batches 20
-echo "== training on it for about two minutes (sluice-trainer, CPU backend, 64x64 images)"
+echo "== training on it for about a minute (sluice-trainer, CPU backend, 64x64 images)"
 "$root/build/bin/sluice-trainer" --target 127.0.0.1:50051 --dataset train --eval-dataset val \
-  --steps 200 --batch-size 64 --image-size 64 --patch 8 --width 128 --depth 2 \
-  --log-every 20 --eval-every 100 | tee "$demo/train.log"
+  --steps 100 --batch-size 64 --image-size 64 --patch 8 --width 128 --depth 2 \
+  --log-every 10 --eval-every 50 | tee "$demo/train.log"
 echo "== summary: $(tail -n 1 "$demo/train.log")"
 kill -TERM $server
 wait $server

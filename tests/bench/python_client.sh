@@ -5,8 +5,9 @@
 #   - uncached TRAIN: the server's decode is the bottleneck, so a client's own CPU time (shared
 #     cores) shows as lost images/s; goal: Python >= 90% of C++
 #   - warm DECODED cache: raw delivery, the clients' receive paths alone
-# Python runs twice: with glibc's malloc defaults and after sluice.tune_malloc(). Rounds alternate
-# the three clients; the median of each is reported.
+# Python runs three times: with glibc's malloc defaults, after sluice.tune_malloc(), and with
+# shared_memory=True (images in place in the server's segment; vs the C++ client through shared
+# memory too: cpp-shm). Rounds alternate the clients; the median of each is reported.
 #   tests/bench/python_client.sh [DATA_DIR] [ROUNDS]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -31,11 +32,11 @@ start_bench_server "$data" "$work"
 cat > "$work/python_client.py" <<'PY'
 import json, resource, sys, time
 import sluice
-target, dataset, warmup, batches, tune = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
+target, dataset, warmup, batches, tune, shm = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:7])
 if tune:
     assert sluice.tune_malloc()
 with sluice.Client(target) as client:
-    with client.stream(dataset, batch_size=256, image_size=224) as stream:
+    with client.stream(dataset, batch_size=256, image_size=224, shared_memory=bool(shm)) as stream:
         for _ in range(warmup):
             next(stream)
         r0, t0, images = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter(), 0
@@ -48,23 +49,27 @@ PY
 
 measure() {  # CLIENT DATASET WARMUP BATCHES -> one JSON line
   case "$1" in
-    cpp) /usr/bin/time -f '%U %S' -o "$work/time" "$sluice" profile --target "$tcp" \
+    cpp|cpp-shm)
+         shm_flag=--no-shared-memory
+         [ "$1" = cpp-shm ] && shm_flag=
+         /usr/bin/time -f '%U %S' -o "$work/time" "$sluice" profile --target "$tcp" \
            --dataset "$2" --batch-size 256 --image-size 224 --warmup-batches "$3" \
-           --batches "$4" --no-shared-memory --json > "$work/out"
+           --batches "$4" $shm_flag --json > "$work/out"
          python3 -c 'import json, sys
 j = json.load(open(sys.argv[1])); u, s = map(float, open(sys.argv[2]).read().split()[-2:])
 print(json.dumps({"images_per_sec": j["images_per_sec"],
                   "cpu_ms_per_batch": 1000 * (u + s) / (int(sys.argv[3]) + int(sys.argv[4]))}))' \
            "$work/out" "$work/time" "$3" "$4" ;;
-    python) "$python" "$work/python_client.py" "$tcp" "$2" "$3" "$4" 0 ;;
-    python-tuned) "$python" "$work/python_client.py" "$tcp" "$2" "$3" "$4" 1 ;;
+    python) "$python" "$work/python_client.py" "$tcp" "$2" "$3" "$4" 0 0 ;;
+    python-tuned) "$python" "$work/python_client.py" "$tcp" "$2" "$3" "$4" 1 0 ;;
+    python-shm) "$python" "$work/python_client.py" "$tcp" "$2" "$3" "$4" 0 1 ;;
   esac
 }
 
 for case in "train 2 40" "cached 30 100"; do
   set -- $case
   for ((r = 0; r < rounds; ++r)); do
-    for client in cpp python python-tuned; do
+    for client in cpp python python-tuned cpp-shm python-shm; do
       echo "$client $(measure "$client" "$1" "$2" "$3")" >> "$work/$1.results"
     done
   done

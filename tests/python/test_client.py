@@ -5,6 +5,7 @@ and tf.data adapters.
 Torch tests have "torch" in their names: ctest runs them in build/venv-torch (Debian's PyTorch) and
 the rest in build/venv (TensorFlow); in a venv without torch or TensorFlow those tests skip.
 """
+import gc
 import hashlib
 import signal
 import struct
@@ -159,6 +160,58 @@ def test_stream_yields_a_zero_copy_view_of_each_message(client):
         base = base.base
     assert isinstance(base, bytes) and len(base) > images.nbytes
     assert images.std() > 10  # real pixels, not zeros
+
+
+def _wait_for(condition, seconds=5.0):
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.01)
+    return condition()
+
+
+def test_shared_memory_stream_equals_the_socket_stream_and_gives_its_slots_back(client):
+    socket = [digest(*b) for b in client.stream("train", batch_size=24, seed=11, epochs=2)]
+    with client.stream("train", batch_size=24, seed=11, epochs=2, shared_memory=True) as stream:
+        shared = []
+        for images, labels, position in stream:
+            assert not images.flags.writeable and not images.flags.owndata
+            shared.append(digest(images, labels, position))
+        assert stream.shared_memory_batches == len(socket)
+    assert shared == socket
+    stats = client.stats()
+    assert _wait_for(lambda: client.stats().shared_memory_streams == 0), stats
+
+
+def test_holding_more_than_max_held_shared_batches_raises_instead_of_waiting(client):
+    socket = [digest(*b) for b in client.stream("train", batch_size=16, seed=5, epochs=1)]
+    stream = client.stream("train", batch_size=16, seed=5, epochs=1, shared_memory=True,
+                           max_held=2, prefetch=1)
+    with stream:
+        held = [next(stream), next(stream)]
+        time.sleep(0.3)  # the server fills what slots are free, then must wait for ours
+        with pytest.raises(sluice.SluiceError) as e:
+            next(stream)
+        assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION
+        assert "max_held" in e.value.message
+        # Held batches were never overwritten.
+        assert [digest(*b) for b in held] == socket[:2]
+        first = held.pop(0)
+        images = first.images[1:]  # a view of its images keeps its slot too
+        expected = np.array(images)
+        del first
+        gc.collect()
+        with pytest.raises(sluice.SluiceError):
+            next(stream)
+        time.sleep(0.1)
+        assert np.array_equal(images, expected)
+        del images
+        held.clear()
+        assert _wait_for(lambda: stream._reader.held.value == 0)
+        # A plain loop holds one batch (the loop variable's) while it asks for the next.
+        rest = [digest(*b) for b in stream]
+    assert stream.shared_memory_batches == len(socket)
+    assert rest == socket[2:]
 
 
 def test_stream_equals_a_plain_protobuf_client_for_the_same_seed(server, client):
@@ -358,6 +411,23 @@ def test_torch_dataset_feeds_a_model_through_optimizer_steps(server):
             break
     assert len(losses) == 5 and all(np.isfinite(losses))
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_torch_dataset_over_shared_memory_gives_the_socket_streams_tensors(server):
+    torch = pytest.importorskip("torch")
+    import sluice.torch
+    args = dict(batch_size=16, image_size=32, seed=9, epochs=1)
+    socket = [(images.clone(), labels.clone()) for images, labels in
+              torch.utils.data.DataLoader(sluice.torch.SluiceDataset(server.target, "train",
+                                                                     **args), batch_size=None)]
+    shared = torch.utils.data.DataLoader(
+        sluice.torch.SluiceDataset(server.target, "train", shared_memory=True, **args),
+        batch_size=None)
+    got = 0
+    for (images, labels), (want_images, want_labels) in zip(shared, socket):
+        assert torch.equal(images, want_images) and torch.equal(labels, want_labels)
+        got += 1
+    assert got == len(socket) == -(-IMAGES // 16)
 
 
 def test_torch_dataloader_workers_take_disjoint_shards(server):

@@ -12,6 +12,7 @@ import time
 
 import grpc
 
+from sluice import _shm
 from sluice._errors import SluiceError
 from sluice._wire import decode_batch
 from sluice.v1 import config_pb2, service_pb2, service_pb2_grpc
@@ -90,7 +91,7 @@ class Client:
 
     def stream(self, dataset, batch_size=None, image_size=None, mode=None, seed=None,
                epochs=None, shard=None, job_name=None, start_position=None,
-               drop_remainder=None, prefetch=2):
+               drop_remainder=None, prefetch=2, shared_memory=False, max_held=4):
         """Streams ready batches of `dataset`. Returns a BatchStream: iterate it for
         (images, labels, position) — images uint8 [N, H, W, 3] (a read-only view of the received
         message), labels int32 [N], position a Position.
@@ -105,6 +106,13 @@ class Client:
         start_position: resume a private stream (a Position, or (epoch, index, end_record)): give
             the last kept batch's position.after().
         prefetch: batches read ahead (at least 1).
+        shared_memory: from a server on this host (unix: or loopback target; x86-64), take the
+            images from a shared-memory segment in place instead of through the socket. Each
+            batch's images then hold a slot of the segment until nothing references them, and at
+            most `max_held` such batches may be held at once: one more next() raises
+            SluiceError(FAILED_PRECONDITION) rather than wait for a slot only the caller can
+            free. Falls back to ordinary batches when the server declines or the segment cannot
+            be mapped.
 
         A request the server refuses raises SluiceError here, with the server's status and
         message; errors later in the stream are raised by the iteration.
@@ -137,7 +145,13 @@ class Client:
             request.drop_remainder = drop_remainder
         if prefetch < 1:
             raise ValueError("prefetch must be at least 1")
-        return BatchStream(_Reader(self, request, prefetch))
+        if max_held < 1:
+            raise ValueError("max_held must be at least 1")
+        if shared_memory and _shm.supported() and _shm.is_local(self.target):
+            request.shared_memory = True
+            # Read ahead, being queued, and held: the server never waits on a slot we cannot free.
+            request.shared_memory_slots = prefetch + max_held + 1
+        return BatchStream(_Reader(self, request, prefetch), max_held)
 
     def close(self):
         """Closes the channel of datasets() and stats(); streams have their own."""
@@ -176,8 +190,9 @@ class BatchStream:
     Close it (or use it as a context manager) to stop a stream before its end.
     """
 
-    def __init__(self, reader):
+    def __init__(self, reader, max_held=4):
         self._reader = reader
+        self._max_held = max_held
         self._done = False
         self.position = None  # of the last batch handed out
         # As the C++ client: wait for the first batch or the final status, so that a request the
@@ -194,6 +209,12 @@ class BatchStream:
     def __next__(self):
         if self._done:
             raise StopIteration
+        held = self._reader.held.value
+        if held >= self._max_held:
+            raise SluiceError(grpc.StatusCode.FAILED_PRECONDITION,
+                              "holding %d shared-memory batches (max_held): drop one (and the "
+                              "arrays or tensors made from it) before the next" % held,
+                              self._reader.target)
         if self._first is not None:
             item, self._first = self._first, None
         else:
@@ -204,6 +225,9 @@ class BatchStream:
         if isinstance(item, SluiceError):
             self.close()
             raise item
+        if isinstance(item, _Shared):
+            item.token.hand_over()
+            item = item.batch
         self.position = item.position
         return item
 
@@ -211,6 +235,11 @@ class BatchStream:
     def reconnects(self):
         """Reconnections made so far."""
         return self._reader.reconnects
+
+    @property
+    def shared_memory_batches(self):
+        """Batches received so far whose images came through shared memory."""
+        return self._reader.shared_batches
 
     @property
     def skipped_records(self):
@@ -235,6 +264,38 @@ class BatchStream:
             reader.stop(join=False)
 
 
+class _Token:
+    """A shared-memory batch's claim on the held count, from hand-over to release."""
+
+    __slots__ = ("held", "handed", "attached", "lock")
+
+    def __init__(self, held):
+        self.held = held
+        self.handed = False
+        self.attached = False  # set when the batch's images are a view of a slot
+        self.lock = threading.Lock()
+
+    def hand_over(self):
+        with self.lock:
+            self.handed = True
+            self.held.add(1)
+
+    def release(self):  # the slot is free again (any thread, possibly the garbage collector's)
+        with self.lock:
+            if self.handed:
+                self.held.add(-1)
+                self.handed = False
+
+
+class _Shared:
+    """A queued batch whose images are in a shared-memory slot."""
+
+    __slots__ = ("batch", "token")
+
+    def __init__(self, batch, token):
+        self.batch, self.token = batch, token
+
+
 class _Reader:
     """The thread that receives, parses and queues a stream's batches, reconnecting on
     UNAVAILABLE. It holds no reference to its BatchStream, so an abandoned stream is collected and
@@ -250,6 +311,9 @@ class _Reader:
         self._call = None  # the call in progress; guarded by _lock
         self.reconnects = 0       # written by the reader thread only
         self.skipped_records = 0  # written by the reader thread only
+        self.shared_batches = 0   # written by the reader thread only
+        self.held = _shm.HeldCount()
+        self.target = client.target
         self._thread = threading.Thread(target=self._run, name="sluice-stream", daemon=True)
         self._thread.start()
 
@@ -274,6 +338,18 @@ class _Reader:
             except queue.Full:
                 pass
         return False
+
+    @staticmethod
+    def _map_segment(call):
+        """The segment a server that agreed to shared memory names, mapped; None when it did not
+        or when this process cannot map it (the server then sends ordinary batches)."""
+        for key, value in call.initial_metadata() or ():
+            if key == _shm.SEGMENT_KEY:
+                try:
+                    return _shm.Segment(value if isinstance(value, str) else value.decode())
+                except (OSError, SluiceError):
+                    return None
+        return None
 
     def _run(self):
         try:
@@ -309,12 +385,19 @@ class _Reader:
                     call = method(request, metadata=client._metadata)
                     self._call = call
                 try:
+                    segment = self._map_segment(call) if request.shared_memory else None
                     for message in call:
-                        batch, skipped = decode_batch(message)
+                        token = _Token(self.held)
+                        batch, skipped = decode_batch(message, segment, token)
                         self.skipped_records += skipped
+                        if token.attached:
+                            self.shared_batches += 1
+                            batch = _Shared(batch, token)
                         # A shared job goes on where it is: only a private stream resumes.
                         if not self._request.job_name:
-                            resume = batch.position.after()
+                            position = batch.batch.position if isinstance(batch, _Shared) \
+                                else batch.position
+                            resume = position.after()
                         last_progress = time.monotonic()
                         backoff = client.reconnect_initial
                         if not self._put(batch):

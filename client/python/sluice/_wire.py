@@ -59,8 +59,12 @@ def _varint(data, pos, end):
     raise _malformed("truncated or overlong varint at byte %d" % pos)
 
 
-def decode_batch(data):
+def decode_batch(data, segment=None, token=None):
     """Parses a serialized sluice.v1.Batch. Returns (Batch, skipped_records).
+
+    A batch whose images are in a shared-memory slot (Batch.shared_memory) gets them as a view of
+    `segment` (sluice._shm.Segment), setting token.attached; token.release() is called when that
+    view is gone.
 
     Raises SluiceError(DATA_LOSS) naming what is wrong when the message is malformed or its shape
     disagrees with its images or labels.
@@ -103,15 +107,26 @@ def decode_batch(data):
     if len(shape) != 4 or shape[0] < 0 or min(shape[1:]) <= 0:
         raise _malformed("shape must be [N, H, W, C], got %s" % shape)
     n, h, w, c = shape
-    if images_offset is None:
+    shared = message.HasField("shared_memory")
+    if shared:
+        if images_offset is not None:
+            raise _malformed("both images and shared_memory")
+        if segment is None:
+            raise _malformed("shared_memory on a stream without a mapped segment")
+        images_length = message.shared_memory.length
+    elif images_offset is None:
         images_offset, images_length = 0, 0
     if images_length != n * h * w * c:
         raise _malformed("images holds %d bytes, shape %s needs %d" %
                          (images_length, shape, n * h * w * c))
     if len(message.labels) != n:
         raise _malformed("%d labels for %d images" % (len(message.labels), n))
-    images = np.frombuffer(data, dtype=np.uint8, count=images_length, offset=images_offset)
+    if shared:
+        images = segment.view(message.shared_memory.slot, (n, h, w, c), token)
+    else:
+        images = np.frombuffer(data, dtype=np.uint8, count=images_length,
+                               offset=images_offset).reshape(n, h, w, c)
     labels = np.array(message.labels, dtype=np.int32)
     p = message.position
-    batch = Batch(images.reshape(n, h, w, c), labels, Position(p.epoch, p.index, p.end_record))
+    batch = Batch(images, labels, Position(p.epoch, p.index, p.end_record))
     return batch, message.skipped_records

@@ -54,6 +54,9 @@ class SluiceDataset(torch.utils.data.IterableDataset):
     writable: copy each batch's images into a tensor of its own (default: share the received
     message, read-only; see _images_tensor).
     tune_malloc: call sluice.tune_malloc() in the process that streams (e.g. each worker).
+    shared_memory, max_held: Client.stream()'s: from a server on this host, images in place in
+    shared memory; a tensor holds its batch's slot until it is freed (DataLoader workers hand
+    their tensors over by copying them, so a worker holds only the batches in flight).
 
     With job_name, workers join that shared job instead of taking shards: each batch goes to one
     of them. start_position applies to single-process loading only (num_workers=0).
@@ -62,7 +65,7 @@ class SluiceDataset(torch.utils.data.IterableDataset):
     def __init__(self, target, dataset, batch_size=None, image_size=None, mode=None, seed=None,
                  epochs=None, shard=None, job_name=None, start_position=None,
                  drop_remainder=None, prefetch=2, token=None, root_certificates=None,
-                 writable=False, tune_malloc=False):
+                 writable=False, tune_malloc=False, shared_memory=False, max_held=4):
         super().__init__()
         self.target = target
         self.dataset = dataset
@@ -73,7 +76,8 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         self.stream_args = dict(batch_size=batch_size, image_size=image_size, mode=mode,
                                 seed=seed, epochs=epochs, shard=shard, job_name=job_name,
                                 start_position=start_position, drop_remainder=drop_remainder,
-                                prefetch=prefetch)
+                                prefetch=prefetch, shared_memory=shared_memory,
+                                max_held=max_held)
 
     def __iter__(self):
         args = dict(self.stream_args)

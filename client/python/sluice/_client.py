@@ -273,7 +273,7 @@ class _Token:
         self.held = held
         self.handed = False
         self.attached = False  # set when the batch's images are a view of a slot
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # release() may run from a finalizer on any thread
 
     def hand_over(self):
         with self.lock:

@@ -113,7 +113,7 @@ class HeldCount:
     """Shared-memory batches handed to the consumer and not yet released (thread-safe)."""
 
     def __init__(self):
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self.value = 0
 
     def add(self, delta):

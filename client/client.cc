@@ -48,15 +48,6 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, const Clie
   return grpc::CreateCustomChannel(target, creds, args);
 }
 
-// A target on this host: a unix: socket or a loopback address.
-bool IsLocalTarget(const std::string& target) {
-  for (const char* prefix : {"unix:", "127.", "localhost:", "ipv4:127.", "[::1]:", "ipv6:[::1]:",
-                             "unix-abstract:"}) {
-    if (target.rfind(prefix, 0) == 0) return true;
-  }
-  return false;
-}
-
 // Gives a shared-memory batch's slot back to the server.
 void ReleaseShared(BatchArrays* arrays) {
   if (arrays->segment == nullptr) return;
@@ -64,8 +55,6 @@ void ReleaseShared(BatchArrays* arrays) {
   arrays->segment.reset();
   arrays->shared_images = nullptr;
 }
-
-constexpr char kSegmentKey[] = "sluice-shm-segment";
 
 }  // namespace
 
@@ -289,7 +278,7 @@ class ServerStream {
     if (!options_.token.empty()) context.AddMetadata("authorization", "Bearer " + options_.token);
     v1::StreamRequest request = request_;
     if (resume_) *request.mutable_start_position() = *resume_;
-    if (options_.shared_memory && IsLocalTarget(target_)) {
+    if (options_.shared_memory && IsSameHostTarget(target_)) {
       request.set_shared_memory(true);
       // Enough that the server never waits on a slot this client could not give back: the
       // batches read ahead, those the consumer may hold, and the one being decoded.
@@ -326,7 +315,7 @@ class ServerStream {
     }
     if (alive && request.shared_memory()) {
       const auto& metadata = context.GetServerInitialMetadata();
-      if (auto it = metadata.find(kSegmentKey); it != metadata.end()) {
+      if (auto it = metadata.find(kSharedSegmentKey); it != metadata.end()) {
         Result<std::shared_ptr<SharedSegment>> opened =
             SharedSegment::Open(std::string(it->second.data(), it->second.size()),
                                 options_.allocator);

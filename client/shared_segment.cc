@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 
 namespace sluice {
@@ -109,6 +110,10 @@ SharedSegment::~SharedSegment() {
 
 SharedSegment::Header* SharedSegment::header() const { return static_cast<Header*>(base_); }
 
+uint64_t SharedSegment::BytesFor(int slots, uint64_t slot_bytes) {
+  return kPage + RoundUp(slot_bytes) * static_cast<uint64_t>(slots);
+}
+
 Result<std::shared_ptr<SharedSegment>> SharedSegment::Create(int slots, uint64_t slot_bytes) {
   static_assert(sizeof(Header) <= kPage);
   if (slots < 1 || slots > kMaxSlots || slot_bytes == 0) {
@@ -116,7 +121,7 @@ Result<std::shared_ptr<SharedSegment>> SharedSegment::Create(int slots, uint64_t
                            std::to_string(slot_bytes) + " bytes");
   }
   const uint64_t slot = RoundUp(slot_bytes);
-  const uint64_t total = kPage + slot * static_cast<uint64_t>(slots);
+  const uint64_t total = BytesFor(slots, slot_bytes);
   const std::string name = NewName();
   const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return Errno("create shared segment " + name, errno);
@@ -255,12 +260,25 @@ int RemoveStaleSegments() {
   return removed;
 }
 
-bool IsSameHostPeer(const std::string& peer) {
-  for (const char* prefix : {"unix:", "unix-abstract:", "ipv4:127.", "ipv6:[::1]",
-                             "ipv6:%5B::1%5D", "ipv6:[::ffff:127."}) {
-    if (peer.rfind(prefix, 0) == 0) return true;
+namespace {
+
+bool HasPrefix(const std::string& s, std::initializer_list<const char*> prefixes) {
+  for (const char* prefix : prefixes) {
+    if (s.rfind(prefix, 0) == 0) return true;
   }
   return false;
+}
+
+}  // namespace
+
+bool IsSameHostPeer(const std::string& peer) {
+  return HasPrefix(peer, {"unix:", "unix-abstract:", "ipv4:127.", "ipv6:[::1]", "ipv6:%5B::1%5D",
+                          "ipv6:[::ffff:127."});
+}
+
+bool IsSameHostTarget(const std::string& target) {
+  return HasPrefix(target, {"unix:", "unix-abstract:", "127.", "localhost:", "[::1]:",
+                            "ipv4:127.", "ipv6:[::1]:"});
 }
 
 }  // namespace sluice

@@ -30,9 +30,16 @@
 
 namespace sluice {
 
+// The initial-metadata key under which a server names a stream's segment.
+constexpr char kSharedSegmentKey[] = "sluice-shm-segment";
+
 class SharedSegment {
  public:
   static constexpr int kMaxSlots = 64;
+
+  // The size of a segment of `slots` slots of at least slot_bytes: a header page and the slots,
+  // each rounded up to whole pages.
+  static uint64_t BytesFor(int slots, uint64_t slot_bytes);
 
   // Server: creates "/sluice-<pid>-<start time>-<n>-<random>" with `slots` slots of at least
   // slot_bytes, its space reserved up front (posix_fallocate: a full /dev/shm fails here, not
@@ -91,5 +98,8 @@ int RemoveStaleSegments();
 // True when `peer` (grpc::ServerContext::peer()) is a unix: socket or a loopback address: a
 // client that can share memory with this server, if it also shares /dev/shm.
 bool IsSameHostPeer(const std::string& peer);
+// The same rule from the client's side, for a target it connects to ("127.0.0.1:50051",
+// "localhost:50051", "[::1]:50051", "unix:PATH", and their ipv4:/ipv6: forms).
+bool IsSameHostTarget(const std::string& target);
 
 }  // namespace sluice

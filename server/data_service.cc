@@ -24,6 +24,19 @@ class RefusedStream : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
 void DestroyBatch(void* batch) { delete static_cast<Batch*>(batch); }
 
+// Every field of a batch's message but its images.
+BatchMeta MetaOf(const Batch& batch) {
+  BatchMeta meta;
+  meta.epoch = batch.position().epoch;
+  meta.index = batch.position().index;
+  meta.end_record = batch.position().end_record;
+  meta.n = batch.size();
+  meta.height = batch.height();
+  meta.width = batch.width();
+  meta.skipped_records = batch.skipped();
+  return meta;
+}
+
 // How long a client that asked for shared memory has to map the segment before its stream falls
 // back to ordinary batches (a client in another /dev/shm, or of another user, never does).
 constexpr auto kAttachTimeout = std::chrono::seconds(2);
@@ -81,32 +94,13 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
       return;
     }
     Batch* batch = new Batch(std::move(event.batch));
-    BatchMeta meta;
-    meta.epoch = batch->position().epoch;
-    meta.index = batch->position().index;
-    meta.end_record = batch->position().end_record;
-    meta.n = batch->size();
-    meta.height = batch->height();
-    meta.width = batch->width();
-    meta.skipped_records = batch->skipped();
-    const size_t image_bytes = batch->images().size();
+    const BatchMeta meta = MetaOf(*batch);
     grpc::Slice slices[2] = {
         grpc::Slice(EncodeBatchPrefix(meta, batch->labels())),
-        grpc::Slice(const_cast<uint8_t*>(batch->images().data()), image_bytes, &DestroyBatch,
-                    batch)};
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (finished_) {
-        // Cancelled meanwhile; the slices give the batch back.
-        return;
-      }
-      writing_ = true;
-      pending_images_ = static_cast<uint64_t>(meta.n);
-      pending_bytes_ = image_bytes;
-      pending_skipped_ = meta.skipped_records;
-      out_ = grpc::ByteBuffer(slices, 2);
-    }
-    StartWrite(&out_);
+        grpc::Slice(const_cast<uint8_t*>(batch->images().data()), batch->images().size(),
+                    &DestroyBatch, batch)};
+    grpc::ByteBuffer message(slices, 2);
+    Write(&message, meta);
   }
 
   void OnWriteDone(bool ok) override {
@@ -193,23 +187,23 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
     }
     std::memcpy(segment_->SlotData(slot), batch.images().data(), image_bytes);
     segment_->MarkFull(slot);
-    BatchMeta meta;
-    meta.epoch = batch.position().epoch;
-    meta.index = batch.position().index;
-    meta.end_record = batch.position().end_record;
-    meta.n = batch.size();
-    meta.height = batch.height();
-    meta.width = batch.width();
-    meta.skipped_records = batch.skipped();
+    const BatchMeta meta = MetaOf(batch);
     grpc::Slice slice(EncodeSharedBatch(meta, batch.labels(), static_cast<uint32_t>(slot)));
+    grpc::ByteBuffer message(&slice, 1);
+    Write(&message, meta);
+  }
+
+  // Starts writing *message (taking it), counted as served when the write completes. A stream
+  // finished meanwhile writes nothing: *message keeps the bytes and gives them back with it.
+  void Write(grpc::ByteBuffer* message, const BatchMeta& meta) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (finished_) return;
       writing_ = true;
       pending_images_ = static_cast<uint64_t>(meta.n);
-      pending_bytes_ = image_bytes;
+      pending_bytes_ = meta.image_bytes();
       pending_skipped_ = meta.skipped_records;
-      out_ = grpc::ByteBuffer(&slice, 1);
+      out_.Swap(message);
     }
     StartWrite(&out_);
   }
@@ -327,17 +321,11 @@ std::shared_ptr<SharedSegment> DataService::SharedSegmentFor(grpc::CallbackServe
   if (config_.disable_shared_memory() || !IsSameHostPeer(context.peer())) return nullptr;
   const int slots = request.shared_memory_slots();
   const uint64_t slot_bytes = uint64_t(options.batch_size) * options.height * options.width * 3;
-  const uint64_t limit = static_cast<uint64_t>(config_.max_shared_memory_bytes());
-  if (slots < 2 || slots > SharedSegment::kMaxSlots || slot_bytes * slots > limit) return nullptr;
-  // Reserved before it exists, at its size with the header and the slots' page rounding.
-  const int64_t bytes =
-      static_cast<int64_t>(4096 + (slot_bytes + 4095) / 4096 * 4096 * static_cast<uint64_t>(slots));
+  if (slots < 2 || slots > SharedSegment::kMaxSlots) return nullptr;
+  // Reserved (against max_shared_memory_bytes) before it exists.
+  const int64_t bytes = static_cast<int64_t>(SharedSegment::BytesFor(slots, slot_bytes));
   if (!registry_->ReserveSharedMemory(bytes)) return nullptr;
   Result<std::shared_ptr<SharedSegment>> segment = SharedSegment::Create(slots, slot_bytes);
-  if (segment.ok() && static_cast<int64_t>((*segment)->total_bytes()) != bytes) {
-    segment = Internal("shared segment size " + std::to_string((*segment)->total_bytes()) +
-                       " is not the " + std::to_string(bytes) + " reserved");
-  }
   if (!segment.ok()) {
     registry_->ReleaseSharedMemory(bytes);
     // Ordinary batches still work; say once why this host's clients do not get shared memory.
@@ -347,7 +335,7 @@ std::shared_ptr<SharedSegment> DataService::SharedSegmentFor(grpc::CallbackServe
     }
     return nullptr;
   }
-  context.AddInitialMetadata("sluice-shm-segment", (*segment)->name());
+  context.AddInitialMetadata(kSharedSegmentKey, (*segment)->name());
   return std::move(*segment);
 }
 

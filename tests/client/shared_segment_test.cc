@@ -104,7 +104,7 @@ TEST_CASE("StaleSegmentsAreThoseOfProcessesThatNoLongerRun") {
   CHECK(std::filesystem::exists("/dev/shm" + (*mine)->name()));  // its creator runs
 }
 
-TEST_CASE("SameHostPeersAreUnixSocketsAndLoopback") {
+TEST_CASE("SameHostPeersAndTargetsAreUnixSocketsAndLoopback") {
   CHECK(IsSameHostPeer("unix:/tmp/sluice.sock"));
   CHECK(IsSameHostPeer("ipv4:127.0.0.1:52344"));
   CHECK(IsSameHostPeer("ipv6:[::1]:52344"));
@@ -112,6 +112,12 @@ TEST_CASE("SameHostPeersAreUnixSocketsAndLoopback") {
   CHECK(IsSameHostPeer("ipv6:[::ffff:127.0.0.1]:52344"));
   CHECK_FALSE(IsSameHostPeer("ipv4:10.0.0.7:52344"));
   CHECK_FALSE(IsSameHostPeer("ipv6:[fe80::1]:52344"));
+  CHECK(IsSameHostTarget("127.0.0.1:50051"));
+  CHECK(IsSameHostTarget("localhost:50051"));
+  CHECK(IsSameHostTarget("unix:/run/sluice.sock"));
+  CHECK(IsSameHostTarget("ipv6:[::1]:50051"));
+  CHECK_FALSE(IsSameHostTarget("sluice.example.com:50051"));
+  CHECK_FALSE(IsSameHostTarget("dns:///sluice:50051"));
 }
 
 }  // namespace

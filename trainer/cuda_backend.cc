@@ -42,22 +42,22 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& conf
   return backend;
 }
 
-template <typename T>
-Result<T*> CudaBackend::Alloc(int64_t count) {
+Result<void*> CudaBackend::AllocBytes(size_t element_size, int64_t count) {
   ASSIGN_OR_RETURN(DeviceBuffer buffer,
-                   DeviceBuffer::Allocate(sizeof(T) * std::max<int64_t>(1, count)));
-  T* p = buffer.as<T>();
+                   DeviceBuffer::Allocate(element_size * std::max<int64_t>(1, count)));
+  void* p = buffer.data();
   buffers_.push_back(std::move(buffer));
   return p;
 }
 
+template <typename T>
+Result<T*> CudaBackend::Alloc(int64_t count) {
+  ASSIGN_OR_RETURN(void* p, AllocBytes(sizeof(T), count));
+  return static_cast<T*>(p);
+}
+
 Result<void*> CudaBackend::AllocNarrow(int64_t count) {
-  ASSIGN_OR_RETURN(DeviceBuffer buffer,
-                   DeviceBuffer::Allocate(size_t(ElementSize(options_.precision)) *
-                                          std::max<int64_t>(1, count)));
-  void* p = buffer.data();
-  buffers_.push_back(std::move(buffer));
-  return p;
+  return AllocBytes(ElementSize(options_.precision), count);
 }
 
 Status CudaBackend::Initialize() {
@@ -488,7 +488,7 @@ Result<CudaStepOutcome> CudaBackend::Wait(int ticket) {
   out.grad_norm = r->grad_norm;
   out.skipped = r->skipped != 0;
   out.loss_scale = r->step_loss_scale;
-  out.next_loss_scale = r->loss_scale.scale;
+  out.next_loss_scale = r->loss_scale;
   float ms = 0;
   CUDA_CHECK(cudaEventElapsedTime(&ms, begin_[ticket].get(), end_[ticket].get()));
   out.device_seconds = ms / 1000.0;

@@ -56,7 +56,7 @@ struct CudaStepOutcome {
   double idle_seconds = 0;    // device idle between the previous step's end and this one's start
   double device_seconds = 0;  // this step's span on the device
   float loss_scale = 1;       // the loss scale the step ran with (1 unless fp16)
-  float next_loss_scale = 1;  // after the step's update of it
+  LossScaleState next_loss_scale;  // after the step's update of it
 };
 
 class CudaBackend {
@@ -136,6 +136,8 @@ class CudaBackend {
   }
   // count values in the precision.
   Result<void*> AllocNarrow(int64_t count);
+  // count elements of element_size bytes (at least one), owned by buffers_.
+  Result<void*> AllocBytes(size_t element_size, int64_t count);
   // Adds the time and bytes of slot's last H2D, if not yet counted. REQUIRES: it has completed.
   Status CountCopy(int slot);
 

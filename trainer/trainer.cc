@@ -331,7 +331,6 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
       RETURN_IF_ERROR(
           gpu->GetOptimizerState(&optimizer.first_moment(), &optimizer.second_moment(), &updates));
       optimizer.set_updates(updates);
-      ASSIGN_OR_RETURN(scaler, gpu->GetLossScale());
     }
 #endif
     return Status::OK();
@@ -384,7 +383,6 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
   int64_t window_correct = 0, window_images = 0;
   Clock::duration window_time{}, window_wait{};
   bool stream_ended = false;
-  float current_scale = scaler.scale;  // fp16: the loss scale after the last step
 
   // GPU: the next step's micro-batches, fetched while the device runs the current one. Taken
   // (their leases keep them intact) until the step that staged them has been waited for.
@@ -455,7 +453,7 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
       sum = outcome.result;
       loss = sum.loss_sum / samples;
       norm = outcome.grad_norm;
-      current_scale = outcome.next_loss_scale;
+      scaler = outcome.next_loss_scale;  // the step updated it on the device
       ++step;
       if (!gpu_noted_graph && !gpu->graph_error().empty()) {
         gpu_noted_graph = true;
@@ -469,7 +467,7 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
       }
       if (outcome.skipped) {
         ++summary.skipped_updates;
-        log << SkipMessage(step, loss, norm, fp16, outcome.loss_scale, outcome.next_loss_scale);
+        log << SkipMessage(step, loss, norm, fp16, outcome.loss_scale, scaler.scale);
       }
     }
 #endif
@@ -504,7 +502,6 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
       const float step_scale = scaler.scale;
       const bool finite_grad = std::isfinite(norm);
       if (fp16) UpdateLossScale(&scaler, finite_grad, o.loss_scale);
-      current_scale = scaler.scale;
       if (std::isfinite(loss) && finite_grad) {
         optimizer.Update(params, grads, norm, LearningRate(o, step - 1));
       } else {
@@ -535,7 +532,7 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
                  window_images / Seconds(window_time),
                  100.0 * Seconds(window_wait) / Seconds(window_time),
                  1000.0 * Seconds(window_time) / window_steps,
-                 fp16 ? fmt::format("  loss-scale {:g}", current_scale) : std::string())
+                 fp16 ? fmt::format("  loss-scale {:g}", scaler.scale) : std::string())
           << std::flush;
       window_loss = window_steps = 0;
       window_correct = window_images = 0;

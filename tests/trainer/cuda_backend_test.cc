@@ -267,7 +267,8 @@ TEST_CASE("Fp16OverflowOnTheGpuSkipsTheUpdateAndBacksOff") {
   CHECK(out->skipped);  // |softmax - onehot| · 2^24 overflows fp16
   CHECK(std::isfinite(out->result.loss_sum));
   CHECK(out->loss_scale == 16777216.0f);
-  CHECK(out->next_loss_scale == 8388608.0f);
+  CHECK(out->next_loss_scale.scale == 8388608.0f);
+  CHECK(out->next_loss_scale.good_steps == 0);
   std::vector<float> after;
   REQUIRE(gpu->GetParameters(&after).ok());
   CHECK(after == params);

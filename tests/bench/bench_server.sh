@@ -1,15 +1,11 @@
-# Shared by the serve benchmarks (source it): the benchmark data set and a `sluice serve` over it.
+# Shared by the serve benchmarks (source it): the benchmark data set (bench_data.sh) and a
+# `sluice serve` over it.
 #   make_bench_data DIR          6,000 ImageNet-like images in 16 shards (once)
 #   start_bench_server DIR WORK [LISTEN...]
 #                                serves datasets "train" (uncached) and "cached" (DECODED cache,
 #                                3 GiB) on 127.0.0.1:<any> plus LISTEN...; sets $server (its pid)
 #                                and $tcp (its TCP address)
-make_bench_data() {
-  if [ ! -f "$1/labels.txt" ]; then
-    "$sluice" synth --photos "${PHOTOS:-/usr/share/backgrounds/mate/nature}" --classes 12 --images 6000 \
-      --shards 16 --seed 1 --out "$1"
-  fi
-}
+. "$(dirname "${BASH_SOURCE[0]}")/bench_data.sh"
 
 start_bench_server() {
   local data=$1 work=$2

@@ -22,7 +22,6 @@ build="$root/build"
 sluice="$build/bin/sluice"
 venv_python="$build/venv/bin/python"
 data=/tmp/sluice-bench-data
-photos=/usr/share/backgrounds/mate/nature
 
 glob="" threads=2 batches=30 runs=1
 while (($#)); do
@@ -71,9 +70,8 @@ if [ -z "$glob" ]; then
     wait_for_build
     cmake --build "$build" --target sluice
   fi
-  if [ ! -f "$data/labels.txt" ]; then
-    "$sluice" synth --photos "$photos" --classes 12 --images 6000 --shards 16 --seed 1 --out "$data"
-  fi
+  . "$root/tests/bench/bench_data.sh"
+  make_bench_data "$data"
   glob="$data/train-*.tfrecord"
 fi
 mapfile -t files < <(compgen -G "$glob" | sort)

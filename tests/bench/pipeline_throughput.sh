@@ -10,11 +10,9 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 sluice="$root/build/bin/sluice"
 data=${1:-/tmp/sluice-bench-data}
-photos=/usr/share/backgrounds/mate/nature
 
-if [ ! -f "$data/labels.txt" ]; then
-  "$sluice" synth --photos "$photos" --classes 12 --images 6000 --shards 16 --seed 1 --out "$data"
-fi
+. "$root/tests/bench/bench_data.sh"
+make_bench_data "$data"
 files="$data/train-*.tfrecord"
 common=(--files "$files" --batch-size 256 --image-size 224 --mode train --shuffle-buffer 1024)
 

@@ -82,9 +82,10 @@ class CudaBackend {
   // Σ over the last step's micro-batches of ∂(Σ loss)/∂params (the CPU backend's convention),
   // before averaging and clipping, and multiplied by the loss scale the step ran with.
   Status GetGradients(std::vector<float>* grads);
-  // The dynamic loss scale (fp16; checkpoints). SetParameters resets it to loss_scale.initial
-  // (1 in other precisions). InvalidArgument for a scale that is not positive and finite, or
-  // not 1 outside fp16.
+  // The dynamic loss scale (fp16): Set restores a checkpoint's; each Wait also returns it as the
+  // step left it (CudaStepOutcome::next_loss_scale). SetParameters resets it to
+  // loss_scale.initial (1 in other precisions). InvalidArgument for a scale that is not positive
+  // and finite, or not 1 outside fp16.
   Status SetLossScale(const LossScaleState& state);
   Result<LossScaleState> GetLossScale();
 

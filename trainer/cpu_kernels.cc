@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "trainer/gelu.h"
+
 namespace sluice::trainer {
 namespace {
 
@@ -165,21 +167,15 @@ void GeluForward(const float* x, float* y, int64_t count) {
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, count, 4096),
                     [&](const tbb::blocked_range<int64_t>& r) {
                       for (int64_t i = r.begin(); i != r.end(); ++i) {
-                        y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * float(M_SQRT1_2)));
+                        y[i] = Gelu(x[i]);
                       }
                     });
 }
 
 void GeluBackward(const float* x, const float* dy, float* dx, int64_t count) {
-  const float inv_sqrt_2pi = 0.5f * float(M_2_SQRTPI) * float(M_SQRT1_2);
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, count, 4096),
                     [&](const tbb::blocked_range<int64_t>& r) {
-                      for (int64_t i = r.begin(); i != r.end(); ++i) {
-                        const float v = x[i];
-                        const float cdf = 0.5f * (1.0f + std::erf(v * float(M_SQRT1_2)));
-                        const float pdf = inv_sqrt_2pi * std::exp(-0.5f * v * v);
-                        dx[i] = dy[i] * (cdf + v * pdf);
-                      }
+                      for (int64_t i = r.begin(); i != r.end(); ++i) dx[i] = dy[i] * GeluGrad(x[i]);
                     });
 }
 

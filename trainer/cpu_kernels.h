@@ -33,7 +33,7 @@ void LayerNormBackward(const float* x, const float* dy, const float* gamma, cons
                        const float* rstd, float* dx, float* dgamma, float* dbeta, int rows, int n,
                        bool accumulate_dx);
 
-// Exact GELU, x·Φ(x), elementwise over `count` values.
+// GELU (tanh form, trainer/gelu.h), elementwise over `count` values.
 void GeluForward(const float* x, float* y, int64_t count);
 // dx = dy · GELU'(x).
 void GeluBackward(const float* x, const float* dy, float* dx, int64_t count);

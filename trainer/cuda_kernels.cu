@@ -1,10 +1,31 @@
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "trainer/cuda_kernels.h"
+#include "trainer/gelu.h"
 
 namespace sluice::trainer::cuda {
 namespace {
+
+// Every launch goes through Launch(), and dynamic shared memory through DynamicShared(), so that
+// tests/trainer/simt_emulator.h can run this file's kernels on the CPU.
+#if defined(SLUICE_SIMT_EMULATION)
+using ::sluice_simt::DynamicShared;
+using ::sluice_simt::Launch;
+#else
+template <typename... KernelArgs, typename... Args>
+void Launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t shared_bytes,
+            cudaStream_t stream, Args&&... args) {
+  kernel<<<grid, block, shared_bytes, stream>>>(std::forward<Args>(args)...);
+}
+
+template <typename T>
+__device__ T* DynamicShared() {
+  extern __shared__ float4 dynamic_shared[];
+  return reinterpret_cast<T*>(dynamic_shared);
+}
+#endif
 
 constexpr float kLayerNormEps = 1e-5f;
 constexpr int kGradNormBlocks = 1024;
@@ -66,18 +87,6 @@ __device__ double WarpSumD(double v) {
   return v;
 }
 
-// GELU, tanh form: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
-__device__ float Gelu(float x) {
-  const float k = 0.7978845608028654f;
-  return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
-}
-__device__ float GeluGrad(float x) {
-  const float k = 0.7978845608028654f;
-  const float u = k * (x + 0.044715f * x * x * x);
-  const float t = tanhf(u);
-  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * x * x);
-}
-
 template <typename T>
 __global__ void NormalizePatchifyKernel(const uint8_t* __restrict__ images, T* __restrict__ x0,
                                         int64_t total, int image_size, int patch, int grid,
@@ -131,7 +140,7 @@ __global__ void LayerNormBackwardKernel(const float* __restrict__ x, const float
                                         T* __restrict__ dx_narrow, float* __restrict__ dgamma,
                                         float* __restrict__ dbeta, int rows, int d,
                                         bool accumulate_dx) {
-  extern __shared__ float partial[];  // [0, d): dgamma, [d, 2d): dbeta
+  float* partial = DynamicShared<float>();  // [0, d): dgamma, [d, 2d): dbeta
   for (int j = threadIdx.x; j < 2 * d; j += blockDim.x) partial[j] = 0;
   __syncthreads();
   const int warps = blockDim.x / 32, lane = threadIdx.x % 32;
@@ -422,8 +431,8 @@ void NormalizePatchify(const uint8_t* images, void* x0, Precision p, int n, int 
   const int64_t total = int64_t{n} * tokens * patch * patch * 3;
   WithType(p, [&](auto tag) {
     using T = decltype(tag);
-    NormalizePatchifyKernel<T><<<Blocks(total, 256), 256, 0, stream>>>(
-        images, static_cast<T*>(x0), total, image_size, patch, grid, tokens);
+    Launch(NormalizePatchifyKernel<T>, Blocks(total, 256), 256, 0, stream, images,
+           static_cast<T*>(x0), total, image_size, patch, grid, tokens);
   });
 }
 
@@ -431,8 +440,8 @@ void LayerNormForward(const float* x, const float* gamma, const float* beta, voi
                       float* mean, float* rstd, int rows, int d, cudaStream_t stream) {
   WithType(p, [&](auto tag) {
     using T = decltype(tag);
-    LayerNormForwardKernel<T><<<Blocks(rows, 8), 256, 0, stream>>>(
-        x, gamma, beta, static_cast<T*>(y), mean, rstd, rows, d);
+    Launch(LayerNormForwardKernel<T>, Blocks(rows, 8), 256, 0, stream, x, gamma, beta,
+           static_cast<T*>(y), mean, rstd, rows, d);
   });
 }
 
@@ -459,9 +468,8 @@ void LayerNormBackward(const float* x, const float* dy, const float* gamma, cons
   const int blocks = std::min(Blocks(rows, 8), 1024);
   WithType(p, [&](auto tag) {
     using T = decltype(tag);
-    LayerNormBackwardKernel<T><<<blocks, 256, 2 * d * sizeof(float), stream>>>(
-        x, dy, gamma, mean, rstd, dx, static_cast<T*>(dx_narrow), dgamma, dbeta, rows, d,
-        accumulate_dx);
+    Launch(LayerNormBackwardKernel<T>, blocks, 256, 2 * d * sizeof(float), stream, x, dy, gamma,
+           mean, rstd, dx, static_cast<T*>(dx_narrow), dgamma, dbeta, rows, d, accumulate_dx);
   });
 }
 
@@ -470,9 +478,8 @@ void GeluBiasForward(const void* x, const void* bias, void* pre, void* y, Precis
   const int64_t total = int64_t{rows} * cols;
   WithType(p, [&](auto tag) {
     using T = decltype(tag);
-    GeluBiasForwardKernel<T><<<Blocks(total, 256), 256, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<const T*>(bias), static_cast<T*>(pre),
-        static_cast<T*>(y), total, cols);
+    Launch(GeluBiasForwardKernel<T>, Blocks(total, 256), 256, 0, stream, static_cast<const T*>(x),
+           static_cast<const T*>(bias), static_cast<T*>(pre), static_cast<T*>(y), total, cols);
   });
 }
 
@@ -480,8 +487,8 @@ void GeluBackward(const void* pre, const void* dy, void* dx, Precision p, int64_
                   cudaStream_t stream) {
   WithType(p, [&](auto tag) {
     using T = decltype(tag);
-    GeluBackwardKernel<T><<<Blocks(count, 256), 256, 0, stream>>>(
-        static_cast<const T*>(pre), static_cast<const T*>(dy), static_cast<T*>(dx), count);
+    Launch(GeluBackwardKernel<T>, Blocks(count, 256), 256, 0, stream, static_cast<const T*>(pre),
+           static_cast<const T*>(dy), static_cast<T*>(dx), count);
   });
 }
 
@@ -489,8 +496,8 @@ void AddBias(void* y, const void* bias, Precision p, int rows, int cols, cudaStr
   const int64_t total = int64_t{rows} * cols;
   WithType(p, [&](auto tag) {
     using T = decltype(tag);
-    AddBiasKernel<T><<<Blocks(total, 256), 256, 0, stream>>>(
-        static_cast<T*>(y), static_cast<const T*>(bias), total, cols);
+    Launch(AddBiasKernel<T>, Blocks(total, 256), 256, 0, stream, static_cast<T*>(y),
+           static_cast<const T*>(bias), total, cols);
   });
 }
 
@@ -498,12 +505,13 @@ void BiasGrad(const void* dy, Precision p, float* db, int rows, int cols, cudaSt
   const dim3 grid((cols + 255) / 256, (rows + kBiasRowsPerBlock - 1) / kBiasRowsPerBlock);
   WithType(p, [&](auto tag) {
     using T = decltype(tag);
-    BiasGradKernel<T><<<grid, 256, 0, stream>>>(static_cast<const T*>(dy), db, rows, cols);
+    Launch(BiasGradKernel<T>, grid, 256, 0, stream, static_cast<const T*>(dy), db, rows, cols);
   });
 }
 
 void MeanPoolForward(const float* h, float* pooled, int n, int tokens, int d, cudaStream_t stream) {
-  MeanPoolForwardKernel<<<Blocks(int64_t{n} * d, 256), 256, 0, stream>>>(h, pooled, n, tokens, d);
+  Launch(MeanPoolForwardKernel, Blocks(int64_t{n} * d, 256), 256, 0, stream, h, pooled, n, tokens,
+         d);
 }
 
 void MeanPoolBackward(const float* dpooled, float* dh, void* dh_narrow, Precision p, int n,
@@ -511,8 +519,8 @@ void MeanPoolBackward(const float* dpooled, float* dh, void* dh_narrow, Precisio
   const int64_t total = int64_t{n} * tokens * d;
   WithType(p, [&](auto tag) {
     using T = decltype(tag);
-    MeanPoolBackwardKernel<T><<<Blocks(total, 256), 256, 0, stream>>>(
-        dpooled, dh, static_cast<T*>(dh_narrow), total, tokens, d);
+    Launch(MeanPoolBackwardKernel<T>, Blocks(total, 256), 256, 0, stream, dpooled, dh,
+           static_cast<T*>(dh_narrow), total, tokens, d);
   });
 }
 
@@ -521,10 +529,10 @@ void SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int n, int 
                          int* row_correct, StepScalars* scalars, cudaStream_t stream) {
   WithType(p, [&](auto tag) {
     using T = decltype(tag);
-    SoftmaxCrossEntropyKernel<T><<<n, 256, 0, stream>>>(
-        logits, labels, classes, loss_scale, static_cast<T*>(dlogits), row_loss, row_correct);
+    Launch(SoftmaxCrossEntropyKernel<T>, n, 256, 0, stream, logits, labels, classes, loss_scale,
+           static_cast<T*>(dlogits), row_loss, row_correct);
   });
-  SumLossKernel<<<1, 256, 0, stream>>>(row_loss, row_correct, n, scalars);
+  Launch(SumLossKernel, 1, 256, 0, stream, row_loss, row_correct, n, scalars);
 }
 
 int GradNormBlocks() { return kGradNormBlocks; }
@@ -533,9 +541,9 @@ void GradNormAndPrepare(const float* grads, int64_t count, double* partials,
                         const StepInputs* inputs, const AdamHyper& hyper, bool dynamic_scale,
                         const LossScaleOptions& scale_options, StepScalars* scalars,
                         cudaStream_t stream) {
-  SquareSumKernel<<<kGradNormBlocks, 256, 0, stream>>>(grads, count, partials);
-  PrepareUpdateKernel<<<1, 32, 0, stream>>>(partials, kGradNormBlocks, inputs, hyper,
-                                            dynamic_scale, scale_options, scalars);
+  Launch(SquareSumKernel, kGradNormBlocks, 256, 0, stream, grads, count, partials);
+  Launch(PrepareUpdateKernel, 1, 32, 0, stream, partials, kGradNormBlocks, inputs, hyper,
+         dynamic_scale, scale_options, scalars);
 }
 
 void AdamWUpdate(const AdamChunk* chunks, int num_chunks, float* params, void* params_narrow,
@@ -543,15 +551,15 @@ void AdamWUpdate(const AdamChunk* chunks, int num_chunks, float* params, void* p
                  const AdamHyper& hyper, const StepScalars* scalars, cudaStream_t stream) {
   WithType(p, [&](auto tag) {
     using T = decltype(tag);
-    AdamWKernel<T><<<num_chunks, 256, 0, stream>>>(chunks, params, static_cast<T*>(params_narrow),
-                                                   grads, m, v, inputs, hyper, scalars);
+    Launch(AdamWKernel<T>, num_chunks, 256, 0, stream, chunks, params,
+           static_cast<T*>(params_narrow), grads, m, v, inputs, hyper, scalars);
   });
 }
 
 void CastToNarrow(const float* src, void* dst, Precision p, int64_t count, cudaStream_t stream) {
   WithType(p, [&](auto tag) {
     using T = decltype(tag);
-    CastKernel<T><<<Blocks(count, 256), 256, 0, stream>>>(src, static_cast<T*>(dst), count);
+    Launch(CastKernel<T>, Blocks(count, 256), 256, 0, stream, src, static_cast<T*>(dst), count);
   });
 }
 

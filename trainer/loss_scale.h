@@ -8,11 +8,7 @@
 // device (the CUDA backend's step kernel), so both follow the same sequence of scales.
 #pragma once
 
-#if defined(__CUDACC__)
-#define SLUICE_HOST_DEVICE __host__ __device__
-#else
-#define SLUICE_HOST_DEVICE
-#endif
+#include "trainer/host_device.h"
 
 namespace sluice::trainer {
 

@@ -87,8 +87,10 @@ StepResult CpuBackend::RunForward(const float* params, const uint8_t* images,
     GemmNT(ln_[l].data(), P(params, b.fc1_weight), pre_[l].data(), rows, f, d, false,
            scratch_.data());
     AddBias(pre_[l].data(), P(params, b.fc1_bias), rows, f);
-    Round(pre_[l]);
+    // As cuBLASLt's GELU_AUX_BIAS epilogue: GELU of the fp32 sum; the narrow copy of that sum is
+    // what the backward pass reads.
     GeluForward(pre_[l].data(), act_[l].data(), int64_t{rows} * f);
+    Round(pre_[l]);
     Round(act_[l]);
     std::memcpy(h_[l + 1].data(), h_[l].data(), sizeof(float) * rows * d);
     GemmNT(act_[l].data(), P(params, b.fc2_weight), h_[l + 1].data(), rows, d, f, true,

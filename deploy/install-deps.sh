@@ -24,6 +24,8 @@ packages=(
   # libraries (DESIGN.md: gRPC + Protobuf, oneTBB, libjpeg-turbo, Boost.Asio/Beast, zlib)
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libtbb-dev libturbojpeg0-dev libjpeg62-turbo-dev zlib1g-dev libboost-dev
+  # the CUDA-kernel emulator's fibers (tests/trainer/simt_emulator.h)
+  libboost-context-dev
   # header-only helpers: CLI parsing, JSON output, formatting; Catch2 v2 for tests
   libcli11-dev nlohmann-json3-dev libfmt-dev catch2
   # demo and benchmark photographs (12 nature photos)

@@ -100,15 +100,7 @@ Status CudaBackend::Initialize() {
                                                                         : 1.0f,
                                 0}));
 
-  // The multi-tensor table: every tensor cut into chunks of at most kAdamChunk elements.
-  std::vector<cuda::AdamChunk> chunks;
-  for (const ParameterTensor& tensor : layout_.tensors()) {
-    for (int64_t off = 0; off < tensor.size; off += cuda::kAdamChunk) {
-      chunks.push_back({tensor.offset + off,
-                        static_cast<int>(std::min<int64_t>(cuda::kAdamChunk, tensor.size - off)),
-                        tensor.weight_decay ? 1 : 0});
-    }
-  }
+  const std::vector<cuda::AdamChunk> chunks = cuda::AdamChunks(layout_);
   num_chunks_ = static_cast<int>(chunks.size());
   ASSIGN_OR_RETURN(chunks_, Alloc<cuda::AdamChunk>(num_chunks_));
   CUDA_CHECK(cudaMemcpyAsync(chunks_, chunks.data(), sizeof(cuda::AdamChunk) * chunks.size(),

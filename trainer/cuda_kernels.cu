@@ -332,7 +332,7 @@ __global__ void SumLossKernel(const float* __restrict__ row_loss,
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    for (int w = 1; w < blockDim.x / 32; ++w) {
+    for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) {
       loss += s_loss[w];
       hits += s_hits[w];
     }
@@ -353,7 +353,7 @@ __global__ void SquareSumKernel(const float* __restrict__ g, int64_t count,
   if (threadIdx.x % 32 == 0) s[threadIdx.x / 32] = sum;
   __syncthreads();
   if (threadIdx.x == 0) {
-    for (int w = 1; w < blockDim.x / 32; ++w) sum += s[w];
+    for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) sum += s[w];
     partials[blockIdx.x] = sum;
   }
 }

@@ -12,7 +12,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "formats/status.h"
 #include "trainer/loss_scale.h"
@@ -49,6 +51,21 @@ struct AdamChunk {
   int decay;
 };
 constexpr int kAdamChunk = 4096;
+
+// The table for a ParameterLayout (trainer/model.h; a template because this header is C++17):
+// every tensor cut into chunks of at most kAdamChunk elements.
+template <typename Layout>
+std::vector<AdamChunk> AdamChunks(const Layout& layout) {
+  std::vector<AdamChunk> chunks;
+  for (const auto& tensor : layout.tensors()) {
+    for (int64_t off = 0; off < tensor.size; off += kAdamChunk) {
+      chunks.push_back({tensor.offset + off,
+                        static_cast<int>(std::min<int64_t>(kAdamChunk, tensor.size - off)),
+                        tensor.weight_decay ? 1 : 0});
+    }
+  }
+  return chunks;
+}
 
 struct AdamHyper {
   float beta1, beta2, epsilon, weight_decay, clip_norm;

@@ -1,0 +1,531 @@
+// The CUDA backend's kernels (trainer/cuda_kernels.cu, through its launch functions, with their
+// real grid and block shapes) run on the CPU by tests/trainer/simt_emulator.h, against the CPU
+// backend's kernels and optimizer in every precision. No GPU is needed, so this runs in every
+// build with nvcc: it pins the kernels' indexing, reductions, barriers and warp shuffles before
+// they ever meet a device. What the emulator cannot show (timing, the memory model, __expf's
+// reduced precision, cuBLASLt) is left to tests/trainer/cuda_backend_test.cc on a GPU.
+//
+// Each case runs twice, the blocks and the threads between barriers scheduled forwards and then
+// backwards, so a result that depends on the order of unsynchronized threads shows.
+#if SLUICE_HAVE_CUDA
+#include "tests/trainer/simt_emulator.h"
+// This translation unit's copy of the kernels' launch functions stands in for the one in
+// sluice_trainer, whose object the linker then never needs.
+#include "trainer/cuda_kernels.cu"
+#endif
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "trainer/adamw.h"
+#include "trainer/cpu_kernels.h"
+#include "trainer/gelu.h"
+#include "trainer/model.h"
+#include "trainer/precision.h"
+
+#if SLUICE_HAVE_CUDA
+namespace sluice::trainer {
+namespace {
+
+using sluice_simt::Order;
+
+const Precision kPrecisions[] = {Precision::kFp32, Precision::kBf16, Precision::kFp16};
+
+// Values of `p` as the device stores them (the kernels' element type), in host vectors.
+class Narrow {
+ public:
+  Narrow(Precision p, int64_t count) : p_(p), bytes_(count * ElementSize(p)) {}
+  void* data() { return bytes_.data(); }
+  const void* data() const { return bytes_.data(); }
+  int64_t size() const { return static_cast<int64_t>(bytes_.size()) / ElementSize(p_); }
+  float Get(int64_t i) const {
+    switch (p_) {
+      case Precision::kBf16:
+        return __bfloat162float(reinterpret_cast<const cuda::bf16*>(bytes_.data())[i]);
+      case Precision::kFp16:
+        return __half2float(reinterpret_cast<const __half*>(bytes_.data())[i]);
+      case Precision::kFp32:
+        break;
+    }
+    return reinterpret_cast<const float*>(bytes_.data())[i];
+  }
+  void Set(int64_t i, float v) {
+    switch (p_) {
+      case Precision::kBf16:
+        reinterpret_cast<cuda::bf16*>(bytes_.data())[i] = __float2bfloat16(v);
+        return;
+      case Precision::kFp16:
+        reinterpret_cast<__half*>(bytes_.data())[i] = __float2half_rn(v);
+        return;
+      case Precision::kFp32:
+        break;
+    }
+    reinterpret_cast<float*>(bytes_.data())[i] = v;
+  }
+  std::vector<float> ToFloat() const {
+    std::vector<float> out(size());
+    for (int64_t i = 0; i < size(); ++i) out[i] = Get(i);
+    return out;
+  }
+
+ private:
+  Precision p_;
+  std::vector<unsigned char> bytes_;
+};
+
+Narrow ToNarrow(const std::vector<float>& values, Precision p) {
+  Narrow out(p, static_cast<int64_t>(values.size()));
+  for (size_t i = 0; i < values.size(); ++i) out.Set(static_cast<int64_t>(i), values[i]);
+  return out;
+}
+
+std::vector<float> Rounded(std::vector<float> values, Precision p) {
+  RoundInPlace(values.data(), static_cast<int64_t>(values.size()), p);
+  return values;
+}
+
+std::vector<float> Random(int64_t count, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(count);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+// Half a unit in the last place of `p`, relative: the most that rounding one fp32 value moves it.
+double HalfUlp(Precision p) {
+  return p == Precision::kBf16 ? 1.0 / 256 : p == Precision::kFp16 ? 1.0 / 2048 : 1.0 / (1 << 24);
+}
+
+// Every element of `got` within `relative`·|expected| + `absolute` of `expected`.
+void RequireClose(const std::vector<float>& got, const std::vector<float>& expected,
+                  double relative, double absolute) {
+  REQUIRE(got.size() == expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::abs(double(got[i]) - expected[i]) <= relative * std::abs(expected[i]) + absolute)
+      continue;
+    FAIL("element " << i << " of " << got.size() << ": " << got[i] << ", expected " << expected[i]);
+  }
+}
+
+// Runs `body` once per scheduling order, clearing the emulator's error and requiring that no
+// launch failed.
+template <typename F>
+void ForEachOrder(F&& body) {
+  for (const Order order : {Order::kForward, Order::kReverse}) {
+    INFO((order == Order::kForward ? "forward" : "reverse") << " schedule");
+    sluice_simt::SetOrder(order);
+    sluice_simt::ClearError();
+    body();
+    INFO(sluice_simt::LastError());
+    REQUIRE(sluice_simt::LastError().empty());
+  }
+  sluice_simt::SetOrder(Order::kForward);
+}
+
+TEST_CASE("NormalizePatchifyMatchesTheCpuLayout") {
+  ModelConfig c;
+  c.image_size = 12;
+  c.patch = 4;
+  const int n = 3, t = c.tokens(), pd = c.patch_dim(), grid = c.image_size / c.patch;
+  std::mt19937 rng(5);
+  std::vector<uint8_t> images(size_t(n) * c.image_size * c.image_size * 3);
+  for (uint8_t& v : images) v = static_cast<uint8_t>(rng());
+  // The CPU backend's order: row i·T + gy·grid + gx, columns (py, px, channel).
+  const InputNormalization norm;
+  std::vector<float> expected(int64_t{n} * t * pd);
+  for (int row = 0; row < n * t; ++row) {
+    const int i = row / t, gy = (row % t) / grid, gx = row % grid;
+    for (int py = 0; py < c.patch; ++py) {
+      for (int q = 0; q < c.patch * 3; ++q) {
+        const uint8_t v = images[((i * c.image_size + gy * c.patch + py) * c.image_size +
+                                  gx * c.patch) * 3 + q];
+        expected[int64_t{row} * pd + py * c.patch * 3 + q] = norm.table[q % 3][v];
+      }
+    }
+  }
+  for (const Precision p : kPrecisions) {
+    INFO(PrecisionName(p));
+    ForEachOrder([&] {
+      Narrow x0(p, static_cast<int64_t>(expected.size()));
+      cuda::NormalizePatchify(images.data(), x0.data(), p, n, c.image_size, c.patch, nullptr);
+      // (v·scale - shift) on the device, (v/255 - mean)/std on the CPU: a few fp32 ulps apart,
+      // which may round to neighbouring narrow values.
+      RequireClose(x0.ToFloat(), Rounded(expected, p), 2 * HalfUlp(p) + 1e-6, 1e-6);
+    });
+  }
+}
+
+TEST_CASE("LayerNormForwardMatchesTheCpuOnWidthsThatAreNotMultiplesOfTheWarp") {
+  for (const int d : {20, 70, 300}) {
+    const int rows = 37;  // not a multiple of the 8 rows a block takes
+    const std::vector<float> x = Random(int64_t{rows} * d, 1, 2.0f);
+    const std::vector<float> gamma = Random(d, 2), beta = Random(d, 3);
+    std::vector<float> y(x.size()), mean(rows), rstd(rows);
+    LayerNormForward(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), rows,
+                     d);
+    for (const Precision p : kPrecisions) {
+      INFO("width " << d << ", " << PrecisionName(p));
+      ForEachOrder([&] {
+        Narrow got(p, int64_t{rows} * d);
+        std::vector<float> got_mean(rows, NAN), got_rstd(rows, NAN);
+        cuda::LayerNormForward(x.data(), gamma.data(), beta.data(), got.data(), p, got_mean.data(),
+                               got_rstd.data(), rows, d, nullptr);
+        RequireClose(got_mean, mean, 1e-5, 1e-6);
+        RequireClose(got_rstd, rstd, 1e-5, 0);
+        RequireClose(got.ToFloat(), Rounded(y, p), 2 * HalfUlp(p) + 1e-5, 1e-5);
+      });
+    }
+  }
+}
+
+TEST_CASE("LayerNormBackwardMatchesTheCpuAndAccumulates") {
+  // 8,300 rows: more than the 1,024 blocks × 8 warps of one pass, so warps loop.
+  for (const auto& [rows, d] : {std::pair{37, 70}, std::pair{8300, 12}}) {
+    const std::vector<float> x = Random(int64_t{rows} * d, 4, 2.0f);
+    const std::vector<float> dy = Random(int64_t{rows} * d, 5);
+    const std::vector<float> gamma = Random(d, 6);
+    const std::vector<float> beta(d, 0.0f);
+    std::vector<float> y(x.size()), mean(rows), rstd(rows);
+    LayerNormForward(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), rows,
+                     d);
+    for (const bool accumulate : {false, true}) {
+      const std::vector<float> dx_before = Random(int64_t{rows} * d, 7);
+      const std::vector<float> dgamma_before = Random(d, 8), dbeta_before = Random(d, 9);
+      std::vector<float> dx = dx_before, dgamma = dgamma_before, dbeta = dbeta_before;
+      LayerNormBackward(x.data(), dy.data(), gamma.data(), mean.data(), rstd.data(), dx.data(),
+                        dgamma.data(), dbeta.data(), rows, d, accumulate);
+      for (const Precision p : kPrecisions) {
+        INFO(rows << "×" << d << ", accumulate " << accumulate << ", " << PrecisionName(p));
+        ForEachOrder([&] {
+          std::vector<float> got_dx = dx_before, got_dgamma = dgamma_before,
+                             got_dbeta = dbeta_before;
+          Narrow got_narrow(p, int64_t{rows} * d);
+          cuda::LayerNormBackward(x.data(), dy.data(), gamma.data(), mean.data(), rstd.data(),
+                                  got_dx.data(), got_narrow.data(), p, got_dgamma.data(),
+                                  got_dbeta.data(), rows, d, accumulate, nullptr);
+          RequireClose(got_dx, dx, 1e-4, 1e-5);
+          RequireClose(got_narrow.ToFloat(), Rounded(dx, p), 2 * HalfUlp(p) + 1e-4, 1e-5);
+          // Σ over thousands of rows in another order.
+          RequireClose(got_dgamma, dgamma, 1e-4, 1e-3);
+          RequireClose(got_dbeta, dbeta, 1e-4, 1e-3);
+        });
+      }
+    }
+  }
+}
+
+TEST_CASE("LayerNormBackwardWithoutANarrowCopyWritesOnlyFp32") {
+  const int rows = 9, d = 40;
+  const std::vector<float> x = Random(rows * d, 10), dy = Random(rows * d, 11);
+  const std::vector<float> gamma(d, 1.0f), beta(d, 0.0f);
+  std::vector<float> y(x.size()), mean(rows), rstd(rows), dx(x.size()), dgamma(d), dbeta(d);
+  LayerNormForward(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), rows,
+                   d);
+  LayerNormBackward(x.data(), dy.data(), gamma.data(), mean.data(), rstd.data(), dx.data(),
+                    dgamma.data(), dbeta.data(), rows, d, false);
+  ForEachOrder([&] {
+    std::vector<float> got_dx(x.size(), NAN), got_dgamma(d, 0.0f), got_dbeta(d, 0.0f);
+    cuda::LayerNormBackward(x.data(), dy.data(), gamma.data(), mean.data(), rstd.data(),
+                            got_dx.data(), nullptr, Precision::kBf16, got_dgamma.data(),
+                            got_dbeta.data(), rows, d, false, nullptr);
+    RequireClose(got_dx, dx, 1e-4, 1e-5);
+  });
+}
+
+TEST_CASE("GeluBiasForwardAndBackwardMatchTheCpuInPlace") {
+  const int rows = 33, cols = 24;
+  const std::vector<float> x = Random(rows * cols, 12, 2.0f), bias = Random(cols, 13);
+  const std::vector<float> dy = Random(rows * cols, 14);
+  for (const Precision p : kPrecisions) {
+    INFO(PrecisionName(p));
+    // The CPU backend's rounding points (cuBLASLt's): GELU of the fp32 sum, which is also kept
+    // rounded for the backward pass.
+    std::vector<float> pre(x.size());
+    const std::vector<float> xr = Rounded(x, p), br = Rounded(bias, p);
+    for (int64_t e = 0; e < rows * cols; ++e) pre[e] = xr[e] + br[e % cols];
+    std::vector<float> act(pre.size()), dpre(pre.size());
+    GeluForward(pre.data(), act.data(), static_cast<int64_t>(act.size()));
+    pre = Rounded(pre, p);
+    const std::vector<float> dyr = Rounded(dy, p);
+    GeluBackward(pre.data(), dyr.data(), dpre.data(), static_cast<int64_t>(dpre.size()));
+    ForEachOrder([&] {
+      // x and y alias, as in the GEMM fallback's in-place use.
+      Narrow inout = ToNarrow(x, p), got_pre(p, rows * cols);
+      const Narrow b = ToNarrow(bias, p);
+      cuda::GeluBiasForward(inout.data(), b.data(), got_pre.data(), inout.data(), p, rows, cols,
+                            nullptr);
+      REQUIRE(got_pre.ToFloat() == pre);
+      REQUIRE(inout.ToFloat() == Rounded(act, p));
+      Narrow grad = ToNarrow(dy, p);
+      cuda::GeluBackward(got_pre.data(), grad.data(), grad.data(), p, rows * cols, nullptr);
+      REQUIRE(grad.ToFloat() == Rounded(dpre, p));
+      // Without a bias and without keeping the pre-activation.
+      Narrow plain = ToNarrow(x, p), out(p, rows * cols);
+      cuda::GeluBiasForward(plain.data(), nullptr, nullptr, out.data(), p, rows, cols, nullptr);
+      for (int64_t e = 0; e < rows * cols; ++e) {
+        REQUIRE(out.Get(e) == RoundToPrecision(Gelu(plain.Get(e)), p));
+      }
+    });
+  }
+}
+
+TEST_CASE("BiasKernelsCoverEveryRowAndColumnTile") {
+  // 600 rows: three 256-row slabs; 300 columns: two 256-column blocks.
+  const int rows = 600, cols = 300;
+  const std::vector<float> y0 = Random(rows * cols, 15), bias = Random(cols, 16);
+  const std::vector<float> dy = Random(rows * cols, 17);
+  for (const Precision p : kPrecisions) {
+    INFO(PrecisionName(p));
+    std::vector<float> with_bias = Rounded(y0, p);
+    AddBias(with_bias.data(), Rounded(bias, p).data(), rows, cols);
+    const std::vector<float> db_before = Random(cols, 18);
+    std::vector<float> db = db_before;
+    BiasGrad(Rounded(dy, p).data(), db.data(), rows, cols);
+    ForEachOrder([&] {
+      Narrow y = ToNarrow(y0, p);
+      const Narrow b = ToNarrow(bias, p);
+      cuda::AddBias(y.data(), b.data(), p, rows, cols, nullptr);
+      REQUIRE(y.ToFloat() == Rounded(with_bias, p));
+      const Narrow g = ToNarrow(dy, p);
+      std::vector<float> got_db = db_before;
+      cuda::BiasGrad(g.data(), p, got_db.data(), rows, cols, nullptr);
+      RequireClose(got_db, db, 1e-5, 1e-4);
+    });
+  }
+}
+
+TEST_CASE("MeanPoolForwardAndBackwardMatchTheCpu") {
+  const int n = 5, tokens = 9, d = 70;
+  const std::vector<float> h = Random(int64_t{n} * tokens * d, 19);
+  std::vector<float> pooled(n * d, 0.0f);
+  for (int i = 0; i < n; ++i) {
+    for (int t = 0; t < tokens; ++t) {
+      for (int j = 0; j < d; ++j) pooled[i * d + j] += h[(i * tokens + t) * d + j];
+    }
+    for (int j = 0; j < d; ++j) pooled[i * d + j] /= tokens;
+  }
+  const std::vector<float> dpooled = Random(n * d, 20);
+  for (const Precision p : kPrecisions) {
+    INFO(PrecisionName(p));
+    ForEachOrder([&] {
+      std::vector<float> got(n * d, NAN);
+      cuda::MeanPoolForward(h.data(), got.data(), n, tokens, d, nullptr);
+      RequireClose(got, pooled, 1e-6, 1e-6);
+      std::vector<float> dh(h.size(), NAN);
+      Narrow dh_narrow(p, static_cast<int64_t>(h.size()));
+      cuda::MeanPoolBackward(dpooled.data(), dh.data(), dh_narrow.data(), p, n, tokens, d,
+                             nullptr);
+      for (int64_t e = 0; e < static_cast<int64_t>(h.size()); ++e) {
+        const float expected = dpooled[(e / d / tokens) * d + e % d] / tokens;
+        REQUIRE(dh[e] == expected);
+        REQUIRE(dh_narrow.Get(e) == RoundToPrecision(expected, p));
+      }
+    });
+  }
+}
+
+TEST_CASE("SoftmaxCrossEntropyMatchesTheCpuAndBreaksArgmaxTiesLow") {
+  // 1,000 classes: each of the block's 256 threads takes several.
+  for (const int classes : {7, 1000}) {
+    const int n = 6;
+    std::vector<float> logits = Random(int64_t{n} * classes, 21, 3.0f);
+    // Sample 0: a tie for the maximum at classes 1 and 4, won by 1 (as on the CPU).
+    logits[1] = logits[4] = 50.0f;
+    std::vector<int32_t> labels(n);
+    for (int i = 0; i < n; ++i) labels[i] = (i * 5 + 1) % classes;
+    std::vector<float> dlogits(logits.size());
+    int64_t correct = 0;
+    const double loss = SoftmaxCrossEntropy(logits.data(), labels, classes, dlogits.data(), &correct);
+    REQUIRE(correct >= 1);  // sample 0: label 1
+    for (const Precision p : kPrecisions) {
+      for (const float scale : {1.0f, 1024.0f}) {
+        INFO(classes << " classes, " << PrecisionName(p) << ", loss scale " << scale);
+        ForEachOrder([&] {
+          cuda::StepScalars scalars{};
+          scalars.loss_sum = 1.5;  // accumulates over micro-batches
+          scalars.correct = 2;
+          Narrow got(p, int64_t{n} * classes);
+          std::vector<float> row_loss(n, NAN);
+          std::vector<int> row_correct(n, -1);
+          cuda::SoftmaxCrossEntropy(logits.data(), labels.data(), n, classes,
+                                    scale == 1.0f ? nullptr : &scale, got.data(), p,
+                                    row_loss.data(), row_correct.data(), &scalars, nullptr);
+          CHECK(scalars.loss_sum == Approx(1.5 + loss).epsilon(1e-5));
+          CHECK(scalars.correct == 2 + correct);
+          CHECK(row_correct[0] == 1);
+          std::vector<float> scaled = dlogits;
+          for (float& v : scaled) v *= scale;
+          RequireClose(got.ToFloat(), Rounded(scaled, p), 2 * HalfUlp(p) + 1e-5, 1e-6 * scale);
+        });
+      }
+    }
+  }
+}
+
+// The update the CPU applies for gradients summed over `samples` and carrying `loss_scale`.
+struct Reference {
+  std::vector<float> params, m, v;
+  double norm = 0;
+};
+Reference CpuUpdate(const ParameterLayout& layout, const AdamWOptions& options,
+                    const std::vector<float>& params, const std::vector<float>& summed_grads,
+                    int samples, float loss_scale, float lr) {
+  std::vector<float> grads = summed_grads;
+  for (float& g : grads) g = static_cast<float>(g / (double(samples) * loss_scale));
+  Reference r;
+  r.norm = GlobalNorm(grads);
+  AdamW adam(layout, options);
+  r.params = params;
+  adam.Update(r.params, grads, r.norm, lr);
+  r.m = adam.first_moment();
+  r.v = adam.second_moment();
+  return r;
+}
+
+// The device's step tail: grad norm, skip/clip/loss-scale decision, then AdamW over the chunks.
+struct DeviceStep {
+  std::vector<float> params, m, v;
+  Narrow narrow;
+  cuda::StepScalars scalars{};
+};
+DeviceStep RunDeviceUpdate(const ParameterLayout& layout, const AdamWOptions& options,
+                           const std::vector<float>& params, const std::vector<float>& grads,
+                           int samples, float loss_scale, float lr, Precision p, bool dynamic) {
+  DeviceStep s{params, std::vector<float>(params.size(), 0.0f),
+               std::vector<float>(params.size(), 0.0f),
+               Narrow(p, static_cast<int64_t>(params.size())), {}};
+  for (size_t i = 0; i < params.size(); ++i) s.narrow.Set(static_cast<int64_t>(i), params[i]);
+  s.scalars.loss_scale = {loss_scale, 0};
+  s.scalars.loss_sum = 3.0;
+  const cuda::StepInputs inputs{lr, 1.0f / samples};
+  const cuda::AdamHyper hyper{options.beta1, options.beta2, options.epsilon, options.weight_decay,
+                              options.clip_norm};
+  std::vector<double> partials(cuda::GradNormBlocks(), NAN);
+  const std::vector<cuda::AdamChunk> chunks = cuda::AdamChunks(layout);
+  cuda::GradNormAndPrepare(grads.data(), static_cast<int64_t>(grads.size()), partials.data(),
+                           &inputs, hyper, dynamic, LossScaleOptions{}, &s.scalars, nullptr);
+  cuda::AdamWUpdate(chunks.data(), static_cast<int>(chunks.size()), s.params.data(),
+                    s.narrow.data(), p, grads.data(), s.m.data(), s.v.data(), &inputs, hyper,
+                    &s.scalars, nullptr);
+  return s;
+}
+
+ModelConfig UpdateConfig() {
+  ModelConfig c;
+  c.image_size = 16;
+  c.patch = 8;
+  c.width = 40;  // fc1 is 160×40 = 6,400 values: more than one 4,096-value chunk
+  c.depth = 1;
+  c.classes = 5;
+  return c;
+}
+
+TEST_CASE("GradNormAndAdamWMatchTheCpuOptimizer") {
+  const ParameterLayout layout(UpdateConfig());
+  const std::vector<float> params = Random(layout.total(), 22, 0.5f);
+  const int samples = 8;
+  for (const float clip : {0.0f, 1.0f}) {
+    for (const Precision p : {Precision::kFp32, Precision::kFp16}) {
+      AdamWOptions options;
+      options.clip_norm = clip;
+      // Summed over the samples, and scaled by the fp16 loss scale.
+      const float loss_scale = p == Precision::kFp16 ? 1024.0f : 1.0f;
+      std::vector<float> grads = Random(layout.total(), 23, 0.05f);
+      for (float& g : grads) g *= samples * loss_scale;
+      const Reference ref = CpuUpdate(layout, options, params, grads, samples, loss_scale, 1e-3f);
+      REQUIRE(ref.norm > 1.0);  // so clipping acts when it is on
+      INFO("clip " << clip << ", " << PrecisionName(p));
+      ForEachOrder([&] {
+        const DeviceStep s =
+            RunDeviceUpdate(layout, options, params, grads, samples, loss_scale, 1e-3f, p, true);
+        CHECK(s.scalars.grad_norm == Approx(ref.norm).epsilon(1e-6));
+        CHECK(s.scalars.skipped == 0);
+        CHECK(s.scalars.updates == 1);
+        CHECK(s.scalars.step_loss_scale == loss_scale);
+        CHECK(s.scalars.loss_scale.scale == loss_scale);  // one clean step: no growth yet
+        CHECK(s.scalars.loss_scale.good_steps == 1);
+        RequireClose(s.m, ref.m, 1e-5, 1e-9);
+        RequireClose(s.v, ref.v, 1e-5, 1e-12);
+        RequireClose(s.params, ref.params, 1e-6, 1e-7);
+        RequireClose(s.narrow.ToFloat(), Rounded(s.params, p), 0, 0);
+        for (const ParameterTensor& t : layout.tensors()) {
+          INFO(t.name);
+          // Adam's first step moves every weight by about lr; no tensor may be left out.
+          bool moved = false;
+          for (int64_t i = t.offset; i < t.offset + t.size; ++i) moved |= s.params[i] != params[i];
+          CHECK(moved);
+        }
+      });
+    }
+  }
+}
+
+TEST_CASE("NonFiniteGradientSkipsTheUpdateAndBacksOffTheLossScale") {
+  const ParameterLayout layout(UpdateConfig());
+  const std::vector<float> params = Random(layout.total(), 24, 0.5f);
+  std::vector<float> grads = Random(layout.total(), 25, 0.05f);
+  grads[layout.total() - 3] = std::numeric_limits<float>::infinity();
+  ForEachOrder([&] {
+    const DeviceStep s = RunDeviceUpdate(layout, AdamWOptions{}, params, grads, 4, 65536.0f,
+                                         1e-3f, Precision::kFp16, true);
+    CHECK(s.scalars.skipped == 1);
+    CHECK(s.scalars.updates == 0);
+    CHECK(s.scalars.step_loss_scale == 65536.0f);
+    CHECK(s.scalars.loss_scale.scale == 32768.0f);
+    CHECK(s.scalars.loss_scale.good_steps == 0);
+    CHECK_FALSE(std::isfinite(s.scalars.grad_norm));
+    CHECK(s.params == params);
+    CHECK(s.m == std::vector<float>(params.size(), 0.0f));
+  });
+}
+
+TEST_CASE("CastToNarrowRoundsLikeTheCpuEmulation") {
+  std::vector<float> values = Random(5000, 26, 100.0f);
+  values.insert(values.end(), {0.0f, -0.0f, 65504.0f, 65520.0f, 1e6f, -1e6f, 1e-8f, 3e-5f,
+                               std::numeric_limits<float>::infinity()});
+  for (const Precision p : kPrecisions) {
+    INFO(PrecisionName(p));
+    ForEachOrder([&] {
+      Narrow got(p, static_cast<int64_t>(values.size()));
+      cuda::CastToNarrow(values.data(), got.data(), p, static_cast<int64_t>(values.size()),
+                         nullptr);
+      const std::vector<float> expected = Rounded(values, p);
+      for (size_t i = 0; i < values.size(); ++i) {
+        INFO(values[i]);
+        REQUIRE(got.Get(static_cast<int64_t>(i)) == expected[i]);
+      }
+    });
+  }
+}
+
+// The emulator itself: a barrier that some threads skip is reported, not run through.
+void SkipsTheBarrierKernel(int* out) {
+  if (threadIdx.x >= 32) return;
+  __syncthreads();
+  out[threadIdx.x] = 1;
+}
+void ShufflesInHalfAWarpKernel(float* out) {
+  if (threadIdx.x % 32 >= 16) return;
+  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+}
+
+TEST_CASE("EmulatorReportsDivergentBarriersAndShuffles") {
+  std::vector<int> ints(64, 0);
+  sluice_simt::ClearError();
+  sluice_simt::Launch(SkipsTheBarrierKernel, 1, 64, 0, nullptr, ints.data());
+  CHECK_THAT(sluice_simt::LastError(), Catch::Contains("divergent __syncthreads"));
+  std::vector<float> floats(32, 0.0f);
+  sluice_simt::ClearError();
+  sluice_simt::Launch(ShufflesInHalfAWarpKernel, 1, 32, 0, nullptr, floats.data());
+  CHECK_THAT(sluice_simt::LastError(), Catch::Contains("divergent warp shuffle"));
+  sluice_simt::ClearError();
+}
+
+}  // namespace
+}  // namespace sluice::trainer
+#endif  // SLUICE_HAVE_CUDA

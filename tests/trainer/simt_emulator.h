@@ -1,0 +1,274 @@
+// Runs CUDA kernel source on the CPU, for tests on machines without a GPU: include this header,
+// then the .cu file (trainer/cuda_kernels.cu), in one C++ translation unit built with the host
+// compiler. Launches (the .cu's Launch()) execute at once, on the calling thread:
+// - blocks one after another, in the order Order() says;
+// - the threads of a block as fibers (Boost.Context) that switch only at __syncthreads() and warp
+//   shuffles, so those really are barriers: every thread of the block (of the warp) must reach
+//   the same one, or the launch fails with "divergent …" instead of hanging;
+// - __shared__ variables are function statics (one block runs at a time), dynamic shared memory
+//   a per-launch buffer of the requested size, filled with NaN bytes so reads before writes show.
+// Not emulated: concurrency between blocks (atomics are plain adds), the memory model, __expf's
+// reduced precision. A launch error is kept for LastError() (and cudaGetLastError() is not
+// consulted); later launches still run.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <boost/context/fiber.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#define SLUICE_SIMT_EMULATION 1
+
+#undef __global__
+#define __global__
+#undef __device__
+#define __device__
+#undef __shared__
+#define __shared__ static
+#undef __constant__
+#define __constant__
+
+#define threadIdx ::sluice_simt::thread_idx
+#define blockIdx ::sluice_simt::block_idx
+#define blockDim ::sluice_simt::block_dim
+#define gridDim ::sluice_simt::grid_dim
+
+namespace sluice_simt {
+
+inline uint3 thread_idx, block_idx;
+inline dim3 block_dim, grid_dim;
+
+enum class Order { kForward, kReverse };
+
+namespace internal {
+
+constexpr int kWarp = 32;
+constexpr size_t kStackBytes = 64 * 1024;
+
+enum class State { kRunnable, kAtBlockBarrier, kAtWarpBarrier, kDone };
+
+// Boost.Context's stack-allocator concept over a stack the emulator owns and reuses.
+struct ReusedStack {
+  char* memory;
+  boost::context::stack_context allocate() {
+    boost::context::stack_context s;
+    s.size = kStackBytes;
+    s.sp = memory + kStackBytes;  // stacks grow down
+    return s;
+  }
+  void deallocate(boost::context::stack_context&) {}
+};
+
+struct Fiber {
+  std::unique_ptr<char[]> stack;
+  boost::context::fiber context;            // this thread, while it is suspended
+  boost::context::fiber* scheduler = nullptr;  // the scheduler, while this thread runs
+  State state = State::kDone;
+};
+
+struct Emulator {
+  Order order = Order::kForward;
+  std::string error;
+  int64_t launches = 0;
+  // The block running now.
+  std::vector<Fiber> fibers;
+  int current = -1;
+  const std::function<void()>* body = nullptr;
+  std::vector<unsigned char> dynamic_shared;
+  std::vector<uint64_t> warp_slots;  // one 8-byte exchange slot per thread
+};
+
+inline Emulator& Get() {
+  static Emulator emulator;
+  return emulator;
+}
+
+inline void SetThread(int t) {
+  thread_idx.x = t % block_dim.x;
+  thread_idx.y = t / block_dim.x % block_dim.y;
+  thread_idx.z = t / (block_dim.x * block_dim.y);
+}
+
+// Parks the running thread in `state` until the scheduler releases it.
+inline void Wait(State state) {
+  Emulator& e = Get();
+  Fiber& self = e.fibers[e.current];
+  self.state = state;
+  boost::context::fiber& scheduler = *self.scheduler;
+  scheduler = std::move(scheduler).resume();
+}
+
+// Releases one barrier if every thread concerned waits at it; false (and an error) if threads
+// wait at barriers that cannot all be reached.
+inline bool Release(Emulator& e) {
+  const int n = static_cast<int>(e.fibers.size());
+  bool released = false;
+  for (int w = 0; w * kWarp < n; ++w) {
+    const int begin = w * kWarp, end = std::min(n, begin + kWarp);
+    int waiting = 0;
+    for (int t = begin; t < end; ++t) waiting += e.fibers[t].state == State::kAtWarpBarrier;
+    if (waiting == 0) continue;
+    if (waiting != end - begin) {
+      e.error = "divergent warp shuffle in warp " + std::to_string(w) + " of block " +
+                std::to_string(block_idx.x) + ": " + std::to_string(waiting) + " of " +
+                std::to_string(end - begin) + " lanes reached it";
+      return false;
+    }
+    for (int t = begin; t < end; ++t) e.fibers[t].state = State::kRunnable;
+    released = true;
+  }
+  if (released) return true;
+  int at_barrier = 0, done = 0;
+  for (const Fiber& f : e.fibers) {
+    at_barrier += f.state == State::kAtBlockBarrier;
+    done += f.state == State::kDone;
+  }
+  if (at_barrier == 0) return false;  // all done
+  if (done != 0) {
+    e.error = "divergent __syncthreads in block " + std::to_string(block_idx.x) + ": " +
+              std::to_string(done) + " of " + std::to_string(n) + " threads returned before it";
+    return false;
+  }
+  for (Fiber& f : e.fibers) f.state = State::kRunnable;
+  return true;
+}
+
+inline void RunBlock(Emulator& e) {
+  const int n = static_cast<int>(e.fibers.size());
+  for (int t = 0; t < n; ++t) {
+    Fiber& f = e.fibers[t];
+    f.context = boost::context::fiber(
+        std::allocator_arg, ReusedStack{f.stack.get()},
+        [&f, &e](boost::context::fiber&& scheduler) {
+          f.scheduler = &scheduler;
+          (*e.body)();
+          f.state = State::kDone;
+          return std::move(scheduler);
+        });
+    f.state = State::kRunnable;
+  }
+  while (true) {
+    for (int i = 0; i < n; ++i) {
+      const int t = e.order == Order::kForward ? i : n - 1 - i;
+      if (e.fibers[t].state != State::kRunnable) continue;
+      e.current = t;
+      SetThread(t);
+      e.fibers[t].context = std::move(e.fibers[t].context).resume();
+    }
+    if (!Release(e)) break;
+  }
+  // Threads left waiting at a divergent barrier are unwound here.
+  for (Fiber& f : e.fibers) f.context = boost::context::fiber();
+}
+
+}  // namespace internal
+
+// Runs kernel(args...) over grid × block.
+template <typename... KernelArgs, typename... Args>
+void Launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t shared_bytes,
+            cudaStream_t /*stream*/, Args&&... args) {
+  internal::Emulator& e = internal::Get();
+  ++e.launches;
+  const size_t threads = size_t{block.x} * block.y * block.z;
+  if (threads == 0 || threads > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0) {
+    e.error = "invalid launch configuration: " + std::to_string(threads) + " threads";
+    return;
+  }
+  if (shared_bytes > 227 * 1024) {
+    e.error = "dynamic shared memory " + std::to_string(shared_bytes) + " B over the limit";
+    return;
+  }
+  // Arguments are copied as a real launch copies them into its parameter buffer.
+  const std::function<void()> body =
+      [&, copy = std::make_tuple(std::decay_t<KernelArgs>(args)...)] { std::apply(kernel, copy); };
+  e.body = &body;
+  if (e.fibers.size() != threads) {
+    e.fibers.resize(threads);
+    for (internal::Fiber& f : e.fibers) {
+      if (!f.stack) f.stack = std::make_unique<char[]>(internal::kStackBytes);
+    }
+  }
+  e.warp_slots.assign(threads, 0);
+  block_dim = block;
+  grid_dim = grid;
+  const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
+  for (uint64_t i = 0; i < blocks; ++i) {
+    const uint64_t b = e.order == Order::kForward ? i : blocks - 1 - i;
+    block_idx.x = static_cast<unsigned>(b % grid.x);
+    block_idx.y = static_cast<unsigned>(b / grid.x % grid.y);
+    block_idx.z = static_cast<unsigned>(b / (uint64_t{grid.x} * grid.y));
+    e.dynamic_shared.assign(shared_bytes, 0xff);
+    internal::RunBlock(e);
+    if (!e.error.empty()) break;
+  }
+  e.body = nullptr;
+}
+
+template <typename T>
+T* DynamicShared() {
+  return reinterpret_cast<T*>(internal::Get().dynamic_shared.data());
+}
+
+inline void SetOrder(Order order) { internal::Get().order = order; }
+inline int64_t Launches() { return internal::Get().launches; }
+// The first error since the last ClearError(); empty when none.
+inline const std::string& LastError() { return internal::Get().error; }
+inline void ClearError() { internal::Get().error.clear(); }
+
+}  // namespace sluice_simt
+
+// Device intrinsics the kernels use, for the host compiler.
+inline void __syncthreads() {
+  sluice_simt::internal::Wait(sluice_simt::internal::State::kAtBlockBarrier);
+}
+
+template <typename T>
+T __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = 32) {
+  static_assert(sizeof(T) <= sizeof(uint64_t));
+  namespace in = sluice_simt::internal;
+  in::Emulator& e = in::Get();
+  if (mask != 0xffffffffu || width != 32) e.error = "__shfl_xor_sync: partial warps not emulated";
+  const int self = e.current;
+  std::memcpy(&e.warp_slots[self], &value, sizeof(T));
+  in::Wait(in::State::kAtWarpBarrier);  // every lane has written
+  const int partner = (self / 32) * 32 + ((self % 32) ^ lane_mask);
+  T out;
+  std::memcpy(&out, &e.warp_slots[partner], sizeof(T));
+  in::Wait(in::State::kAtWarpBarrier);  // every lane has read
+  return out;
+}
+
+inline float atomicAdd(float* address, float value) {
+  const float old = *address;
+  *address = old + value;
+  return old;
+}
+inline double atomicAdd(double* address, double value) {
+  const double old = *address;
+  *address = old + value;
+  return old;
+}
+
+// The opt-in to more than 48 KiB of dynamic shared memory; Launch() checks the hardware's limit.
+template <typename... KernelArgs>
+cudaError_t cudaFuncSetAttribute(void (*)(KernelArgs...), cudaFuncAttribute, int) {
+  return cudaSuccess;
+}
+
+using std::isfinite;
+inline float __expf(float x) { return std::exp(x); }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline int64_t min(int64_t a, int64_t b) { return a < b ? a : b; }

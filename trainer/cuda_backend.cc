@@ -82,7 +82,9 @@ Status CudaBackend::Initialize() {
     ASSIGN_OR_RETURN(pinned_inputs_[s], PinnedBuffer::Allocate(sizeof(cuda::StepInputs)));
     ASSIGN_OR_RETURN(pinned_results_[s], PinnedBuffer::Allocate(sizeof(cuda::StepScalars)));
     ASSIGN_OR_RETURN(begin_[s], CudaEvent::Create(/*timing=*/true));
-    ASSIGN_OR_RETURN(end_[s], CudaEvent::Create(/*timing=*/true));
+  }
+  for (CudaEvent& end : ends_) {
+    ASSIGN_OR_RETURN(end, CudaEvent::Create(/*timing=*/true));
   }
   ASSIGN_OR_RETURN(pinned_eval_, PinnedBuffer::Allocate(sizeof(cuda::StepScalars)));
 
@@ -429,18 +431,23 @@ Result<int> CudaBackend::Enqueue(int slot, bool first, bool last, bool update, f
   CUDA_CHECK(cudaStreamWaitEvent(s, copied_[slot].get(), 0));
   if (first) {
     CUDA_CHECK(cudaEventRecord(begin_[ticket].get(), s));
+    measure_idle_[ticket] = steps_enqueued_ > 0 && !exclude_gap_;
+    exclude_gap_ = false;
     in_step_ = true;
   }
-  if (last) {
+  if (last && steps_enqueued_ >= kSlots) {
     // The ticket's inputs were last read by the step before the previous one.
-    CUDA_CHECK(cudaEventSynchronize(end_[ticket].get()));
+    CUDA_CHECK(cudaEventSynchronize(ends_[(steps_enqueued_ - kSlots) % kEnds].get()));
+  }
+  if (last) {
     auto* inputs = pinned_inputs_[ticket].as<cuda::StepInputs>();
     inputs->lr = lr;
     inputs->inv_samples = 1.0f / static_cast<float>(std::max(1, step_samples));
   }
   const GraphKey key = std::make_tuple(slot, ticket, first, last, update, n);
   auto it = graphs_.find(key);
-  if (!options_.use_graph || !graph_error_.empty() || seen_.insert(key).second) {
+  if (!options_.use_graph || graphs_given_up() || seen_.insert(key).second) {
+    ++eager_launches_;
     RETURN_IF_ERROR(EnqueueOps(slot, ticket, first, last, update, n));
   } else {
     if (it == graphs_.end()) {
@@ -451,20 +458,27 @@ Result<int> CudaBackend::Enqueue(int slot, bool first, bool last, bool update, f
       if (captured.ok() && ended.ok()) {
         it = graphs_.emplace(key, std::move(graph)).first;
       } else {
-        // Nothing captured ran. Clear the capture's error and launch eagerly from now on: a
-        // genuine fault fails the eager launch too; a capture-only problem is left in
-        // graph_error() for the caller to report.
+        // Nothing captured ran. Clear the capture's error and launch this step eagerly: a
+        // genuine fault fails the eager launch too; a capture-only problem (another thread's
+        // call during the capture, say) is left in graph_error() for the caller to report, and
+        // the shape is captured again next time, kMaxCaptureFailures times at most.
         (void)cudaGetLastError();
         graph_error_ = (captured.ok() ? ended : captured).ToString();
         if (graph_error_.empty()) graph_error_ = "capture failed";
+        ++capture_failures_;
+        ++eager_launches_;
         RETURN_IF_ERROR(EnqueueOps(slot, ticket, first, last, update, n));
       }
     }
-    if (it != graphs_.end()) RETURN_IF_ERROR(it->second.Launch(s));
+    if (it != graphs_.end()) {
+      ++graph_launches_;
+      RETURN_IF_ERROR(it->second.Launch(s));
+    }
   }
   CUDA_CHECK(cudaEventRecord(consumed_[slot].get(), s));
   if (!last) return -1;
-  CUDA_CHECK(cudaEventRecord(end_[ticket].get(), s));
+  CUDA_CHECK(cudaEventRecord(ends_[steps_enqueued_ % kEnds].get(), s));
+  ticket_step_[ticket] = steps_enqueued_;
   in_step_ = false;
   ++steps_enqueued_;
   return ticket;
@@ -472,7 +486,9 @@ Result<int> CudaBackend::Enqueue(int slot, bool first, bool last, bool update, f
 
 Result<CudaStepOutcome> CudaBackend::Wait(int ticket) {
   if (ticket < 0 || ticket >= kSlots) return InvalidArgument("CUDA backend: no such ticket");
-  CUDA_CHECK(cudaEventSynchronize(end_[ticket].get()));
+  const int64_t step = ticket_step_[ticket];
+  const CudaEvent& end = ends_[step % kEnds];
+  CUDA_CHECK(cudaEventSynchronize(end.get()));
   const auto* r = pinned_results_[ticket].as<cuda::StepScalars>();
   CudaStepOutcome out;
   out.result.loss_sum = r->loss_sum;
@@ -482,12 +498,13 @@ Result<CudaStepOutcome> CudaBackend::Wait(int ticket) {
   out.loss_scale = r->step_loss_scale;
   out.next_loss_scale = r->loss_scale;
   float ms = 0;
-  CUDA_CHECK(cudaEventElapsedTime(&ms, begin_[ticket].get(), end_[ticket].get()));
+  CUDA_CHECK(cudaEventElapsedTime(&ms, begin_[ticket].get(), end.get()));
   out.device_seconds = ms / 1000.0;
-  // The previous step's end, when there was one (Wait comes before the step after next).
-  if (steps_enqueued_ >= 2) {
-    const int previous = (ticket + kSlots - 1) % kSlots;
-    if (cudaEventElapsedTime(&ms, end_[previous].get(), begin_[ticket].get()) == cudaSuccess)
+  // From the previous step's end (recorded before this step's start, and not recorded again
+  // until this Wait has returned).
+  if (measure_idle_[ticket]) {
+    if (cudaEventElapsedTime(&ms, ends_[(step - 1) % kEnds].get(), begin_[ticket].get()) ==
+        cudaSuccess)
       out.idle_seconds = std::max(0.0f, ms) / 1000.0;
     else
       (void)cudaGetLastError();

@@ -11,9 +11,11 @@
 // (slot, ticket, first, last, update, batch size) sequence is captured once into a CUDA Graph and
 // replayed (CudaBackendOptions::use_graph); otherwise its kernels are launched one by one.
 //
-// Two batches in flight: while the device runs step i from slot s, the host may Stage batch i+1
-// into slot 1-s; Stage blocks only until that slot's previous batch has been consumed. Images in
-// page-locked memory (the client's buffers from PinnedAllocator) are copied to the device
+// Two batches in flight: while the device runs step i from slot s, the host may Stage and
+// Enqueue step i+1 into slot 1-s (its copy then overlaps step i's compute). Stage blocks until
+// that slot's previous copy has finished; the copy itself waits, on the device, until the slot's
+// previous batch has been consumed, so with 3 or more micro-batches a step the host also waits
+// for compute two micro-batches back. Images in page-locked memory (the client's buffers from PinnedAllocator) are copied to the device
 // straight from where they are; others go through a pinned staging buffer first.
 //
 // Thread-safety: one CudaBackend per training loop; its calls must not overlap.
@@ -100,6 +102,9 @@ class CudaBackend {
   Result<int> Enqueue(int slot, bool first, bool last, bool update, float lr, int step_samples);
   // Waits for the step of `ticket`. Call it before enqueuing the step after next.
   Result<CudaStepOutcome> Wait(int ticket);
+  // The gap before the next step (an evaluation, a checkpoint) is not waiting for data: that
+  // step reports no idle time.
+  void ExcludeGapFromDataWait() { exclude_gap_ = true; }
 
   // One micro-batch step, synchronously (tests): Stage, Enqueue(first, last), Wait.
   Result<CudaStepOutcome> Step(std::span<const uint8_t> images, std::span<const int32_t> labels,
@@ -111,8 +116,15 @@ class CudaBackend {
   // The forward pass alone (evaluation), synchronously.
   Result<StepResult> Forward(std::span<const uint8_t> images, std::span<const int32_t> labels);
 
-  // Why graph capture was given up (every step since launched eagerly); empty while graphs work.
+  // Why the last failed graph capture failed; empty while every capture has worked. A failed
+  // capture's step runs eagerly and the shape is captured again when it next comes; after
+  // kMaxCaptureFailures failures graphs are given up and every step launches eagerly.
+  static constexpr int kMaxCaptureFailures = 3;
   const std::string& graph_error() const { return graph_error_; }
+  bool graphs_given_up() const { return capture_failures_ >= kMaxCaptureFailures; }
+  // Micro-batches replayed from a graph, and launched eagerly (first sightings, failed captures).
+  int64_t graph_launches() const { return graph_launches_; }
+  int64_t eager_launches() const { return eager_launches_; }
   // GEMMs whose bias (+GELU) ran as a separate kernel because cuBLASLt had no fused algorithm.
   int64_t epilogue_fallbacks() const { return gemm_.epilogue_fallbacks(); }
   // Batches' host→device copies so far, timed on the copy stream by events: bytes per second
@@ -170,9 +182,15 @@ class CudaBackend {
   double h2d_seconds_ = 0, h2d_bytes_ = 0;
   int64_t staged_in_place_ = 0, staged_via_copy_ = 0;
 
-  // Per ticket (step parity): host inputs, results, and the step's timing events.
+  // Per ticket (step parity): host inputs, results, the step's start event and number, and
+  // whether its idle time counts. Step ends are a ring of kSlots + 1 indexed by step number:
+  // Wait(i) reads step i-1's end while step i+1, already enqueued, records its own.
+  static constexpr int kEnds = kSlots + 1;
   PinnedBuffer pinned_inputs_[kSlots], pinned_results_[kSlots];
-  CudaEvent begin_[kSlots], end_[kSlots];
+  CudaEvent begin_[kSlots], ends_[kEnds];
+  int64_t ticket_step_[kSlots] = {};
+  bool measure_idle_[kSlots] = {};
+  bool exclude_gap_ = false;
   int64_t steps_enqueued_ = 0;
   bool in_step_ = false;
 
@@ -182,6 +200,8 @@ class CudaBackend {
   std::map<GraphKey, CudaGraph> graphs_;
   std::set<GraphKey> seen_;
   std::string graph_error_;
+  int capture_failures_ = 0;
+  int64_t graph_launches_ = 0, eager_launches_ = 0;
 
   // Parameters, optimizer state, scalars.
   float* params_ = nullptr;

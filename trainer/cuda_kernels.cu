@@ -541,9 +541,11 @@ void GradNormAndPrepare(const float* grads, int64_t count, double* partials,
                         const StepInputs* inputs, const AdamHyper& hyper, bool dynamic_scale,
                         const LossScaleOptions& scale_options, StepScalars* scalars,
                         cudaStream_t stream) {
-  Launch(SquareSumKernel, kGradNormBlocks, 256, 0, stream, grads, count, partials);
-  Launch(PrepareUpdateKernel, 1, 32, 0, stream, partials, kGradNormBlocks, inputs, hyper,
-         dynamic_scale, scale_options, scalars);
+  // At most one block per 256 gradients: a small model sums fewer partials.
+  const int blocks = std::max(1, std::min(kGradNormBlocks, Blocks(count, 256)));
+  Launch(SquareSumKernel, blocks, 256, 0, stream, grads, count, partials);
+  Launch(PrepareUpdateKernel, 1, 32, 0, stream, partials, blocks, inputs, hyper, dynamic_scale,
+         scale_options, scalars);
 }
 
 void AdamWUpdate(const AdamChunk* chunks, int num_chunks, float* params, void* params_narrow,

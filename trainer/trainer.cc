@@ -139,6 +139,16 @@ std::string TrainSummary::ToJson() const {
   if (h2d_bytes_per_sec > 0) j["h2d_gb_per_sec"] = Number(h2d_bytes_per_sec / 1e9);
   if (h2d_plain_bytes_per_sec > 0)
     j["h2d_plain_gb_per_sec"] = Number(h2d_plain_bytes_per_sec / 1e9);
+  if (device == "cuda") {
+    j["cuda"] = {
+        {"graph_launches", cuda_graph_launches},
+        {"eager_launches", cuda_eager_launches},
+        {"graphs_given_up", graphs_given_up},
+        {"staged_in_place", staged_in_place},
+        {"staged_via_copy", staged_via_copy},
+        {"shared_memory_batches", shared_memory_batches},
+    };
+  }
   return j.dump();
 }
 
@@ -384,9 +394,23 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
   Clock::duration window_time{}, window_wait{};
   bool stream_ended = false;
 
-  // GPU: the next step's micro-batches, fetched while the device runs the current one. Taken
-  // (their leases keep them intact) until the step that staged them has been waited for.
-  std::vector<ReceivedBatch> ahead;
+  // GPU pipeline: `current` holds the micro-batches of the step on the device, `ahead` the next
+  // step's, fetched while the device runs the current one and, unless the host must see this
+  // step's results first (an evaluation or a checkpoint after it), already staged and enqueued
+  // (ahead_ticket >= 0), so their copies overlap this step's compute. Taken batches: their leases
+  // keep them intact until the step that staged them has been waited for.
+  std::vector<ReceivedBatch> current, ahead;
+  [[maybe_unused]] int ahead_ticket = -1;
+#if SLUICE_HAVE_CUDA
+  // Whatever the exit, the device finishes first, so no copy still reads a batch whose lease
+  // goes (declared after the batches: destroyed before them).
+  struct DrainOnExit {
+    CudaBackend* gpu;
+    ~DrainOnExit() {
+      if (gpu != nullptr) gpu->Synchronize();
+    }
+  } drain{gpu.get()};
+#endif
   [[maybe_unused]] auto fetch_step = [&](std::vector<ReceivedBatch>* batches,
                                          Clock::duration* wait) -> Status {
     batches->clear();
@@ -406,6 +430,30 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
     return Status::OK();
   };
 
+#if SLUICE_HAVE_CUDA
+  // Stages and enqueues one step's micro-batches as step number `at` (its learning rate).
+  auto enqueue_step = [&](const std::vector<ReceivedBatch>& batches, int64_t at) -> Result<int> {
+    int samples = 0;
+    for (const ReceivedBatch& b : batches) samples += b.meta.n;
+    int ticket = -1;
+    for (size_t k = 0; k < batches.size(); ++k) {
+      ASSIGN_OR_RETURN(const int slot, gpu->Stage(batches[k].images, batches[k].labels));
+      ASSIGN_OR_RETURN(ticket, gpu->Enqueue(slot, k == 0, k + 1 == batches.size(),
+                                            /*update=*/true, LearningRate(o, at), samples));
+    }
+    return ticket;
+  };
+#endif
+  // Whether a checkpoint, or an evaluation, follows step `s` (counted from 1): the host then needs
+  // the parameters as that step left them.
+  auto checkpoint_after = [&](int64_t s) {
+    return !o.checkpoint_dir.empty() && o.checkpoint_every > 0 && s % o.checkpoint_every == 0;
+  };
+  auto eval_after = [&](int64_t s) {
+    return !o.eval_dataset.empty() && o.eval_every > 0 && s % o.eval_every == 0 && s < end_step;
+  };
+  [[maybe_unused]] auto pauses_after = [&](int64_t s) { return checkpoint_after(s) || eval_after(s); };
+
   const bool on_gpu = summary.device == "cuda";
   [[maybe_unused]] bool gpu_noted_graph = false, gpu_noted_epilogue = false;
   while (step < end_step && (!stream_ended || !ahead.empty())) {
@@ -416,37 +464,31 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
     double loss = 0, norm = 0;
 #if SLUICE_HAVE_CUDA
     if (gpu != nullptr) {
-      std::vector<ReceivedBatch> batches;
-      if (ahead.empty()) {
-        RETURN_IF_ERROR(fetch_step(&batches, &step_wait));
+      int ticket = ahead_ticket;
+      ahead_ticket = -1;
+      if (ticket >= 0) {
+        current = std::move(ahead);
       } else {
-        batches = std::move(ahead);
-        ahead.clear();
-      }
-      if (batches.empty()) break;
-      // On an error return below, the batches' leases go while their copies to the device may
-      // still run: wait for the device first (destroyed before `batches`, declared after it).
-      struct SyncOnError {
-        CudaBackend* gpu;
-        bool armed = true;
-        ~SyncOnError() {
-          if (armed) gpu->Synchronize();
+        if (ahead.empty()) {
+          RETURN_IF_ERROR(fetch_step(&current, &step_wait));
+        } else {
+          current = std::move(ahead);
         }
-      } sync_on_error{gpu.get()};
-      for (const ReceivedBatch& b : batches) samples += b.meta.n;
-      int ticket = -1;
-      for (size_t k = 0; k < batches.size(); ++k) {
-        ASSIGN_OR_RETURN(const int slot, gpu->Stage(batches[k].images, batches[k].labels));
-        const bool is_last = k + 1 == batches.size();
-        ASSIGN_OR_RETURN(ticket, gpu->Enqueue(slot, k == 0, is_last, /*update=*/true,
-                                              LearningRate(o, step), static_cast<int>(samples)));
+        if (current.empty()) break;
+        ASSIGN_OR_RETURN(ticket, enqueue_step(current, step));
       }
-      last = batches.back().meta;
+      ahead.clear();
+      for (const ReceivedBatch& b : current) samples += b.meta.n;
+      last = current.back().meta;
       has_position = true;
-      // Overlap: fetch the next step's batches while the device computes this one.
-      if (step + 1 < end_step) RETURN_IF_ERROR(fetch_step(&ahead, nullptr));
+      // Overlap: the next step is fetched, copied and queued while the device runs this one.
+      if (step + 1 < end_step) {
+        RETURN_IF_ERROR(fetch_step(&ahead, nullptr));
+        if (!ahead.empty() && !pauses_after(step + 1)) {
+          ASSIGN_OR_RETURN(ahead_ticket, enqueue_step(ahead, step + 1));
+        }
+      }
       ASSIGN_OR_RETURN(const CudaStepOutcome outcome, gpu->Wait(ticket));
-      sync_on_error.armed = false;
       // Data wait on the GPU: the time the device sat idle before this step.
       step_wait += std::chrono::duration_cast<Clock::duration>(
           std::chrono::duration<double>(outcome.idle_seconds));
@@ -457,8 +499,13 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
       ++step;
       if (!gpu_noted_graph && !gpu->graph_error().empty()) {
         gpu_noted_graph = true;
-        log << "cuda: CUDA Graph capture failed, launching steps eagerly: " << gpu->graph_error()
-            << "\n";
+        log << "cuda: CUDA Graph capture failed (" << gpu->graph_error()
+            << "); that step ran eagerly, and the capture is tried again\n";
+      }
+      if (gpu_noted_graph && gpu->graphs_given_up() && !summary.graphs_given_up) {
+        summary.graphs_given_up = true;
+        log << "cuda: CUDA Graph capture failed " << CudaBackend::kMaxCaptureFailures
+            << " times (last: " << gpu->graph_error() << "); every step now launches eagerly\n";
       }
       if (!gpu_noted_epilogue && gpu->epilogue_fallbacks() > 0) {
         gpu_noted_epilogue = true;
@@ -538,10 +585,11 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
       window_correct = window_images = 0;
       window_time = window_wait = {};
     }
-    if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) RETURN_IF_ERROR(save());
-    if (o.eval_every > 0 && step % o.eval_every == 0 && step < end_step) {
-      RETURN_IF_ERROR(evaluate("at"));
-    }
+    if (checkpoint_after(step)) RETURN_IF_ERROR(save());
+    if (eval_after(step)) RETURN_IF_ERROR(evaluate("at"));
+#if SLUICE_HAVE_CUDA
+    if (gpu != nullptr && pauses_after(step)) gpu->ExcludeGapFromDataWait();
+#endif
   }
   if (stream_ended) log << "the training stream ended at step " << step << "\n";
   RETURN_IF_ERROR(sync_from_device());
@@ -554,7 +602,14 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
   summary.steps = step;
   if (fp16) summary.loss_scale = scaler.scale;
 #if SLUICE_HAVE_CUDA
-  if (gpu != nullptr) summary.h2d_bytes_per_sec = gpu->h2d_bytes_per_sec();
+  if (gpu != nullptr) {
+    summary.h2d_bytes_per_sec = gpu->h2d_bytes_per_sec();
+    summary.cuda_graph_launches = gpu->graph_launches();
+    summary.cuda_eager_launches = gpu->eager_launches();
+    summary.staged_in_place = gpu->staged_in_place();
+    summary.staged_via_copy = gpu->staged_via_copy();
+    summary.shared_memory_batches = stream->shared_memory_batches();
+  }
 #endif
   summary.images_per_sec = train_images / std::max(1e-9, Seconds(train_time));
   summary.data_wait_fraction = Seconds(wait_time) / std::max(1e-9, Seconds(train_time));

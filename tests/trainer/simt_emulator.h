@@ -86,6 +86,8 @@ struct Emulator {
   // The block running now.
   std::vector<Fiber> fibers;
   int current = -1;
+  bool waited = false;  // a thread of this block reached a barrier or shuffle
+  bool direct = false;  // threads run one after another as plain calls, without fibers
   const std::function<void()>* body = nullptr;
   std::vector<unsigned char> dynamic_shared;
   std::vector<uint64_t> warp_slots;  // one 8-byte exchange slot per thread
@@ -105,6 +107,11 @@ inline void SetThread(int t) {
 // Parks the running thread in `state` until the scheduler releases it.
 inline void Wait(State state) {
   Emulator& e = Get();
+  if (e.direct) {
+    e.error = "a barrier or shuffle in a later block of a launch whose first block had none";
+    return;
+  }
+  e.waited = true;
   Fiber& self = e.fibers[e.current];
   self.state = state;
   boost::context::fiber& scheduler = *self.scheduler;
@@ -174,12 +181,34 @@ inline void RunBlock(Emulator& e) {
   for (Fiber& f : e.fibers) f.context = boost::context::fiber();
 }
 
+// A block of a kernel without barriers or shuffles: each thread runs to its end in turn.
+inline void RunBlockDirect(Emulator& e) {
+  const int n = static_cast<int>(e.fibers.size());
+  e.direct = true;
+  for (int i = 0; i < n && e.error.empty(); ++i) {
+    const int t = e.order == Order::kForward ? i : n - 1 - i;
+    e.current = t;
+    SetThread(t);
+    (*e.body)();
+  }
+  e.direct = false;
+}
+
 }  // namespace internal
+
+// Set by an emulated CUDA runtime (tests/trainer/emulated_device.cc): `enqueue` takes each launch
+// for its stream (or the graph being captured on it), `is_device_pointer` says whether a kernel
+// may be handed a pointer. Unset, launches run at once and pointers go unchecked.
+struct Runtime {
+  std::function<void(cudaStream_t, std::function<void()>)> enqueue;
+  std::function<bool(const void*)> is_device_pointer;
+};
+inline Runtime runtime;
 
 // Runs kernel(args...) over grid × block.
 template <typename... KernelArgs, typename... Args>
 void Launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t shared_bytes,
-            cudaStream_t /*stream*/, Args&&... args) {
+            cudaStream_t stream, Args&&... args) {
   internal::Emulator& e = internal::Get();
   ++e.launches;
   const size_t threads = size_t{block.x} * block.y * block.z;
@@ -192,29 +221,67 @@ void Launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t shared_
     return;
   }
   // Arguments are copied as a real launch copies them into its parameter buffer.
-  const std::function<void()> body =
-      [&, copy = std::make_tuple(std::decay_t<KernelArgs>(args)...)] { std::apply(kernel, copy); };
-  e.body = &body;
-  if (e.fibers.size() != threads) {
-    e.fibers.resize(threads);
-    for (internal::Fiber& f : e.fibers) {
-      if (!f.stack) f.stack = std::make_unique<char[]>(internal::kStackBytes);
+  auto copy = std::make_tuple(std::decay_t<KernelArgs>(args)...);
+  if (runtime.is_device_pointer) {
+    std::string bad;
+    int index = 0;
+    std::apply(
+        [&](const auto&... arg) {
+          (
+              [&] {
+                if constexpr (std::is_pointer_v<std::decay_t<decltype(arg)>>) {
+                  if (arg != nullptr && bad.empty() && !runtime.is_device_pointer(arg))
+                    bad = "kernel argument " + std::to_string(index) + " is not device memory";
+                }
+                ++index;
+              }(),
+              ...);
+        },
+        copy);
+    if (!bad.empty()) {
+      e.error = bad;
+      return;
     }
   }
-  e.warp_slots.assign(threads, 0);
-  block_dim = block;
-  grid_dim = grid;
-  const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
-  for (uint64_t i = 0; i < blocks; ++i) {
-    const uint64_t b = e.order == Order::kForward ? i : blocks - 1 - i;
-    block_idx.x = static_cast<unsigned>(b % grid.x);
-    block_idx.y = static_cast<unsigned>(b / grid.x % grid.y);
-    block_idx.z = static_cast<unsigned>(b / (uint64_t{grid.x} * grid.y));
-    e.dynamic_shared.assign(shared_bytes, 0xff);
-    internal::RunBlock(e);
-    if (!e.error.empty()) break;
+  auto run = [kernel, copy, grid, block, shared_bytes, threads] {
+    internal::Emulator& e = internal::Get();
+    const std::function<void()> body = [&] { std::apply(kernel, copy); };
+    e.body = &body;
+    if (e.fibers.size() != threads) {
+      e.fibers.resize(threads);
+      for (internal::Fiber& f : e.fibers) {
+        if (!f.stack) f.stack = std::make_unique<char[]>(internal::kStackBytes);
+      }
+    }
+    e.warp_slots.assign(threads, 0);
+    block_dim = block;
+    grid_dim = grid;
+    const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
+    // When the first block's threads reach no barrier or shuffle, the others run without fibers
+    // (much faster; a later block that does reach one fails the launch).
+    bool fibers = true;
+    for (uint64_t i = 0; i < blocks; ++i) {
+      const uint64_t b = e.order == Order::kForward ? i : blocks - 1 - i;
+      block_idx.x = static_cast<unsigned>(b % grid.x);
+      block_idx.y = static_cast<unsigned>(b / grid.x % grid.y);
+      block_idx.z = static_cast<unsigned>(b / (uint64_t{grid.x} * grid.y));
+      e.dynamic_shared.assign(shared_bytes, 0xff);
+      if (fibers) {
+        e.waited = false;
+        internal::RunBlock(e);
+        fibers = e.waited;
+      } else {
+        internal::RunBlockDirect(e);
+      }
+      if (!e.error.empty()) break;
+    }
+    e.body = nullptr;
+  };
+  if (runtime.enqueue) {
+    runtime.enqueue(stream, std::move(run));
+  } else {
+    run();
   }
-  e.body = nullptr;
 }
 
 template <typename T>

@@ -1,0 +1,6 @@
+// The CUDA backend's kernels, compiled by the host compiler to run under
+// tests/trainer/simt_emulator.h: with tests/trainer/emulated_device.cc, the device of
+// trainer_emulated_cuda_backend_test.
+#include "tests/trainer/simt_emulator.h"
+// (the emulator's macros must come first)
+#include "trainer/cuda_kernels.cu"

@@ -21,6 +21,7 @@
 #include <random>
 #include <vector>
 
+#include "tests/trainer/narrow_values.h"
 #include "trainer/adamw.h"
 #include "trainer/cpu_kernels.h"
 #include "trainer/gelu.h"
@@ -42,30 +43,8 @@ class Narrow {
   void* data() { return bytes_.data(); }
   const void* data() const { return bytes_.data(); }
   int64_t size() const { return static_cast<int64_t>(bytes_.size()) / ElementSize(p_); }
-  float Get(int64_t i) const {
-    switch (p_) {
-      case Precision::kBf16:
-        return __bfloat162float(reinterpret_cast<const cuda::bf16*>(bytes_.data())[i]);
-      case Precision::kFp16:
-        return __half2float(reinterpret_cast<const __half*>(bytes_.data())[i]);
-      case Precision::kFp32:
-        break;
-    }
-    return reinterpret_cast<const float*>(bytes_.data())[i];
-  }
-  void Set(int64_t i, float v) {
-    switch (p_) {
-      case Precision::kBf16:
-        reinterpret_cast<cuda::bf16*>(bytes_.data())[i] = __float2bfloat16(v);
-        return;
-      case Precision::kFp16:
-        reinterpret_cast<__half*>(bytes_.data())[i] = __float2half_rn(v);
-        return;
-      case Precision::kFp32:
-        break;
-    }
-    reinterpret_cast<float*>(bytes_.data())[i] = v;
-  }
+  float Get(int64_t i) const { return testing::LoadNarrow(bytes_.data(), i, p_); }
+  void Set(int64_t i, float v) { testing::StoreNarrow(bytes_.data(), i, p_, v); }
   std::vector<float> ToFloat() const {
     std::vector<float> out(size());
     for (int64_t i = 0; i < size(); ++i) out[i] = Get(i);

@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/trainer/narrow_values.h"
 #include "tests/trainer/simt_emulator.h"
 #include "trainer/gelu.h"
 
@@ -207,30 +208,24 @@ struct InstallHooks {
   }
 } install_hooks;
 
-// Values of a cuBLASLt data type.
-float Load(const void* base, int64_t i, cudaDataType type) {
+// Values of a cuBLASLt data type: the types the trainer's precisions store.
+sluice::trainer::Precision PrecisionOf(cudaDataType type) {
   switch (type) {
     case CUDA_R_16BF:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
+      return sluice::trainer::Precision::kBf16;
     case CUDA_R_16F:
-      return __half2float(static_cast<const __half*>(base)[i]);
+      return sluice::trainer::Precision::kFp16;
     default:
-      return static_cast<const float*>(base)[i];
+      return sluice::trainer::Precision::kFp32;
   }
+}
+float Load(const void* base, int64_t i, cudaDataType type) {
+  return sluice::testing::LoadNarrow(base, i, PrecisionOf(type));
 }
 void Store(void* base, int64_t i, cudaDataType type, float v) {
-  switch (type) {
-    case CUDA_R_16BF:
-      static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16(v);
-      return;
-    case CUDA_R_16F:
-      static_cast<__half*>(base)[i] = __float2half_rn(v);
-      return;
-    default:
-      static_cast<float*>(base)[i] = v;
-  }
+  sluice::testing::StoreNarrow(base, i, PrecisionOf(type), v);
 }
-size_t SizeOf(cudaDataType type) { return type == CUDA_R_32F ? 4 : 2; }
+int64_t SizeOf(cudaDataType type) { return sluice::trainer::ElementSize(PrecisionOf(type)); }
 
 struct LtDesc {
   cublasComputeType_t compute;
@@ -711,14 +706,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
     const void* p;
     int64_t bytes;
   };
-  std::vector<Operand> operands = {{"A", a_ptr, Extent(a) * int64_t(SizeOf(a.type))},
-                                   {"B", b_ptr, Extent(b) * int64_t(SizeOf(b.type))},
-                                   {"D", d_ptr, Extent(out) * int64_t(SizeOf(out.type))}};
-  if (beta_v != 0.0f) operands.push_back({"C", c_ptr, Extent(c) * int64_t(SizeOf(c.type))});
+  std::vector<Operand> operands = {{"A", a_ptr, Extent(a) * SizeOf(a.type)},
+                                   {"B", b_ptr, Extent(b) * SizeOf(b.type)},
+                                   {"D", d_ptr, Extent(out) * SizeOf(out.type)}};
+  if (beta_v != 0.0f) operands.push_back({"C", c_ptr, Extent(c) * SizeOf(c.type)});
   if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT)
-    operands.push_back({"bias", d.bias, m * int64_t(SizeOf(bias_type))});
+    operands.push_back({"bias", d.bias, m * SizeOf(bias_type)});
   if (d.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
-    operands.push_back({"aux", d.aux, ((n - 1) * d.aux_ld + m) * int64_t(SizeOf(out.type))});
+    operands.push_back({"aux", d.aux, ((n - 1) * d.aux_ld + m) * SizeOf(out.type)});
   }
   for (const Operand& o : operands) {
     if (DeviceRange(o.p, static_cast<size_t>(o.bytes)) == nullptr) {

@@ -1,6 +1,7 @@
 // Runs CUDA kernel source on the CPU, for tests on machines without a GPU: include this header,
 // then the .cu file (trainer/cuda_kernels.cu), in one C++ translation unit built with the host
-// compiler. Launches (the .cu's Launch()) execute at once, on the calling thread:
+// compiler. A launch (the .cu's Launch()) runs on the calling thread — at once, or when an
+// emulated device (Runtime below) runs its stream:
 // - blocks one after another, in the order Order() says;
 // - the threads of a block as fibers (Boost.Context) that switch only at __syncthreads() and warp
 //   shuffles, so those really are barriers: every thread of the block (of the warp) must reach
@@ -8,8 +9,7 @@
 // - __shared__ variables are function statics (one block runs at a time), dynamic shared memory
 //   a per-launch buffer of the requested size, filled with NaN bytes so reads before writes show.
 // Not emulated: concurrency between blocks (atomics are plain adds), the memory model, __expf's
-// reduced precision. A launch error is kept for LastError() (and cudaGetLastError() is not
-// consulted); later launches still run.
+// reduced precision. A launch's error is kept for LastError(); later launches still run.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -82,7 +82,6 @@ struct Fiber {
 struct Emulator {
   Order order = Order::kForward;
   std::string error;
-  int64_t launches = 0;
   // The block running now.
   std::vector<Fiber> fibers;
   int current = -1;
@@ -210,7 +209,6 @@ template <typename... KernelArgs, typename... Args>
 void Launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t shared_bytes,
             cudaStream_t stream, Args&&... args) {
   internal::Emulator& e = internal::Get();
-  ++e.launches;
   const size_t threads = size_t{block.x} * block.y * block.z;
   if (threads == 0 || threads > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0) {
     e.error = "invalid launch configuration: " + std::to_string(threads) + " threads";
@@ -225,19 +223,14 @@ void Launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t shared_
   if (runtime.is_device_pointer) {
     std::string bad;
     int index = 0;
-    std::apply(
-        [&](const auto&... arg) {
-          (
-              [&] {
-                if constexpr (std::is_pointer_v<std::decay_t<decltype(arg)>>) {
-                  if (arg != nullptr && bad.empty() && !runtime.is_device_pointer(arg))
-                    bad = "kernel argument " + std::to_string(index) + " is not device memory";
-                }
-                ++index;
-              }(),
-              ...);
-        },
-        copy);
+    auto check = [&](const auto& arg) {
+      if constexpr (std::is_pointer_v<std::decay_t<decltype(arg)>>) {
+        if (arg != nullptr && bad.empty() && !runtime.is_device_pointer(arg))
+          bad = "kernel argument " + std::to_string(index) + " is not device memory";
+      }
+      ++index;
+    };
+    std::apply([&](const auto&... arg) { (check(arg), ...); }, copy);
     if (!bad.empty()) {
       e.error = bad;
       return;
@@ -290,7 +283,6 @@ T* DynamicShared() {
 }
 
 inline void SetOrder(Order order) { internal::Get().order = order; }
-inline int64_t Launches() { return internal::Get().launches; }
 // The first error since the last ClearError(); empty when none.
 inline const std::string& LastError() { return internal::Get().error; }
 inline void ClearError() { internal::Get().error.clear(); }

@@ -56,6 +56,11 @@ void ReleaseShared(BatchArrays* arrays) {
   arrays->shared_images = nullptr;
 }
 
+// The bearer token, when there is one, on every call.
+void AddToken(grpc::ClientContext* context, const std::string& token) {
+  if (!token.empty()) context->AddMetadata("authorization", "Bearer " + token);
+}
+
 }  // namespace
 
 // One server stream's buffers: prefetch + max_held of them. A buffer is free, read ahead (taken
@@ -275,7 +280,7 @@ class ServerStream {
     grpc::GenericStub stub(channel);
     grpc::CompletionQueue cq;
     grpc::ClientContext context;
-    if (!options_.token.empty()) context.AddMetadata("authorization", "Bearer " + options_.token);
+    AddToken(&context, options_.token);
     v1::StreamRequest request = request_;
     if (resume_) *request.mutable_start_position() = *resume_;
     if (options_.shared_memory && IsSameHostTarget(target_)) {
@@ -619,7 +624,7 @@ class GrpcClient : public Client {
  private:
   void Prepare(grpc::ClientContext* context) {
     context->set_deadline(std::chrono::system_clock::now() + options_.rpc_timeout);
-    if (!options_.token.empty()) context->AddMetadata("authorization", "Bearer " + options_.token);
+    AddToken(context, options_.token);
   }
 
   const ClientOptions options_;

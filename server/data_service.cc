@@ -43,8 +43,6 @@ constexpr auto kAttachTimeout = std::chrono::seconds(2);
 
 class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public JobConsumer {
  public:
-  // segment: the stream's shared-memory segment, already named in the initial metadata; null
-  // for ordinary batches.
   // segment: the stream's shared-memory segment, already named in the initial metadata and
   // reserved in the registry; null for ordinary batches.
   BatchWriter(JobRegistry* registry, std::shared_ptr<Job> job,
@@ -116,9 +114,9 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
       return;
     }
     counters_->batches.fetch_add(1, std::memory_order_relaxed);
-    counters_->images.fetch_add(pending_images_, std::memory_order_relaxed);
-    counters_->bytes.fetch_add(pending_bytes_, std::memory_order_relaxed);
-    counters_->skipped.fetch_add(pending_skipped_, std::memory_order_relaxed);
+    counters_->images.fetch_add(static_cast<uint64_t>(pending_.n), std::memory_order_relaxed);
+    counters_->bytes.fetch_add(pending_.image_bytes(), std::memory_order_relaxed);
+    counters_->skipped.fetch_add(pending_.skipped_records, std::memory_order_relaxed);
     WantNext();
   }
 
@@ -200,9 +198,7 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
       std::lock_guard<std::mutex> lock(mu_);
       if (finished_) return;
       writing_ = true;
-      pending_images_ = static_cast<uint64_t>(meta.n);
-      pending_bytes_ = meta.image_bytes();
-      pending_skipped_ = meta.skipped_records;
+      pending_ = meta;
       out_.Swap(message);
     }
     StartWrite(&out_);
@@ -220,10 +216,7 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
   // Images go through segment_: set (before the first Want) once the client attached.
   std::atomic<bool> shared_{false};
   grpc::ByteBuffer out_;  // the write in flight
-  // The write in flight, counted as served when it completes.
-  uint64_t pending_images_ = 0;
-  uint64_t pending_bytes_ = 0;
-  uint64_t pending_skipped_ = 0;
+  BatchMeta pending_;  // of the write in flight, counted as served when it completes
   std::mutex mu_;
   bool writing_ = false;   // guarded by mu_
   bool finished_ = false;  // Finish called or about to be; guarded by mu_
@@ -320,7 +313,7 @@ std::shared_ptr<SharedSegment> DataService::SharedSegmentFor(grpc::CallbackServe
                                                              const ResolvedOptions& options) {
   if (config_.disable_shared_memory() || !IsSameHostPeer(context.peer())) return nullptr;
   const int slots = request.shared_memory_slots();
-  const uint64_t slot_bytes = uint64_t(options.batch_size) * options.height * options.width * 3;
+  const uint64_t slot_bytes = options.batch_image_bytes();
   if (slots < 2 || slots > SharedSegment::kMaxSlots) return nullptr;
   // Reserved (against max_shared_memory_bytes) before it exists.
   const int64_t bytes = static_cast<int64_t>(SharedSegment::BytesFor(slots, slot_bytes));

@@ -80,11 +80,6 @@ int Job::consumers() const {
   return static_cast<int>(attached_.size());
 }
 
-bool Job::finished() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return final_.has_value();
-}
-
 void Job::Pump() {
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -67,7 +67,6 @@ class Job {
   int64_t memory_budget() const { return memory_budget_; }
   const ResolvedOptions& options() const { return pipeline_->options(); }
   int consumers() const;
-  bool finished() const;  // the end or an error has been reached
   StatsSnapshot Stats() const { return iterator_->Stats(); }
 
  private:

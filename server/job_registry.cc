@@ -79,11 +79,6 @@ DatasetCounters& JobRegistry::counters(const std::string& dataset) {
   return *counters_.at(dataset);
 }
 
-int64_t JobRegistry::memory_reserved() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return reserved_;
-}
-
 Result<std::shared_ptr<Job>> JobRegistry::Open(const std::string& dataset,
                                                const std::string& job_name,
                                                const v1::PipelineOptions& requested,

@@ -62,8 +62,6 @@ class JobRegistry {
   void ReleaseSharedMemory(int64_t bytes) { shared_memory_bytes_.fetch_sub(bytes); }
   // Streams whose client attached to their segment.
   void CountSharedMemoryStream(int delta) { shared_memory_streams_.fetch_add(delta); }
-  int active_streams() const { return streams_.load(); }
-  int64_t memory_reserved() const;
 
  private:
   struct Entry {

@@ -9,6 +9,8 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -76,6 +78,14 @@ Result<int64_t> ParseBytes(const std::string& text) {
   return static_cast<int64_t>(v * m);
 }
 
+// --image-size N or HxW, as {height, width}.
+Result<std::pair<int, int>> ParseImageSize(const std::string& flag) {
+  int h = 0, w = 0;
+  if (std::sscanf(flag.c_str(), "%dx%d", &h, &w) == 2) return std::pair{h, w};
+  if (std::sscanf(flag.c_str(), "%d", &h) == 1) return std::pair{h, h};
+  return InvalidArgument("--image-size wants N or HxW, not '" + flag + "'");
+}
+
 Result<v1::PipelineOptions> BuildOptions(const ProfileFlags& f) {
   v1::PipelineOptions o;
   if (!f.options_file.empty()) {
@@ -84,16 +94,10 @@ Result<v1::PipelineOptions> BuildOptions(const ProfileFlags& f) {
   for (const std::string& g : f.files) o.add_files(g);
   if (o.files().empty()) return InvalidArgument("give --files GLOB or --options FILE");
   if (f.batch_size > 0) o.set_batch_size(f.batch_size);
-  int h = 0, w = 0;
-  if (f.image_size.empty()) {
-  } else if (std::sscanf(f.image_size.c_str(), "%dx%d", &h, &w) == 2) {
-    o.set_image_height(h);
-    o.set_image_width(w);
-  } else if (std::sscanf(f.image_size.c_str(), "%d", &h) == 1) {
-    o.set_image_height(h);
-    o.set_image_width(h);
-  } else {
-    return InvalidArgument("--image-size wants N or HxW, not '" + f.image_size + "'");
+  if (!f.image_size.empty()) {
+    ASSIGN_OR_RETURN(const auto size, ParseImageSize(f.image_size));
+    o.set_image_height(size.first);
+    o.set_image_width(size.second);
   }
   if (!f.mode.empty()) o.set_mode(f.mode == "eval" ? v1::MODE_EVAL : v1::MODE_TRAIN);
   if (f.threads > 0) o.set_threads(f.threads);
@@ -454,15 +458,14 @@ void RegisterProfileCommand(CLI::App& app, int* exit_code) {
     r.job_name = f->job_name;
     r.shared_memory = !f->no_shared_memory;
     r.batch_size = f->batch_size;
-    if (!f->image_size.empty() &&
-        std::sscanf(f->image_size.c_str(), "%dx%d", &r.height, &r.width) != 2) {
-      if (std::sscanf(f->image_size.c_str(), "%d", &r.height) != 1) {
-        fmt::print(stderr, "sluice profile: --image-size wants N or HxW, not '{}'\n",
-                   f->image_size);
+    if (!f->image_size.empty()) {
+      const Result<std::pair<int, int>> size = ParseImageSize(f->image_size);
+      if (!size.ok()) {
+        fmt::print(stderr, "sluice profile: {}\n", size.status().message());
         *exit_code = 2;
         return;
       }
-      r.width = r.height;
+      std::tie(r.height, r.width) = *size;
     }
     r.mode = f->mode;
     if (f->seed) r.seed = f->seed;

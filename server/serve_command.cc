@@ -72,10 +72,6 @@ int Serve(const ServeFlags& f) {
   Result<v1::ServerConfig> loaded =
       !f.config_file.empty() ? LoadServerConfig(f.config_file)
                              : QuickServerConfig(f.files, f.name, f.port, f.metrics_address);
-  if (!loaded.ok()) {
-    std::fprintf(stderr, "sluice serve: %s\n", loaded.status().message().c_str());
-    return 2;
-  }
   if (loaded.ok() && !f.shard.empty()) loaded = ApplyShard(std::move(*loaded), f.shard);
   if (!loaded.ok()) {
     std::fprintf(stderr, "sluice serve: %s\n", loaded.status().message().c_str());
@@ -129,7 +125,7 @@ int Serve(const ServeFlags& f) {
   }
   server->GetHealthCheckService()->SetServingStatus(true);
 
-  StatusPages pages(config, &registry);
+  StatusPages pages(&registry);
   std::unique_ptr<HttpServer> http;
   if (!config.metrics_address().empty()) {
     Result<std::unique_ptr<HttpServer>> started = HttpServer::Start(

@@ -266,7 +266,7 @@ Result<v1::ServerConfig> ValidateServerConfig(v1::ServerConfig c) {
     return Bad("max_shared_memory_bytes",
                fmt::format("{} is negative", c.max_shared_memory_bytes()));
   }
-  if (c.max_shared_memory_bytes() == 0) c.set_max_shared_memory_bytes(int64_t{2} << 30);
+  if (c.max_shared_memory_bytes() == 0) c.set_max_shared_memory_bytes(kDefaultMaxSharedMemoryBytes);
   if (c.threads() < 0 || c.threads() > kMaxThreads) {
     return Bad("threads", fmt::format("{} is outside [0, {}]", c.threads(), kMaxThreads));
   }

@@ -22,6 +22,8 @@ inline constexpr int64_t kDefaultDatasetMemoryBudget = int64_t{1} << 30;
 inline constexpr int kDefaultMaxStreams = 64;
 inline constexpr int64_t kDefaultMaxBatchBytes = int64_t{256} << 20;
 inline constexpr int kDefaultJobLingerSeconds = 30;
+// All same-host streams' shared-memory segments together.
+inline constexpr int64_t kDefaultMaxSharedMemoryBytes = int64_t{2} << 30;
 inline constexpr int kDefaultMaxBatchSize = 1024;
 inline constexpr int kDefaultMinImageSize = 32;
 inline constexpr int kDefaultMaxImageSize = 1024;

@@ -16,8 +16,8 @@ double BusyFraction(const v1::StageStats& s, double wall) {
 
 }  // namespace
 
-StatusPages::StatusPages(const v1::ServerConfig& config, const JobRegistry* registry)
-    : config_(config), registry_(registry), last_scrape_(std::chrono::steady_clock::now()) {}
+StatusPages::StatusPages(const JobRegistry* registry)
+    : registry_(registry), last_scrape_(std::chrono::steady_clock::now()) {}
 
 HttpResponse StatusPages::Handle(const HttpRequest& request) {
   const std::string path = request.target.substr(0, request.target.find('?'));
@@ -88,7 +88,9 @@ std::string StatusPages::Metrics() {
   };
   for (const Counter& c : counters) {
     w.Family(c.name, c.help, c.type);
-    for (const v1::DatasetStats& d : stats.datasets()) w.Sample(c.name, L{{"dataset", d.name()}}, c.value(d));
+    for (const v1::DatasetStats& d : stats.datasets()) {
+      w.Sample(c.name, L{{"dataset", d.name()}}, c.value(d));
+    }
   }
   w.Family("sluice_images_per_second", "Images delivered per second since the previous scrape.",
            MetricType::kGauge);
@@ -96,31 +98,29 @@ std::string StatusPages::Metrics() {
     w.Sample("sluice_images_per_second", L{{"dataset", d.name()}}, rates[d.name()]);
   }
 
-  w.Family("sluice_job_queue_fill", "Ready batches waiting in a job's prefetch queue.",
-           MetricType::kGauge);
-  for (const v1::JobStats& j : stats.jobs()) {
-    w.Sample("sluice_job_queue_fill", L{{"dataset", j.dataset()}, {"job", j.name()}}, j.queue_fill());
-  }
-  w.Family("sluice_job_queue_capacity", "Capacity of a job's prefetch queue.", MetricType::kGauge);
-  for (const v1::JobStats& j : stats.jobs()) {
-    w.Sample("sluice_job_queue_capacity", L{{"dataset", j.dataset()}, {"job", j.name()}},
-             j.queue_capacity());
-  }
-  w.Family("sluice_job_decode_parallelism",
-           "Decode threads a job's autotuner allows now (of sluice_job_decode_threads).",
-           MetricType::kGauge);
-  for (const v1::JobStats& j : stats.jobs()) {
-    w.Sample("sluice_job_decode_parallelism", L{{"dataset", j.dataset()}, {"job", j.name()}},
-             j.decode_parallelism());
-  }
-  w.Family("sluice_job_decode_threads", "A job's decode threads.", MetricType::kGauge);
-  for (const v1::JobStats& j : stats.jobs()) {
-    w.Sample("sluice_job_decode_threads", L{{"dataset", j.dataset()}, {"job", j.name()}},
-             j.decode_parallelism_max());
-  }
-  w.Family("sluice_job_consumers", "Streams consuming a job.", MetricType::kGauge);
-  for (const v1::JobStats& j : stats.jobs()) {
-    w.Sample("sluice_job_consumers", L{{"dataset", j.dataset()}, {"job", j.name()}}, j.consumers());
+  struct JobGauge {
+    const char* name;
+    const char* help;
+    double (*value)(const v1::JobStats&);
+  };
+  const JobGauge job_gauges[] = {
+      {"sluice_job_queue_fill", "Ready batches waiting in a job's prefetch queue.",
+       [](const v1::JobStats& j) { return static_cast<double>(j.queue_fill()); }},
+      {"sluice_job_queue_capacity", "Capacity of a job's prefetch queue.",
+       [](const v1::JobStats& j) { return static_cast<double>(j.queue_capacity()); }},
+      {"sluice_job_decode_parallelism",
+       "Decode threads a job's autotuner allows now (of sluice_job_decode_threads).",
+       [](const v1::JobStats& j) { return static_cast<double>(j.decode_parallelism()); }},
+      {"sluice_job_decode_threads", "A job's decode threads.",
+       [](const v1::JobStats& j) { return static_cast<double>(j.decode_parallelism_max()); }},
+      {"sluice_job_consumers", "Streams consuming a job.",
+       [](const v1::JobStats& j) { return static_cast<double>(j.consumers()); }},
+  };
+  for (const JobGauge& g : job_gauges) {
+    w.Family(g.name, g.help, MetricType::kGauge);
+    for (const v1::JobStats& j : stats.jobs()) {
+      w.Sample(g.name, L{{"dataset", j.dataset()}, {"job", j.name()}}, g.value(j));
+    }
   }
   w.Family("sluice_job_stage_busy_fraction",
            "Fraction of a stage's threads' time spent working, over the job's life.",

@@ -17,8 +17,8 @@ namespace sluice {
 
 class StatusPages {
  public:
-  // config and registry outlive this.
-  StatusPages(const v1::ServerConfig& config, const JobRegistry* registry);
+  // registry outlives this.
+  explicit StatusPages(const JobRegistry* registry);
 
   HttpResponse Handle(const HttpRequest& request);
 
@@ -29,7 +29,6 @@ class StatusPages {
   std::string StatusText();
 
  private:
-  const v1::ServerConfig& config_;
   const JobRegistry* registry_;
   std::atomic<bool> draining_{false};
 

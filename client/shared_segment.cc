@@ -13,6 +13,9 @@
 #include <cstring>
 #include <initializer_list>
 #include <random>
+#include <string_view>
+
+#include "formats/file.h"
 
 namespace sluice {
 
@@ -36,21 +39,20 @@ static_assert(sizeof(std::atomic<uint32_t>) == 4 && std::atomic<uint32_t>::is_al
 
 uint64_t RoundUp(uint64_t v) { return (v + kPage - 1) / kPage * kPage; }
 
-Status Errno(const std::string& what, int error) {
-  const std::string message = what + ": " + std::strerror(error);
+// ErrnoStatus, except that running out of room (memory, /dev/shm, descriptors) is
+// ResourceExhausted and EPERM a FailedPrecondition.
+Status Errno(int error, std::string_view op, const std::string& name) {
+  Status s = ErrnoStatus(error, op, name);
   switch (error) {
-    case ENOENT:
-      return NotFound(message);
-    case EACCES:
     case EPERM:
-      return FailedPrecondition(message);
+      return FailedPrecondition(s.message());
     case ENOSPC:
     case ENOMEM:
     case EMFILE:
     case ENFILE:
-      return ResourceExhausted(message);
+      return ResourceExhausted(s.message());
     default:
-      return IOError(message);
+      return s;
   }
 }
 
@@ -123,20 +125,18 @@ Result<std::shared_ptr<SharedSegment>> SharedSegment::Create(int slots, uint64_t
   const uint64_t slot = RoundUp(slot_bytes);
   const uint64_t total = BytesFor(slots, slot_bytes);
   const std::string name = NewName();
-  const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return Errno("create shared segment " + name, errno);
+  const UniqueFd fd(shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!fd.valid()) return Errno(errno, "create shared segment", name);
   auto fail = [&](const std::string& what, int error) {
-    close(fd);
     shm_unlink(name.c_str());
-    return Errno(what + " of shared segment " + name + " (" + std::to_string(total) + " bytes)",
-                 error);
+    return Errno(error, what + " of shared segment",
+                 name + " (" + std::to_string(total) + " bytes)");
   };
-  if (const int e = posix_fallocate(fd, 0, static_cast<off_t>(total)); e != 0) {
+  if (const int e = posix_fallocate(fd.get(), 0, static_cast<off_t>(total)); e != 0) {
     return fail("reserve space", e);
   }
-  void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (base == MAP_FAILED) return fail("map", errno);
-  close(fd);
   auto* h = new (base) Header();
   std::memcpy(h->magic, kMagic, sizeof(kMagic));
   h->slots = static_cast<uint32_t>(slots);
@@ -156,30 +156,24 @@ Result<std::shared_ptr<SharedSegment>> SharedSegment::Open(
       name.compare(1, sizeof(kPrefix) - 1, kPrefix) != 0) {
     return InvalidArgument("'" + name + "' is not a sluice shared segment name");
   }
-  const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
-  if (fd < 0) return Errno("open shared segment " + name, errno);
+  UniqueFd fd(shm_open(name.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0));
+  if (!fd.valid()) return Errno(errno, "open shared segment", name);
   struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    const int e = errno;
-    close(fd);
-    return Errno("stat shared segment " + name, e);
-  }
+  if (fstat(fd.get(), &st) != 0) return Errno(errno, "stat shared segment", name);
   // Only a segment of this user that no one else may write: another local user could otherwise
   // plant one (bound to a port this client was pointed at) and change it under the client.
   if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
-    close(fd);
     return FailedPrecondition("shared segment " + name +
                               " is not this user's alone (owner or mode); not mapping it");
   }
   const uint64_t total = static_cast<uint64_t>(st.st_size);
   if (total < kPage) {
-    close(fd);
     return DataLoss("shared segment " + name + " is " + std::to_string(total) + " bytes");
   }
-  void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   const int map_error = errno;
-  close(fd);
-  if (base == MAP_FAILED) return Errno("map shared segment " + name, map_error);
+  fd.Reset();  // the mapping stays
+  if (base == MAP_FAILED) return Errno(map_error, "map shared segment", name);
   // The header read once: what is checked is what is used, whatever changes in it later.
   auto* h = static_cast<Header*>(base);
   char magic[sizeof(kMagic)];

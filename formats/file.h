@@ -7,10 +7,43 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "formats/status.h"
 
 namespace sluice {
+
+// close(2), errors ignored (for UniqueFd: this header stays free of <unistd.h>).
+void CloseFd(int fd);
+
+// Owns a file descriptor; closes it (ignoring errors) unless released.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  ~UniqueFd() { Reset(); }
+  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int Release() { return std::exchange(fd_, -1); }
+  void Reset() {
+    if (fd_ >= 0) CloseFd(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
 
 // A byte stream read front to back. Not thread-safe.
 class SequentialFile {

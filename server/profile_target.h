@@ -1,7 +1,6 @@
 // `sluice profile --target HOST:PORT --dataset NAME`: measures a running `sluice serve` from the
 // client side (img/s, MB/s, per-batch wait percentiles) and reads the server's own view of the
-// job it got (stage load via GetStats), with the same table and --json fields as in-process
-// profile.
+// job it got (stage load via GetStats); printed as a table, or as JSON with --json.
 #pragma once
 
 #include <cstdint>

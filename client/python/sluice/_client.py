@@ -390,14 +390,12 @@ class _Reader:
                         token = _Token(self.held)
                         batch, skipped = decode_batch(message, segment, token)
                         self.skipped_records += skipped
+                        # A shared job goes on where it is: only a private stream resumes.
+                        if not self._request.job_name:
+                            resume = batch.position.after()
                         if token.attached:
                             self.shared_batches += 1
                             batch = _Shared(batch, token)
-                        # A shared job goes on where it is: only a private stream resumes.
-                        if not self._request.job_name:
-                            position = batch.batch.position if isinstance(batch, _Shared) \
-                                else batch.position
-                            resume = position.after()
                         last_progress = time.monotonic()
                         backoff = client.reconnect_initial
                         if not self._put(batch):

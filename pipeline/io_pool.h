@@ -36,8 +36,6 @@ class IoPool {
   // is running or done. Thread-safe.
   bool Cancel(TaskId id);
 
-  int threads() const { return static_cast<int>(threads_.size()); }
-
  private:
   struct Task {
     TaskId id;

@@ -15,13 +15,14 @@
 #include "formats/file.h"
 #include "formats/tfrecord_reader.h"
 #include "pipeline/io_pool.h"
+#include "pipeline/options.h"
 #include "pipeline/stats.h"
 
 namespace sluice {
 
 struct ReadAheadOptions {
-  size_t chunk_bytes = 1 << 20;  // asked of the base file per pool task
-  int chunks = 2;                // read ahead and not yet consumed, at most (at least 1)
+  size_t chunk_bytes = kReadBufferBytes;  // asked of the base file per pool task
+  int chunks = kReadAheadChunks;  // read ahead and not yet consumed, at most (at least 1)
   // When set, the chunk buffers (chunks x chunk_bytes, allocated at creation) are accounted here
   // for the file's lifetime.
   PoolCounters* memory = nullptr;

@@ -196,8 +196,6 @@ bool RecordSource::Read(Cursor& c, WorkItem* w) {
       // The read-ahead's chunks account themselves; the reader's buffer is added below.
       ro.wrap_stream = [this](std::unique_ptr<SequentialFile> stream) {
         ReadAheadOptions ra;
-        ra.chunk_bytes = kReadBufferBytes;
-        ra.chunks = kReadAheadChunks;
         ra.memory = &stats_->pool(Pool::kReadBuffers);
         return NewReadAheadFile(std::move(stream), io_pool_, ra);
       };

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -62,18 +63,28 @@ inline std::string SluiceBinary() {
   return env != nullptr && *env != '\0' ? env : SLUICE_BINARY;
 }
 
-// Runs `sluice <args>` (args are passed to the shell as written) and captures both streams.
-inline CommandResult RunSluice(const std::string& args) {
+// Runs `binary <args>` (args are passed to the shell as written) and captures both streams.
+inline CommandResult RunCommand(const std::string& binary, const std::string& args) {
   TempDir tmp;
   std::string out_path = tmp.file("stdout"), err_path = tmp.file("stderr");
-  std::string cmd = SluiceBinary() + " " + args + " >" + out_path + " 2>" + err_path +
-                    " </dev/null";
+  std::string cmd = binary + " " + args + " >" + out_path + " 2>" + err_path + " </dev/null";
   int rc = std::system(cmd.c_str());
   CommandResult r;
   r.exit_code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
   r.out = ReadAll(out_path);
   r.err = ReadAll(err_path);
   return r;
+}
+
+// Runs `sluice <args>`.
+inline CommandResult RunSluice(const std::string& args) { return RunCommand(SluiceBinary(), args); }
+
+// n bytes from a seeded generator: record payloads and file contents for tests.
+inline std::string RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(rng());
+  return s;
 }
 
 }  // namespace sluice::testing

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmark of the Python client against the C++ client (`sluice profile --target`), both reading
-# the same `sluice serve` on this machine over TCP loopback (batch 256, 224x224) — the C++ client
-# through the socket too (--no-shared-memory), as the Python client does not use shared memory:
+# the same `sluice serve` on this machine over TCP loopback (batch 256, 224x224) — through the
+# socket (--no-shared-memory for C++; the Python client's default), and through shared memory:
 #   - uncached TRAIN: the server's decode is the bottleneck, so a client's own CPU time (shared
 #     cores) shows as lost images/s; goal: Python >= 90% of C++
 #   - warm DECODED cache: raw delivery, the clients' receive paths alone

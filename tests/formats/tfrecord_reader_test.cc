@@ -13,6 +13,8 @@
 namespace sluice {
 namespace {
 
+using testing::RandomBytes;
+
 using testing::TempDir;
 
 constexpr size_t kOverhead = kTFRecordHeaderBytes + kTFRecordFooterBytes;
@@ -21,13 +23,6 @@ std::string Shard(const std::vector<std::string>& records) {
   std::string out;
   for (const std::string& r : records) AppendTFRecordFrame(r, &out);
   return out;
-}
-
-std::string Record(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::string s(n, '\0');
-  for (char& ch : s) ch = static_cast<char>(rng());
-  return s;
 }
 
 std::unique_ptr<TFRecordReader> MemoryReader(std::string contents, size_t buffer_bytes = 4 << 20,
@@ -75,7 +70,7 @@ TEST_CASE("EmptyFileHasZeroRecords") {
 
 TEST_CASE("RecordsOfEverySizeReadBackAcrossBufferBoundaries") {
   std::vector<std::string> records;
-  for (uint32_t i = 0; i < 300; ++i) records.push_back(Record((i * 37) % 1000, i));
+  for (uint32_t i = 0; i < 300; ++i) records.push_back(RandomBytes((i * 37) % 1000, i));
   records.push_back("");
   records.insert(records.begin(), "");
   const std::string shard = Shard(records);
@@ -91,8 +86,8 @@ TEST_CASE("RecordsOfEverySizeReadBackAcrossBufferBoundaries") {
 }
 
 TEST_CASE("RecordLargerThanTheBufferGrowsIt") {
-  const std::vector<std::string> records = {"small", Record(3 << 20, 1), "", Record(100, 2),
-                                            Record(5 << 20, 3)};
+  const std::vector<std::string> records = {"small", RandomBytes(3 << 20, 1), "",
+                                            RandomBytes(100, 2), RandomBytes(5 << 20, 3)};
   auto reader = MemoryReader(Shard(records), 1 << 16);
   ReadAll all = ReadUntilError(reader.get());
   REQUIRE(all.status.ok());
@@ -117,7 +112,8 @@ TEST_CASE("OffsetsNameEachRecordsFrame") {
 
 TEST_CASE("StartOffsetReadsFromAFrameWithTheFilesOffsets") {
   TempDir dir;
-  const std::vector<std::string> records = {Record(10, 1), Record(300, 2), Record(7, 3), Record(50, 4)};
+  const std::vector<std::string> records = {RandomBytes(10, 1), RandomBytes(300, 2),
+                                            RandomBytes(7, 3), RandomBytes(50, 4)};
   std::string shard = Shard(records);
   // Damage the data of the last record: the error must name its offset in the file.
   const uint64_t last = shard.size() - (50 + kOverhead);
@@ -444,9 +440,9 @@ Trace TraceReader(TFRecordReader* reader, const std::string* lender_bytes) {
 
 TEST_CASE("LendingStreamGivesTheSameRecordsAndErrorsAsCopying") {
   std::vector<std::string> records;
-  for (uint32_t i = 0; i < 120; ++i) records.push_back(Record((i * 37) % 700, i));
+  for (uint32_t i = 0; i < 120; ++i) records.push_back(RandomBytes((i * 37) % 700, i));
   records.push_back("");
-  records.push_back(Record(20000, 9));
+  records.push_back(RandomBytes(20000, 9));
   records.push_back("last");
   const std::string shard = Shard(records);
   const size_t third = records[0].size() + records[1].size() + 2 * kOverhead;
@@ -498,7 +494,7 @@ TEST_CASE("LendingStreamGivesTheSameRecordsAndErrorsAsCopying") {
 
 TEST_CASE("OpenPassesTheInflatedStreamThroughWrapStream") {
   TempDir dir;
-  const std::vector<std::string> records = {"one", Record(5000, 1), "three"};
+  const std::vector<std::string> records = {"one", RandomBytes(5000, 1), "three"};
   const std::string plain = Shard(records);
   for (Compression c : {Compression::kNone, Compression::kGzip, Compression::kZlib}) {
     INFO(CompressionName(c));

@@ -3,6 +3,7 @@
 #include "pipeline/autotuner.h"
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 
 #include <atomic>
 #include <chrono>
@@ -183,6 +184,7 @@ TEST_CASE("TunedRunGivesTheSameBatchesAsOneThread") {
   o.set_threads(2);
   auto it = testing::StartIterator(o);
   std::string bytes;
+  int lowest_limit = 2;
   for (;;) {
     Batch b;
     bool end = false;
@@ -191,7 +193,9 @@ TEST_CASE("TunedRunGivesTheSameBatchesAsOneThread") {
     bytes.append(reinterpret_cast<const char*>(b.images().data()), b.images().size());
     b.Release();
     std::this_thread::sleep_for(std::chrono::milliseconds(60));  // slow: the limit comes down
+    lowest_limit = std::min(lowest_limit, it->Stats().decode_parallelism);
   }
+  CHECK(lowest_limit == 1);  // the run did change the decode parallelism
   CHECK(bytes == reference.image_bytes);
 }
 

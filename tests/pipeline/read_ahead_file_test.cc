@@ -18,16 +18,12 @@
 #include "formats/tfrecord_reader.h"
 #include "formats/tfrecord_writer.h"
 #include "pipeline/io_pool.h"
+#include "tests/test_support.h"
 
 namespace sluice {
 namespace {
 
-std::string Bytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
+using testing::RandomBytes;
 
 // Everything a SequentialFile delivers: its bytes up to the first error or end of file, and that
 // error (OK at end of file).
@@ -69,7 +65,7 @@ TEST_CASE("ByteIdenticalForManyChunkAndReadSizes") {
   const std::vector<std::vector<size_t>> read_patterns = {
       {1}, {13}, {4096}, {1 << 20}, {5, 100000, 1, 4096, 777}};
   for (size_t size : sizes) {
-    const std::string contents = Bytes(size, static_cast<uint32_t>(size));
+    const std::string contents = RandomBytes(size, static_cast<uint32_t>(size));
     for (size_t chunk : chunk_sizes) {
       if (size / chunk > 5000) continue;  // one pool task per chunk: keep the test short
       for (int chunks : {1, 2, 3}) {
@@ -98,7 +94,7 @@ TEST_CASE("FilesOfACycleReadInTurnsShareThePool") {
   std::vector<std::string> contents;
   std::vector<std::unique_ptr<SequentialFile>> files;
   for (int i = 0; i < 6; ++i) {
-    contents.push_back(Bytes(100000 + 977 * i, 100 + i));
+    contents.push_back(RandomBytes(100000 + 977 * i, 100 + i));
     std::string name = "f";
     name += std::to_string(i);
     files.push_back(NewReadAheadFile(NewMemoryFile(name, contents.back()), &pool,
@@ -141,7 +137,7 @@ TEST_CASE("ZeroLengthFileIsAtEndAtOnce") {
 
 TEST_CASE("InjectedIoErrorSurfacesAfterTheBytesBeforeItWithTheSameMessage") {
   IoPool pool(2);
-  const std::string contents = Bytes(50000, 7);
+  const std::string contents = RandomBytes(50000, 7);
   for (size_t chunk : {size_t{1000}, size_t{4096}, size_t{1} << 20}) {
     for (int64_t fail_at : {int64_t{0}, int64_t{1}, int64_t{999}, int64_t{1000}, int64_t{1001},
                             int64_t{4096}, int64_t{12345}, int64_t{49999}}) {
@@ -171,7 +167,7 @@ TEST_CASE("InjectedIoErrorSurfacesAfterTheBytesBeforeItWithTheSameMessage") {
 
 TEST_CASE("LentChunksGiveTheSameBytesAndErrorAsReads") {
   IoPool pool(2);
-  const std::string contents = Bytes(30000, 11);
+  const std::string contents = RandomBytes(30000, 11);
   for (size_t chunk : {size_t{1}, size_t{999}, size_t{4096}, size_t{1} << 20}) {
     for (int64_t fail_at : {int64_t{-1}, int64_t{0}, int64_t{998}, int64_t{4096}, int64_t{29999}}) {
       // Lend, and every third call a Read of 100 bytes, mixed.
@@ -237,7 +233,7 @@ ReaderRun ReadRecords(std::unique_ptr<SequentialFile> file, size_t buffer_bytes)
 TEST_CASE("RecordReaderSeesTheSameRecordsAndErrorAtTheSameOffset") {
   IoPool pool(2);
   std::string shard;
-  for (int i = 0; i < 200; ++i) AppendTFRecordFrame(Bytes(10 + 37 * i, i), &shard);
+  for (int i = 0; i < 200; ++i) AppendTFRecordFrame(RandomBytes(10 + 37 * i, i), &shard);
   for (int64_t fail_at : {int64_t{-1}, int64_t{0}, int64_t{5000}, int64_t{123457},
                           static_cast<int64_t>(shard.size()) - 1}) {
     for (size_t buffer : {size_t{64}, size_t{4096}, size_t{1} << 20}) {
@@ -338,7 +334,7 @@ TEST_CASE("DestroyMidFileWithReadsInFlight") {
   // Many files dropped at every point of their reading, with the pool busy: no crash, no leak
   // (run under ASan/TSan to see it).
   IoPool pool(3);
-  const std::string contents = Bytes(200000, 3);
+  const std::string contents = RandomBytes(200000, 3);
   for (int stop_after = 0; stop_after < 60; ++stop_after) {
     auto file = NewReadAheadFile(NewMemoryFile("m", contents), &pool, Chunks(1000, 2));
     char buf[700];
@@ -353,7 +349,7 @@ TEST_CASE("ChunkBuffersAreAccountedWhileTheFileIsOpen") {
   IoPool pool(1);
   PoolCounters memory;
   {
-    auto file = NewReadAheadFile(NewMemoryFile("m", Bytes(10000, 1)), &pool,
+    auto file = NewReadAheadFile(NewMemoryFile("m", RandomBytes(10000, 1)), &pool,
                                  Chunks(1000, 2, &memory));
     CHECK(memory.bytes == 2000);
     CHECK(memory.items == 2);

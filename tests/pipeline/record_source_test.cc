@@ -18,14 +18,8 @@
 namespace sluice {
 namespace {
 
+using testing::RandomBytes;
 using testing::TempDir;
-
-std::string Bytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
 
 // One item as the source produced it.
 struct Item {
@@ -64,7 +58,7 @@ TEST_CASE("ReadAheadGivesTheSameRecordsAndErrorsAtTheSameOffsets") {
       std::vector<size_t> starts;
       for (int r = 0; r < 300; ++r) {
         starts.push_back(stream.size());
-        AppendTFRecordFrame(Bytes(4000 + 5000 * (r % 3), 1000 * f + r), &stream);
+        AppendTFRecordFrame(RandomBytes(4000 + 5000 * (r % 3), 1000 * f + r), &stream);
       }
       if (f == 1) stream[starts[170] + kTFRecordHeaderBytes + 10] ^= 0x40;
       if (f == 2) stream.resize(starts[250] + 100);

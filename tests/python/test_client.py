@@ -413,7 +413,7 @@ def test_torch_dataset_feeds_a_model_through_optimizer_steps(server):
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 
-def test_torch_dataset_over_shared_memory_gives_the_socket_streams_tensors(server):
+def test_torch_dataset_over_shared_memory_gives_the_socket_streams_tensors(server, client):
     torch = pytest.importorskip("torch")
     import sluice.torch
     args = dict(batch_size=16, image_size=32, seed=9, epochs=1)
@@ -426,6 +426,8 @@ def test_torch_dataset_over_shared_memory_gives_the_socket_streams_tensors(serve
     got = 0
     for (images, labels), (want_images, want_labels) in zip(shared, socket):
         assert torch.equal(images, want_images) and torch.equal(labels, want_labels)
+        if got == 0:  # the dataset did not fall back to the socket
+            assert client.stats().shared_memory_streams == 1
         got += 1
     assert got == len(socket) == -(-IMAGES // 16)
 

@@ -8,16 +8,7 @@ namespace sluice {
 namespace {
 
 testing::CommandResult RunTrainer(const std::string& args) {
-  testing::TempDir tmp;
-  const std::string out = tmp.file("stdout"), err = tmp.file("stderr");
-  const std::string cmd =
-      std::string(SLUICE_TRAINER_BINARY) + " " + args + " >" + out + " 2>" + err + " </dev/null";
-  const int rc = std::system(cmd.c_str());
-  testing::CommandResult r;
-  r.exit_code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  r.out = testing::ReadAll(out);
-  r.err = testing::ReadAll(err);
-  return r;
+  return testing::RunCommand(SLUICE_TRAINER_BINARY, args);
 }
 
 TEST_CASE("PrintsDeviceFirstAndSummaryJsonLast") {

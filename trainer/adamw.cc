@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#include "trainer/adamw_step.h"
+
 namespace sluice::trainer {
 
 double GlobalNorm(std::span<const float> grads) {
@@ -33,10 +35,8 @@ void AdamW::Update(std::span<float> params, std::span<float> grads, double grad_
           for (int64_t i = r.begin(); i != r.end(); ++i) {
             const float g = grads[i] * scale;
             grads[i] = g;
-            m_[i] = b1 * m_[i] + (1.0f - b1) * g;
-            v_[i] = b2 * v_[i] + (1.0f - b2) * g * g;
-            const float m_hat = m_[i] / correction1, v_hat = v_[i] / correction2;
-            params[i] -= decay * params[i] + lr * m_hat / (std::sqrt(v_hat) + options_.epsilon);
+            AdamWStep(g, lr, decay, b1, b2, correction1, correction2, options_.epsilon, params[i],
+                      m_[i], v_[i]);
           }
         });
   }

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "trainer/gelu.h"
+#include "trainer/model_constants.h"
 
 namespace sluice::trainer {
 namespace {
@@ -17,7 +18,6 @@ namespace {
 // of C (4 KiB) stay in L1 while B's rows stream through.
 constexpr int kRowTile = 4;
 constexpr int kColTile = 256;
-constexpr float kLayerNormEps = 1e-5f;
 
 // C[m×n] (+)= A·B with A(i, p) = a[i·a_row + p·a_col] and B[k×n] row-major.
 void Gemm(const float* a, int64_t a_row, int64_t a_col, const float* b, float* c, int m, int n,

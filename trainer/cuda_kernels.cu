@@ -2,8 +2,10 @@
 #include <string>
 #include <utility>
 
+#include "trainer/adamw_step.h"
 #include "trainer/cuda_kernels.h"
 #include "trainer/gelu.h"
+#include "trainer/model_constants.h"
 
 namespace sluice::trainer::cuda {
 namespace {
@@ -27,15 +29,18 @@ __device__ T* DynamicShared() {
 }
 #endif
 
-constexpr float kLayerNormEps = 1e-5f;
 constexpr int kGradNormBlocks = 1024;
 // The largest width whose LayerNorm-backward partials (2·d floats) fit the default 48 KiB of
 // shared memory; wider models opt in with LayerNormBackwardSetup.
 constexpr int kDefaultSharedWidth = 4096;
 
-__constant__ float kScale[3] = {1.0f / (255.0f * 0.229f), 1.0f / (255.0f * 0.224f),
-                                1.0f / (255.0f * 0.225f)};
-__constant__ float kShift[3] = {0.485f / 0.229f, 0.456f / 0.224f, 0.406f / 0.225f};
+// (v/255 - mean)/std as v·scale - shift.
+__constant__ float kScale[3] = {1.0f / (255.0f * kImageNetStd[0]),
+                                1.0f / (255.0f * kImageNetStd[1]),
+                                1.0f / (255.0f * kImageNetStd[2])};
+__constant__ float kShift[3] = {kImageNetMean[0] / kImageNetStd[0],
+                                kImageNetMean[1] / kImageNetStd[1],
+                                kImageNetMean[2] / kImageNetStd[2]};
 
 int Blocks(int64_t count, int threads) {
   const int64_t b = (count + threads - 1) / threads;
@@ -77,12 +82,9 @@ void WithType(Precision p, F&& f) {
   }
 }
 
-__device__ float WarpSum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-__device__ double WarpSumD(double v) {
+// The sum over the warp's 32 lanes, in every lane.
+template <typename T>
+__device__ T WarpSum(T v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
@@ -324,8 +326,8 @@ __global__ void SumLossKernel(const float* __restrict__ row_loss,
     loss += row_loss[r];
     hits += row_correct[r];
   }
-  loss = WarpSumD(loss);
-  for (int o = 16; o > 0; o >>= 1) hits += __shfl_xor_sync(0xffffffffu, hits, o);
+  loss = WarpSum(loss);
+  hits = WarpSum(hits);
   if (threadIdx.x % 32 == 0) {
     s_loss[threadIdx.x / 32] = loss;
     s_hits[threadIdx.x / 32] = hits;
@@ -349,7 +351,7 @@ __global__ void SquareSumKernel(const float* __restrict__ g, int64_t count,
        i += int64_t{gridDim.x} * blockDim.x) {
     sum += double(g[i]) * g[i];
   }
-  sum = WarpSumD(sum);
+  sum = WarpSum(sum);
   if (threadIdx.x % 32 == 0) s[threadIdx.x / 32] = sum;
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -396,14 +398,11 @@ __global__ void AdamWKernel(const AdamChunk* __restrict__ chunks, float* __restr
   const float b1 = hyper.beta1, b2 = hyper.beta2;
   for (int k = threadIdx.x; k < chunk.size; k += blockDim.x) {
     const int64_t i = chunk.begin + k;
-    const float g = grads[i] * scale;
-    const float mi = b1 * m[i] + (1.0f - b1) * g;
-    const float vi = b2 * v[i] + (1.0f - b2) * g * g;
+    float p = params[i], mi = m[i], vi = v[i];
+    AdamWStep(grads[i] * scale, lr, decay, b1, b2, c1, c2, hyper.epsilon, p, mi, vi);
+    params[i] = p;
     m[i] = mi;
     v[i] = vi;
-    const float p =
-        params[i] - (decay * params[i] + lr * (mi / c1) / (sqrtf(vi / c2) + hyper.epsilon));
-    params[i] = p;
     params_narrow[i] = FromFloat<T>(p);
   }
 }

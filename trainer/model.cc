@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "trainer/model_constants.h"
+
 namespace sluice::trainer {
 namespace {
 
-constexpr float kMean[3] = {0.485f, 0.456f, 0.406f};
-constexpr float kStd[3] = {0.229f, 0.224f, 0.225f};
 constexpr float kHeadStd = 0.02f;
 
 class SplitMix64 {
@@ -115,7 +115,7 @@ std::vector<float> InitParameters(const ModelConfig& config, const ParameterLayo
 InputNormalization::InputNormalization() {
   for (int c = 0; c < 3; ++c) {
     for (int v = 0; v < 256; ++v)
-      table[c][v] = (static_cast<float>(v) / 255.0f - kMean[c]) / kStd[c];
+      table[c][v] = (static_cast<float>(v) / 255.0f - kImageNetMean[c]) / kImageNetStd[c];
   }
 }
 

@@ -62,7 +62,6 @@ Status SaveCheckpoint(const std::string& dir, const Checkpoint& ck) {
 
 Result<Checkpoint> LoadCheckpoint(const std::string& dir) {
   const std::string path = CheckpointPath(dir);
-  if (!std::filesystem::exists(path)) return NotFound("no checkpoint at " + path);
   ASSIGN_OR_RETURN(std::string data, ReadFileToString(path));
   if (data.size() < sizeof(kMagic) + 8 || std::memcmp(data.data(), kMagic, sizeof(kMagic)) != 0) {
     return DataLoss(path + ": not a sluice-trainer checkpoint (bad magic or too short)");
@@ -105,10 +104,11 @@ Result<Checkpoint> LoadCheckpoint(const std::string& dir) {
                       std::to_string(body_at + 3 * bytes + 4) + " for " + std::to_string(count) +
                       " parameters");
     }
+    size_t at = body_at;
     for (std::vector<float>* v : {&ck.params, &ck.first_moment, &ck.second_moment}) {
-      const size_t at = body_at + bytes * (v == &ck.params ? 0 : v == &ck.first_moment ? 1 : 2);
       v->resize(count);
       std::memcpy(v->data(), data.data() + at, bytes);
+      at += bytes;
     }
   } catch (const nlohmann::json::exception& e) {
     return DataLoss(path + ": header: " + e.what());

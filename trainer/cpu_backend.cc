@@ -51,8 +51,8 @@ void CpuBackend::Resize(int n) {
   if (precision_ != Precision::kFp32) dh_rounded_.resize(rows * d);
   dln_.resize(rows * d);
   dhidden_.resize(rows * f);
-  const int64_t widest = std::max<int64_t>({config_.patch_dim(), d, f, config_.classes});
-  scratch_.resize(widest * widest);
+  // GemmNT's transposed weight, k × n: every forward GEMM takes or gives width D.
+  scratch_.resize(d * std::max<int64_t>({config_.patch_dim(), f, config_.classes}));
 }
 
 StepResult CpuBackend::RunForward(const float* params, const uint8_t* images,

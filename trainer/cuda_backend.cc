@@ -98,9 +98,7 @@ Status CudaBackend::Initialize() {
   ASSIGN_OR_RETURN(eval_scalars_, Alloc<cuda::StepScalars>(1));
   ASSIGN_OR_RETURN(inputs_, Alloc<cuda::StepInputs>(1));
   CUDA_CHECK(cudaMemsetAsync(scalars_, 0, sizeof(cuda::StepScalars), compute_.get()));
-  RETURN_IF_ERROR(SetLossScale({options_.precision == Precision::kFp16 ? options_.loss_scale.initial
-                                                                        : 1.0f,
-                                0}));
+  RETURN_IF_ERROR(SetLossScale(InitialLossScale()));
 
   const std::vector<cuda::AdamChunk> chunks = cuda::AdamChunks(layout_);
   num_chunks_ = static_cast<int>(chunks.size());
@@ -160,8 +158,7 @@ Status CudaBackend::SetParameters(std::span<const float> params) {
   CUDA_CHECK(cudaMemsetAsync(v_, 0, sizeof(float) * total, s));
   CUDA_CHECK(cudaMemsetAsync(scalars_, 0, sizeof(cuda::StepScalars), s));
   CUDA_CHECK(cudaStreamSynchronize(s));
-  return SetLossScale(
-      {options_.precision == Precision::kFp16 ? options_.loss_scale.initial : 1.0f, 0});
+  return SetLossScale(InitialLossScale());
 }
 
 Status CudaBackend::SetLossScale(const LossScaleState& state) {
@@ -202,23 +199,25 @@ Status CudaBackend::SetOptimizerState(std::span<const float> m, std::span<const 
   return Status::OK();
 }
 
+Status CudaBackend::EnqueueCopyToHost(const float* from, std::vector<float>* to) {
+  to->resize(layout_.total());
+  CUDA_CHECK(cudaMemcpyAsync(to->data(), from, sizeof(float) * to->size(), cudaMemcpyDeviceToHost,
+                             compute_.get()));
+  return Status::OK();
+}
+
 Status CudaBackend::GetParameters(std::vector<float>* params) {
-  params->resize(layout_.total());
-  cudaStream_t s = compute_.get();
-  CUDA_CHECK(cudaMemcpyAsync(params->data(), params_, sizeof(float) * params->size(),
-                             cudaMemcpyDeviceToHost, s));
-  CUDA_CHECK(cudaStreamSynchronize(s));
+  RETURN_IF_ERROR(EnqueueCopyToHost(params_, params));
+  CUDA_CHECK(cudaStreamSynchronize(compute_.get()));
   return Status::OK();
 }
 
 Status CudaBackend::GetOptimizerState(std::vector<float>* m, std::vector<float>* v,
                                       int64_t* updates) {
-  m->resize(layout_.total());
-  v->resize(layout_.total());
+  RETURN_IF_ERROR(EnqueueCopyToHost(m_, m));
+  RETURN_IF_ERROR(EnqueueCopyToHost(v_, v));
   cudaStream_t s = compute_.get();
   long long count = 0;
-  CUDA_CHECK(cudaMemcpyAsync(m->data(), m_, sizeof(float) * m->size(), cudaMemcpyDeviceToHost, s));
-  CUDA_CHECK(cudaMemcpyAsync(v->data(), v_, sizeof(float) * v->size(), cudaMemcpyDeviceToHost, s));
   CUDA_CHECK(cudaMemcpyAsync(&count, &scalars_->updates, sizeof(count), cudaMemcpyDeviceToHost, s));
   CUDA_CHECK(cudaStreamSynchronize(s));
   *updates = count;
@@ -226,11 +225,8 @@ Status CudaBackend::GetOptimizerState(std::vector<float>* m, std::vector<float>*
 }
 
 Status CudaBackend::GetGradients(std::vector<float>* grads) {
-  grads->resize(layout_.total());
-  cudaStream_t s = compute_.get();
-  CUDA_CHECK(cudaMemcpyAsync(grads->data(), grads_, sizeof(float) * grads->size(),
-                             cudaMemcpyDeviceToHost, s));
-  CUDA_CHECK(cudaStreamSynchronize(s));
+  RETURN_IF_ERROR(EnqueueCopyToHost(grads_, grads));
+  CUDA_CHECK(cudaStreamSynchronize(compute_.get()));
   return Status::OK();
 }
 
@@ -342,8 +338,7 @@ Status CudaBackend::EnqueueForward(int slot, int n, cuda::StepScalars* scalars) 
   return cuda::LastLaunchError("forward");
 }
 
-Status CudaBackend::EnqueueBackward(int slot, int n) {
-  (void)slot;
+Status CudaBackend::EnqueueBackward(int n) {
   cudaStream_t s = compute_.get();
   const int t = config_.tokens(), rows = n * t, d = config_.width, f = config_.hidden();
   const int c = config_.classes, pd = config_.patch_dim();
@@ -403,7 +398,7 @@ Status CudaBackend::EnqueueOps(int slot, int ticket, bool first, bool last, bool
                                cudaMemcpyHostToDevice, s));
   }
   RETURN_IF_ERROR(EnqueueForward(slot, n, scalars_));
-  RETURN_IF_ERROR(EnqueueBackward(slot, n));
+  RETURN_IF_ERROR(EnqueueBackward(n));
   if (last) {
     if (update) {
       cuda::GradNormAndPrepare(grads_, layout_.total(), norm_partials_, inputs_, hyper_,
@@ -497,12 +492,10 @@ Result<CudaStepOutcome> CudaBackend::Wait(int ticket) {
   out.skipped = r->skipped != 0;
   out.loss_scale = r->step_loss_scale;
   out.next_loss_scale = r->loss_scale;
-  float ms = 0;
-  CUDA_CHECK(cudaEventElapsedTime(&ms, begin_[ticket].get(), end.get()));
-  out.device_seconds = ms / 1000.0;
   // From the previous step's end (recorded before this step's start, and not recorded again
   // until this Wait has returned).
   if (measure_idle_[ticket]) {
+    float ms = 0;
     if (cudaEventElapsedTime(&ms, ends_[(step - 1) % kEnds].get(), begin_[ticket].get()) ==
         cudaSuccess)
       out.idle_seconds = std::max(0.0f, ms) / 1000.0;

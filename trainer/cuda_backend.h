@@ -56,7 +56,6 @@ struct CudaStepOutcome {
   double grad_norm = 0;       // of the averaged gradient, before clipping (update steps only)
   bool skipped = false;       // loss or gradient not finite: the update was not applied
   double idle_seconds = 0;    // device idle between the previous step's end and this one's start
-  double device_seconds = 0;  // this step's span on the device
   float loss_scale = 1;       // the loss scale the step ran with (1 unless fp16)
   LossScaleState next_loss_scale;  // after the step's update of it
 };
@@ -142,7 +141,14 @@ class CudaBackend {
   // The step's kernels and GEMMs on the compute stream (eager, or under capture).
   Status EnqueueOps(int slot, int ticket, bool first, bool last, bool update, int n);
   Status EnqueueForward(int slot, int n, cuda::StepScalars* scalars);
-  Status EnqueueBackward(int slot, int n);
+  Status EnqueueBackward(int n);
+  // Resizes *to to the parameter count and enqueues the copy of `from` (device, fp32) into it on
+  // the compute stream; the caller synchronizes.
+  Status EnqueueCopyToHost(const float* from, std::vector<float>* to);
+  // What SetParameters starts from: options.loss_scale.initial in fp16, else 1.
+  LossScaleState InitialLossScale() const {
+    return {options_.precision == Precision::kFp16 ? options_.loss_scale.initial : 1.0f, 0};
+  }
   Status Gemm(GemmArgs args) {
     args.type = options_.precision;
     return gemm_.Run(args, compute_.get());

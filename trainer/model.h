@@ -30,6 +30,8 @@ struct ModelConfig {
   int patch_dim() const { return patch * patch * 3; }
   // InvalidArgument naming the field when a size is out of range.
   Status Validate() const;
+
+  bool operator==(const ModelConfig&) const = default;
 };
 
 struct ParameterTensor {

@@ -269,9 +269,7 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
     if (loaded.ok()) {
       Checkpoint& ck = *loaded;
       const ModelConfig& c = ck.config;
-      if (c.image_size != config.image_size || c.patch != config.patch || c.width != config.width ||
-          c.depth != config.depth || c.classes != config.classes ||
-          ck.params.size() != params.size()) {
+      if (c != config || ck.params.size() != params.size()) {
         return FailedPrecondition(fmt::format(
             "{} holds a model of image size {}, patch {}, width {}, depth {}, {} classes; this run "
             "asks for {}, {}, {}, {}, {}",
@@ -345,8 +343,9 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
 #endif
     return Status::OK();
   };
+  int64_t saved_step = -1;  // the last checkpoint's step: the end need not write it again
   auto save = [&]() -> Status {
-    if (o.checkpoint_dir.empty()) return Status::OK();
+    if (o.checkpoint_dir.empty() || saved_step == step) return Status::OK();
     RETURN_IF_ERROR(sync_from_device());
     Checkpoint ck;
     ck.config = config;
@@ -363,7 +362,9 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
     ck.params = params;
     ck.first_moment = optimizer.first_moment();
     ck.second_moment = optimizer.second_moment();
-    return SaveCheckpoint(o.checkpoint_dir, ck);
+    RETURN_IF_ERROR(SaveCheckpoint(o.checkpoint_dir, ck));
+    saved_step = step;
+    return Status::OK();
   };
   auto evaluate = [&](const char* when) -> Status {
     if (o.eval_dataset.empty()) return Status::OK();
@@ -394,7 +395,8 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
   Clock::duration window_time{}, window_wait{};
   bool stream_ended = false;
 
-  // GPU pipeline: `current` holds the micro-batches of the step on the device, `ahead` the next
+  // The step's micro-batches (`current`; on the CPU, simply the step's batches). GPU pipeline:
+  // `current` holds the micro-batches of the step on the device, `ahead` the next
   // step's, fetched while the device runs the current one and, unless the host must see this
   // step's results first (an evaluation or a checkpoint after it), already staged and enqueued
   // (ahead_ticket >= 0), so their copies overlap this step's compute. Taken batches: their leases
@@ -411,7 +413,7 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
     }
   } drain{gpu.get()};
 #endif
-  [[maybe_unused]] auto fetch_step = [&](std::vector<ReceivedBatch>* batches,
+  auto fetch_step = [&](std::vector<ReceivedBatch>* batches,
                                          Clock::duration* wait) -> Status {
     batches->clear();
     for (int k = 0; k < o.accum && !stream_ended; ++k) {
@@ -519,27 +521,18 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
     }
 #endif
     if (!on_gpu) {
+      RETURN_IF_ERROR(fetch_step(&current, &step_wait));
+      if (current.empty()) break;
       std::fill(grads.begin(), grads.end(), 0.0f);
-      for (int k = 0; k < o.accum; ++k) {
-        ReceivedBatch batch;
-        bool end = false;
-        const Clock::time_point wait_start = Clock::now();
-        RETURN_IF_ERROR(stream->Next(&batch, &end).WithContext("training stream"));
-        step_wait += Clock::now() - wait_start;
-        if (end) {
-          stream_ended = true;
-          break;
-        }
-        RETURN_IF_ERROR(CheckBatch(batch, config, o.dataset));
+      for (const ReceivedBatch& batch : current) {
         const StepResult r =
             backend.ForwardBackward(params, batch.images, batch.labels, grads, scaler.scale);
         sum.loss_sum += r.loss_sum;
         sum.correct += r.correct;
         samples += batch.meta.n;
-        last = batch.meta;
-        has_position = true;
       }
-      if (samples == 0) break;
+      last = current.back().meta;
+      has_position = true;
       // Undo the loss scale with the averaging (the scale is a power of two: exact).
       const float inv = 1.0f / (static_cast<float>(samples) * scaler.scale);
       for (float& g : grads) g *= inv;
@@ -592,7 +585,6 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
 #endif
   }
   if (stream_ended) log << "the training stream ended at step " << step << "\n";
-  RETURN_IF_ERROR(sync_from_device());
   RETURN_IF_ERROR(save());
   RETURN_IF_ERROR(evaluate("final, at"));
   if (summary.losses.empty()) {

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # The trainer's GPU check, for a session with a CUDA device (one prepared run, < 10 minutes):
 #   1. builds the trainer, the server and the GPU tests (Release, CUDA);
-#   2. runs `ctest -L gpu` (GPU step vs CPU step in bf16/fp16/fp32, graph replay vs eager, NaN
-#      guard, fp16 overflow and back-off, pinned in-place staging, loss falls);
+#   2. runs the gpu-labelled test binary, trainer_cuda_backend_test (GPU step vs CPU step in
+#      bf16/fp16/fp32, graph replay vs eager, NaN guard, fp16 overflow and back-off, pinned
+#      in-place staging, loss falls, accumulation with checkpoints and resume);
 #   3. benchmarks issue 5's model — D=384, L=4, P=16, batch 256, 224x224 — fed by `sluice serve`
-#      from a warm DECODED cache over TCP loopback, in bf16, then fp16 and fp32: step time, img/s,
-#      data-wait fraction, and the ingest's H2D bandwidth against a plain pinned-copy loop.
+#      from a warm DECODED cache on 127.0.0.1 (through shared memory, the default on one host),
+#      in bf16, then fp16 and fp32: step time, img/s, data-wait fraction, and the ingest's H2D
+#      bandwidth against a plain pinned-copy loop.
 #   tests/bench/trainer_gpu.sh [DATA_DIR]
 # On the lent machine, which lacks our libraries, use binaries packed here by
 # tests/bench/device_pack.sh: BIN_DIR=... PHOTOS=... LD_LIBRARY_PATH=... (see that script).
-# Writes ctest_gpu.txt, trainer_bench.txt, summary.json (and nvidia-smi.txt) to $OUT when set,
-# else to a temporary directory it names. Exits non-zero when the gpu tests failed.
+# Writes ctest_gpu.txt, trainer_bench_{bf16,fp16,fp32}.txt, summary.json (and nvidia-smi.txt)
+# to $OUT when set, else to a temporary directory it names. Exits non-zero when the gpu tests
+# failed.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${BUILD_DIR:-$root/build-gpu}

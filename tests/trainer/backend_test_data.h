@@ -1,6 +1,7 @@
 // Inputs for the backend tests (CPU and CUDA): random batches and parameters away from init.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -39,6 +40,24 @@ inline std::vector<float> RandomParameters(const trainer::ParameterLayout& layou
     }
   }
   return p;
+}
+
+// ‖a - b‖ / ‖b‖ over elements [offset, offset + count) (count -1: to the end).
+inline double RelativeError(const std::vector<float>& a, const std::vector<float>& b,
+                            int64_t offset = 0, int64_t count = -1) {
+  const int64_t end = count < 0 ? static_cast<int64_t>(b.size()) : offset + count;
+  double diff = 0, norm = 0;
+  for (int64_t i = offset; i < end; ++i) {
+    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    norm += double(b[i]) * b[i];
+  }
+  return std::sqrt(diff) / std::max(1e-12, std::sqrt(norm));
+}
+
+// The same over one parameter tensor.
+inline double RelativeError(const std::vector<float>& a, const std::vector<float>& b,
+                            const trainer::ParameterTensor& t) {
+  return RelativeError(a, b, t.offset, t.size);
 }
 
 }  // namespace sluice::testing

@@ -24,6 +24,7 @@ ModelConfig TinyConfig() {
 
 using testing::MakeBatch;
 using testing::RandomParameters;
+using testing::RelativeError;
 using testing::TestBatch;
 
 TEST_CASE("GradientsMatchFiniteDifferences") {
@@ -102,16 +103,6 @@ TEST_CASE("InitialLossIsNearLogClassesAndRepeatable") {
   const StepResult r2 = backend.Forward(a, batch.images, batch.labels);
   CHECK(r1.loss_sum == r2.loss_sum);  // bitwise: the kernels reduce in a fixed order
   CHECK(r1.loss_sum / 16 == Approx(std::log(10.0)).margin(0.1));
-}
-
-// ‖a - b‖ / ‖b‖ over the whole array.
-double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff += double(a[i] - b[i]) * (a[i] - b[i]);
-    norm += double(b[i]) * b[i];
-  }
-  return std::sqrt(diff / norm);
 }
 
 TEST_CASE("NarrowPrecisionsStayCloseToFp32ButAreNotIt") {

@@ -55,36 +55,25 @@ ModelConfig SmallConfig() {
 
 using testing::MakeBatch;
 using testing::RandomParameters;
+using testing::RelativeError;
 using testing::TestBatch;
-
-// ‖a - b‖ / ‖b‖ over one tensor.
-double RelativeError(const std::vector<float>& a, const std::vector<float>& b,
-                     const ParameterTensor& t) {
-  double diff = 0, norm = 0;
-  for (int64_t i = t.offset; i < t.offset + t.size; ++i) {
-    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    norm += double(b[i]) * b[i];
-  }
-  return std::sqrt(diff) / std::max(1e-12, std::sqrt(norm));
-}
 
 std::unique_ptr<CudaBackend> MakeGpu(const ModelConfig& config, int max_batch, bool use_graph,
                                      Precision precision = Precision::kBf16,
-                                     float initial_loss_scale = 65536.0f) {
+                                     float initial_loss_scale = 65536.0f,
+                                     bool fused_epilogues = true) {
   CudaBackendOptions options;
   options.max_batch = max_batch;
   options.use_graph = use_graph;
   options.precision = precision;
   options.loss_scale.initial = initial_loss_scale;
+  options.fused_epilogues = fused_epilogues;
   Result<std::unique_ptr<CudaBackend>> gpu = CudaBackend::Create(config, options);
   INFO(gpu.status().ToString());
   REQUIRE(gpu.ok());
   return std::move(*gpu);
 }
 
-#endif  // SLUICE_HAVE_CUDA
-
-#if SLUICE_HAVE_CUDA
 // Sizes that are not multiples of 8: parameter slices at 2- and 4-byte alignment, odd leading
 // dimensions (cuBLASLt's less common kernels, and the unfused bias/GELU fallback).
 ModelConfig OddConfig() {
@@ -117,15 +106,8 @@ void CheckGradientsMatch(const ModelConfig& config, int n, Precision precision) 
   for (const bool fused : {true, false}) {
     INFO("width " << config.width << ", classes " << config.classes << ", fused epilogues "
                   << fused << ", " << PrecisionName(precision));
-    CudaBackendOptions options;
-    options.max_batch = n;
-    options.fused_epilogues = fused;
-    options.precision = precision;
-    options.loss_scale.initial = scale;
-    Result<std::unique_ptr<CudaBackend>> created = CudaBackend::Create(config, options);
-    INFO(created.status().ToString());
-    REQUIRE(created.ok());
-    CudaBackend& gpu = **created;
+    auto created = MakeGpu(config, n, /*use_graph=*/true, precision, scale, fused);
+    CudaBackend& gpu = *created;
     REQUIRE(gpu.SetParameters(params).ok());
     Result<CudaStepOutcome> out = gpu.Step(batch.images, batch.labels, 0.0f, /*update=*/false);
     INFO(out.status().ToString());
@@ -161,8 +143,7 @@ TEST_CASE("GpuStepMatchesCpuStep") {
 
   // One AdamW step from the same gradients: Adam's first step moves each weight by ~lr·sign(g),
   // so compare the moves where the CPU's gradient is clearly non-zero.
-  CudaBackendOptions options;
-  options.max_batch = n;
+  const CudaBackendOptions options;  // the defaults MakeGpu keeps: its AdamW settings
   auto gpu = MakeGpu(config, n, /*use_graph=*/true);
   REQUIRE(gpu->SetParameters(params).ok());
   const float lr = 1e-3f;
@@ -218,6 +199,8 @@ TEST_CASE("GraphReplayMatchesEagerLaunches") {
   // Steps 0-1 ran eagerly (first sight of each slot/ticket shape), 2-3 were captured, 4-5 replayed.
   INFO("graph error: " << graph->graph_error());
   CHECK(graph->graph_error().empty());
+  CHECK(graph->graph_launches() == 4);  // so the comparison is of replays with eager launches
+  CHECK(eager->graph_launches() == 0);
   std::vector<float> pa, pb;
   REQUIRE(graph->GetParameters(&pa).ok());
   REQUIRE(eager->GetParameters(&pb).ok());

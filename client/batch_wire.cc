@@ -111,7 +111,8 @@ Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out) 
         if (!ReadInt32s(&in, wire_type, &out->labels)) return Malformed("labels");
         break;
       case 4:
-        if (wire_type != WireFormatLite::WIRETYPE_VARINT || !in.ReadVarint64(&meta->skipped_records)) {
+        if (wire_type != WireFormatLite::WIRETYPE_VARINT ||
+            !in.ReadVarint64(&meta->skipped_records)) {
           return Malformed("skipped_records");
         }
         break;
@@ -146,7 +147,8 @@ Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out) 
         break;
       }
       default:
-        if (!WireFormatLite::SkipField(&in, tag)) return Malformed("field " + std::to_string(field));
+        if (!WireFormatLite::SkipField(&in, tag))
+          return Malformed("field " + std::to_string(field));
     }
   }
   if (!in.ConsumedEntireMessage()) return Malformed("trailing bytes");

@@ -543,7 +543,8 @@ Result<std::string> ReadTokenFile(const std::string& path) {
 }
 
 Result<std::vector<std::string>> ResolveTargets(const std::vector<std::string>& targets) {
-  if (targets.empty()) return InvalidArgument("no target: give HOST:PORT, unix:PATH or dns:///HOST:PORT");
+  if (targets.empty())
+    return InvalidArgument("no target: give HOST:PORT, unix:PATH or dns:///HOST:PORT");
   std::vector<std::string> out;
   for (const std::string& t : targets) {
     if (t.empty()) return InvalidArgument("empty target");
@@ -559,7 +560,8 @@ Result<std::vector<std::string>> ResolveTargets(const std::vector<std::string>& 
     }
     std::string host = name.substr(0, colon);
     const std::string port = name.substr(colon + 1);
-    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+      host = host.substr(1, host.size() - 2);
     addrinfo hints{};
     hints.ai_socktype = SOCK_STREAM;
     addrinfo* res = nullptr;

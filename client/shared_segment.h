@@ -75,8 +75,8 @@ class SharedSegment {
 
  private:
   struct Header;
-  SharedSegment(std::string name, void* base, uint64_t total_bytes, int slots,
-                uint64_t slot_bytes, bool owner, std::shared_ptr<BufferAllocator> adopter = nullptr);
+  SharedSegment(std::string name, void* base, uint64_t total_bytes, int slots, uint64_t slot_bytes,
+                bool owner, std::shared_ptr<BufferAllocator> adopter = nullptr);
   Header* header() const;
 
   const std::string name_;

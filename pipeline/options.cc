@@ -122,9 +122,9 @@ Result<ResolvedOptions> ResolveOptions(const v1::PipelineOptions& o) {
   if (r.records_budget_bytes < r.memory_budget_bytes / 16) {
     return ResourceExhausted(
         "memory_budget_bytes = " + std::to_string(r.memory_budget_bytes) + " cannot hold " +
-        std::to_string(r.prefetch + kBatchPoolExtra) + " batches of " + std::to_string(r.batch_size) + "x" +
-        std::to_string(r.height) + "x" + std::to_string(r.width) + "x3 (" +
-        std::to_string(pool_bytes) + " bytes)" +
+        std::to_string(r.prefetch + kBatchPoolExtra) + " batches of " +
+        std::to_string(r.batch_size) + "x" + std::to_string(r.height) + "x" +
+        std::to_string(r.width) + "x3 (" + std::to_string(pool_bytes) + " bytes)" +
         (cache_bytes ? " plus a cache of " + std::to_string(cache_bytes) + " bytes" : "") +
         " and read buffers of " + std::to_string(read_bytes) +
         " bytes with room for records in flight; raise the budget or lower batch_size, image "

@@ -28,10 +28,10 @@ struct ReadAheadOptions {
   PoolCounters* memory = nullptr;
 };
 
-// Starts reading `base` ahead at once. The result is a LendingSequentialFile. `pool` (and options.memory) must outlive the file.
-// Destroying the file cancels its queued read, or waits for the one running (at most one chunk
-// of the base), so no pool thread touches it afterwards. The returned file is, like any
-// SequentialFile, for one thread at a time.
+// Starts reading `base` ahead at once. The result is a LendingSequentialFile. `pool` (and
+// options.memory) must outlive the file. Destroying the file cancels its queued read, or waits for
+// the one running (at most one chunk of the base), so no pool thread touches it afterwards. The
+// returned file is, like any SequentialFile, for one thread at a time.
 std::unique_ptr<SequentialFile> NewReadAheadFile(std::unique_ptr<SequentialFile> base,
                                                  IoPool* pool, const ReadAheadOptions& options);
 

@@ -302,7 +302,8 @@ bool RecordSource::LoadIndex(Cursor& c) {
   const uint64_t indexed = index->empty() ? 0 : index->back().offset + index->back().length;
   if (indexed != *size) return false;
   if (!options_.compression && *size > 0) {
-    Result<std::string> head = ReadFileRange(path, 0, std::min<uint64_t>(*size, kTFRecordHeaderBytes));
+    Result<std::string> head =
+        ReadFileRange(path, 0, std::min<uint64_t>(*size, kTFRecordHeaderBytes));
     if (!head.ok() || DetectCompression(*head) != Compression::kNone) return false;
   }
   c.index = std::move(*index);

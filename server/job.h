@@ -91,7 +91,7 @@ class Job {
   JobConsumer* delivering_ = nullptr;     // guarded by mu_
   bool pumping_ = false;                  // one thread pumps at a time; guarded by mu_
   bool again_ = false;                    // the pipeline became ready while pumping; guarded by mu_
-  std::optional<JobEvent> stash_;         // taken from the pipeline, no consumer yet; guarded by mu_
+  std::optional<JobEvent> stash_;         // from the pipeline, no consumer yet; guarded by mu_
   std::optional<Status> final_;           // OK = end of stream; guarded by mu_
   bool closing_ = false;                  // guarded by mu_
   int in_callbacks_ = 0;                  // pipeline ready callbacks running; guarded by mu_

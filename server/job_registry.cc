@@ -135,7 +135,8 @@ Result<std::shared_ptr<Job>> JobRegistry::Open(const std::string& dataset,
     std::lock_guard<std::mutex> lock(mu_);
     if (reserved_ + budget > config_.memory_budget_bytes()) {
       return fail(ResourceExhausted(
-          "starting this job would reserve " + FormatBytes(budget) + " on top of the " + FormatBytes(reserved_) +
+          "starting this job would reserve " + FormatBytes(budget) + " on top of the " +
+          FormatBytes(reserved_) +
           " its running jobs hold, over the server's memory_budget_bytes " +
           FormatBytes(config_.memory_budget_bytes()) + "; try again when a stream ends"));
     }

@@ -74,7 +74,8 @@ Result<int64_t> ParseBytes(const std::string& text) {
   if (unit == "k" || unit == "kb" || unit == "kib") m = 1024;
   else if (unit == "m" || unit == "mb" || unit == "mib") m = 1024.0 * 1024;
   else if (unit == "g" || unit == "gb" || unit == "gib") m = 1024.0 * 1024 * 1024;
-  else if (!unit.empty() && unit != "b") return InvalidArgument("unknown size unit in '" + text + "'");
+  else if (!unit.empty() && unit != "b")
+    return InvalidArgument("unknown size unit in '" + text + "'");
   return static_cast<int64_t>(v * m);
 }
 
@@ -185,10 +186,12 @@ Bottleneck FindBottleneck(const ResolvedOptions& o, const std::vector<StageRow>&
   if (read.busy_fraction > 0.7 && read.busy_fraction >= decode.busy_fraction) {
     b.stage = "read";
     b.reason = fmt::format("the reader was busy {:.0f}% of the time", 100 * read.busy_fraction);
-    if (o.cache == CacheKind::kNone) b.fixes.push_back("--cache records (later epochs skip file I/O)");
+    if (o.cache == CacheKind::kNone)
+      b.fixes.push_back("--cache records (later epochs skip file I/O)");
     b.fixes.push_back("a larger --cycle-length (more files read at once)");
     if (o.files.size() > 256) b.fixes.push_back("fewer, larger files (~100-200 MB each)");
-    if (o.compression != Compression::kNone) b.fixes.push_back("uncompressed shards (inflate is serial)");
+    if (o.compression != Compression::kNone)
+      b.fixes.push_back("uncompressed shards (inflate is serial)");
     return b;
   }
   if (decode.busy_fraction > 0.7) {
@@ -331,7 +334,8 @@ int RunProfile(const ProfileFlags& f) {
     }
     nlohmann::json memory = nlohmann::json::object();
     for (const PoolSnapshot& p : after.pools) {
-      memory[p.name] = {{"bytes", p.bytes}, {"peak_bytes", p.peak_bytes}, {"limit_bytes", p.limit_bytes}};
+      memory[p.name] = {
+          {"bytes", p.bytes}, {"peak_bytes", p.peak_bytes}, {"limit_bytes", p.limit_bytes}};
     }
     nlohmann::json j = {{"images_per_sec", images_per_sec},
                         {"bytes_per_sec", bytes_per_sec},
@@ -381,7 +385,8 @@ int RunProfile(const ProfileFlags& f) {
   fmt::print("  memory (bytes now / peak / limit):\n");
   for (const PoolSnapshot& p : after.pools) {
     fmt::print("    {:<18} {:>8.1f} MB {:>8.1f} MB {:>10}\n", p.name, p.bytes / 1e6,
-               p.peak_bytes / 1e6, p.limit_bytes ? fmt::format("{:.1f} MB", p.limit_bytes / 1e6) : "-");
+               p.peak_bytes / 1e6,
+               p.limit_bytes ? fmt::format("{:.1f} MB", p.limit_bytes / 1e6) : "-");
   }
   if (after.cache_full) fmt::print("  the cache reached its budget and stopped growing\n");
   if (after.skipped > before.skipped) {

@@ -210,7 +210,8 @@ int RunRemoteProfile(const RemoteProfileFlags& f) {
              waits_ms.size(), batch_size, height, width, fmt::join(f.targets, ", "), f.dataset,
              (*stream)->servers(), (*stream)->servers() == 1 ? "" : "s");
   fmt::print("  {:.0f} images/s   {:.1f} MB/s   {:.2f} batches/s   {:.2f} s measured\n",
-             images_per_sec, bytes_per_sec / 1e6, static_cast<double>(waits_ms.size()) / wall, wall);
+             images_per_sec, bytes_per_sec / 1e6, static_cast<double>(waits_ms.size()) / wall,
+             wall);
   fmt::print("  images {}\n", (*stream)->shared_memory_batches() > 0
                                   ? "through shared memory (same host)"
                                   : "through the socket");

@@ -104,7 +104,8 @@ int Serve(const ServeFlags& f) {
     builder.AddListeningPort(config.listen(i), credentials, &ports[static_cast<size_t>(i)]);
   }
   builder.RegisterService(&service);
-  builder.SetMaxSendMessageSize(static_cast<int>(std::min<int64_t>(config.max_batch_bytes(), INT32_MAX)));
+  builder.SetMaxSendMessageSize(
+      static_cast<int>(std::min<int64_t>(config.max_batch_bytes(), INT32_MAX)));
   builder.SetMaxReceiveMessageSize(1 << 20);  // requests are small
   // gRPC binds with SO_REUSEPORT by default: a second server on a port in use would start and
   // silently take half the connections. A port in use must be an error.
@@ -141,14 +142,15 @@ int Serve(const ServeFlags& f) {
   for (int i = 0; i < config.listen_size(); ++i) {
     std::string address = config.listen(i);
     if (!address.starts_with("unix:")) {
-      address = address.substr(0, address.rfind(':') + 1) + std::to_string(ports[static_cast<size_t>(i)]);
+      address =
+          address.substr(0, address.rfind(':') + 1) + std::to_string(ports[static_cast<size_t>(i)]);
     }
     std::printf("sluice serve: listening on %s\n", address.c_str());
   }
   if (http) {
     const std::string& m = config.metrics_address();
-    std::printf("sluice serve: metrics on http://%s:%d/metrics\n", m.substr(0, m.rfind(':')).c_str(),
-                http->port());
+    std::printf("sluice serve: metrics on http://%s:%d/metrics\n",
+                m.substr(0, m.rfind(':')).c_str(), http->port());
   }
   std::string names;
   for (const auto& d : config.datasets()) {

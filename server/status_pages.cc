@@ -170,7 +170,8 @@ std::string StatusPages::StatusText() {
                        j.queue_capacity(), j.decode_parallelism(), j.decode_parallelism_max(),
                        busy);
   }
-  out += "\nMachine-readable: /metrics (Prometheus), /healthz; gRPC: sluice.v1.DataService/GetStats\n";
+  out +=
+      "\nMachine-readable: /metrics (Prometheus), /healthz; gRPC: sluice.v1.DataService/GetStats\n";
   return out;
 }
 

@@ -15,8 +15,9 @@
 // Enqueue step i+1 into slot 1-s (its copy then overlaps step i's compute). Stage blocks until
 // that slot's previous copy has finished; the copy itself waits, on the device, until the slot's
 // previous batch has been consumed, so with 3 or more micro-batches a step the host also waits
-// for compute two micro-batches back. Images in page-locked memory (the client's buffers from PinnedAllocator) are copied to the device
-// straight from where they are; others go through a pinned staging buffer first.
+// for compute two micro-batches back. Images in page-locked memory (the client's buffers from
+// PinnedAllocator) are copied to the device straight from where they are; others go through a
+// pinned staging buffer first.
 //
 // Thread-safety: one CudaBackend per training loop; its calls must not overlap.
 #pragma once

@@ -130,7 +130,8 @@ Result<bool> CublasLtGemm::Matmul(const GemmArgs& x, cudaStream_t stream) const 
       handle_.get(), op.desc, first.layout, second.layout, out.layout, out.layout, pref.pref, 1,
       &heuristic, &found);
   if (queried == CUBLAS_STATUS_NOT_SUPPORTED ||
-      (queried == CUBLAS_STATUS_SUCCESS && (found == 0 || heuristic.state != CUBLAS_STATUS_SUCCESS)))
+      (queried == CUBLAS_STATUS_SUCCESS &&
+       (found == 0 || heuristic.state != CUBLAS_STATUS_SUCCESS)))
     return false;
   CUBLAS_CHECK(queried);
   const float alpha = 1.0f;

@@ -454,7 +454,9 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
   auto eval_after = [&](int64_t s) {
     return !o.eval_dataset.empty() && o.eval_every > 0 && s % o.eval_every == 0 && s < end_step;
   };
-  [[maybe_unused]] auto pauses_after = [&](int64_t s) { return checkpoint_after(s) || eval_after(s); };
+  [[maybe_unused]] auto pauses_after = [&](int64_t s) {
+    return checkpoint_after(s) || eval_after(s);
+  };
 
   const bool on_gpu = summary.device == "cuda";
   [[maybe_unused]] bool gpu_noted_graph = false, gpu_noted_epilogue = false;

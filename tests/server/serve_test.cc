@@ -387,7 +387,8 @@ TEST_CASE("BadRequestsGetAStatusThatSaysWhatToChange") {
   };
   std::vector<Case> cases;
   cases.push_back({"unknown dataset", Request("nope"), grpc::StatusCode::NOT_FOUND, "train"});
-  cases.push_back({"a path", Request("/etc/passwd"), grpc::StatusCode::INVALID_ARGUMENT, "not paths"});
+  cases.push_back(
+      {"a path", Request("/etc/passwd"), grpc::StatusCode::INVALID_ARGUMENT, "not paths"});
   cases.push_back({"a glob", Request("train*"), grpc::StatusCode::INVALID_ARGUMENT, "not paths"});
   auto big = Request();
   big.set_batch_size(5000);
@@ -503,7 +504,8 @@ TEST_CASE("SigtermDrainsOpenStreamsAndExitsZero") {
   for (size_t i = 1; i < got.metas.size(); ++i) {
     const auto& a = got.metas[i - 1];
     const auto& b = got.metas[i];
-    CHECK(((b.epoch == a.epoch && b.index == a.index + 1) || (b.epoch == a.epoch + 1 && b.index == 0)));
+    CHECK(((b.epoch == a.epoch && b.index == a.index + 1) ||
+           (b.epoch == a.epoch + 1 && b.index == 0)));
   }
 }
 
@@ -582,7 +584,8 @@ TEST_CASE("PortInUseStopsStartUp") {
 
 TEST_CASE("BadConfigStopsStartUpNamingTheField") {
   TempDir dir;
-  testing::WriteAll(dir.file("bad.textproto"), "listen: \"127.0.0.1:0\"\ndatasets { nme: \"x\" }\n");
+  testing::WriteAll(dir.file("bad.textproto"),
+                    "listen: \"127.0.0.1:0\"\ndatasets { nme: \"x\" }\n");
   auto r = testing::RunSluice("serve --config " + dir.file("bad.textproto"));
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("bad.textproto:2") != std::string::npos);

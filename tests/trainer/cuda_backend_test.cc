@@ -392,7 +392,8 @@ TEST_CASE("AccumulationCheckpointsAndResumeOnTheGpu") {
     Result<TrainSummary> first = Train(o, log);
     REQUIRE(first.ok());
     REQUIRE(first->steps == 6);
-    for (int i = 0; i < 6; ++i) CHECK(first->losses[i] == Approx(straight->losses[i]).epsilon(1e-4));
+    for (int i = 0; i < 6; ++i)
+      CHECK(first->losses[i] == Approx(straight->losses[i]).epsilon(1e-4));
     o.stop_after = 0;
     o.resume = true;
     Result<TrainSummary> resumed = Train(o, log);

@@ -319,7 +319,8 @@ TEST_CASE("SoftmaxCrossEntropyMatchesTheCpuAndBreaksArgmaxTiesLow") {
     for (int i = 0; i < n; ++i) labels[i] = (i * 5 + 1) % classes;
     std::vector<float> dlogits(logits.size());
     int64_t correct = 0;
-    const double loss = SoftmaxCrossEntropy(logits.data(), labels, classes, dlogits.data(), &correct);
+    const double loss =
+        SoftmaxCrossEntropy(logits.data(), labels, classes, dlogits.data(), &correct);
     REQUIRE(correct >= 1);  // sample 0: label 1
     for (const Precision p : kPrecisions) {
       for (const float scale : {1.0f, 1024.0f}) {

@@ -130,6 +130,41 @@ TEST_CASE("DecodeReadsTheServerEncodingAndAnyProtobufEncoding") {
   }
 }
 
+TEST_CASE("SharedMemoryBatchCarriesItsSlotInsteadOfTheImages") {
+  const BatchMeta m = Meta();
+  const std::vector<int32_t> labels = {4, -1, 70000};
+  const std::string encoded = EncodeSharedBatch(m, labels, 7);
+  v1::Batch parsed;
+  REQUIRE(parsed.ParseFromString(encoded));
+  CHECK(parsed.images().empty());
+  CHECK(parsed.shared_memory().slot() == 7);
+  CHECK(parsed.shared_memory().length() == m.image_bytes());
+
+  grpc::ByteBuffer b = Buffer(encoded);
+  BatchMeta got;
+  BatchArrays out;
+  REQUIRE(DecodeBatch(&b, &got, &out).ok());
+  CHECK(out.shared);
+  CHECK(out.shared_slot == 7);
+  CHECK(out.labels == labels);
+  CHECK(got.n == m.n);
+  CHECK(got.image_bytes() == m.image_bytes());
+
+  // Images and a slot at once, or a slot whose length disagrees with the shape: DataLoss.
+  v1::Batch both = parsed;
+  both.set_images(Images(m));
+  grpc::ByteBuffer bb = Buffer(both.SerializeAsString());
+  Status s = DecodeBatch(&bb, &got, &out);
+  CHECK(s.code() == StatusCode::kDataLoss);
+  CHECK(s.message().find("both images and shared_memory") != std::string::npos);
+  v1::Batch short_ref = parsed;
+  short_ref.mutable_shared_memory()->set_length(m.image_bytes() - 1);
+  grpc::ByteBuffer sb = Buffer(short_ref.SerializeAsString());
+  s = DecodeBatch(&sb, &got, &out);
+  CHECK(s.code() == StatusCode::kDataLoss);
+  CHECK(s.message().find("shape needs") != std::string::npos);
+}
+
 TEST_CASE("MalformedBatchesAreDataLossNamingTheField") {
   const BatchMeta m = Meta();
   const std::vector<int32_t> labels = {4, -1, 70000};

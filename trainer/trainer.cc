@@ -396,10 +396,10 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
   bool stream_ended = false;
 
   // The step's micro-batches (`current`; on the CPU, simply the step's batches). GPU pipeline:
-  // `current` holds the micro-batches of the step on the device, `ahead` the next
-  // step's, fetched while the device runs the current one and, unless the host must see this
-  // step's results first (an evaluation or a checkpoint after it), already staged and enqueued
-  // (ahead_ticket >= 0), so their copies overlap this step's compute. Taken batches: their leases
+  // `current` holds the micro-batches of the step on the device, `ahead` the next step's,
+  // fetched, staged and enqueued (ahead_ticket >= 0) while the device runs the current one, so
+  // their copies overlap its compute; unless the host must see this step's results first (an
+  // evaluation or a checkpoint after it): then `ahead` stays empty. Taken batches: their leases
   // keep them intact until the step that staged them has been waited for.
   std::vector<ReceivedBatch> current, ahead;
   [[maybe_unused]] int ahead_ticket = -1;
@@ -473,11 +473,9 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
       if (ticket >= 0) {
         current = std::move(ahead);
       } else {
-        if (ahead.empty()) {
-          RETURN_IF_ERROR(fetch_step(&current, &step_wait));
-        } else {
-          current = std::move(ahead);
-        }
+        // The first step, or the one after a pause: nothing was fetched ahead and the device is
+        // idle, so the host's wait for these batches is the device's wait for data.
+        RETURN_IF_ERROR(fetch_step(&current, &step_wait));
         if (current.empty()) break;
         ASSIGN_OR_RETURN(ticket, enqueue_step(current, step));
       }
@@ -485,10 +483,12 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
       for (const ReceivedBatch& b : current) samples += b.meta.n;
       last = current.back().meta;
       has_position = true;
-      // Overlap: the next step is fetched, copied and queued while the device runs this one.
-      if (step + 1 < end_step) {
+      // Overlap: the next step is fetched, copied and queued while the device runs this one,
+      // unless a pause follows this step; its gap is then excluded from the device's idle time,
+      // and the next step's fetch, after the pause, is timed on the host instead.
+      if (step + 1 < end_step && !pauses_after(step + 1)) {
         RETURN_IF_ERROR(fetch_step(&ahead, nullptr));
-        if (!ahead.empty() && !pauses_after(step + 1)) {
+        if (!ahead.empty()) {
           ASSIGN_OR_RETURN(ahead_ticket, enqueue_step(ahead, step + 1));
         }
       }

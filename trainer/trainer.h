@@ -52,8 +52,8 @@ struct TrainSummary {
   double eval_accuracy = -1;      // -1: no eval dataset
   double images_per_sec = 0;      // training images / training wall time (evaluation excluded)
   // Training wall time spent waiting for data: on the CPU, blocked in Next(); on CUDA, the device
-  // idle before each step (measured by events; steps right after an evaluation or a checkpoint
-  // not counted), plus the first step's wait for its batches.
+  // idle before each step (measured by events), except for the first step and each step after an
+  // evaluation or a checkpoint, whose batches are fetched only then: for those, the host's wait.
   double data_wait_fraction = 0;
   int64_t skipped_updates = 0;    // steps whose loss or gradient was not finite
   std::string device;

@@ -74,8 +74,19 @@ class InflatingFile final : public SequentialFile {
     auto produced = [&] {
       return static_cast<size_t>(z_.next_out - reinterpret_cast<Bytef*>(scratch));
     };
+    // What was inflated before an error is returned first; the next call reports the error (the
+    // SequentialFile contract: an error comes after every byte before it).
+    auto fail = [&](Status s) {
+      (void)Remember(s);
+      if (produced() == 0) return s;
+      *bytes_read = produced();
+      return Status::OK();
+    };
     while (z_.avail_out > 0) {
-      if (z_.avail_in == 0 && !base_eof_) RETURN_IF_ERROR(Remember(Refill()));
+      if (z_.avail_in == 0 && !base_eof_) {
+        Status refilled = Refill();
+        if (!refilled.ok()) return fail(std::move(refilled));
+      }
       if (!in_member_) {
         if (z_.avail_in == 0) break;  // clean end: all input consumed between members
         // More input after the end of a member: TensorFlow's readers and gzip(1) both continue
@@ -90,22 +101,19 @@ class InflatingFile final : public SequentialFile {
         in_member_ = false;
         ++members_;
       } else if (rc == Z_BUF_ERROR && base_eof_) {
-        // No progress is possible and no input is left: the stream was cut short. What was
-        // inflated before is returned first; the next call reports the truncation.
-        if (produced() > 0) break;
-        return Remember(DataLoss("truncated compressed stream in " + base_->name() +
-                                 " (ends after " + std::to_string(consumed_) +
-                                 " compressed bytes)"));
+        // No progress is possible and no input is left: the stream was cut short.
+        return fail(DataLoss("truncated compressed stream in " + base_->name() + " (ends after " +
+                             std::to_string(consumed_) + " compressed bytes)"));
       } else if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT) {
         // consumed_ is where inflate stopped, which is at or just after the damage.
-        return Remember(DataLoss("corrupt compressed data in " + base_->name() +
-                                 " at compressed offset " + std::to_string(consumed_) + " (" +
-                                 ZlibMessage(z_, rc) + ")"));
+        return fail(DataLoss("corrupt compressed data in " + base_->name() +
+                             " at compressed offset " + std::to_string(consumed_) + " (" +
+                             ZlibMessage(z_, rc) + ")"));
       } else if (rc == Z_MEM_ERROR) {
-        return Remember(ResourceExhausted("inflate " + base_->name() + ": out of memory"));
+        return fail(ResourceExhausted("inflate " + base_->name() + ": out of memory"));
       } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
-        return Remember(Internal("inflate " + base_->name() + " at compressed offset " +
-                                 std::to_string(consumed_) + ": " + ZlibMessage(z_, rc)));
+        return fail(Internal("inflate " + base_->name() + " at compressed offset " +
+                             std::to_string(consumed_) + ": " + ZlibMessage(z_, rc)));
       }
     }
     *bytes_read = produced();

@@ -228,6 +228,32 @@ TEST_CASE("CorruptDeflateDataIsDataLossNamingFileAndCompressedOffset") {
              Catch::Contains("compressed offset " + std::to_string(compressed.size() - 4)));
 }
 
+// The damage is found only at the gzip trailer, after every byte was inflated: a read of any
+// size returns those bytes first and the error on the next call, so a reader sees the same
+// records before the error whatever its buffer size (found by tests/fuzz/tfrecord_reader_fuzz).
+TEST_CASE("BytesInflatedBeforeDamageComeBeforeTheErrorInAnyReadSize") {
+  const std::string text = RandomText(50000, 7);
+  std::string bad_trailer = Gzip(text);
+  bad_trailer[bad_trailer.size() - 6] ^= 1;  // the CRC-32 in the gzip trailer
+  for (size_t chunk : {size_t{100}, size_t{4096}, size_t{1} << 20}) {
+    INFO("reads of " << chunk);
+    auto file = NewInflatingFile(NewMemoryFile("mem.gz", bad_trailer));
+    std::string out, scratch(chunk, '\0');
+    Status status;
+    for (;;) {
+      size_t got = 0;
+      status = file->Read(chunk, scratch.data(), &got);
+      if (!status.ok() || got == 0) break;
+      out.append(scratch.data(), got);
+    }
+    CHECK(status.code() == StatusCode::kDataLoss);
+    CHECK(out == text);
+    size_t got = 1;
+    CHECK(file->Read(chunk, scratch.data(), &got).code() == StatusCode::kDataLoss);
+    CHECK(got == 0);
+  }
+}
+
 TEST_CASE("GarbageAfterAGzipMemberIsDataLoss") {
   auto out = InflateAll(Gzip("abc") + "not gzip", 4096);
   REQUIRE_FALSE(out.ok());

@@ -8,6 +8,8 @@ namespace {
 
 enum WireType : uint32_t { kVarint = 0, kFixed64 = 1, kLen = 2, kStartGroup = 3, kEndGroup = 4,
                            kFixed32 = 5 };
+// Protobuf's default recursion limit: a record nesting groups deeper fails its parse too.
+constexpr int kMaxGroupDepth = 100;
 
 // Protobuf field numbers of example.proto.
 constexpr uint32_t kExampleFeatures = 1;  // Example.features
@@ -52,12 +54,20 @@ class WireReader {
     return false;
   }
 
+  // As protobuf reads a tag: at most 5 bytes, bits past the 32nd dropped.
   bool ReadTag(uint32_t* field, uint32_t* wire_type) {
-    uint64_t tag;
-    if (!ReadVarint(&tag) || tag > 0xffffffffu) return false;
-    *field = static_cast<uint32_t>(tag >> 3);
-    *wire_type = static_cast<uint32_t>(tag & 7);
-    return *field != 0;
+    uint32_t tag = 0;
+    for (int i = 0; i < 5; ++i) {
+      if (pos_ >= data_.size()) return false;
+      const uint8_t b = static_cast<uint8_t>(data_[pos_++]);
+      tag |= static_cast<uint32_t>(b & 0x7f) << (7 * i);
+      if ((b & 0x80) == 0) {
+        *field = tag >> 3;
+        *wire_type = tag & 7;
+        return *field != 0;
+      }
+    }
+    return false;
   }
 
   bool ReadLen(std::string_view* out) {
@@ -75,9 +85,9 @@ class WireReader {
     return true;
   }
 
-  // Skips a field of the given wire type. Groups are refused: example.proto has none and a record
-  // holding one is not something TensorFlow writes.
-  bool Skip(uint32_t wire_type) {
+  // Skips the field whose tag was just read, as protobuf skips an unknown field: a group (the
+  // deprecated wire types 3 and 4) up to its matching end, nested at most kMaxGroupDepth deep.
+  bool Skip(uint32_t field, uint32_t wire_type, int depth = 0) {
     uint64_t v;
     std::string_view s;
     switch (wire_type) {
@@ -91,6 +101,14 @@ class WireReader {
         if (data_.size() - pos_ < 4) return false;
         pos_ += 4;
         return true;
+      case kStartGroup:
+        if (depth >= kMaxGroupDepth) return false;
+        for (;;) {
+          uint32_t inner_field, inner_type;
+          if (!ReadTag(&inner_field, &inner_type)) return false;
+          if (inner_type == kEndGroup) return inner_field == field;
+          if (!Skip(inner_field, inner_type, depth + 1)) return false;
+        }
       default: return false;
     }
   }
@@ -115,14 +133,14 @@ Status VisitList(std::string_view list, size_t base, FeatureKind kind, FeatureVa
     uint32_t field, wt;
     if (!r.ReadTag(&field, &wt)) return Malformed("bad tag in value list", at);
     if (field != kListValue) {
-      if (!r.Skip(wt)) return Malformed("bad unknown field in value list", at);
+      if (!r.Skip(field, wt)) return Malformed("bad unknown field in value list", at);
       continue;
     }
     switch (kind) {
       case FeatureKind::kBytes: {
         std::string_view s;
         if (wt != kLen) {
-          if (!r.Skip(wt)) return Malformed("bad field in bytes_list", at);
+          if (!r.Skip(field, wt)) return Malformed("bad field in bytes_list", at);
           continue;
         }
         if (!r.ReadLen(&s)) return Malformed("bytes value runs past its end", at);
@@ -143,7 +161,7 @@ Status VisitList(std::string_view list, size_t base, FeatureKind kind, FeatureVa
             if (!p.ReadVarint(&x)) return Malformed("bad varint in packed int64_list", at);
             if (!v.OnInt64(static_cast<int64_t>(x))) *stop = true;
           }
-        } else if (!r.Skip(wt)) {
+        } else if (!r.Skip(field, wt)) {
           return Malformed("bad field in int64_list", at);
         }
         break;
@@ -164,7 +182,7 @@ Status VisitList(std::string_view list, size_t base, FeatureKind kind, FeatureVa
             std::memcpy(&f, packed.data() + i, 4);
             if (!v.OnFloat(f)) *stop = true;
           }
-        } else if (!r.Skip(wt)) {
+        } else if (!r.Skip(field, wt)) {
           return Malformed("bad field in float_list", at);
         }
         break;
@@ -201,7 +219,7 @@ Status FeatureView::Visit(FeatureValueVisitor& visitor) const {
     entry.ReadTag(&field, &wt);
     std::string_view value;
     if (field != kEntryValue || wt != kLen) {
-      entry.Skip(wt);
+      entry.Skip(field, wt);
       continue;
     }
     entry.ReadLen(&value);
@@ -213,7 +231,7 @@ Status FeatureView::Visit(FeatureValueVisitor& visitor) const {
       feature.ReadTag(&f, &w);
       std::string_view list;
       if (f != FieldOfKind(kind_) || w != kLen) {
-        feature.Skip(w);
+        feature.Skip(f, w);
         continue;
       }
       feature.ReadLen(&list);
@@ -283,7 +301,7 @@ Status FeatureScanner::ParseEntry(std::string_view entry, size_t entry_offset,
       continue;
     }
     if (field != kEntryValue || wt != kLen) {
-      if (!r.Skip(wt)) return Malformed("bad field in feature map entry", at);
+      if (!r.Skip(field, wt)) return Malformed("bad field in feature map entry", at);
       continue;
     }
     std::string_view value;
@@ -297,7 +315,7 @@ Status FeatureScanner::ParseEntry(std::string_view entry, size_t entry_offset,
       if (!f.ReadTag(&ff, &fwt)) return Malformed("bad tag in Feature", fat);
       FeatureKind kind = KindOfField(ff);
       if (kind == FeatureKind::kNone || fwt != kLen) {
-        if (!f.Skip(fwt)) return Malformed("bad field in Feature", fat);
+        if (!f.Skip(ff, fwt)) return Malformed("bad field in Feature", fat);
         continue;
       }
       std::string_view list;
@@ -319,7 +337,7 @@ Status FeatureScanner::ForEach(std::string_view record, FeatureEntryVisitor& vis
     uint32_t field, wt;
     if (!example.ReadTag(&field, &wt)) return Malformed("bad tag", at);
     if (field != kExampleFeatures || wt != kLen) {
-      if (!example.Skip(wt)) return Malformed("bad field", at);
+      if (!example.Skip(field, wt)) return Malformed("bad field", at);
       continue;
     }
     std::string_view features;
@@ -330,7 +348,7 @@ Status FeatureScanner::ForEach(std::string_view record, FeatureEntryVisitor& vis
       uint32_t ef, ewt;
       if (!fr.ReadTag(&ef, &ewt)) return Malformed("bad tag in Features", eat);
       if (ef != kFeaturesEntry || ewt != kLen) {
-        if (!fr.Skip(ewt)) return Malformed("bad field in Features", eat);
+        if (!fr.Skip(ef, ewt)) return Malformed("bad field in Features", eat);
         continue;
       }
       std::string_view entry;

@@ -2,7 +2,7 @@
 // without allocating: values come back as views into the record. It follows protobuf's rules so it
 // agrees with a full parse: repeated Features messages merge, a key that appears again replaces the
 // earlier entry, numeric lists may be packed or not, a Feature that sets a second kind keeps only
-// the last, and unknown fields (or known ones with an unexpected wire type) are skipped.
+// the last, and unknown fields (or known ones with an unexpected wire type; groups too) are skipped.
 #pragma once
 
 #include <cstdint>

@@ -328,6 +328,60 @@ TEST_CASE("MalformedRecordIsDataLossWithByteOffset") {
         StatusCode::kDataLoss);
 }
 
+// Unknown groups (the deprecated wire types 3 and 4) are skipped as protobuf skips them, nested
+// ones too; an end that does not match its start is malformed for both (found by
+// tests/fuzz/example_scanner_fuzz).
+TEST_CASE("UnknownGroupsAreSkippedLikeProtobufDoes") {
+  v1::Example ex;
+  (*ex.mutable_features()->mutable_feature())["k"].mutable_int64_list()->add_value(7);
+  const std::string good = ex.SerializeAsString();
+  // Field 12 as a group holding field 13 as a group holding a varint; then an empty group.
+  const std::string groups = std::string("\x63\x6b\x08\x01\x6c\x64", 6) + "\x63\x64";
+  struct Case {
+    std::string record;
+    bool ok;
+  };
+  const Case cases[] = {
+      {groups + good, true},
+      {good + groups, true},
+      {"\x63\x6c" + good, false},  // starts group 12, ends group 13
+      {"\x63" + good, false},       // never ends
+      {"\x64" + good, false},       // an end without a start
+  };
+  for (const Case& c : cases) {
+    v1::Example parsed;
+    REQUIRE(parsed.ParseFromString(c.record) == c.ok);
+    FeatureView view;
+    bool found = false;
+    const Status s = FeatureScanner::Find(c.record, "k", &view, &found);
+    CHECK(s.ok() == c.ok);
+    if (c.ok) {
+      REQUIRE(found);
+      CHECK(view.FirstInt64("k").value() == 7);
+    } else {
+      CHECK(s.code() == StatusCode::kDataLoss);
+    }
+  }
+}
+
+// A tag is read as protobuf reads one: up to 5 bytes with the bits past the 32nd dropped (here
+// the 5th byte's 0x40 falls off, leaving field 8 as a varint), and longer ones refused.
+TEST_CASE("TagsOfFiveBytesDropHighBitsAndLongerOnesAreRefused") {
+  v1::Example ex;
+  (*ex.mutable_features()->mutable_feature())["k"].mutable_int64_list()->add_value(7);
+  const std::string good = ex.SerializeAsString();
+  const std::string five = std::string("\xc0\x80\x80\x80\x40\x01", 6);
+  const std::string six = std::string("\xc0\x80\x80\x80\x80\x00\x01", 7);
+  for (const auto& [record, ok] : {std::pair{five + good, true}, std::pair{six + good, false}}) {
+    v1::Example parsed;
+    REQUIRE(parsed.ParseFromString(record) == ok);
+    FeatureView view;
+    bool found = false;
+    CHECK(FeatureScanner::Find(record, "k", &view, &found).ok() == ok);
+    CHECK(found == ok);
+  }
+}
+
 TEST_CASE("EmptyRecordIsAnExampleWithoutFeatures") {
   int count = 0;
   REQUIRE(ForEachFeature("", [&](std::string_view, const FeatureView&) { ++count; }).ok());

@@ -103,13 +103,18 @@ Result<size_t> TFRecordReader::Fill(size_t n) {
     pos_ = 0;
     limit_ = avail;
   }
-  if (buf_.size() < n) buf_.resize((n + kGrowthQuantum - 1) / kGrowthQuantum * kGrowthQuantum);
   while (limit_ < n) {
+    if (limit_ == buf_.size()) {
+      // Grown as the bytes arrive, not to the length the header announces: a damaged length
+      // that passes its CRC (or a crafted one) costs at most twice what the file really holds.
+      const size_t rounded = (n + kGrowthQuantum - 1) / kGrowthQuantum * kGrowthQuantum;
+      buf_.resize(std::min(rounded, std::max(2 * buf_.size(), kGrowthQuantum)));
+    }
     size_t got = 0;
     if (lender_ != nullptr) {
       // Copy only what this frame needs: the records after it are parsed in place again.
       if (lent_.empty()) RETURN_IF_ERROR(lender_->Lend(&lent_));
-      got = std::min(n - limit_, lent_.size());
+      got = std::min({n - limit_, buf_.size() - limit_, lent_.size()});
       std::memcpy(buf_.data() + limit_, lent_.data(), got);
       lent_.remove_prefix(got);
     } else {

@@ -259,6 +259,42 @@ TEST_CASE("LengthOverTheLimitIsRefusedBeforeAllocating") {
              Catch::Contains("mem:0 (length 1099511627776 over the limit of 2147483648 bytes)"));
 }
 
+// A length under the limit whose CRC holds (damage that happens to pass it, or a crafted header)
+// but with little behind it: the buffer grows with the bytes that arrive, not to the announced
+// 2 GiB, and the record is then reported truncated. Measured by
+// the largest read the reader asks of its file, which is the room its buffer has.
+TEST_CASE("AnnouncedLengthIsNotAllocatedBeforeItsBytesArrive") {
+  class LargestRead : public SequentialFile {
+   public:
+    explicit LargestRead(std::unique_ptr<SequentialFile> base) : base_(std::move(base)) {}
+    Status Read(size_t n, char* scratch, size_t* bytes_read) override {
+      largest = std::max(largest, n);
+      return base_->Read(n, scratch, bytes_read);
+    }
+    const std::string& name() const override { return base_->name(); }
+    size_t largest = 0;
+
+   private:
+    std::unique_ptr<SequentialFile> base_;
+  };
+  std::string header(8, '\0');
+  const uint64_t length = (uint64_t{2} << 30) - 1;
+  for (int i = 0; i < 8; ++i) header[i] = static_cast<char>(length >> (8 * i));
+  const uint32_t masked = crc32c::Mask(crc32c::Value(header));
+  for (int i = 0; i < 4; ++i) header.push_back(static_cast<char>(masked >> (8 * i)));
+  const std::string file = header + RandomBytes(3 << 20, 9);
+
+  auto counting = std::make_unique<LargestRead>(NewMemoryFile("mem", file));
+  LargestRead* reads = counting.get();
+  TFRecordReaderOptions options;
+  options.buffer_bytes = 1 << 16;
+  TFRecordReader reader(std::move(counting), options);
+  ReadAll all = ReadUntilError(&reader);
+  CHECK(all.status.code() == StatusCode::kDataLoss);
+  CHECK_THAT(all.status.message(), Catch::Contains("truncated record at mem:0"));
+  CHECK(reads->largest <= 2 * file.size());
+}
+
 TEST_CASE("IoErrorIsFinalAndNamesTheFile") {
   const std::string shard = Shard({"one", "two", "three"});
   for (int64_t fail_at : {int64_t{0}, int64_t{5}, int64_t{20}, int64_t{25}}) {

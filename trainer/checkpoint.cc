@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <system_error>
 
@@ -21,6 +22,32 @@ void AppendU32(std::string* out, uint32_t v) {
 
 void AppendFloats(std::string* out, const std::vector<float>& v) {
   out->append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+// The header's integer `key`, which must lie in [0, max]: a float, a string or an out-of-range
+// value is DataLoss naming the key (never a conversion that overflows).
+Status ReadCount(const nlohmann::json& header, const char* key, int64_t max,
+                 const std::string& path, int64_t* out) {
+  const auto it = header.find(key);
+  if (it == header.end()) return DataLoss(path + ": header: no " + key);
+  const bool in_range =
+      (it->is_number_unsigned() && it->get<uint64_t>() <= static_cast<uint64_t>(max)) ||
+      (it->is_number_integer() && !it->is_number_unsigned() && it->get<int64_t>() >= 0 &&
+       it->get<int64_t>() <= max);
+  if (!in_range) {
+    return DataLoss(path + ": header: " + key + " is " + it->dump() + ", not an integer in [0, " +
+                    std::to_string(max) + "]");
+  }
+  *out = it->get<int64_t>();
+  return Status::OK();
+}
+
+Status ReadCount(const nlohmann::json& header, const char* key, const std::string& path,
+                 int* out) {
+  int64_t v = 0;
+  RETURN_IF_ERROR(ReadCount(header, key, std::numeric_limits<int>::max(), path, &v));
+  *out = static_cast<int>(v);
+  return Status::OK();
 }
 
 }  // namespace
@@ -80,38 +107,52 @@ Result<Checkpoint> LoadCheckpoint(const std::string& dir) {
                                                 /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) return DataLoss(path + ": malformed header");
   Checkpoint ck;
-  try {
-    ck.config.image_size = header.at("image_size");
-    ck.config.patch = header.at("patch");
-    ck.config.width = header.at("width");
-    ck.config.depth = header.at("depth");
-    ck.config.classes = header.at("classes");
-    ck.step = header.at("step");
-    ck.adam_updates = header.at("adam_updates");
-    ck.has_position = header.at("has_position");
-    ck.epoch = header.at("epoch");
-    ck.index = header.at("index");
-    ck.end_record = header.at("end_record");
-    ck.loss_scale = header.value("loss_scale", 0.0f);
-    ck.loss_scale_good_steps = header.value("loss_scale_good_steps", 0);
-    if (!(ck.loss_scale >= 0) || ck.loss_scale_good_steps < 0)
-      return DataLoss(path + ": header: negative or NaN loss_scale / loss_scale_good_steps");
-    const size_t count = header.at("parameters");
-    const size_t bytes = count * sizeof(float);
-    const size_t body_at = header_at + header_size;
-    if (body_at + 3 * bytes + 4 != data.size()) {
-      return DataLoss(path + ": " + std::to_string(data.size()) + " bytes, expected " +
-                      std::to_string(body_at + 3 * bytes + 4) + " for " + std::to_string(count) +
-                      " parameters");
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  RETURN_IF_ERROR(ReadCount(header, "image_size", path, &ck.config.image_size));
+  RETURN_IF_ERROR(ReadCount(header, "patch", path, &ck.config.patch));
+  RETURN_IF_ERROR(ReadCount(header, "width", path, &ck.config.width));
+  RETURN_IF_ERROR(ReadCount(header, "depth", path, &ck.config.depth));
+  RETURN_IF_ERROR(ReadCount(header, "classes", path, &ck.config.classes));
+  RETURN_IF_ERROR(ReadCount(header, "step", kMax, path, &ck.step));
+  RETURN_IF_ERROR(ReadCount(header, "adam_updates", kMax, path, &ck.adam_updates));
+  RETURN_IF_ERROR(ReadCount(header, "epoch", kMax, path, &ck.epoch));
+  RETURN_IF_ERROR(ReadCount(header, "index", kMax, path, &ck.index));
+  RETURN_IF_ERROR(ReadCount(header, "end_record", kMax, path, &ck.end_record));
+  const auto has_position = header.find("has_position");
+  if (has_position == header.end() || !has_position->is_boolean())
+    return DataLoss(path + ": header: has_position is missing or not a boolean");
+  ck.has_position = has_position->get<bool>();
+  // Written by later versions only: absent means 0.
+  if (header.contains("loss_scale")) {
+    const nlohmann::json& scale = header["loss_scale"];
+    if (!scale.is_number() || !(scale.get<double>() >= 0) ||
+        !(scale.get<double>() <= std::numeric_limits<float>::max())) {
+      return DataLoss(path + ": header: loss_scale is " + scale.dump() +
+                      ", not a number in [0, FLT_MAX]");
     }
-    size_t at = body_at;
-    for (std::vector<float>* v : {&ck.params, &ck.first_moment, &ck.second_moment}) {
-      v->resize(count);
-      std::memcpy(v->data(), data.data() + at, bytes);
-      at += bytes;
-    }
-  } catch (const nlohmann::json::exception& e) {
-    return DataLoss(path + ": header: " + e.what());
+    ck.loss_scale = scale.get<float>();
+  }
+  if (header.contains("loss_scale_good_steps")) {
+    RETURN_IF_ERROR(ReadCount(header, "loss_scale_good_steps", path, &ck.loss_scale_good_steps));
+  }
+  // Three fp32 tensors of `parameters` values fill the rest of the file: a count they cannot
+  // fit is refused before anything is allocated for it.
+  const size_t body_at = header_at + header_size;
+  const size_t body_bytes = data.size() - 4 - body_at;
+  int64_t count = 0;
+  RETURN_IF_ERROR(ReadCount(header, "parameters",
+                            static_cast<int64_t>(body_bytes / (3 * sizeof(float))), path, &count));
+  const size_t bytes = static_cast<size_t>(count) * sizeof(float);
+  if (3 * bytes != body_bytes) {
+    return DataLoss(path + ": " + std::to_string(data.size()) + " bytes, expected " +
+                    std::to_string(body_at + 3 * bytes + 4) + " for " + std::to_string(count) +
+                    " parameters");
+  }
+  size_t at = body_at;
+  for (std::vector<float>* v : {&ck.params, &ck.first_moment, &ck.second_moment}) {
+    v->resize(count);
+    std::memcpy(v->data(), data.data() + at, bytes);
+    at += bytes;
   }
   return ck;
 }

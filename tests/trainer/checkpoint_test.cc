@@ -1,6 +1,9 @@
 #include "trainer/checkpoint.h"
 
 #include <catch2/catch.hpp>
+#include <cstring>
+
+#include "formats/crc32c.h"
 
 #include "tests/test_support.h"
 
@@ -69,6 +72,50 @@ TEST_CASE("TruncatedCheckpointIsDataLoss") {
   std::string data = testing::ReadAll(CheckpointPath(dir.file("ck")));
   testing::WriteAll(CheckpointPath(dir.file("ck")), data.substr(0, 6));
   CHECK(LoadCheckpoint(dir.file("ck")).status().code() == StatusCode::kDataLoss);
+}
+
+// A header whose values have the right checksum but no sense — a float where a count belongs, a
+// negative size, a parameter count the file cannot hold (whose byte count would wrap) — is
+// DataLoss naming the field, before any conversion overflows or anything is allocated (found by
+// tests/fuzz/checkpoint_fuzz).
+TEST_CASE("HeaderValuesOutOfRangeAreDataLossNamingTheField") {
+  testing::TempDir dir;
+  REQUIRE(SaveCheckpoint(dir.file("ck"), Sample()).ok());
+  const std::string data = testing::ReadAll(CheckpointPath(dir.file("ck")));
+  uint32_t header_size = 0;
+  std::memcpy(&header_size, data.data() + 8, 4);
+  const std::string header = data.substr(12, header_size);
+  const std::string body = data.substr(12 + header_size, data.size() - 16 - header_size);
+  struct Case {
+    std::string from, to, field;
+  };
+  const Case cases[] = {
+      {"\"step\":12", "\"step\":8.3e60", "step"},
+      {"\"width\":16", "\"width\":-3", "width"},
+      {"\"classes\":5", "\"classes\":\"5\"", "classes"},
+      {"\"index\":7", "\"index\":18446744073709551615", "index"},
+      {"\"parameters\":3", "\"parameters\":4611686018427387907", "parameters"},
+      {"\"has_position\":true", "\"has_position\":1", "has_position"},
+      {"\"loss_scale\":32768.0", "\"loss_scale\":1e300", "loss_scale"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.to);
+    std::string changed = header;
+    const size_t at = changed.find(c.from);
+    REQUIRE(at != std::string::npos);
+    changed.replace(at, c.from.size(), c.to);
+    std::string file = data.substr(0, 8);
+    const uint32_t size = static_cast<uint32_t>(changed.size());
+    file.append(reinterpret_cast<const char*>(&size), 4);
+    file += changed + body;
+    const uint32_t crc = crc32c::Mask(crc32c::Value(file));
+    file.append(reinterpret_cast<const char*>(&crc), 4);
+    testing::WriteAll(CheckpointPath(dir.file("ck")), file);
+    const Status s = LoadCheckpoint(dir.file("ck")).status();
+    CHECK(s.code() == StatusCode::kDataLoss);
+    CHECK_THAT(s.message(), Catch::Contains(CheckpointPath(dir.file("ck"))) &&
+                                Catch::Contains(c.field));
+  }
 }
 
 }  // namespace

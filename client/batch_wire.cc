@@ -86,7 +86,15 @@ Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out) 
   std::vector<int32_t> shape;
   uint64_t images_bytes = 0;
   bool have_images = false;
-  while (uint32_t tag = in.ReadTag()) {
+  // Message fields that come more than once merge, as protobuf merges them.
+  v1::Position position;
+  v1::SharedMemoryRef shared_memory;
+  for (;;) {
+    const int tag_at = in.CurrentPosition();
+    const uint32_t tag = in.ReadTag();
+    if (tag == 0) break;
+    // CodedInputStream takes tags of up to 10 bytes; protobuf's message parser, at most 5.
+    if (in.CurrentPosition() - tag_at > 5) return Malformed("a tag over 5 bytes");
     const int field = WireFormatLite::GetTagFieldNumber(tag);
     const auto wire_type = WireFormatLite::GetTagWireType(tag);
     switch (field) {
@@ -97,11 +105,7 @@ Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out) 
             !in.ReadString(&bytes, static_cast<int>(length))) {
           return Malformed("position");
         }
-        v1::Position p;
-        if (!p.ParseFromString(bytes)) return Malformed("position");
-        meta->epoch = p.epoch();
-        meta->index = p.index();
-        meta->end_record = p.end_record();
+        if (!position.MergeFromString(bytes)) return Malformed("position");
         break;
       }
       case 2:
@@ -136,14 +140,12 @@ Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out) 
       case kSharedMemoryField: {
         std::string bytes;
         uint32_t length = 0;
-        v1::SharedMemoryRef ref;
         if (wire_type != WireFormatLite::WIRETYPE_LENGTH_DELIMITED || !in.ReadVarint32(&length) ||
-            !in.ReadString(&bytes, static_cast<int>(length)) || !ref.ParseFromString(bytes)) {
+            !in.ReadString(&bytes, static_cast<int>(length)) ||
+            !shared_memory.MergeFromString(bytes)) {
           return Malformed("shared_memory");
         }
         out->shared = true;
-        out->shared_slot = ref.slot();
-        images_bytes = ref.length();
         break;
       }
       default:
@@ -152,6 +154,13 @@ Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out) 
     }
   }
   if (!in.ConsumedEntireMessage()) return Malformed("trailing bytes");
+  meta->epoch = position.epoch();
+  meta->index = position.index();
+  meta->end_record = position.end_record();
+  if (out->shared) {
+    out->shared_slot = shared_memory.slot();
+    images_bytes = shared_memory.length();
+  }
   if (shape.size() != 4 || shape[0] < 0 || shape[1] <= 0 || shape[2] <= 0 || shape[3] <= 0) {
     return Malformed("shape must be [N, H, W, C]");
   }
@@ -159,6 +168,13 @@ Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out) 
   meta->height = shape[1];
   meta->width = shape[2];
   meta->channels = shape[3];
+  // Consumers index the images by the shape: its byte count must not wrap to what was sent.
+  size_t pixels = 0;
+  if (__builtin_mul_overflow(size_t(meta->n), size_t(meta->height), &pixels) ||
+      __builtin_mul_overflow(pixels, size_t(meta->width), &pixels) ||
+      __builtin_mul_overflow(pixels, size_t(meta->channels), &pixels)) {
+    return Malformed("shape's byte count overflows");
+  }
   if (out->shared && have_images) return Malformed("both images and shared_memory");
   if (!have_images && !out->shared && meta->n > 0) return Malformed("no images");
   if (images_bytes != meta->image_bytes()) {

@@ -181,12 +181,20 @@ TEST_CASE("MalformedBatchesAreDataLossNamingTheField") {
   for (int l : {1, 2, 3, 4}) wrong_shape.add_labels(l);
   wrong_shape.set_images(images);  // 3 images' worth
   grpc::ByteBuffer few_labels = ServerBuffer(m, {1, 2}, images);
+  // One image of 2^22 × 2^21 × 2^21 bytes: 2^64, which wraps to the 0 bytes sent.
+  v1::Batch wrapping;
+  for (int d : {1, 1 << 22, 1 << 21, 1 << 21}) wrapping.add_shape(d);
+  wrapping.add_labels(0);
+  wrapping.set_images("");
   const std::vector<Case> cases = {
       {"images cut short", bytes.substr(0, bytes.size() - 10), "images"},
       {"shape disagrees with images", wrong_shape.SerializeAsString(), "shape needs"},
       {"too few labels", Flatten(few_labels), "labels for"},
       {"no shape", std::string("\x7a\x00", 2), "shape"},
       {"garbage", "\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff", "malformed"},
+      {"byte count wraps", wrapping.SerializePartialAsString(), "overflows"},
+      // A tag of 6 bytes, which CodedInputStream reads and protobuf's parser refuses.
+      {"long tag", std::string("\x88\x80\x80\x80\x80\x00\x01", 7) + bytes, "tag over 5"},
   };
   for (const Case& c : cases) {
     INFO(c.name);
@@ -197,6 +205,20 @@ TEST_CASE("MalformedBatchesAreDataLossNamingTheField") {
     CHECK(s.code() == StatusCode::kDataLoss);
     CHECK(s.message().find(c.says) != std::string::npos);
   }
+
+  // Position sent three times: protobuf merges them field by field, and so does DecodeBatch
+  // (found by tests/fuzz/batch_wire_fuzz; it kept only the last).
+  v1::Batch first, second;
+  first.mutable_position()->set_epoch(9);
+  second.mutable_position()->set_index(4);
+  const std::string thrice = bytes + first.SerializeAsString() + second.SerializeAsString();
+  grpc::ByteBuffer merged = Buffer(thrice);
+  BatchMeta got;
+  BatchArrays arrays;
+  REQUIRE(DecodeBatch(&merged, &got, &arrays).ok());
+  CHECK(got.epoch == 9);
+  CHECK(got.index == 4);
+  CHECK(got.end_record == m.end_record);
 }
 
 // Refuses every allocation, remembering the sizes asked for.

@@ -17,6 +17,17 @@ Status Malformed(const std::string& what) {
   return DataLoss("malformed Batch message: " + what);
 }
 
+// Reads the length of a length-delimited field as protobuf's message parser does: at most 5
+// bytes and under 2^31 (CodedInputStream alone takes 10 bytes and truncates, and a length
+// truncated past 2^31 would set no limit at all).
+bool ReadLength(google::protobuf::io::CodedInputStream* in, uint32_t* length) {
+  const int at = in->CurrentPosition();
+  uint64_t v = 0;
+  if (!in->ReadVarint64(&v) || in->CurrentPosition() - at > 5 || v > INT32_MAX) return false;
+  *length = static_cast<uint32_t>(v);
+  return true;
+}
+
 // Reads a repeated int32 field in packed or unpacked form, appending to out.
 bool ReadInt32s(google::protobuf::io::CodedInputStream* in, uint32_t wire_type,
                 std::vector<int32_t>* out) {
@@ -28,7 +39,7 @@ bool ReadInt32s(google::protobuf::io::CodedInputStream* in, uint32_t wire_type,
   }
   if (wire_type != WireFormatLite::WIRETYPE_LENGTH_DELIMITED) return false;
   uint32_t length = 0;
-  if (!in->ReadVarint32(&length)) return false;
+  if (!ReadLength(in, &length)) return false;
   auto limit = in->PushLimit(static_cast<int>(length));
   while (in->BytesUntilLimit() > 0) {
     if (!in->ReadVarint32(&v)) return false;
@@ -97,11 +108,12 @@ Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out) 
     if (in.CurrentPosition() - tag_at > 5) return Malformed("a tag over 5 bytes");
     const int field = WireFormatLite::GetTagFieldNumber(tag);
     const auto wire_type = WireFormatLite::GetTagWireType(tag);
+    if (field == 0) return Malformed("field number 0");
     switch (field) {
       case 1: {
         std::string bytes;
         uint32_t length = 0;
-        if (wire_type != WireFormatLite::WIRETYPE_LENGTH_DELIMITED || !in.ReadVarint32(&length) ||
+        if (wire_type != WireFormatLite::WIRETYPE_LENGTH_DELIMITED || !ReadLength(&in, &length) ||
             !in.ReadString(&bytes, static_cast<int>(length))) {
           return Malformed("position");
         }
@@ -121,10 +133,11 @@ Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out) 
         }
         break;
       case kImagesField: {
-        if (wire_type != WireFormatLite::WIRETYPE_LENGTH_DELIMITED ||
-            !in.ReadVarint64(&images_bytes)) {
+        uint32_t length = 0;
+        if (wire_type != WireFormatLite::WIRETYPE_LENGTH_DELIMITED || !ReadLength(&in, &length)) {
           return Malformed("images");
         }
+        images_bytes = length;
         auto cut_short = [&] {
           return Malformed("images (" + std::to_string(images_bytes) + " bytes announced)");
         };
@@ -140,7 +153,7 @@ Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out) 
       case kSharedMemoryField: {
         std::string bytes;
         uint32_t length = 0;
-        if (wire_type != WireFormatLite::WIRETYPE_LENGTH_DELIMITED || !in.ReadVarint32(&length) ||
+        if (wire_type != WireFormatLite::WIRETYPE_LENGTH_DELIMITED || !ReadLength(&in, &length) ||
             !in.ReadString(&bytes, static_cast<int>(length)) ||
             !shared_memory.MergeFromString(bytes)) {
           return Malformed("shared_memory");
@@ -148,9 +161,13 @@ Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out) 
         out->shared = true;
         break;
       }
-      default:
-        if (!WireFormatLite::SkipField(&in, tag))
-          return Malformed("field " + std::to_string(field));
+      default: {
+        uint32_t length = 0;
+        const bool skipped = wire_type == WireFormatLite::WIRETYPE_LENGTH_DELIMITED
+                                 ? ReadLength(&in, &length) && in.Skip(static_cast<int>(length))
+                                 : WireFormatLite::SkipField(&in, tag);
+        if (!skipped) return Malformed("field " + std::to_string(field));
+      }
     }
   }
   if (!in.ConsumedEntireMessage()) return Malformed("trailing bytes");

@@ -195,6 +195,12 @@ TEST_CASE("MalformedBatchesAreDataLossNamingTheField") {
       {"byte count wraps", wrapping.SerializePartialAsString(), "overflows"},
       // A tag of 6 bytes, which CodedInputStream reads and protobuf's parser refuses.
       {"long tag", std::string("\x88\x80\x80\x80\x80\x00\x01", 7) + bytes, "tag over 5"},
+      // Lengths as protobuf's parser reads them: at most 5 bytes and under 2^31. A packed shape
+      // whose length truncates past 2^31 had set no limit, and was read as empty.
+      {"length over 2^31", "\x12\xec\xec\xec\xec\xec\xec\x00" + bytes, "shape"},
+      {"length in 6 bytes", std::string("\x0a\x80\x80\x80\x80\x80\x00", 7) + bytes, "position"},
+      {"images over 2^31", "\x7a\x80\x80\x80\x80\x10" + bytes, "images"},
+      {"field number 0", "\x02\x01x" + bytes, "field number 0"},
   };
   for (const Case& c : cases) {
     INFO(c.name);
@@ -251,7 +257,7 @@ TEST_CASE("ImagesLongerThanTheMessageAreDataLossWithoutAllocating") {
     google::protobuf::io::StringOutputStream s(&bytes);
     google::protobuf::io::CodedOutputStream out(&s);
     out.WriteTag((15 << 3) | 2);
-    out.WriteVarint64(uint64_t{1} << 40);  // a terabyte announced
+    out.WriteVarint64(uint64_t{1} << 30);  // a gigabyte announced
     out.WriteRaw("abc", 3);
   }
   grpc::ByteBuffer b = Buffer(bytes);

@@ -5,16 +5,20 @@
 #                                     (TensorFlow) and build/venv-torch (Debian's PyTorch)
 #   deploy/install-deps.sh --bench    also torchvision + Pillow for /usr/bin/python3 (the
 #                                     competitor loaders in tests/bench/)
+#   deploy/install-deps.sh --fuzz     also clang and its libFuzzer and sanitizer runtimes (the
+#                                     campaigns of tests/fuzz/run.sh; not needed for the tests)
 #   SLUICE_SKIP_PYTHON=1 deploy/...   Debian packages only
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 bench=0
+fuzz=0
 for arg in "$@"; do
   case "$arg" in
     --bench) bench=1 ;;
-    *) echo "install-deps: unknown argument: $arg (known: --bench)" >&2; exit 2 ;;
+    --fuzz) fuzz=1 ;;
+    *) echo "install-deps: unknown argument: $arg (known: --bench, --fuzz)" >&2; exit 2 ;;
   esac
 done
 
@@ -40,6 +44,9 @@ packages=(
 )
 if ((bench)); then
   packages+=(python3-torchvision python3-pil)
+fi
+if ((fuzz)); then
+  packages+=(clang libclang-rt-14-dev)
 fi
 
 sudo_cmd=()

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Writes the seed inputs of each fuzz target into tests/fuzz/corpus/<target>/seed-*.
+
+Seeds are small valid inputs (and a few damaged ones) that a campaign starts from; the corpus
+keeps them beside what campaigns add. Run with the test venv's Python, which has TensorFlow (its
+tf.train.Example), the sluice client's protos and, for the JPEGs, Pillow:
+    build/venv/bin/pip install pillow && build/venv/bin/python tests/fuzz/make_seeds.py
+The output is deterministic; the seeds are committed, so builds never run this.
+"""
+import gzip
+import io
+import json
+import os
+import random
+import struct
+import zlib
+
+from PIL import Image
+import tensorflow as tf
+from sluice.v1 import config_pb2, service_pb2
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+
+
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def masked(data):
+    crc = crc32c(data)
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def frame(record):
+    length = struct.pack("<Q", len(record))
+    return length + struct.pack("<I", masked(length)) + record + struct.pack("<I", masked(record))
+
+
+def write(target, name, data):
+    os.makedirs(os.path.join(ROOT, target), exist_ok=True)
+    with open(os.path.join(ROOT, target, "seed-" + name), "wb") as f:
+        f.write(data)
+
+
+def jpeg(mode, size, **options):
+    rng = random.Random(size[0] * 1000 + size[1])
+    channels = {"L": 1, "RGB": 3, "CMYK": 4}[mode]
+    pixels = bytes(rng.randrange(256) for _ in range(size[0] * size[1] * channels))
+    out = io.BytesIO()
+    Image.frombytes(mode, size, pixels).save(out, "JPEG", **options)
+    return out.getvalue()
+
+
+def example(features):
+    def feature(v):
+        if isinstance(v, bytes):
+            return tf.train.Feature(bytes_list=tf.train.BytesList(value=[v]))
+        if isinstance(v, float):
+            return tf.train.Feature(float_list=tf.train.FloatList(value=[v, -v]))
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=[v, v + 1]))
+
+    return tf.train.Example(
+        features=tf.train.Features(feature={k: feature(v) for k, v in features.items()})
+    ).SerializeToString()
+
+
+def main():
+    small = jpeg("RGB", (16, 12), quality=90)
+    images = {
+        "rgb-420.jpg": small,
+        "rgb-444.jpg": jpeg("RGB", (33, 17), quality=95, subsampling=0),
+        "rgb-422-restart.jpg": jpeg("RGB", (40, 24), quality=80, subsampling=1),
+        "progressive.jpg": jpeg("RGB", (24, 24), quality=90, progressive=True),
+        "gray.jpg": jpeg("L", (20, 9), quality=90),
+        "cmyk.jpg": jpeg("CMYK", (16, 16), quality=90),
+        "gray-progressive.jpg": jpeg("L", (17, 31), progressive=True),
+    }
+    for name, data in images.items():
+        # Crop bytes, output size, flags (see jpeg_decode_fuzz.cc), then the file.
+        write("jpeg_decode", name, bytes([0, 0, 255, 255, 16, 0]) + data)
+        write("jpeg_decode", "crop-" + name, bytes([100, 60, 90, 200, 7, 3]) + data)
+    write("jpeg_decode", "truncated.jpg", bytes([0, 0, 255, 255, 16, 0]) + small[: len(small) // 2])
+
+    records = [
+        example({"image/encoded": small, "image/class/label": 3, "image/format": b"JPEG"}),
+        example({"image/encoded": b"x" * 40, "image/class/label": -7, "score": 0.5}),
+        b"",
+    ]
+    for i, r in enumerate(records):
+        write("example_scanner", "example-%d" % i, r)
+    plain = b"".join(frame(r) for r in records)
+    # Flags byte (buffer size, CRC repair), loan seed, then the file.
+    write("tfrecord_reader", "plain", bytes([1, 7]) + plain)
+    write("tfrecord_reader", "plain-tiny-buffer", bytes([0, 9]) + plain)
+    write("tfrecord_reader", "gzip", bytes([2, 3]) + gzip.compress(plain, mtime=0))
+    write("tfrecord_reader", "zlib", bytes([3, 5]) + zlib.compress(plain))
+    write("tfrecord_reader", "truncated", bytes([4, 1]) + plain[:-9])
+    write("tfrecord_reader", "length-damaged", bytes([2, 2]) + b"\x05" + plain[1:])
+
+    write("record_index", "three", b"0 16\n16 100\n116 20\n")
+    write("record_index", "crlf", b"0 32\r\n32 16\r\n")
+
+    meta = service_pb2.Batch()
+    meta.position.epoch, meta.position.index, meta.position.end_record = 1, 2, 8
+    meta.shape.extend([2, 2, 3, 3])
+    meta.labels.extend([4, -1])
+    meta.skipped_records = 1
+    batch = service_pb2.Batch()
+    batch.CopyFrom(meta)
+    batch.images = bytes(range(36))
+    write("batch_wire", "images", bytes([5]) + batch.SerializeToString())
+    shared = service_pb2.Batch()
+    shared.CopyFrom(meta)
+    shared.shared_memory.slot, shared.shared_memory.length = 3, 36
+    write("batch_wire", "shared-memory", bytes([9]) + shared.SerializeToString())
+    empty = service_pb2.Batch()
+    empty.shape.extend([0, 4, 4, 3])
+    write("batch_wire", "empty", bytes([1]) + empty.SerializeToString())
+
+    header = {"image_size": 8, "patch": 4, "width": 2, "depth": 1, "classes": 2, "step": 5,
+              "adam_updates": 4, "has_position": True, "epoch": 0, "index": 4, "end_record": 40,
+              "parameters": 3, "loss_scale": 1024.0, "loss_scale_good_steps": 2}
+    text = json.dumps(header, separators=(",", ":")).encode()
+    body = struct.pack("<9f", *[0.5 * i for i in range(9)])
+    file = b"SLCKPT01" + struct.pack("<I", len(text)) + text + body
+    file += struct.pack("<I", masked(file))
+    # Mode byte: 0 the file as it is, 1 its checksum repaired, 2 header and body framed.
+    write("checkpoint", "whole", bytes([0]) + file)
+    write("checkpoint", "repaired", bytes([1]) + file[:20] + b"9" + file[21:])
+    write("checkpoint", "framed", bytes([2]) + text + b"\0" + body)
+
+    requests = [
+        service_pb2.StreamRequest(dataset="train", batch_size=64, image_height=224, seed=5),
+        service_pb2.StreamRequest(dataset="eval", batch_size=32, image_height=128, epochs=1),
+        service_pb2.StreamRequest(dataset="sharded", job_name="j1", shard={"index": 2, "count": 4}),
+    ]
+    r = service_pb2.StreamRequest(dataset="train", mode=config_pb2.MODE_EVAL)
+    r.start_position.epoch, r.start_position.index = 1, 3
+    requests.append(r)
+    for i, r in enumerate(requests):
+        write("stream_request", "request-%d" % i, r.SerializeToString())
+
+
+if __name__ == "__main__":
+    main()

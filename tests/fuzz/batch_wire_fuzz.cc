@@ -52,14 +52,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                  batch.position().end_record() == meta.end_record,
              "position differs: protobuf %lld:%lld:%lld, DecodeBatch %lld:%lld:%lld",
              (long long)batch.position().epoch(), (long long)batch.position().index(),
-             (long long)batch.position().end_record(), (long long)meta.epoch,
-             (long long)meta.index, (long long)meta.end_record);
+             (long long)batch.position().end_record(), (long long)meta.epoch, (long long)meta.index,
+             (long long)meta.end_record);
   FUZZ_CHECK(batch.skipped_records() == meta.skipped_records, "skipped_records differs");
   FUZZ_CHECK(std::vector<int32_t>(batch.labels().begin(), batch.labels().end()) == arrays.labels,
              "labels differ");
   // The shape's byte count, without wrapping: what a consumer will index.
-  const unsigned __int128 pixels = static_cast<unsigned __int128>(meta.n) * meta.height *
-                                   meta.width * meta.channels;
+  const unsigned __int128 pixels =
+      static_cast<unsigned __int128>(meta.n) * meta.height * meta.width * meta.channels;
   FUZZ_CHECK(pixels == meta.image_bytes(), "shape %dx%dx%dx%d wraps image_bytes() to %zu", meta.n,
              meta.height, meta.width, meta.channels, meta.image_bytes());
   if (arrays.shared) {

@@ -71,9 +71,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   const Checkpoint& ck = *loaded;
-  FUZZ_CHECK(ck.first_moment.size() == ck.params.size() &&
-                 ck.second_moment.size() == ck.params.size(),
-             "moments and parameters differ in size");
+  FUZZ_CHECK(
+      ck.first_moment.size() == ck.params.size() && ck.second_moment.size() == ck.params.size(),
+      "moments and parameters differ in size");
   FUZZ_CHECK(3 * ck.params.size() * sizeof(float) < file.size(), "%zu parameters in %zu bytes",
              ck.params.size(), file.size());
   FUZZ_CHECK(SaveCheckpoint(Dir(), ck).ok(), "a loaded checkpoint does not save");

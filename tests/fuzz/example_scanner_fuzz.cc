@@ -126,8 +126,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                expected.floats.size(), expected.ints.size());
     FeatureView view;
     bool found = false;
-    FUZZ_CHECK(FeatureScanner::Find(record, key, &view, &found).ok() && found,
-               "Find('%s') fails", key.c_str());
+    FUZZ_CHECK(FeatureScanner::Find(record, key, &view, &found).ok() && found, "Find('%s') fails",
+               key.c_str());
     FUZZ_CHECK(view.kind() == expected.kind, "Find('%s') gives another kind", key.c_str());
   }
 

@@ -14,11 +14,11 @@
 #include "server/request_policy.h"
 #include "server/server_config.h"
 #include "tests/fuzz/fuzz_check.h"
+#include "tests/server/request_policy_test_data.h"
 
 namespace {
 
-// "train" with default limits, "eval" fixing every field a request may change, and "sharded",
-// this server's shard 3 of 8 of its files, over three empty shards.
+// testing::ThreeDatasetsConfig over three empty shards.
 const sluice::v1::ServerConfig& Config() {
   static const sluice::v1::ServerConfig config = [] {
     std::string dir =
@@ -27,19 +27,7 @@ const sluice::v1::ServerConfig& Config() {
     for (const char* name : {"a-0.tfrecord", "a-1.tfrecord", "a-2.tfrecord"}) {
       std::ofstream(dir + "/" + name).flush();
     }
-    std::string text = R"(
-      datasets { name: "train" num_classes: 10 pipeline { files: "$FILES" } }
-      datasets {
-        name: "eval"
-        pipeline { files: "$FILES" batch_size: 32 image_height: 128 mode: MODE_EVAL seed: 7
-                   epochs: 1 drop_remainder: true }
-        limits { fix_batch_size: true fix_image_size: true fix_mode: true fix_seed: true
-                 fix_epochs: true fix_drop_remainder: true }
-      }
-      datasets { name: "sharded" pipeline { files: "$FILES" shard { index: 3 count: 8 } } })";
-    for (size_t at; (at = text.find("$FILES")) != std::string::npos;) {
-      text.replace(at, 6, dir + "/a-*.tfrecord");
-    }
+    const std::string text = sluice::testing::ThreeDatasetsConfig(dir + "/a-*.tfrecord");
     sluice::v1::ServerConfig parsed;
     if (!google::protobuf::TextFormat::ParseFromString(text, &parsed)) std::abort();
     sluice::Result<sluice::v1::ServerConfig> validated = sluice::ValidateServerConfig(parsed);
@@ -74,11 +62,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const v1::ClientLimits& limits = d.limits();
   FUZZ_CHECK(o.batch_size() >= 1 && o.batch_size() <= limits.max_batch_size(), "batch_size %d",
              o.batch_size());
-  FUZZ_CHECK(o.image_height() >= limits.min_image_size() &&
-                 o.image_height() <= limits.max_image_size() &&
-                 o.image_width() >= limits.min_image_size() &&
-                 o.image_width() <= limits.max_image_size(),
-             "image %dx%d", o.image_height(), o.image_width());
+  FUZZ_CHECK(
+      o.image_height() >= limits.min_image_size() && o.image_height() <= limits.max_image_size() &&
+          o.image_width() >= limits.min_image_size() && o.image_width() <= limits.max_image_size(),
+      "image %dx%d", o.image_height(), o.image_width());
   FUZZ_CHECK(BatchMessageBytes(o.batch_size(), o.image_height(), o.image_width()) <=
                  config.max_batch_bytes(),
              "batch over max_batch_bytes");
@@ -95,8 +82,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Result<ResolvedOptions> resolved = ResolveOptions(o);
   if (!resolved.ok()) {
     const StatusCode code = resolved.status().code();
-    FUZZ_CHECK(code == StatusCode::kInvalidArgument || code == StatusCode::kResourceExhausted,
-               "%s", resolved.status().ToString().c_str());
+    FUZZ_CHECK(code == StatusCode::kInvalidArgument || code == StatusCode::kResourceExhausted, "%s",
+               resolved.status().ToString().c_str());
   }
   return 0;
 }

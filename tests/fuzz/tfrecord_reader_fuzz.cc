@@ -8,8 +8,8 @@
 // straddled loans are reached, not only checksum errors); byte 1 seeds the loan sizes; the rest
 // is the file.
 #include <algorithm>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -59,7 +59,7 @@ class PieceLender final : public LendingSequentialFile {
     state_ ^= state_ >> 17;
     state_ ^= state_ << 5;
     const uint32_t r = state_ % 100;
-    if (r < 40) return 1 + state_ % 16;        // tiny: headers straddle
+    if (r < 40) return 1 + state_ % 16;  // tiny: headers straddle
     if (r < 80) return 1 + state_ % 4096;
     return 1 + state_ % 65536;
   }
@@ -132,7 +132,8 @@ std::vector<Event> ReadAll(const std::string& file, Compression compression, siz
     FUZZ_CHECK(e.record_offset == last_offset, "record at %llu, expected %llu",
                (unsigned long long)e.record_offset, (unsigned long long)last_offset);
     if (s.ok()) {
-      FUZZ_CHECK(e.offset == last_offset + e.record.size() + 16, "offset does not follow the frame");
+      FUZZ_CHECK(e.offset == last_offset + e.record.size() + 16,
+                 "offset does not follow the frame");
     } else {
       FUZZ_CHECK(s.code() == StatusCode::kDataLoss, "unexpected error %s", e.status.c_str());
     }

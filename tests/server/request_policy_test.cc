@@ -10,6 +10,7 @@
 #include <google/protobuf/util/message_differencer.h>
 
 #include "server/server_config.h"
+#include "tests/server/request_policy_test_data.h"
 #include "tests/test_support.h"
 
 namespace sluice {
@@ -18,27 +19,14 @@ namespace {
 using google::protobuf::TextFormat;
 using testing::TempDir;
 
-// Three datasets over three empty shards: "train" with default limits, "eval" fixing every field
-// a request may change, "sharded" being this server's shard 1 of 16.
+// testing::ThreeDatasetsConfig over three empty shards.
 class Server {
  public:
   Server() {
     for (const char* name : {"a-0.tfrecord", "a-1.tfrecord", "a-2.tfrecord"}) {
       testing::WriteAll(dir_.file(name), "");
     }
-    std::string text = R"(
-      datasets { name: "train" num_classes: 10 pipeline { files: "$FILES" } }
-      datasets {
-        name: "eval"
-        pipeline { files: "$FILES" batch_size: 32 image_height: 128 mode: MODE_EVAL seed: 7
-                   epochs: 1 drop_remainder: true }
-        limits { fix_batch_size: true fix_image_size: true fix_mode: true fix_seed: true
-                 fix_epochs: true fix_drop_remainder: true }
-      }
-      datasets { name: "sharded" pipeline { files: "$FILES" shard { index: 1 count: 16 } } })";
-    for (size_t at; (at = text.find("$FILES")) != std::string::npos;) {
-      text.replace(at, 6, dir_.file("a-*.tfrecord"));
-    }
+    const std::string text = testing::ThreeDatasetsConfig(dir_.file("a-*.tfrecord"));
     v1::ServerConfig config;
     REQUIRE(TextFormat::ParseFromString(text, &config));
     Result<v1::ServerConfig> validated = ValidateServerConfig(config);

@@ -261,8 +261,8 @@ TEST_CASE("LengthOverTheLimitIsRefusedBeforeAllocating") {
 
 // A length under the limit whose CRC holds (damage that happens to pass it, or a crafted header)
 // but with little behind it: the buffer grows with the bytes that arrive, not to the announced
-// 2 GiB, and the record is then reported truncated. Measured by
-// the largest read the reader asks of its file, which is the room its buffer has.
+// 2 GiB, and the record is then reported truncated. Measured by the largest read the reader asks
+// of its file, which is the room its buffer has.
 TEST_CASE("AnnouncedLengthIsNotAllocatedBeforeItsBytesArrive") {
   class LargestRead : public SequentialFile {
    public:

@@ -74,7 +74,8 @@ def main():
     images = {
         "rgb-420.jpg": small,
         "rgb-444.jpg": jpeg("RGB", (33, 17), quality=95, subsampling=0),
-        "rgb-422-restart.jpg": jpeg("RGB", (40, 24), quality=80, subsampling=1),
+        "rgb-422-restart.jpg": jpeg("RGB", (40, 24), quality=80, subsampling=1,
+                                    restart_marker_blocks=2),
         "progressive.jpg": jpeg("RGB", (24, 24), quality=90, progressive=True),
         "gray.jpg": jpeg("L", (20, 9), quality=90),
         "cmyk.jpg": jpeg("CMYK", (16, 16), quality=90),

@@ -1,0 +1,142 @@
+// Golden hashes of whole streams: every batch's images, labels, positions and skip counts for a
+// fixed data set and seed, pinned before the pipeline's restructuring (issue 13) and kept after
+// it. A change that alters any byte of any batch, in any mode, cache or thread count, fails here.
+// A deliberate change of output updates the table in the same commit and says why.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+#include "tests/pipeline/pipeline_test_data.h"
+
+namespace sluice {
+namespace {
+
+using testing::BaseOptions;
+using testing::Collected;
+using testing::RunToEnd;
+using testing::TempDir;
+using testing::WriteTestShards;
+
+// FNV-1a, 64-bit: stable across compilers and standard libraries, unlike std::hash.
+class Fnv64 {
+ public:
+  void Add(std::string_view bytes) {
+    for (unsigned char c : bytes) {
+      h_ ^= c;
+      h_ *= 0x100000001b3ull;
+    }
+  }
+  void Add(int64_t v) { Add(std::string_view(reinterpret_cast<const char*>(&v), sizeof v)); }
+  uint64_t value() const { return h_; }
+
+ private:
+  uint64_t h_ = 0xcbf29ce484222325ull;
+};
+
+uint64_t StreamHash(const Collected& c) {
+  Fnv64 h;
+  h.Add(c.image_bytes);
+  for (const auto& labels : c.labels_by_epoch) {
+    h.Add(static_cast<int64_t>(labels.size()));
+    for (int32_t l : labels) h.Add(static_cast<int64_t>(l));
+  }
+  for (size_t i = 0; i < c.positions.size(); ++i) {
+    h.Add(c.positions[i].epoch);
+    h.Add(c.positions[i].index);
+    h.Add(c.positions[i].end_record);
+    h.Add(static_cast<int64_t>(c.sizes[i]));
+  }
+  h.Add(static_cast<int64_t>(c.skipped));
+  return h.value();
+}
+
+struct GoldenCase {
+  const char* name;
+  void (*configure)(v1::PipelineOptions*);
+  BatchPosition start;
+  uint64_t expected;
+};
+
+// Shards of 5 files x 23 records, 72x56 noisy JPEGs, record 1:4 corrupted (a skip in every
+// epoch); the base options (32x40, batch 8, shuffle 20, seed 42) with two epochs.
+const GoldenCase kCases[] = {
+    {"train", [](v1::PipelineOptions*) {}, {}, 0xc733e10887df1f63ull},
+    {"eval",
+     [](v1::PipelineOptions* o) { o->set_mode(v1::MODE_EVAL); },
+     {},
+     0x928cca6365e859c3ull},
+    {"record_cache",
+     [](v1::PipelineOptions* o) { o->mutable_cache()->set_mode(v1::CACHE_RECORDS); },
+     {},
+     0xc733e10887df1f63ull},
+    {"decoded_cache",
+     [](v1::PipelineOptions* o) { o->mutable_cache()->set_mode(v1::CACHE_DECODED); },
+     {},
+     0xcff788f072e55a9cull},
+    {"interleave_blocks_no_file_shuffle",
+     [](v1::PipelineOptions* o) {
+       o->mutable_interleave()->set_cycle_length(2);
+       o->mutable_interleave()->set_block_length(3);
+       o->set_no_shuffle_files(true);
+       o->set_drop_remainder(true);
+     },
+     {},
+     0xc8e4833c48685ad9ull},
+    {"file_shard_1_of_2",
+     [](v1::PipelineOptions* o) {
+       o->mutable_shard()->set_index(1);
+       o->mutable_shard()->set_count(2);
+     },
+     {},
+     0x08f10784c9885c6cull},
+    {"record_shard_2_of_7",
+     [](v1::PipelineOptions* o) {
+       o->mutable_shard()->set_index(2);
+       o->mutable_shard()->set_count(7);
+     },
+     {},
+     0x716a87b54a55f183ull},
+    {"resumed_mid_epoch",
+     [](v1::PipelineOptions* o) { o->set_accurate_idct(true); },
+     {0, 5, 41},
+     0x578e92e48d114566ull},
+    {"decoded_cache_resumed_in_epoch_1",
+     [](v1::PipelineOptions* o) { o->mutable_cache()->set_mode(v1::CACHE_DECODED); },
+     {1, 2, 16},
+     0x02994a46c957bdcaull},
+};
+
+void CorruptRecord(const testing::TestShards& s, int file, int record) {
+  std::string data = testing::ReadAll(s.paths[file]);
+  data[s.index[file][record].offset + 12 + 3] ^= 0x20;
+  testing::WriteAll(s.paths[file], data);
+}
+
+TEST_CASE("SameSeedGivesTheGoldenStreamAtOneAndTwoThreads") {
+  TempDir dir;
+  auto shards = WriteTestShards(dir, 5, 23, 72, 56, /*noisy=*/true);
+  CorruptRecord(shards, 1, 4);
+  for (const GoldenCase& c : kCases) {
+    for (int threads : {1, 2}) {
+      auto o = BaseOptions(dir);
+      o.set_epochs(2);
+      o.set_threads(threads);
+      c.configure(&o);
+      const Collected got = RunToEnd(o, nullptr, true, c.start);
+      INFO(c.name << " at " << threads << " threads");
+      REQUIRE(got.status.ok());
+      REQUIRE(!got.positions.empty());
+      char hex[19];
+      const uint64_t hash = StreamHash(got);
+      std::snprintf(hex, sizeof hex, "0x%016llx", static_cast<unsigned long long>(hash));
+      INFO("stream hash " << hex);
+      CHECK(hash == c.expected);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sluice

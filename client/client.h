@@ -27,8 +27,8 @@
 #include <utility>
 #include <vector>
 
-#include "client/batch_wire.h"
-#include "client/buffer_allocator.h"
+#include "client/wire/batch_wire.h"
+#include "client/wire/buffer_allocator.h"
 #include "formats/status.h"
 #include "sluice/v1/service.pb.h"
 
@@ -130,11 +130,6 @@ class Client {
   // status (first batch read ahead), not at the first Next().
   virtual Result<std::unique_ptr<BatchStream>> Stream(const v1::StreamRequest& request) = 0;
 };
-
-// The bearer token in a file (the server's token_file, a client's --token-file): its contents
-// with surrounding whitespace trimmed. The file's read error as is; InvalidArgument naming the
-// path when it holds no token or one with a space or control character (it travels in a header).
-Result<std::string> ReadTokenFile(const std::string& path);
 
 // "dns:///host:port" → one "ipv4:a.b.c.d:port" / "ipv6:[..]:port" target per address; other
 // targets unchanged.

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "formats/seed.h"
+
 namespace sluice {
 
 struct CropWindow {
@@ -21,22 +23,6 @@ struct RandomResizedCropParams {
   double min_aspect = 3.0 / 4.0;  // width / height
   double max_aspect = 4.0 / 3.0;
   int attempts = 10;
-};
-
-// Derives an independent 64-bit seed from (seed, salt) with the SplitMix64 finaliser: how every
-// seeded choice (file order, shuffle, split, per-image randomness) gets its own stream.
-uint64_t MixSeed(uint64_t seed, uint64_t salt);
-
-// A counter-based generator: the same (seed, stream) gives the same numbers on any thread, so
-// augmentation depends on a record's position, not on which worker ran it.
-class AugmentRng {
- public:
-  AugmentRng(uint64_t seed, uint64_t stream);
-  uint64_t NextU64();
-  double NextDouble();  // [0, 1)
-
- private:
-  uint64_t state_;
 };
 
 // torchvision.transforms.RandomResizedCrop.get_params: up to `attempts` tries of a random area

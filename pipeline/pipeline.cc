@@ -15,7 +15,7 @@
 #include <tbb/global_control.h>
 #include <tbb/task_arena.h>
 
-#include "formats/crop_window.h"
+#include "formats/seed.h"
 #include "pipeline/augmenter.h"
 #include "pipeline/autotuner.h"
 #include "pipeline/batcher.h"

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <random>
 
-#include "formats/crop_window.h"
+#include "formats/seed.h"
 #include "formats/file.h"
 #include "formats/record_index.h"
 #include "pipeline/read_ahead_file.h"

@@ -8,8 +8,8 @@
 
 #include <grpcpp/support/proto_buffer_reader.h>
 
-#include "client/batch_wire.h"
-#include "client/shared_segment.h"
+#include "client/wire/batch_wire.h"
+#include "client/wire/shared_segment.h"
 #include "server/request_policy.h"
 
 namespace sluice {

@@ -1,4 +1,4 @@
-// `sluice`: the command line. Subcommands live in server/*_command.cc.
+// `sluice`: the command line. Subcommands live in server/serve_command.cc and server/tools/*_command.cc.
 #include <cstdio>
 
 #include <CLI/CLI.hpp>

@@ -21,7 +21,7 @@
 #include "server/data_service.h"
 #include "server/http_server.h"
 #include "server/job_registry.h"
-#include "client/shared_segment.h"
+#include "client/wire/shared_segment.h"
 #include "server/server_config.h"
 #include "server/status_pages.h"
 

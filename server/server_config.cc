@@ -15,7 +15,7 @@
 
 #include <fmt/format.h>
 
-#include "client/client.h"
+#include "client/wire/token_file.h"
 #include "formats/file.h"
 #include "pipeline/options.h"
 #include "server/textproto.h"

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "client/buffer_allocator.h"
+#include "client/wire/buffer_allocator.h"
 #include "formats/status.h"
 
 namespace sluice::trainer {

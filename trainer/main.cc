@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "client/client.h"
+#include "client/wire/token_file.h"
 #include "trainer/trainer.h"
 
 int main(int argc, char** argv) {

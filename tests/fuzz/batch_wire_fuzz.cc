@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "client/batch_wire.h"
+#include "client/wire/batch_wire.h"
 #include "sluice/v1/service.pb.h"
 #include "tests/fuzz/fuzz_check.h"
 

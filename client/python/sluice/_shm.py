@@ -1,4 +1,4 @@
-"""Same-host shared-memory batches (opt-in): the client side of client/shared_segment.h.
+"""Same-host shared-memory batches (opt-in): the client side of client/wire/shared_segment.h.
 
 A server on this host that agrees names a POSIX shared-memory segment in the call's initial
 metadata and then sends each batch's images as a slot of it (Batch.shared_memory) instead of in

@@ -25,7 +25,7 @@
 #include <span>
 #include <string>
 
-#include "client/buffer_allocator.h"
+#include "client/wire/buffer_allocator.h"
 #include "formats/status.h"
 
 namespace sluice {

@@ -22,8 +22,8 @@
 #include "formats/tfrecord_reader.h"
 #include "pipeline/pipeline.h"
 #include "server/commands.h"
-#include "server/profile_target.h"
-#include "server/progress.h"
+#include "server/tools/profile_target.h"
+#include "server/tools/progress.h"
 #include "server/textproto.h"
 
 namespace sluice {

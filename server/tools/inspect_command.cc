@@ -22,7 +22,7 @@
 #include "formats/jpeg_header.h"
 #include "formats/tfrecord_reader.h"
 #include "server/commands.h"
-#include "server/progress.h"
+#include "server/tools/progress.h"
 
 namespace sluice {
 namespace {

@@ -10,9 +10,9 @@
 
 #include <CLI/CLI.hpp>
 
-#include "formats/crop_window.h"  // MixSeed
+#include "formats/seed.h"
 #include "formats/status.h"
-#include "server/shard_set_writer.h"
+#include "server/tools/shard_set_writer.h"
 
 namespace sluice {
 

@@ -1,4 +1,4 @@
-#include "server/shard_set_writer.h"
+#include "server/tools/shard_set_writer.h"
 
 #include <atomic>
 #include <filesystem>
@@ -8,7 +8,7 @@
 #include <tbb/parallel_pipeline.h>
 
 #include "formats/record_index.h"
-#include "server/progress.h"
+#include "server/tools/progress.h"
 
 namespace sluice {
 

@@ -1,4 +1,4 @@
-#include "client/batch_wire.h"
+#include "client/wire/batch_wire.h"
 
 #include <google/protobuf/io/coded_stream.h>
 #include <grpcpp/support/byte_buffer.h>

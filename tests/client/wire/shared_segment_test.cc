@@ -1,6 +1,6 @@
 // The shared-memory segment on its own: the slot hand-over, and a client's checks of what a
 // server (or anything else in /dev/shm) gives it.
-#include "client/shared_segment.h"
+#include "client/wire/shared_segment.h"
 
 #include <catch2/catch.hpp>
 

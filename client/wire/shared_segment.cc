@@ -1,4 +1,4 @@
-#include "client/shared_segment.h"
+#include "client/wire/shared_segment.h"
 
 #include <dirent.h>
 #include <fcntl.h>

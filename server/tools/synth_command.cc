@@ -19,7 +19,7 @@
 #include "formats/jpeg_codec.h"
 #include "formats/jpeg_header.h"
 #include "server/commands.h"
-#include "server/dataset_writer.h"
+#include "server/tools/dataset_writer.h"
 
 namespace sluice {
 namespace {

@@ -1,4 +1,4 @@
-#include "server/progress.h"
+#include "server/tools/progress.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "server/profile_target.h"
+#include "server/tools/profile_target.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,8 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "client/client.h"
+#include "client/wire/token_file.h"
 #include "formats/file.h"
-#include "server/progress.h"
+#include "server/tools/progress.h"
 
 namespace sluice {
 namespace {

@@ -1,4 +1,4 @@
-#include "client/buffer_allocator.h"
+#include "client/wire/buffer_allocator.h"
 
 #include <cstdlib>
 #include <string>

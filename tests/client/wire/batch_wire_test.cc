@@ -2,7 +2,7 @@
 // and DecodeBatch reads any valid encoding (fields in any order, packed or not) and refuses a
 // malformed one by naming the field. Image buffers come from a BufferAllocator; one that fails
 // is an error naming the byte count.
-#include "client/batch_wire.h"
+#include "client/wire/batch_wire.h"
 
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-#include "server/dataset_writer.h"
+#include "server/tools/dataset_writer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,7 +13,7 @@
 #include "formats/compression.h"
 #include "formats/file.h"
 #include "formats/record_index.h"
-#include "server/progress.h"
+#include "server/tools/progress.h"
 
 namespace sluice {
 

@@ -97,7 +97,7 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* out) {
                          static_cast<size_t>(options_.width) * 3, options_.max_pixels);
 }
 
-void Augmenter::Process(WorkItem* w) {
+void Augmenter::Apply(WorkItem* w) {
   Status s = Decode(w, w->buffer->image(w->slot));
   if (!s.ok()) {
     w->status = s.WithContext(options_.files[w->file] + ":" + std::to_string(w->offset));

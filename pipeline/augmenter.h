@@ -1,7 +1,8 @@
 // Turns one record into one training image in its batch slot: parse the Example, choose the crop
 // (RandomResizedCrop + flip for TRAIN, centre crop for EVAL), then the fused ROI decode — or, with
 // the DECODED cache, crop from the cached image. Randomness comes from (seed, epoch, position), so
-// the result does not depend on which thread ran it. One per worker thread.
+// the result does not depend on which thread ran it. One per worker thread: the Transform (see
+// pipeline/transform.h) every pipeline applies today.
 #pragma once
 
 #include <string>
@@ -13,18 +14,19 @@
 #include "formats/jpeg_roi_decoder.h"
 #include "pipeline/caches.h"
 #include "pipeline/options.h"
+#include "pipeline/transform.h"
 #include "pipeline/work_item.h"
 
 namespace sluice {
 
-class Augmenter {
+class Augmenter final : public Transform {
  public:
   // cache: the DECODED cache, or null.
   Augmenter(const ResolvedOptions& options, DecodedCache* cache, PipelineStats* stats);
 
   // Writes w's image into w->buffer slot w->slot and sets w->label; on failure sets w->status
   // (naming file and offset) and leaves the slot partly written.
-  void Process(WorkItem* w);
+  void Apply(WorkItem* w) override;
 
  private:
   Status Decode(WorkItem* w, uint8_t* out);

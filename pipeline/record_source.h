@@ -1,8 +1,9 @@
 // The front of the pipeline, run serially on the source thread: this epoch's file order (seeded
 // shuffle, static sharding), interleaving of cycle_length open files with block_length records
-// from each in turn, and the record caches. Produces records in a deterministic order. With an
-// IoPool, every open file is read ahead (and inflated) on the pool, so the cycle's files are read
-// in parallel; the records, and the errors, come out the same.
+// from each in turn, and the lazy start of a resumed stream. Each open file is a Source
+// (pipeline/source.h) of the kind its caches allow. Produces records in a deterministic order.
+// With an IoPool, every open file is read ahead (and inflated) on the pool, so the cycle's files
+// are read in parallel; the records, and the errors, come out the same.
 #pragma once
 
 #include <cstdint>
@@ -10,22 +11,21 @@
 #include <string>
 #include <vector>
 
-#include "formats/tfrecord_reader.h"
-#include "pipeline/caches.h"
-#include "pipeline/io_pool.h"
-#include "pipeline/options.h"
-#include "pipeline/stats.h"
-#include "pipeline/work_item.h"
+#include "pipeline/record_index_source.h"
+#include "pipeline/source.h"
 
 namespace sluice {
 
 class RecordSource {
  public:
-  // caches and io_pool may be null (no read-ahead); io_pool must outlive this. Not thread-safe:
-  // one source thread.
+  // caches and io_pool may be null (no read-ahead); all must outlive this. Not thread-safe: one
+  // source thread.
   RecordSource(const ResolvedOptions& options, PipelineStats* stats, RecordCache* record_cache,
                DecodedCache* decoded_cache, IoPool* io_pool = nullptr);
   ~RecordSource();
+
+  RecordSource(const RecordSource&) = delete;
+  RecordSource& operator=(const RecordSource&) = delete;
 
   // Begins epoch `epoch` (0-based): computes its file order. Any unfinished epoch is abandoned.
   void StartEpoch(int64_t epoch);
@@ -40,7 +40,7 @@ class RecordSource {
   // source find its frames without reading them (uncompressed files with a `.idx` that matches
   // the file, and no record cache). A resumed stream passes over them; Materialize reads those
   // the shuffle buffer still holds when the stream starts.
-  void SetLazyRecords(uint64_t n) { lazy_until_ = n; }
+  void SetLazyRecords(uint64_t n) { lazy_.until = n; }
   // Reads a lazy item's record: afterwards w is what Next would have made of it (kRecord with
   // bytes, or kBadRecord naming file and offset).
   void Materialize(WorkItem* w);
@@ -48,36 +48,33 @@ class RecordSource {
   // This pipeline's files, in the order of the whole list (indexes used by WorkItem::file).
   const std::vector<std::string>& files() const { return options_.files; }
   // Files this pipeline reads in every epoch (after file-level sharding).
-  const std::vector<uint32_t>& my_files() const { return my_files_; }
+  const std::vector<uint32_t>& my_files() const { return plan_.files; }
   // Record-level sharding is used when there are fewer files than shards.
-  bool record_sharding() const { return record_shard_count_ > 1; }
+  bool record_sharding() const { return plan_.records.count > 1; }
 
  private:
-  struct Cursor;
-  std::unique_ptr<Cursor> Open(uint32_t file);
-  // Returns false at the end of the cursor's file.
-  bool Read(Cursor& c, WorkItem* w);
-  // Loads the file's record index into c when it can stand in for reading (see SetLazyRecords).
-  bool LoadIndex(Cursor& c);
-  void Finish(Cursor& c);
-  void DropCycle();
+  // One file of the cycle. Its source is chosen when the file joins the cycle if a cache holds
+  // it; a file read from disk is opened on its first turn instead, so its errors surface in
+  // stream order and the lazy start sees the records produced by then.
+  struct Slot {
+    uint32_t file = 0;
+    std::unique_ptr<Source> source;  // null until the first turn of a file read from disk
+  };
+  Slot Open(uint32_t file) const;
+  std::unique_ptr<Source> OpenFromDisk(uint32_t file) const;
+  // Returns false at the end of the slot's file.
+  bool Read(Slot& slot, WorkItem* w);
 
   const ResolvedOptions& options_;
-  PipelineStats* stats_;
-  RecordCache* record_cache_;
-  DecodedCache* decoded_cache_;
-  IoPool* io_pool_;
-  std::vector<uint32_t> my_files_;
-  int record_shard_index_ = 0;
-  int record_shard_count_ = 1;
+  const ShardPlan plan_;
+  const SourceContext ctx_;
 
   std::vector<uint32_t> order_;  // this epoch's files
   size_t next_file_ = 0;         // into order_
-  std::vector<std::unique_ptr<Cursor>> cycle_;
-  size_t pos_ = 0;               // cursor whose turn it is
-  int taken_ = 0;                // records taken from it in this block
-  uint64_t produced_ = 0;        // records Next has returned in this epoch
-  uint64_t lazy_until_ = 0;      // see SetLazyRecords
+  std::vector<Slot> cycle_;
+  size_t pos_ = 0;   // slot whose turn it is
+  int taken_ = 0;    // records taken from it in this block
+  LazyWindow lazy_;  // produced: records Next has returned in this epoch
 };
 
 }  // namespace sluice

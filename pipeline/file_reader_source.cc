@@ -1,0 +1,124 @@
+#include "pipeline/file_reader_source.h"
+
+#include <string_view>
+#include <utility>
+
+#include "pipeline/read_ahead_file.h"
+
+namespace sluice {
+
+FileReaderSource::FileReaderSource(const SourceContext& ctx, uint32_t file, bool fill_cache,
+                                   FileStart start)
+    : ctx_(ctx),
+      file_(file),
+      start_offset_(start.offset),
+      next_record_(start.record),
+      caching_(fill_cache && ctx.record_cache != nullptr) {}
+
+FileReaderSource::~FileReaderSource() {
+  if (caching_) ctx_.record_cache->Unreserve(pending_bytes_);
+  if (reader_) ctx_.stats->pool(Pool::kReadBuffers).Remove(kReadBufferBytes);
+}
+
+bool FileReaderSource::OpenReader(WorkItem* w) {
+  TFRecordReaderOptions ro;
+  ro.compression = ctx_.options->compression;
+  ro.buffer_bytes = kReadBufferBytes;
+  ro.start_offset = start_offset_;
+  if (ctx_.io_pool != nullptr) {
+    // The read-ahead's chunks account themselves; the reader's buffer is added below.
+    ro.wrap_stream = [this](std::unique_ptr<SequentialFile> stream) {
+      ReadAheadOptions ra;
+      ra.memory = &ctx_.stats->pool(Pool::kReadBuffers);
+      return NewReadAheadFile(std::move(stream), ctx_.io_pool, ra);
+    };
+  }
+  Result<std::unique_ptr<TFRecordReader>> reader =
+      TFRecordReader::Open(ctx_.options->files[file_], ro);
+  if (!reader.ok()) {
+    clean_ = false;
+    Finish();
+    w->kind = WorkKind::kBadRecord;
+    w->status = reader.status();
+    w->offset = 0;
+    return false;
+  }
+  reader_ = std::move(*reader);
+  ctx_.stats->pool(Pool::kReadBuffers).Add(kReadBufferBytes);
+  return true;
+}
+
+bool FileReaderSource::Read(WorkItem* w) {
+  if (done_) return false;
+  if (!reader_ && !OpenReader(w)) return true;  // w names the file that would not open
+  for (;;) {
+    std::string_view record;
+    bool eof = false;
+    Status s = reader_->ReadRecord(&record, &eof);
+    if (s.ok() && eof) {
+      Finish();
+      return false;
+    }
+    const uint64_t index = next_record_++;
+    const bool mine = ctx_.shard.Mine(index);
+    if (!s.ok()) {
+      clean_ = false;
+      const uint64_t offset = reader_->record_offset();
+      if (!reader_->can_continue()) Finish();
+      if (!mine) {
+        if (done_) return false;
+        continue;
+      }
+      w->kind = WorkKind::kBadRecord;
+      w->status = s;
+      w->record = index;
+      w->offset = offset;
+      return true;
+    }
+    if (!mine) continue;
+    w->record = index;
+    w->offset = reader_->record_offset();
+    w->owned.assign(record.data(), record.size());
+    w->bytes = w->owned;
+    ctx_.CountRead();
+    ctx_.stats->stage(Stage::kRead).bytes.fetch_add(record.size(), std::memory_order_relaxed);
+    if (caching_) Keep(index, w->offset, w->owned);
+    return true;
+  }
+}
+
+void FileReaderSource::Keep(uint64_t record, uint64_t offset, const std::string& bytes) {
+  if (ctx_.record_cache->Reserve(static_cast<int64_t>(bytes.size()))) {
+    pending_bytes_ += static_cast<int64_t>(bytes.size());
+    pending_.push_back({record, offset, bytes});
+  } else {
+    StopCaching();
+  }
+}
+
+void FileReaderSource::StopCaching() {
+  ctx_.record_cache->Unreserve(pending_bytes_);
+  std::vector<RecordCache::Record>().swap(pending_);
+  pending_bytes_ = 0;
+  caching_ = false;
+}
+
+void FileReaderSource::Finish() {
+  done_ = true;
+  if (reader_) {
+    ctx_.stats->pool(Pool::kReadBuffers).Remove(kReadBufferBytes);
+    reader_.reset();
+  }
+  if (caching_) {
+    if (clean_) {
+      ctx_.record_cache->Commit(file_, std::move(pending_), pending_bytes_);
+      pending_bytes_ = 0;
+      caching_ = false;
+    } else {
+      StopCaching();
+    }
+  }
+  if (clean_) ctx_.FileReadCleanly(file_, next_record_);
+}
+
+}  // namespace sluice

@@ -1,0 +1,52 @@
+// A TFRecord file read from disk (read ahead on the IoPool when there is one), optionally filling
+// the record cache with the whole file as it goes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "formats/tfrecord_reader.h"
+#include "pipeline/source.h"
+
+namespace sluice {
+
+// Where reading starts: byte offset of a frame and the record number it holds.
+struct FileStart {
+  uint64_t offset = 0;
+  uint64_t record = 0;
+};
+
+class FileReaderSource final : public Source {
+ public:
+  // fill_cache: keep the file's records in ctx.record_cache if they fit (the whole file or none).
+  // The file opens on the first Read, so its errors surface in stream order.
+  FileReaderSource(const SourceContext& ctx, uint32_t file, bool fill_cache, FileStart start = {});
+  // Gives back the read buffer and any cache reservation of a file not read to its end.
+  ~FileReaderSource() override;
+
+  FileReaderSource(const FileReaderSource&) = delete;
+  FileReaderSource& operator=(const FileReaderSource&) = delete;
+
+  bool Read(WorkItem* w) override;
+
+ private:
+  // Opens the reader; false (with w a kBadRecord) when the file cannot be opened.
+  bool OpenReader(WorkItem* w);
+  void Keep(uint64_t record, uint64_t offset, const std::string& bytes);
+  void StopCaching();
+  void Finish();
+
+  const SourceContext& ctx_;
+  const uint32_t file_;
+  const uint64_t start_offset_;
+  std::unique_ptr<TFRecordReader> reader_;
+  uint64_t next_record_;  // record number of the next record in the file
+  bool done_ = false;
+  bool clean_ = true;  // read to the end without damage
+  bool caching_;       // filling the record cache
+  std::vector<RecordCache::Record> pending_;
+  int64_t pending_bytes_ = 0;
+};
+
+}  // namespace sluice

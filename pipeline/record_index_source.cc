@@ -1,0 +1,97 @@
+#include "pipeline/record_index_source.h"
+
+#include <algorithm>
+#include <string_view>
+#include <utility>
+
+#include "formats/file.h"
+
+namespace sluice {
+
+std::unique_ptr<RecordIndexSource> RecordIndexSource::Open(const SourceContext& ctx, uint32_t file,
+                                                           const LazyWindow* window) {
+  const std::optional<Compression>& compression = ctx.options->compression;
+  const std::string& path = ctx.options->files[file];
+  if (compression && *compression != Compression::kNone) return nullptr;
+  Result<std::vector<IndexEntry>> index = ReadRecordIndex(IndexPathFor(path));
+  if (!index.ok()) return nullptr;
+  Result<uint64_t> size = GetFileSize(path);
+  if (!size.ok()) return nullptr;
+  // An index of another version of the file would put frames in the wrong places.
+  const uint64_t indexed = index->empty() ? 0 : index->back().offset + index->back().length;
+  if (indexed != *size) return nullptr;
+  if (!compression && *size > 0) {
+    Result<std::string> head =
+        ReadFileRange(path, 0, std::min<uint64_t>(*size, kTFRecordHeaderBytes));
+    if (!head.ok() || DetectCompression(*head) != Compression::kNone) return nullptr;
+  }
+  return std::unique_ptr<RecordIndexSource>(
+      new RecordIndexSource(ctx, file, window, std::move(*index)));
+}
+
+bool RecordIndexSource::Read(WorkItem* w) {
+  if (rest_) return rest_->Read(w);
+  if (done_) return false;
+  if (window_->open()) {
+    while (index_pos_ < index_.size()) {
+      const IndexEntry& e = index_[index_pos_++];
+      const uint64_t record = next_record_++;
+      if (!ctx_.shard.Mine(record)) continue;
+      w->record = record;
+      w->offset = e.offset;
+      w->lazy_length = e.length;
+      ctx_.CountRead();
+      return true;
+    }
+    Finish();
+    return false;
+  }
+  // Caught up with the start: read the rest of the file from the next record's frame.
+  if (index_pos_ >= index_.size()) {
+    Finish();
+    return false;
+  }
+  rest_ = std::make_unique<FileReaderSource>(ctx_, file_, /*fill_cache=*/false,
+                                             FileStart{index_[index_pos_].offset, next_record_});
+  std::vector<IndexEntry>().swap(index_);
+  return rest_->Read(w);
+}
+
+void RecordIndexSource::Finish() {
+  done_ = true;
+  ctx_.FileReadCleanly(file_, next_record_);
+}
+
+void MaterializeLazyRecord(const std::string& path, PipelineStats* stats, WorkItem* w) {
+  const uint64_t length = w->lazy_length;
+  w->lazy_length = 0;
+  StageTimer timer(stats->stage(Stage::kRead));
+  Result<std::string> frame = ReadFileRange(path, w->offset, length);
+  Status s = frame.status();
+  std::string_view record;
+  std::unique_ptr<TFRecordReader> reader;
+  if (s.ok()) {
+    // The frame alone, parsed (both CRCs checked) as the reader would at its offset in the file.
+    TFRecordReaderOptions ro;
+    ro.compression = Compression::kNone;
+    ro.start_offset = w->offset;
+    ro.buffer_bytes = length;
+    reader = std::make_unique<TFRecordReader>(NewMemoryFile(path, std::move(*frame)), ro);
+    bool eof = false;
+    s = reader->ReadRecord(&record, &eof);
+    if (s.ok() && eof) {
+      s = DataLoss("truncated record at " + path + ":" + std::to_string(w->offset) +
+                   " (the record index promises a frame there)");
+    }
+  }
+  if (!s.ok()) {
+    w->kind = WorkKind::kBadRecord;
+    w->status = s;
+    return;
+  }
+  w->owned.assign(record.data(), record.size());
+  w->bytes = w->owned;
+  stats->stage(Stage::kRead).bytes.fetch_add(record.size(), std::memory_order_relaxed);
+}
+
+}  // namespace sluice

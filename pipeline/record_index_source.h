@@ -1,0 +1,55 @@
+// A resumed stream's lazy start: while the stream is still passing over records it will not use,
+// the file's record index (`.idx`) stands in for reading it, and records come out as lazy frames
+// (WorkItem::lazy_length) that cost no I/O. Once the stream has caught up, the rest of the file is
+// read from the next frame on, as FileReaderSource would.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "formats/record_index.h"
+#include "pipeline/file_reader_source.h"
+#include "pipeline/source.h"
+
+namespace sluice {
+
+// The records of the epoch a resumed stream passes over (RecordSource::SetLazyRecords): records
+// may come back lazy while produced < until.
+struct LazyWindow {
+  uint64_t produced = 0;  // records the epoch has produced so far
+  uint64_t until = 0;
+  bool open() const { return produced < until; }
+};
+
+class RecordIndexSource final : public Source {
+ public:
+  // Null when the index cannot stand in for the file: compressed, no index, or an index of
+  // another version of the file. window is read on every Read and outlives this.
+  static std::unique_ptr<RecordIndexSource> Open(const SourceContext& ctx, uint32_t file,
+                                                 const LazyWindow* window);
+
+  bool Read(WorkItem* w) override;
+
+ private:
+  RecordIndexSource(const SourceContext& ctx, uint32_t file, const LazyWindow* window,
+                    std::vector<IndexEntry> index)
+      : ctx_(ctx), file_(file), window_(window), index_(std::move(index)) {}
+  void Finish();
+
+  const SourceContext& ctx_;
+  const uint32_t file_;
+  const LazyWindow* window_;
+  std::vector<IndexEntry> index_;
+  size_t index_pos_ = 0;
+  uint64_t next_record_ = 0;
+  bool done_ = false;
+  std::unique_ptr<FileReaderSource> rest_;  // the file after the window closed
+};
+
+// Reads a lazy item's record from `path`: afterwards w is what reading the file would have made
+// of it (kRecord with bytes, or kBadRecord naming file and offset).
+void MaterializeLazyRecord(const std::string& path, PipelineStats* stats, WorkItem* w);
+
+}  // namespace sluice

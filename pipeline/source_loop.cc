@@ -1,0 +1,111 @@
+#include "pipeline/source_loop.h"
+
+#include <chrono>
+#include <utility>
+
+#include "formats/seed.h"
+
+namespace sluice {
+
+SourceLoop::SourceLoop(const ResolvedOptions& options, BatchPosition start, Parts parts,
+                       std::function<void(WorkItem*)> emit, const std::atomic<bool>* stop)
+    : options_(options),
+      start_(start),
+      parts_(parts),
+      emit_(std::move(emit)),
+      stop_(stop),
+      shuffle_(static_cast<size_t>(options.shuffle_buffer),
+               &parts.stats->pool(Pool::kShuffleBuffer)) {}
+
+void SourceLoop::Run() {
+  for (int64_t epoch = start_.epoch; options_.epochs == 0 || epoch < options_.epochs; ++epoch) {
+    if (!RunEpoch(epoch)) break;
+    const bool empty = epoch_index_ == 0;
+    WorkItem* marker = parts_.items->Take();
+    marker->kind = WorkKind::kEpochEnd;
+    if (!Emit(marker, epoch)) break;
+    if (options_.cache == CacheKind::kDecoded && epoch == start_.epoch) {
+      // The first epoch fills the DECODED cache from the decode workers. Waiting for its last
+      // items (no consumer action needed: they are all emitted) lets epoch 1 find every file
+      // complete and skip its I/O and decode, instead of re-reading the last few files.
+      parts_.first_epoch_done->WaitForNotification();
+    }
+    // A data set with no records would otherwise repeat nothing forever.
+    if (empty) break;
+  }
+  while (WorkItem* x = shuffle_.Drain()) parts_.items->Recycle(x);
+}
+
+bool SourceLoop::RunEpoch(int64_t epoch) {
+  RecordSource& source = *parts_.source;
+  source.StartEpoch(epoch);
+  shuffle_.StartEpoch(MixSeed(options_.shuffle_seed,
+                              options_.reshuffle_each_epoch ? static_cast<uint64_t>(epoch) : 0));
+  epoch_index_ = 0;
+  skip_base_ = epoch == start_.epoch ? static_cast<uint64_t>(start_.end_record) : 0;
+  // Records a resumed run passes over need not be read where the record index finds them.
+  source.SetLazyRecords(skip_base_);
+  while (!stopping()) {
+    WorkItem* w = parts_.items->Take();
+    bool end = false;
+    source.Next(w, &end);
+    if (end) {
+      parts_.items->Recycle(w);
+      while (WorkItem* x = shuffle_.Drain()) {
+        if (!Pass(x, epoch)) break;
+      }
+      break;
+    }
+    if (WorkItem* x = shuffle_.Push(w)) {
+      if (!Pass(x, epoch)) break;
+    }
+  }
+  return !stopping();
+}
+
+bool SourceLoop::Pass(WorkItem* x, int64_t epoch) {
+  if (epoch_index_ < skip_base_) {
+    ++epoch_index_;
+    parts_.items->Recycle(x);
+    return true;
+  }
+  if (x->lazy_length > 0) parts_.source->Materialize(x);
+  return Emit(x, epoch);
+}
+
+bool SourceLoop::Emit(WorkItem* w, int64_t epoch) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  if (!parts_.window->Acquire(w->held_bytes())) {
+    parts_.items->Recycle(w);
+    return false;
+  }
+  parts_.stats->stage(Stage::kRead)
+      .blocked_ns.fetch_add(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count(),
+          std::memory_order_relaxed);
+  w->sequence = sequence_++;
+  w->epoch = epoch;
+  if (w->kind != WorkKind::kEpochEnd) {
+    w->epoch_index = epoch_index_++;
+    w->run_index = w->epoch_index - skip_base_;
+    w->slot = static_cast<int>(w->run_index % static_cast<uint64_t>(options_.batch_size));
+    if (w->slot == 0) {
+      current_buffer_ = parts_.batch_pool->Acquire();
+      if (current_buffer_ == nullptr) {  // stopping
+        parts_.window->ReleaseItems(1);
+        parts_.window->ReleaseBytes(w->held_bytes());
+        parts_.items->Recycle(w);
+        return false;
+      }
+    }
+    w->buffer = current_buffer_;
+  } else {
+    w->buffer = nullptr;
+  }
+  parts_.stats->pool(Pool::kRecordsInFlight).Add(w->held_bytes());
+  emit_(w);
+  return true;
+}
+
+}  // namespace sluice

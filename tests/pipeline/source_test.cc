@@ -1,0 +1,136 @@
+// Each kind of Source serves a file's records the same way: the file reader (which fills the
+// record cache), the record cache, and the record index (lazy frames while the window is open,
+// then the rest of the file read from the next frame). Sources not read to the end give back
+// their buffers and cache reservations.
+#include "pipeline/source.h"
+
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "pipeline/cache_sources.h"
+#include "pipeline/file_reader_source.h"
+#include "pipeline/record_index_source.h"
+#include "tests/pipeline/pipeline_test_data.h"
+
+namespace sluice {
+namespace {
+
+using testing::BaseOptions;
+using testing::TempDir;
+using testing::WriteTestShards;
+
+struct Item {
+  uint64_t record;
+  uint64_t offset;
+  uint64_t lazy_length;
+  std::string bytes;
+  bool operator==(const Item&) const = default;
+};
+
+std::vector<Item> ReadAll(Source& source, uint32_t file) {
+  std::vector<Item> items;
+  for (;;) {
+    WorkItem w;
+    w.file = file;
+    if (!source.Read(&w)) break;
+    REQUIRE(w.kind == WorkKind::kRecord);
+    items.push_back({w.record, w.offset, w.lazy_length, std::string(w.bytes)});
+  }
+  return items;
+}
+
+ResolvedOptions Resolved(const TempDir& dir) {
+  auto options = ResolveOptions(BaseOptions(dir));
+  REQUIRE(options.ok());
+  return *options;
+}
+
+TEST_CASE("TheRecordCacheServesWhatTheFileReaderReadAndKept") {
+  TempDir dir;
+  auto shards = WriteTestShards(dir, 1, 30);
+  const ResolvedOptions options = Resolved(dir);
+  PipelineStats stats;
+  RecordCache cache(1, 1 << 30, &stats);
+  SourceContext ctx{&options, &stats, nullptr, &cache, nullptr, RecordShard{}};
+  std::vector<Item> read;
+  {
+    FileReaderSource reader(ctx, 0, /*fill_cache=*/true);
+    read = ReadAll(reader, 0);
+  }
+  REQUIRE(read.size() == 30);
+  for (size_t i = 0; i < read.size(); ++i) {
+    CHECK(read[i].record == i);
+    CHECK(read[i].offset == shards.index[0][i].offset);
+  }
+  REQUIRE(cache.Find(0) != nullptr);
+  RecordCacheSource cached(ctx, cache.Find(0));
+  CHECK(ReadAll(cached, 0) == read);
+  CHECK(stats.pool(Pool::kReadBuffers).bytes == 0);
+}
+
+TEST_CASE("ASourceLeftBeforeTheEndGivesBackItsBufferAndReservation") {
+  TempDir dir;
+  WriteTestShards(dir, 1, 30);
+  const ResolvedOptions options = Resolved(dir);
+  PipelineStats stats;
+  RecordCache cache(1, 1 << 30, &stats);
+  SourceContext ctx{&options, &stats, nullptr, &cache, nullptr, RecordShard{}};
+  {
+    FileReaderSource reader(ctx, 0, /*fill_cache=*/true);
+    WorkItem w;
+    REQUIRE(reader.Read(&w));
+    CHECK(stats.pool(Pool::kReadBuffers).bytes == kReadBufferBytes);
+    CHECK(stats.pool(Pool::kRecordCache).bytes > 0);
+  }
+  CHECK(stats.pool(Pool::kReadBuffers).bytes == 0);
+  CHECK(stats.pool(Pool::kRecordCache).bytes == 0);
+  CHECK(cache.Find(0) == nullptr);
+}
+
+TEST_CASE("TheRecordIndexGivesLazyFramesUntilTheWindowClosesThenReadsTheRest") {
+  TempDir dir;
+  auto shards = WriteTestShards(dir, 1, 30);
+  const ResolvedOptions options = Resolved(dir);
+  PipelineStats stats;
+  // Every other record is this shard's, as with record-level sharding.
+  SourceContext ctx{&options, &stats, nullptr, nullptr, nullptr, RecordShard{1, 2}};
+  FileReaderSource reader(ctx, 0, /*fill_cache=*/false);
+  const std::vector<Item> want = ReadAll(reader, 0);
+  REQUIRE(want.size() == 15);
+
+  LazyWindow window{0, 6};
+  auto index = RecordIndexSource::Open(ctx, 0, &window);
+  REQUIRE(index != nullptr);
+  std::vector<Item> got;
+  for (;;) {
+    WorkItem w;
+    w.file = 0;
+    if (!index->Read(&w)) break;
+    ++window.produced;
+    if (w.lazy_length > 0) {
+      CHECK(w.lazy_length == shards.index[0][w.record].length);
+      MaterializeLazyRecord(options.files[0], &stats, &w);
+      CHECK(w.lazy_length == 0);
+    } else {
+      CHECK(got.size() >= 6);
+    }
+    REQUIRE(w.kind == WorkKind::kRecord);
+    got.push_back({w.record, w.offset, w.lazy_length, std::string(w.bytes)});
+  }
+  CHECK(got == want);
+}
+
+TEST_CASE("AnIndexOfAnotherVersionOfTheFileIsNotUsed") {
+  TempDir dir;
+  auto shards = WriteTestShards(dir, 1, 10);
+  testing::WriteAll(IndexPathFor(shards.paths[0]), "0 16\n");
+  const ResolvedOptions options = Resolved(dir);
+  PipelineStats stats;
+  SourceContext ctx{&options, &stats, nullptr, nullptr, nullptr, RecordShard{}};
+  LazyWindow window{0, 5};
+  CHECK(RecordIndexSource::Open(ctx, 0, &window) == nullptr);
+}
+
+}  // namespace
+}  // namespace sluice

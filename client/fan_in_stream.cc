@@ -1,7 +1,6 @@
 #include "client/fan_in_stream.h"
 
 #include <algorithm>
-#include <chrono>
 #include <utility>
 
 namespace sluice {
@@ -103,7 +102,7 @@ Status FanInStream::Get(ReceivedBatch* batch, bool* end_of_sequence) {
       *end_of_sequence = true;
       return Status::OK();
     }
-    cv_.wait_for(lock, std::chrono::milliseconds(100));
+    cv_.wait(lock);
   }
 }
 

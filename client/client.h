@@ -59,7 +59,7 @@ struct ClientOptions {
   bool shared_memory = true;
 };
 
-class BufferPool;  // client.cc
+class BufferPool;  // client/buffer_pool.h
 
 // A taken batch's claim on its buffers: until the lease is destroyed or Release()d the stream does
 // not reuse them, and the batch stays valid, even after its stream and Client are destroyed (the

@@ -1,13 +1,13 @@
 #include "formats/jpeg_codec.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "formats/jpeg_error.h"
 #include "formats/jpeg_header.h"
+#include "formats/jpeg_scanlines.h"
 
 namespace sluice {
 namespace {
@@ -17,40 +17,22 @@ using jpeg_internal::CreateDecompress;
 using jpeg_internal::ErrorManager;
 using jpeg_internal::InitErrorManager;
 using jpeg_internal::kRowBatch;
+using jpeg_internal::MakeRowTarget;
 using jpeg_internal::Phase;
 using jpeg_internal::ProgressMonitor;
 using jpeg_internal::ReadHeaderFrame;
+using jpeg_internal::ReadScanlines;
+using jpeg_internal::RowTarget;
 
-// Decodes every row into out (rows `stride` bytes apart). With cmyk_row non-null the output colour
-// space is CMYK: each row lands there first and is converted to RGB.
-bool DecodeRows(j_decompress_ptr cinfo, ErrorManager* err, uint8_t* out, size_t stride,
-                uint8_t* cmyk_row, bool inverted) {
+// Decodes every row into target.
+bool DecodeRows(j_decompress_ptr cinfo, ErrorManager* err, const RowTarget& target) {
   if (setjmp(err->jump)) {
     jpeg_abort_decompress(cinfo);
     return false;
   }
   err->phase = Phase::kDecode;
   jpeg_start_decompress(cinfo);
-  const JDIMENSION height = cinfo->output_height;
-  while (cinfo->output_scanline < height) {
-    const JDIMENSION y = cinfo->output_scanline;
-    JSAMPROW rows[kRowBatch];
-    JDIMENSION got;
-    if (cmyk_row != nullptr) {
-      rows[0] = cmyk_row;
-      got = jpeg_read_scanlines(cinfo, rows, 1);
-      if (got == 1) CmykToRgb(cmyk_row, cinfo->output_width, inverted, out + y * stride);
-    } else {
-      const JDIMENSION n = std::min<JDIMENSION>(kRowBatch, height - y);
-      for (JDIMENSION i = 0; i < n; ++i) rows[i] = out + (y + i) * stride;
-      got = jpeg_read_scanlines(cinfo, rows, n);
-    }
-    if (got == 0) {  // only a suspending data source does this; ours never suspends
-      std::snprintf(err->message, sizeof(err->message), "decoder stalled at row %u", y);
-      jpeg_abort_decompress(cinfo);
-      return false;
-    }
-  }
+  if (!ReadScanlines(cinfo, err, cinfo->output_height, target)) return false;
   jpeg_finish_decompress(cinfo);
   return true;
 }
@@ -105,17 +87,10 @@ Status JpegDecoder::Decode(std::string_view data, Image* out, int64_t max_pixels
   cinfo->dct_method = JDCT_ISLOW;
 
   out->Resize(static_cast<int>(width), static_cast<int>(height));
-  uint8_t* cmyk_row = nullptr;
-  if (cmyk) {
-    s.cmyk_row.resize(static_cast<size_t>(width) * 4);
-    cmyk_row = s.cmyk_row.data();
-  }
-  // Adobe's CMYK JPEGs hold inverted values, and every CMYK JPEG in practice carries its marker.
-  const bool inverted = cinfo->saw_Adobe_marker;
-  if (!DecodeRows(cinfo, &s.err, out->pixels.data(), static_cast<size_t>(width) * 3, cmyk_row,
-                  inverted)) {
-    return invalid();
-  }
+  const RowTarget target =
+      MakeRowTarget(cinfo, cmyk, static_cast<JDIMENSION>(width), out->pixels.data(),
+                    static_cast<size_t>(width) * 3, /*first_row=*/0, &s.cmyk_row);
+  if (!DecodeRows(cinfo, &s.err, target)) return invalid();
   return Status::OK();
 }
 

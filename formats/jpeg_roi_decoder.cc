@@ -1,12 +1,12 @@
 #include "formats/jpeg_roi_decoder.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <string>
 
 #include "formats/image_ops.h"
 #include "formats/jpeg_error.h"
+#include "formats/jpeg_scanlines.h"
 
 namespace sluice {
 namespace {
@@ -15,10 +15,12 @@ using jpeg_internal::ChooseRgbOutput;
 using jpeg_internal::CreateDecompress;
 using jpeg_internal::ErrorManager;
 using jpeg_internal::InitErrorManager;
-using jpeg_internal::kRowBatch;
+using jpeg_internal::MakeRowTarget;
 using jpeg_internal::Phase;
 using jpeg_internal::ProgressMonitor;
 using jpeg_internal::ReadHeaderFrame;
+using jpeg_internal::ReadScanlines;
+using jpeg_internal::RowTarget;
 
 // Rows after the crop are never read, so a file cut short below the crop decodes fine: the pixels
 // we return are exactly those of the complete file (jpeg_error.h has the truncation policy).
@@ -59,42 +61,21 @@ bool StartCropFrame(j_decompress_ptr cinfo, ErrorManager* err, int first, int en
   return true;
 }
 
-// Skips `skip` rows, reads the next `count` into rows out, out + stride, ... and stops there:
-// jpeg_abort_decompress drops the rest unread. With cmyk_row non-null the output colour space is
-// CMYK: each row lands there first and is converted to RGB.
+// Skips `skip` rows, reads the next `count` into target and stops there: jpeg_abort_decompress
+// drops the rest unread.
 //
 // One skip, from row 0, before any read: libjpeg-turbo's skip is at its most robust there (its
 // known faults involve skips that start inside a row group), and it still decodes the iMCU row
 // above the first kept row when the upsampler needs it as context, so the crop's first rows match
 // a full decode exactly.
 bool ReadRowsFrame(j_decompress_ptr cinfo, ErrorManager* err, JDIMENSION skip, JDIMENSION count,
-                   uint8_t* out, size_t stride, uint8_t* cmyk_row, bool inverted) {
+                   const RowTarget& target) {
   if (setjmp(err->jump)) {
     jpeg_abort_decompress(cinfo);
     return false;
   }
   if (skip > 0) jpeg_skip_scanlines(cinfo, skip);
-  const JDIMENSION end = skip + count;
-  while (cinfo->output_scanline < end) {
-    const JDIMENSION y = cinfo->output_scanline;
-    uint8_t* row = out + static_cast<size_t>(y - skip) * stride;
-    JSAMPROW rows[kRowBatch];
-    JDIMENSION got;
-    if (cmyk_row != nullptr) {
-      rows[0] = cmyk_row;
-      got = jpeg_read_scanlines(cinfo, rows, 1);
-      if (got == 1) CmykToRgb(cmyk_row, cinfo->output_width, inverted, row);
-    } else {
-      const JDIMENSION n = std::min<JDIMENSION>(kRowBatch, end - y);
-      for (JDIMENSION i = 0; i < n; ++i) rows[i] = row + i * stride;
-      got = jpeg_read_scanlines(cinfo, rows, n);
-    }
-    if (got == 0) {  // only a suspending data source does this; ours never suspends
-      std::snprintf(err->message, sizeof(err->message), "decoder stalled at row %u", y);
-      jpeg_abort_decompress(cinfo);
-      return false;
-    }
-  }
+  if (!ReadScanlines(cinfo, err, skip + count, target)) return false;
   jpeg_abort_decompress(cinfo);
   return true;
 }
@@ -278,16 +259,10 @@ Status JpegRoiDecoder::DecodeCrop(std::string_view jpeg, const CropWindow& crop,
 
   const size_t stride = static_cast<size_t>(columns) * 3;
   s.rows.resize(stride * plan.height);
-  uint8_t* cmyk_row = nullptr;
-  if (cmyk) {
-    s.cmyk_row.resize(static_cast<size_t>(columns) * 4);
-    cmyk_row = s.cmyk_row.data();
-  }
-  // Adobe's CMYK JPEGs hold inverted values, and every CMYK JPEG in practice carries its marker.
-  const bool inverted = cinfo->saw_Adobe_marker != FALSE;
+  const RowTarget target = MakeRowTarget(cinfo, cmyk, columns, s.rows.data(), stride,
+                                         static_cast<JDIMENSION>(plan.y), &s.cmyk_row);
   if (!ReadRowsFrame(cinfo, &s.err, static_cast<JDIMENSION>(plan.y),
-                     static_cast<JDIMENSION>(plan.height), s.rows.data(), stride, cmyk_row,
-                     inverted)) {
+                     static_cast<JDIMENSION>(plan.height), target)) {
     return s.Invalid();
   }
 

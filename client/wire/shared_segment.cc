@@ -8,10 +8,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <iterator>
 #include <random>
 #include <string_view>
 
@@ -20,7 +22,7 @@
 namespace sluice {
 
 struct SharedSegment::Header {
-  char magic[8];
+  char magic[sizeof(shm_layout::kMagic)];
   uint32_t slots;
   uint32_t zero;
   uint64_t slot_bytes;
@@ -31,11 +33,17 @@ struct SharedSegment::Header {
 
 namespace {
 
-constexpr char kMagic[8] = {'S', 'L', 'S', 'H', 'M', '0', '0', '1'};
-constexpr uint64_t kPage = 4096;
+using shm_layout::kMagic;
+constexpr uint64_t kPage = shm_layout::kHeaderBytes;
 constexpr char kPrefix[] = "sluice-";
 static_assert(sizeof(std::atomic<uint32_t>) == 4 && std::atomic<uint32_t>::is_always_lock_free,
               "slot states must be lock-free to be shared between processes");
+
+// Whether the table's field `index` is at offset and of size.
+constexpr bool FieldIs(size_t index, size_t offset, size_t size) {
+  return shm_layout::kHeaderFields[index].offset == offset &&
+         shm_layout::kHeaderFields[index].size == size;
+}
 
 uint64_t RoundUp(uint64_t v) { return (v + kPage - 1) / kPage * kPage; }
 
@@ -118,6 +126,15 @@ uint64_t SharedSegment::BytesFor(int slots, uint64_t slot_bytes) {
 
 Result<std::shared_ptr<SharedSegment>> SharedSegment::Create(int slots, uint64_t slot_bytes) {
   static_assert(sizeof(Header) <= kPage);
+  // The header struct is the layout the table describes, field by field.
+  static_assert(FieldIs(0, offsetof(Header, magic), sizeof(Header::magic)));
+  static_assert(FieldIs(1, offsetof(Header, slots), sizeof(Header::slots)));
+  static_assert(FieldIs(2, offsetof(Header, zero), sizeof(Header::zero)));
+  static_assert(FieldIs(3, offsetof(Header, slot_bytes), sizeof(Header::slot_bytes)));
+  static_assert(FieldIs(4, offsetof(Header, total_bytes), sizeof(Header::total_bytes)));
+  static_assert(FieldIs(5, offsetof(Header, attached), sizeof(Header::attached)));
+  static_assert(FieldIs(6, offsetof(Header, state), sizeof(Header::state)));
+  static_assert(std::size(shm_layout::kHeaderFields) == 7);
   if (slots < 1 || slots > kMaxSlots || slot_bytes == 0) {
     return InvalidArgument("shared segment of " + std::to_string(slots) + " slots of " +
                            std::to_string(slot_bytes) + " bytes");
@@ -144,7 +161,7 @@ Result<std::shared_ptr<SharedSegment>> SharedSegment::Create(int slots, uint64_t
   h->slot_bytes = slot;
   h->total_bytes = total;
   h->attached.store(0, std::memory_order_relaxed);
-  for (auto& s : h->state) s.store(0, std::memory_order_relaxed);
+  for (auto& s : h->state) s.store(shm_layout::kSlotFree, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
   return std::shared_ptr<SharedSegment>(
       new SharedSegment(name, base, total, slots, slot, /*owner=*/true));
@@ -205,7 +222,7 @@ void SharedSegment::Unlink() {
 
 int SharedSegment::FindFree() const {
   for (int s = 0; s < slots_; ++s) {
-    if (header()->state[s].load(std::memory_order_acquire) == 0) return s;
+    if (header()->state[s].load(std::memory_order_acquire) == shm_layout::kSlotFree) return s;
   }
   return -1;
 }
@@ -215,7 +232,7 @@ uint8_t* SharedSegment::SlotData(int slot) const {
 }
 
 void SharedSegment::MarkFull(int slot) {
-  header()->state[slot].store(1, std::memory_order_release);
+  header()->state[slot].store(shm_layout::kSlotFull, std::memory_order_release);
 }
 
 Result<std::span<const uint8_t>> SharedSegment::Full(uint32_t slot, uint64_t length) const {
@@ -224,14 +241,16 @@ Result<std::span<const uint8_t>> SharedSegment::Full(uint32_t slot, uint64_t len
                     std::to_string(length) + " bytes is outside its " + std::to_string(slots_) +
                     " slots of " + std::to_string(slot_bytes_) + " bytes");
   }
-  if (header()->state[slot].load(std::memory_order_acquire) != 1) {
+  if (header()->state[slot].load(std::memory_order_acquire) != shm_layout::kSlotFull) {
     return DataLoss("shared segment " + name_ + ": slot " + std::to_string(slot) +
                     " was named in a batch but is not full");
   }
   return std::span<const uint8_t>(SlotData(static_cast<int>(slot)), length);
 }
 
-void SharedSegment::Free(int slot) { header()->state[slot].store(0, std::memory_order_release); }
+void SharedSegment::Free(int slot) {
+  header()->state[slot].store(shm_layout::kSlotFree, std::memory_order_release);
+}
 
 int RemoveStaleSegments() {
   DIR* dir = opendir("/dev/shm");

@@ -3,16 +3,12 @@
 // in the Batch message, so the bytes cross neither the socket nor the kernel's two copies, and
 // the client reads them where they are.
 //
-// Layout: a 4096-byte header, then `slots` slots of slot_bytes each (a multiple of 4096).
-//   header: "SLSHM001" | u32 slots | u32 0 | u64 slot_bytes | u64 total bytes |
-//           atomic u32 attached | atomic u32 state[kMaxSlots]
-// Slot hand-over (each state word has one writer at a time): 0 = free — the server may fill it;
-// the server fills it, stores 1 (release) and then names it in a Batch; the client reads it
-// while the consumer holds the batch, then stores 0 (release). The server fills only slots it
-// loads as 0 (acquire). The client sets `attached` once it has mapped the segment; the server
-// then unlinks the name (the mappings stay), so nothing is left in /dev/shm after a crash of
-// either side past that point. Segments of servers killed before it are removed by the next
-// server's RemoveStaleSegments.
+// The layout (header fields, slot offsets, state values) is in shared_segment_layout.h.
+// Slot hand-over: a slot is free (the server may fill it) or full (the client's to read until
+// its consumer releases the batch). The client sets `attached` once it has mapped the segment;
+// the server then unlinks the name (the mappings stay), so nothing is left in /dev/shm after a
+// crash of either side past that point. Segments of servers killed before it are removed by the
+// next server's RemoveStaleSegments.
 //
 // The segment is created 0600: only processes of the server's user can map it. A client checks
 // every slot, length and size it is given against the mapping (DataLoss otherwise).
@@ -26,16 +22,17 @@
 #include <string>
 
 #include "client/wire/buffer_allocator.h"
+#include "client/wire/shared_segment_layout.h"
 #include "formats/status.h"
 
 namespace sluice {
 
 // The initial-metadata key under which a server names a stream's segment.
-constexpr char kSharedSegmentKey[] = "sluice-shm-segment";
+inline constexpr const char* kSharedSegmentKey = shm_layout::kSegmentKey;
 
 class SharedSegment {
  public:
-  static constexpr int kMaxSlots = 64;
+  static constexpr int kMaxSlots = shm_layout::kMaxSlots;
 
   // The size of a segment of `slots` slots of at least slot_bytes: a header page and the slots,
   // each rounded up to whole pages.

@@ -4,9 +4,10 @@ A server on this host that agrees names a POSIX shared-memory segment in the cal
 metadata and then sends each batch's images as a slot of it (Batch.shared_memory) instead of in
 the message. The images array is a read-only numpy view of that slot, in place; the slot goes
 back to the server when the last reference to the array (or to any view or tensor made from it)
-is gone. Layout (little-endian): "SLSHM001" | u32 slots | u32 0 | u64 slot_bytes | u64 total |
-u32 attached | u32 state[64]; slot s starts at 4096 + s * slot_bytes. State 1 = full (ours to
-read), 0 = free (the server may refill it).
+is gone. The segment's layout is described in client/wire/shared_segment_layout.h; the constants
+below are this package's copy of it (it must install from client/python alone), checked against
+that description and a segment the C++ code wrote by tests/python/test_shm_layout.py. State 1 =
+full (ours to read), 0 = free (the server may refill it).
 
 The state words are read and written with plain aligned 4-byte loads and stores; on x86-64 (whose
 memory order keeps loads after loads and stores after loads) that is what the C++ side's
@@ -42,7 +43,7 @@ def supported():
 
 
 def is_local(target):
-    """A target on this host: a unix: socket or a loopback address (client/client.cc's rule)."""
+    """A target on this host: a unix: socket or a loopback address (IsSameHostTarget's rule, client/wire/shared_segment.h)."""
     return target.startswith(("unix:", "unix-abstract:", "127.", "localhost:", "ipv4:127.",
                               "[::1]:", "ipv6:[::1]:"))
 

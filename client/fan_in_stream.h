@@ -1,0 +1,57 @@
+// The BatchStream a Client hands out (internal to client/): one ServerStream per server, taken
+// round-robin among those with a batch ready.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "client/client.h"
+#include "client/server_stream.h"
+#include "formats/status.h"
+#include "sluice/v1/service.pb.h"
+
+namespace sluice {
+
+// Thread-safety: one consumer thread calls Next/Take (and the constructor's caller WaitStarted
+// and FirstError before handing the stream out); the server streams' threads only Wake() it.
+class FanInStream : public BatchStream {
+ public:
+  // Starts one ServerStream per target with this request.
+  FanInStream(const std::vector<std::string>& targets, const ClientOptions& options,
+              const v1::StreamRequest& request);
+  ~FanInStream() override;
+
+  // Waits until every server has answered (a batch or its final status).
+  void WaitStarted();
+  // The first final status among servers that ended in error, if any (for Client::Stream()).
+  Status FirstError();
+
+  Status Next(ReceivedBatch* batch, bool* end_of_sequence) override;
+  Status Take(ReceivedBatch* batch, bool* end_of_sequence) override;
+  int64_t reconnects() const override;
+  int64_t shared_memory_batches() const override;
+  int servers() const override { return static_cast<int>(streams_.size()); }
+
+ private:
+  // Blocks for the next batch, with the lease on its buffers in batch->lease.
+  Status Get(ReceivedBatch* batch, bool* end_of_sequence);
+  // A server stream has something new. Taking mu_ orders this after a consumer's check of the
+  // streams, so a consumer about to wait cannot miss the notification.
+  void Wake();
+
+  const ClientOptions options_;
+  std::vector<std::unique_ptr<ServerStream>> streams_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<bool> done_;  // consumer only
+  size_t next_ = 0;         // consumer only
+  BatchLease kept_;         // the batch Next() returned last; consumer only
+  Status final_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,52 @@
+// The layout of a shared-memory segment (SharedSegment), described once. The C++ side
+// (shared_segment.cc) checks its header struct against this table at compile time; the Python
+// client (client/python/sluice/_shm.py) keeps its own copy of the numbers, which
+// tests/python/test_shm_layout.py checks against this table (printed by a helper built from it)
+// and against a segment the C++ code wrote.
+//
+// A segment is a header of kHeaderBytes, then `slots` slots of slot_bytes each (a multiple of
+// kHeaderBytes): slot s starts at kHeaderBytes + s * slot_bytes. Integers are little-endian
+// (shared memory is only used on x86-64). The header's fields are in kHeaderFields.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace sluice::shm_layout {
+
+// The first bytes of every segment; the "001" is the layout's version.
+inline constexpr char kMagic[8] = {'S', 'L', 'S', 'H', 'M', '0', '0', '1'};
+// The header's size, which is also the page size slot_bytes is a multiple of.
+inline constexpr uint64_t kHeaderBytes = 4096;
+inline constexpr int kMaxSlots = 64;
+
+// A header field: its byte offset and size.
+struct Field {
+  const char* name;
+  size_t offset;
+  size_t size;
+};
+
+// In order. magic: kMagic. slots: u32, 1..kMaxSlots. zero: u32 0. slot_bytes: u64. total_bytes:
+// u64, the segment's size. attached: atomic u32, set to 1 by the client once it has mapped the
+// segment. state: kMaxSlots atomic u32, one per slot, kSlotFree or kSlotFull.
+inline constexpr Field kHeaderFields[] = {
+    {"magic", 0, 8},
+    {"slots", 8, 4},
+    {"zero", 12, 4},
+    {"slot_bytes", 16, 8},
+    {"total_bytes", 24, 8},
+    {"attached", 32, 4},
+    {"state", 36, 4 * kMaxSlots},
+};
+
+// A slot's state word. Each has one writer at a time: the server fills a slot it loads as free
+// (acquire), stores kSlotFull (release) and then names the slot in a Batch; the client reads it
+// while the consumer holds the batch, then stores kSlotFree (release).
+inline constexpr uint32_t kSlotFree = 0;
+inline constexpr uint32_t kSlotFull = 1;
+
+// The initial-metadata key under which a server names a stream's segment.
+inline constexpr char kSegmentKey[] = "sluice-shm-segment";
+
+}  // namespace sluice::shm_layout

@@ -1,0 +1,110 @@
+"""The Python reader of shared-memory segments (sluice._shm) against the one description of their
+layout, client/wire/shared_segment_layout.h, as printed by a helper built from it
+(tests/client/wire/shm_segment_writer.cc), and against a segment the C++ SharedSegment wrote."""
+import gc
+import json
+import os
+import struct
+import subprocess
+
+import grpc
+import pytest
+
+from sluice import _shm
+from sluice._errors import SluiceError
+
+
+@pytest.fixture(scope="module")
+def writer():
+    path = os.environ.get("SLUICE_SHM_WRITER")
+    if not path or not os.path.exists(path):
+        pytest.fail("SLUICE_SHM_WRITER must point at the built shm_segment_writer")
+    return path
+
+
+@pytest.fixture(scope="module")
+def layout(writer):
+    out = subprocess.run([writer, "layout"], capture_output=True, text=True, check=True,
+                         timeout=60).stdout
+    return json.loads(out)
+
+
+def header_fields():
+    """(offset, size) of each field of _shm's header struct, then its attached and state words."""
+    fmt = _shm._HEADER.format
+    order, codes = fmt[0], fmt[1:]
+    fields, at = [], 0
+    i = 0
+    while i < len(codes):
+        j = i
+        while codes[j].isdigit():
+            j += 1
+        code = codes[i:j + 1]
+        size = struct.calcsize(order + code)
+        fields.append((at, size))
+        at += size
+        i = j + 1
+    return fields
+
+
+def test_constants_match_the_layout(layout):
+    assert _shm._MAGIC == layout["magic"].encode()
+    assert _shm._PAGE == layout["header_bytes"]
+    assert _shm._MAX_SLOTS == layout["max_slots"]
+    assert _shm.SEGMENT_KEY == layout["segment_key"]
+    assert _shm._HEADER.format.startswith("<"), "the layout is little-endian"
+
+
+def test_header_fields_match_the_layout(layout):
+    fields = {name: (offset, size) for name, offset, size in layout["fields"]}
+    names = ["magic", "slots", "zero", "slot_bytes", "total_bytes"]
+    assert [fields[n] for n in names] == header_fields()
+    assert (_shm._ATTACHED, 4) == fields["attached"]
+    assert (_shm._STATE, 4 * _shm._MAX_SLOTS) == fields["state"]
+    # Nothing in the layout that the reader does not account for.
+    assert set(fields) == set(names) | {"attached", "state"}
+
+
+class Token:
+    def __init__(self):
+        self.attached = False
+        self.released = 0
+
+    def release(self):
+        self.released += 1
+
+
+@pytest.mark.skipif(not _shm.supported(), reason="shared memory is only used on x86-64")
+def test_reads_a_segment_the_cpp_side_wrote(writer, layout):
+    proc = subprocess.Popen([writer, "write", "3", "5000", "0", "2"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        created = json.loads(proc.stdout.readline())
+        segment = _shm.Segment(created["name"])
+        assert (segment.slots, segment.slot_bytes) == (created["slots"], created["slot_bytes"])
+        assert segment.slot_bytes % layout["header_bytes"] == 0
+        length = created["slot_bytes"]
+        for slot in (0, 2):
+            token = Token()
+            images = segment.view(slot, (length,), token)
+            assert token.attached
+            expected = bytes((slot * 31 + i) % 251 for i in range(length))
+            assert images.tobytes() == expected
+            if slot == 0:
+                del images
+                gc.collect()
+                assert token.released == 1
+            else:
+                kept = images  # slot 2 stays held: its state must still read full
+        with pytest.raises(SluiceError) as error:
+            segment.view(1, (16,), Token())  # never filled
+        assert error.value.code == grpc.StatusCode.DATA_LOSS
+        out, _ = proc.communicate("done\n", timeout=60)
+        left = json.loads(out)
+        assert left["attached"] == 1
+        assert left["state"] == [layout["slot_free"], layout["slot_free"], layout["slot_full"]]
+        del kept
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

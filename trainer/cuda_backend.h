@@ -132,6 +132,8 @@ class CudaBackend {
  private:
   CudaBackend(const ModelConfig& config, const CudaBackendOptions& options);
   Status Initialize();
+  // The activations and their gradients, for max_batch samples (part of Initialize).
+  Status AllocateActivations();
   template <typename T>
   Result<T*> Alloc(int64_t count);
   // The step's kernels and GEMMs on the compute stream (eager, or under capture).

@@ -16,15 +16,11 @@
 #include <span>
 #include <vector>
 
+#include "trainer/backend.h"
 #include "trainer/model.h"
 #include "trainer/precision.h"
 
 namespace sluice::trainer {
-
-struct StepResult {
-  double loss_sum = 0;  // Σ over the batch of per-sample cross-entropy (nats)
-  int64_t correct = 0;  // samples whose argmax logit is the label
-};
 
 class CpuBackend {
  public:

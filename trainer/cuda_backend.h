@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "trainer/adamw.h"
+#include "trainer/backend.h"
 #include "trainer/cpu_backend.h"
 #include "trainer/cuda_gemm.h"
 #include "trainer/cuda_kernels.h"
@@ -52,14 +53,8 @@ struct CudaBackendOptions {
   int device = 0;
 };
 
-struct CudaStepOutcome {
-  StepResult result;          // summed over the step's micro-batches
-  double grad_norm = 0;       // of the averaged gradient, before clipping (update steps only)
-  bool skipped = false;       // loss or gradient not finite: the update was not applied
-  double idle_seconds = 0;    // device idle between the previous step's end and this one's start
-  float loss_scale = 1;       // the loss scale the step ran with (1 unless fp16)
-  LossScaleState next_loss_scale;  // after the step's update of it
-};
+// What Wait returns: the outcome every backend reports (trainer/backend.h).
+using CudaStepOutcome = StepOutcome;
 
 class CudaBackend {
  public:
@@ -137,6 +132,8 @@ class CudaBackend {
  private:
   CudaBackend(const ModelConfig& config, const CudaBackendOptions& options);
   Status Initialize();
+  // The activations and their gradients, for max_batch samples (part of Initialize).
+  Status AllocateActivations();
   template <typename T>
   Result<T*> Alloc(int64_t count);
   // The step's kernels and GEMMs on the compute stream (eager, or under capture).

@@ -3,15 +3,33 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
+#include <optional>
+#include <string>
 
 #include "client/client.h"
 #include "client/wire/token_file.h"
 #include "trainer/trainer.h"
 
+namespace {
+
+// Exit code 2: the run cannot start as configured (bad or unsupported options, no usable device).
+int Fail(const sluice::Status& status) {
+  std::cout.flush();
+  std::cerr << "sluice-trainer: " << status.ToString() << "\n";
+  const sluice::StatusCode code = status.code();
+  return code == sluice::StatusCode::kUnimplemented ||
+                 code == sluice::StatusCode::kInvalidArgument ||
+                 code == sluice::StatusCode::kFailedPrecondition
+             ? 2
+             : 1;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using sluice::trainer::TrainerOptions;
   TrainerOptions o;
-  std::string token_file;
+  std::string token_file, device = "auto", precision = "auto";
   CLI::App app("Train a patch-embedding MLP classifier on batches from `sluice serve`.",
                "sluice-trainer");
   app.add_option("--target", o.targets, "HOST:PORT, unix:PATH or dns:///HOST:PORT (repeatable)")
@@ -24,9 +42,9 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--image-size", o.image_size, "Image side S (default 32)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--device", o.device,
+  app.add_option("--device", device,
                  "auto, cpu or cuda (default auto: cuda when a device is usable)");
-  app.add_option("--precision", o.precision,
+  app.add_option("--precision", precision,
                  "auto, fp32, bf16 or fp16 (GEMM inputs; dynamic loss scaling with fp16). Default "
                  "auto: bf16 on CUDA, fp32 on the CPU (where bf16/fp16 are emulated, for tests)");
   app.add_option("--loss-scale", o.loss_scale.initial,
@@ -68,18 +86,16 @@ int main(int argc, char** argv) {
     }
     o.token = *token;
   }
+  // Parsed here, where Train() used to parse them: the same messages, in the same order.
+  sluice::Result<sluice::trainer::Device> parsed_device = sluice::trainer::ParseDevice(device);
+  if (!parsed_device.ok()) return Fail(parsed_device.status());
+  o.device = *parsed_device;
+  sluice::Result<std::optional<sluice::trainer::Precision>> parsed_precision =
+      sluice::trainer::ParsePrecisionChoice(precision);
+  if (!parsed_precision.ok()) return Fail(parsed_precision.status());
+  o.precision = *parsed_precision;
   sluice::Result<sluice::trainer::TrainSummary> summary = sluice::trainer::Train(o, std::cout);
-  if (!summary.ok()) {
-    std::cout.flush();
-    std::cerr << "sluice-trainer: " << summary.status().ToString() << "\n";
-    const sluice::StatusCode code = summary.status().code();
-    // 2: the run cannot start as configured (bad or unsupported options, no usable device).
-    return code == sluice::StatusCode::kUnimplemented ||
-                   code == sluice::StatusCode::kInvalidArgument ||
-                   code == sluice::StatusCode::kFailedPrecondition
-               ? 2
-               : 1;
-  }
+  if (!summary.ok()) return Fail(summary.status());
   std::cout << summary->ToJson() << std::endl;
   return 0;
 }

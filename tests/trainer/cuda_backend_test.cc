@@ -318,9 +318,9 @@ TEST_CASE("PinnedImagesAreCopiedInPlaceAndTheCopiesAreTimed") {
 TEST_CASE("LossFallsOnTheGpuInFp16AndFp32") {
   RequireDevice();
   testing::SynthServer server;
-  for (const char* precision : {"fp16", "fp32"}) {
+  for (const Precision precision : {Precision::kFp16, Precision::kFp32}) {
     TrainerOptions o = server.Options();
-    o.device = "cuda";
+    o.device = Device::kCuda;
     o.precision = precision;
     o.eval_dataset.clear();
     std::ostringstream log;
@@ -332,7 +332,7 @@ TEST_CASE("LossFallsOnTheGpuInFp16AndFp32") {
     CHECK(s->h2d_bytes_per_sec > 0);
     CHECK(s->h2d_plain_bytes_per_sec > 0);
     // fp16 may skip a handful of steps while the scale finds its level; fp32 none.
-    CHECK(s->skipped_updates <= (o.precision == "fp16" ? 10 : 0));
+    CHECK(s->skipped_updates <= (precision == Precision::kFp16 ? 10 : 0));
   }
 }
 
@@ -342,13 +342,13 @@ TEST_CASE("LossFallsOnTheGpu") {
   // two batches in flight, the captured step.
   testing::SynthServer server;
   TrainerOptions o = server.Options();
-  o.device = "cuda";
+  o.device = Device::kCuda;
   o.eval_every = 100;
   std::ostringstream log;
   Result<TrainSummary> s = Train(o, log);
   INFO(log.str());
   REQUIRE(s.ok());
-  CHECK(s->device == "cuda");
+  CHECK(s->device == Device::kCuda);
   CHECK(log.str().rfind("sluice-trainer: device cuda", 0) == 0);
   CHECK(s->initial_loss == Approx(std::log(4.0)).margin(0.2));
   CHECK(s->final_loss <= 0.5 * s->initial_loss);
@@ -367,8 +367,8 @@ TEST_CASE("AccumulationCheckpointsAndResumeOnTheGpu") {
   for (const int accum : {2, 3}) {
     INFO("accum " << accum);
     TrainerOptions o = server.Options();
-    o.device = "cuda";
-    o.precision = "fp32";
+    o.device = Device::kCuda;
+    o.precision = Precision::kFp32;
     o.accum = accum;
     o.batch_size = 16;
     o.steps = 10;

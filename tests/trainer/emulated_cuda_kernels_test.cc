@@ -1,4 +1,4 @@
-// The CUDA backend's kernels (trainer/cuda_kernels.cu, through its launch functions, with their
+// The CUDA backend's kernels (trainer/cuda_*kernels.cu, through its launch functions, with their
 // real grid and block shapes) run on the CPU by tests/trainer/simt_emulator.h, against the CPU
 // backend's kernels and optimizer in every precision. No GPU is needed, so this runs in every
 // build with nvcc: it pins the kernels' indexing, reductions, barriers and warp shuffles before
@@ -12,6 +12,8 @@
 // This translation unit's copy of the kernels' launch functions stands in for the one in
 // sluice_trainer, whose object the linker then never needs.
 #include "trainer/cuda_kernels.cu"
+#include "trainer/cuda_loss_kernels.cu"
+#include "trainer/cuda_optimizer_kernels.cu"
 #endif
 
 #include <catch2/catch.hpp>

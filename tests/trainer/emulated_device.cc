@@ -1,6 +1,6 @@
 // An emulated CUDA device for tests on machines without a GPU: the CUDA runtime and cuBLASLt
 // calls the trainer makes, defined over host memory, so that the CUDA backend and the GPU
-// training loop (trainer/cuda_backend.cc, trainer/trainer.cc) run unchanged on the CPU. Linked
+// training loop (trainer/cuda_backend*.cc, trainer/trainer.cc) run unchanged on the CPU. Linked
 // instead of libcudart and libcublasLt into trainer_emulated_cuda_backend_test, which is
 // tests/trainer/cuda_backend_test.cc built against it; kernels run under
 // tests/trainer/simt_emulator.h.

@@ -4,3 +4,5 @@
 #include "tests/trainer/simt_emulator.h"
 // (the emulator's macros must come first)
 #include "trainer/cuda_kernels.cu"
+#include "trainer/cuda_loss_kernels.cu"
+#include "trainer/cuda_optimizer_kernels.cu"

@@ -1,5 +1,5 @@
 // Runs CUDA kernel source on the CPU, for tests on machines without a GPU: include this header,
-// then the .cu file (trainer/cuda_kernels.cu), in one C++ translation unit built with the host
+// then the .cu files (trainer/cuda_*kernels.cu), in one C++ translation unit built with the host
 // compiler. A launch (the .cu's Launch()) runs on the calling thread — at once, or when an
 // emulated device (Runtime below) runs its stream:
 // - blocks one after another, in the order Order() says;

@@ -21,7 +21,7 @@ TEST_CASE("LossFallsByHalfAndEvalBeatsChance") {
   INFO(log.str());
   REQUIRE(s.ok());
   CHECK(s->steps == 300);
-  CHECK(s->device == "cpu");
+  CHECK(s->device == Device::kCpu);
   CHECK(s->initial_loss == Approx(std::log(4.0)).margin(0.2));
   CHECK(s->final_loss <= 0.5 * s->initial_loss);
   CHECK(s->eval_accuracy >= 2 * 0.25);
@@ -120,37 +120,45 @@ TEST_CASE("MissingNumClassesIsAnError") {
 
 TEST_CASE("AutoDeviceSaysWhyAndCudaWithoutDeviceFailsClearly") {
   std::string note;
-  CHECK(ResolveDevice("cpu", &note).value() == "cpu");
-  const std::string chosen = ResolveDevice("auto", &note).value();
+  CHECK(ResolveDevice(Device::kCpu, &note).value() == Device::kCpu);
+  const Device chosen = ResolveDevice(Device::kAuto, &note).value();
   INFO(note);
-  if (chosen == "cpu") {
+  if (chosen == Device::kCpu) {
     // This machine: no CUDA backend built, or no usable device; either way the note says so.
     CHECK((note.find("no CUDA backend") != std::string::npos ||
            note.find("no usable CUDA device") != std::string::npos));
-    const Status cuda = ResolveDevice("cuda", &note).status();
+    const Status cuda = ResolveDevice(Device::kCuda, &note).status();
     CHECK((cuda.code() == StatusCode::kUnimplemented ||
            cuda.code() == StatusCode::kFailedPrecondition));
     CHECK(cuda.message().find("--device cuda") != std::string::npos);
   } else {
-    CHECK(chosen == "cuda");
+    CHECK(chosen == Device::kCuda);
     CHECK(note.find("CUDA device") != std::string::npos);
   }
-  CHECK(ResolveDevice("tpu", &note).status().code() == StatusCode::kInvalidArgument);
+  // Names: the command line's and the JSON summary's.
+  CHECK(ParseDevice("tpu").status().code() == StatusCode::kInvalidArgument);
+  CHECK(ParseDevice("tpu").status().message().find("--device tpu") != std::string::npos);
+  for (const Device d : {Device::kAuto, Device::kCpu, Device::kCuda})
+    CHECK(ParseDevice(DeviceName(d)).value() == d);
 }
 
 TEST_CASE("PrecisionFollowsTheDeviceAndNarrowOnesAreEmulatedOnTheCpu") {
   std::string note;
-  CHECK(ResolvePrecision("cpu", "auto").value() == Precision::kFp32);
-  CHECK(ResolvePrecision("cpu", "fp32").value() == Precision::kFp32);
-  CHECK(ResolvePrecision("cpu", "bf16", &note).value() == Precision::kBf16);
+  // The command line's names: "auto" is no precision yet, the others name one.
+  CHECK(ParsePrecisionChoice("auto").value() == std::nullopt);
+  for (const Precision p : {Precision::kFp32, Precision::kBf16, Precision::kFp16})
+    CHECK(ParsePrecisionChoice(PrecisionName(p)).value() == p);
+  CHECK(ResolvePrecision(Device::kCpu, std::nullopt) == Precision::kFp32);
+  CHECK(ResolvePrecision(Device::kCpu, Precision::kFp32) == Precision::kFp32);
+  CHECK(ResolvePrecision(Device::kCpu, Precision::kBf16, &note) == Precision::kBf16);
   CHECK(note.find("emulated on the CPU") != std::string::npos);
-  CHECK(ResolvePrecision("cpu", "fp16", &note).value() == Precision::kFp16);
+  CHECK(ResolvePrecision(Device::kCpu, Precision::kFp16, &note) == Precision::kFp16);
   CHECK(note.find("dynamic loss scaling") != std::string::npos);
-  CHECK(ResolvePrecision("cuda", "auto").value() == Precision::kBf16);
-  CHECK(ResolvePrecision("cuda", "bf16").value() == Precision::kBf16);
-  CHECK(ResolvePrecision("cuda", "fp32").value() == Precision::kFp32);
-  CHECK(ResolvePrecision("cuda", "fp16").value() == Precision::kFp16);
-  const Status fp8 = ResolvePrecision("cpu", "fp8").status();
+  CHECK(ResolvePrecision(Device::kCuda, std::nullopt) == Precision::kBf16);
+  CHECK(ResolvePrecision(Device::kCuda, Precision::kBf16) == Precision::kBf16);
+  CHECK(ResolvePrecision(Device::kCuda, Precision::kFp32) == Precision::kFp32);
+  CHECK(ResolvePrecision(Device::kCuda, Precision::kFp16) == Precision::kFp16);
+  const Status fp8 = ParsePrecisionChoice("fp8").status();
   CHECK(fp8.code() == StatusCode::kInvalidArgument);
   CHECK(fp8.message().find("--precision fp8") != std::string::npos);
 }
@@ -161,7 +169,7 @@ TEST_CASE("PrecisionFollowsTheDeviceAndNarrowOnesAreEmulatedOnTheCpu") {
 TEST_CASE("Fp16OnCpuBacksOffFromOverflowThenLearns") {
   SynthServer server;
   TrainerOptions o = server.Options();
-  o.precision = "fp16";
+  o.precision = Precision::kFp16;
   o.eval_dataset.clear();
   o.steps = 200;
   o.loss_scale.initial = 16777216.0f;  // 2^24: the first steps must overflow
@@ -170,7 +178,7 @@ TEST_CASE("Fp16OnCpuBacksOffFromOverflowThenLearns") {
   Result<TrainSummary> s = Train(o, log);
   INFO(log.str());
   REQUIRE(s.ok());
-  CHECK(s->precision == "fp16");
+  CHECK(s->precision == Precision::kFp16);
   CHECK(s->skipped_updates >= 1);
   CHECK(s->skipped_updates < 20);
   CHECK(log.str().find("gradient overflow at loss scale 1.67772e+07; update skipped, scale → "
@@ -186,7 +194,7 @@ TEST_CASE("Fp16OnCpuBacksOffFromOverflowThenLearns") {
 TEST_CASE("Fp16ResumeRestoresTheLossScaleAndGivesTheSameNextStepLoss") {
   SynthServer server;
   TrainerOptions o = server.Options();
-  o.precision = "fp16";
+  o.precision = Precision::kFp16;
   o.eval_dataset.clear();
   o.steps = 9;
   // 2^18 overflows: the scale backs off before the checkpoint, so a resume that started again

@@ -41,7 +41,7 @@ struct SynthServer {
   trainer::TrainerOptions Options() const {
     trainer::TrainerOptions o;
     o.targets = {server->address()};
-    o.device = "cpu";  // the CPU reference; the GPU tests ask for "cuda" themselves
+    o.device = trainer::Device::kCpu;  // the CPU reference; the GPU tests ask for kCuda
     o.dataset = "train";
     o.eval_dataset = "val";
     o.batch_size = 32;

@@ -1,0 +1,74 @@
+#include "trainer/checkpointing.h"
+
+#include <fmt/format.h>
+
+#include <utility>
+
+#include "trainer/checkpoint.h"
+
+namespace sluice::trainer {
+
+Status ResumeFrom(const std::string& dir, const ModelConfig& config, bool fp16, TrainState* state,
+                  RunPosition* position, std::ostream& log) {
+  Result<Checkpoint> loaded = LoadCheckpoint(dir);
+  if (!loaded.ok() && loaded.status().code() != StatusCode::kNotFound) return loaded.status();
+  if (!loaded.ok()) {
+    log << "no checkpoint in " << dir << "; starting from step 0\n";
+    return Status::OK();
+  }
+  Checkpoint& ck = *loaded;
+  const ModelConfig& c = ck.config;
+  if (c != config || ck.params.size() != state->params.size()) {
+    return FailedPrecondition(fmt::format(
+        "{} holds a model of image size {}, patch {}, width {}, depth {}, {} classes; this run "
+        "asks for {}, {}, {}, {}, {}",
+        CheckpointPath(dir), c.image_size, c.patch, c.width, c.depth, c.classes, config.image_size,
+        config.patch, config.width, config.depth, config.classes));
+  }
+  state->params = std::move(ck.params);
+  state->first_moment = std::move(ck.first_moment);
+  state->second_moment = std::move(ck.second_moment);
+  state->adam_updates = ck.adam_updates;
+  if (fp16 && ck.loss_scale > 0) state->loss_scale = {ck.loss_scale, ck.loss_scale_good_steps};
+  position->step = ck.step;
+  position->has_position = ck.has_position;
+  position->last.epoch = ck.epoch;
+  position->last.index = ck.index;
+  position->last.end_record = ck.end_record;
+  log << fmt::format("resuming from {} at step {} (stream after batch {}:{})\n",
+                     CheckpointPath(dir), position->step, ck.epoch, ck.index);
+  return Status::OK();
+}
+
+void StartAfter(const RunPosition& position, v1::StreamRequest* request) {
+  if (!position.has_position) return;
+  request->mutable_start_position()->set_epoch(position.last.epoch);
+  request->mutable_start_position()->set_index(position.last.index + 1);
+  request->mutable_start_position()->set_end_record(position.last.end_record);
+}
+
+Status Checkpointer::Save(Backend& backend, const RunPosition& position) {
+  if (dir_.empty() || saved_step_ == position.step) return Status::OK();
+  TrainState state;
+  RETURN_IF_ERROR(backend.GetState(&state));
+  Checkpoint ck;
+  ck.config = config_;
+  ck.step = position.step;
+  ck.adam_updates = state.adam_updates;
+  ck.has_position = position.has_position;
+  ck.epoch = position.last.epoch;
+  ck.index = position.last.index;
+  ck.end_record = position.last.end_record;
+  if (fp16_) {
+    ck.loss_scale = state.loss_scale.scale;
+    ck.loss_scale_good_steps = state.loss_scale.good_steps;
+  }
+  ck.params = std::move(state.params);
+  ck.first_moment = std::move(state.first_moment);
+  ck.second_moment = std::move(state.second_moment);
+  RETURN_IF_ERROR(SaveCheckpoint(dir_, ck));
+  saved_step_ = position.step;
+  return Status::OK();
+}
+
+}  // namespace sluice::trainer

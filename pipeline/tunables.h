@@ -57,8 +57,7 @@ const TunableSpec &Spec(Tunable t);
 
 // InvalidArgument "FIELD = VALUE is outside [MIN, MAX]" unless MIN <= value <=
 // MAX.
-Status CheckRange(std::string_view field, int64_t value, int64_t min,
-                  int64_t max);
+Status CheckRange(std::string_view field, int64_t value, int64_t min, int64_t max);
 // CheckRange with the tunable's field and bounds.
 Status CheckTunable(Tunable t, int64_t value);
 
@@ -69,8 +68,6 @@ int64_t ValueOrDefault(Tunable t, int64_t given, int64_t fallback);
 int64_t ValueOrDefault(Tunable t, int64_t given);
 
 // An unset image width (0 or less) is the height: a square image.
-inline int WidthOrHeight(int width, int height) {
-  return width > 0 ? width : height;
-}
+inline int WidthOrHeight(int width, int height) { return width > 0 ? width : height; }
 
-} // namespace sluice
+}  // namespace sluice

@@ -25,6 +25,30 @@ Status Take(Tunable t, int64_t given, T* out) {
   return Take(t, given, Spec(t).default_value, out);
 }
 
+// Sets records_budget_bytes to what the budget leaves after the batch pool, the cache and the read
+// buffers; ResourceExhausted when that is under a sixteenth of the budget.
+Status SplitMemoryBudget(ResolvedOptions* options) {
+  ResolvedOptions& r = *options;
+  // The batch pool is the one fixed cost: every batch being filled, waiting in the prefetch queue
+  // or held by the consumer. It must leave room for the rest within the budget.
+  int64_t pool_bytes = static_cast<int64_t>(r.batch_image_bytes()) * (r.prefetch + kBatchPoolExtra);
+  int64_t cache_bytes = r.cache == CacheKind::kNone ? 0 : r.cache_budget_bytes;
+  int64_t read_bytes = kReadBytesPerOpenFile * r.cycle_length;
+  r.records_budget_bytes = r.memory_budget_bytes - pool_bytes - cache_bytes - read_bytes;
+  if (r.records_budget_bytes < r.memory_budget_bytes / 16) {
+    return ResourceExhausted(
+        "memory_budget_bytes = " + std::to_string(r.memory_budget_bytes) + " cannot hold " +
+        std::to_string(r.prefetch + kBatchPoolExtra) + " batches of " +
+        std::to_string(r.batch_size) + "x" + std::to_string(r.height) + "x" +
+        std::to_string(r.width) + "x3 (" + std::to_string(pool_bytes) + " bytes)" +
+        (cache_bytes ? " plus a cache of " + std::to_string(cache_bytes) + " bytes" : "") +
+        " and read buffers of " + std::to_string(read_bytes) +
+        " bytes with room for records in flight; raise the budget or lower batch_size, image "
+        "size, prefetch or the cache budget");
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Result<std::vector<std::string>> ExpandGlobs(const std::vector<std::string>& patterns) {
@@ -109,23 +133,7 @@ Result<ResolvedOptions> ResolveOptions(const v1::PipelineOptions& o) {
   RETURN_IF_ERROR(Take(Tunable::kDecodedShortSide, o.cache().decoded_short_side(),
                        (std::max(r.height, r.width) * 256 + 223) / 224, &r.decoded_short_side));
 
-  // The batch pool is the one fixed cost: every batch being filled, waiting in the prefetch queue
-  // or held by the consumer. It must leave room for the rest within the budget.
-  int64_t pool_bytes = static_cast<int64_t>(r.batch_image_bytes()) * (r.prefetch + kBatchPoolExtra);
-  int64_t cache_bytes = r.cache == CacheKind::kNone ? 0 : r.cache_budget_bytes;
-  int64_t read_bytes = kReadBytesPerOpenFile * r.cycle_length;
-  r.records_budget_bytes = r.memory_budget_bytes - pool_bytes - cache_bytes - read_bytes;
-  if (r.records_budget_bytes < r.memory_budget_bytes / 16) {
-    return ResourceExhausted(
-        "memory_budget_bytes = " + std::to_string(r.memory_budget_bytes) + " cannot hold " +
-        std::to_string(r.prefetch + kBatchPoolExtra) + " batches of " +
-        std::to_string(r.batch_size) + "x" + std::to_string(r.height) + "x" +
-        std::to_string(r.width) + "x3 (" + std::to_string(pool_bytes) + " bytes)" +
-        (cache_bytes ? " plus a cache of " + std::to_string(cache_bytes) + " bytes" : "") +
-        " and read buffers of " + std::to_string(read_bytes) +
-        " bytes with room for records in flight; raise the budget or lower batch_size, image "
-        "size, prefetch or the cache budget");
-  }
+  RETURN_IF_ERROR(SplitMemoryBudget(&r));
   return r;
 }
 

@@ -187,6 +187,45 @@ Result<int64_t> CheckDataset(const v1::ServerConfig& server, v1::DatasetConfig* 
   return BatchMessageBytes(p->batch_size(), p->image_height(), p->image_width());
 }
 
+// Applies the defaults of the server-wide limits and checks them.
+Status CheckServerLimits(v1::ServerConfig* c) {
+  if (c->memory_budget_bytes() < 0) {
+    return Bad("memory_budget_bytes", fmt::format("{} is negative", c->memory_budget_bytes()));
+  }
+  if (c->memory_budget_bytes() == 0) c->set_memory_budget_bytes(kDefaultServerMemoryBudget);
+  if (c->max_streams() < 0)
+    return Bad("max_streams", fmt::format("{} is under 1", c->max_streams()));
+  if (c->max_streams() == 0) c->set_max_streams(kDefaultMaxStreams);
+  if (c->max_batch_bytes() < 0) {
+    return Bad("max_batch_bytes", fmt::format("{} is negative", c->max_batch_bytes()));
+  }
+  if (c->max_batch_bytes() == 0) c->set_max_batch_bytes(kDefaultMaxBatchBytes);
+  if (c->max_batch_bytes() > INT_MAX) {
+    return Bad("max_batch_bytes",
+               fmt::format("{} is over gRPC's largest message, {}", c->max_batch_bytes(), INT_MAX));
+  }
+  if (c->job_linger_seconds() < 0) {
+    return Bad("job_linger_seconds", fmt::format("{} is negative", c->job_linger_seconds()));
+  }
+  if (c->job_linger_seconds() == 0) c->set_job_linger_seconds(kDefaultJobLingerSeconds);
+  if (c->max_shared_memory_bytes() < 0) {
+    return Bad("max_shared_memory_bytes",
+               fmt::format("{} is negative", c->max_shared_memory_bytes()));
+  }
+  if (c->max_shared_memory_bytes() == 0)
+    c->set_max_shared_memory_bytes(kDefaultMaxSharedMemoryBytes);
+  // The server's decode threads per pipeline: 0 (every core) or within the pipeline's bounds.
+  const int64_t max_threads = Spec(Tunable::kThreads).max;
+  if (c->threads() < 0 || c->threads() > max_threads) {
+    return Bad("threads", fmt::format("{} is outside [0, {}]", c->threads(), max_threads));
+  }
+  if (c->threads() == 0) {
+    c->set_threads(static_cast<int>(std::clamp<int64_t>(std::thread::hardware_concurrency(),
+                                                        Spec(Tunable::kThreads).min, max_threads)));
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 int64_t BatchMessageBytes(int64_t batch, int64_t height, int64_t width) {
@@ -238,38 +277,7 @@ Result<v1::ServerConfig> ValidateServerConfig(v1::ServerConfig c) {
     RETURN_IF_ERROR(CheckHostPort("metrics_address", c.metrics_address()));
   }
 
-  if (c.memory_budget_bytes() < 0) {
-    return Bad("memory_budget_bytes", fmt::format("{} is negative", c.memory_budget_bytes()));
-  }
-  if (c.memory_budget_bytes() == 0) c.set_memory_budget_bytes(kDefaultServerMemoryBudget);
-  if (c.max_streams() < 0) return Bad("max_streams", fmt::format("{} is under 1", c.max_streams()));
-  if (c.max_streams() == 0) c.set_max_streams(kDefaultMaxStreams);
-  if (c.max_batch_bytes() < 0) {
-    return Bad("max_batch_bytes", fmt::format("{} is negative", c.max_batch_bytes()));
-  }
-  if (c.max_batch_bytes() == 0) c.set_max_batch_bytes(kDefaultMaxBatchBytes);
-  if (c.max_batch_bytes() > INT_MAX) {
-    return Bad("max_batch_bytes",
-               fmt::format("{} is over gRPC's largest message, {}", c.max_batch_bytes(), INT_MAX));
-  }
-  if (c.job_linger_seconds() < 0) {
-    return Bad("job_linger_seconds", fmt::format("{} is negative", c.job_linger_seconds()));
-  }
-  if (c.job_linger_seconds() == 0) c.set_job_linger_seconds(kDefaultJobLingerSeconds);
-  if (c.max_shared_memory_bytes() < 0) {
-    return Bad("max_shared_memory_bytes",
-               fmt::format("{} is negative", c.max_shared_memory_bytes()));
-  }
-  if (c.max_shared_memory_bytes() == 0) c.set_max_shared_memory_bytes(kDefaultMaxSharedMemoryBytes);
-  // The server's decode threads per pipeline: 0 (every core) or within the pipeline's bounds.
-  const int64_t max_threads = Spec(Tunable::kThreads).max;
-  if (c.threads() < 0 || c.threads() > max_threads) {
-    return Bad("threads", fmt::format("{} is outside [0, {}]", c.threads(), max_threads));
-  }
-  if (c.threads() == 0) {
-    c.set_threads(static_cast<int>(std::clamp<int64_t>(std::thread::hardware_concurrency(),
-                                                       Spec(Tunable::kThreads).min, max_threads)));
-  }
+  RETURN_IF_ERROR(CheckServerLimits(&c));
 
   const v1::TlsConfig& tls = c.tls();
   if (tls.cert_file().empty() != tls.key_file().empty()) {

@@ -6,7 +6,6 @@
 #include <thread>
 
 #include "formats/image_example.h"
-#include "formats/jpeg_codec.h"
 
 namespace sluice {
 namespace {
@@ -115,7 +114,7 @@ Result<ResolvedOptions> ResolveOptions(const v1::PipelineOptions& o) {
   r.error_policy = o.error_policy() == v1::ERROR_POLICY_FAIL ? ErrorPolicy::kFail
                                                              : ErrorPolicy::kSkip;
   RETURN_IF_ERROR(Take(Tunable::kMaxErrors, o.max_errors(), &r.max_errors));
-  r.max_pixels = o.max_pixels() > 0 ? o.max_pixels() : kDefaultMaxPixels;
+  RETURN_IF_ERROR(Take(Tunable::kMaxPixels, o.max_pixels(), &r.max_pixels));
   r.fast_idct = !o.accurate_idct();
   r.autotune = !o.no_autotune();
 

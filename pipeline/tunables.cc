@@ -4,6 +4,8 @@
 #include <iterator>
 #include <string>
 
+#include "formats/jpeg_codec.h"
+
 namespace sluice {
 namespace {
 
@@ -25,6 +27,8 @@ constexpr TunableSpec kTunables[] = {
     {Tunable::kMaxErrors, "max_errors", 0, 0, int64_t{1} << 50},
     {Tunable::kDecodedShortSide, "cache.decoded_short_side", kComputed, 8, 8192},
     {Tunable::kMemoryBudget, "memory_budget_bytes", kDefaultMemoryBudget, 1, INT64_MAX},
+    // A decoded image's pixels: the bound on what one corrupt or hostile header makes us allocate.
+    {Tunable::kMaxPixels, "max_pixels", kDefaultMaxPixels, 1, INT64_MAX},
 };
 static_assert(std::size(kTunables) == static_cast<size_t>(Tunable::kCount));
 

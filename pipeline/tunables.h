@@ -28,6 +28,7 @@ enum class Tunable {
   kMaxErrors,
   kDecodedShortSide,
   kMemoryBudget,
+  kMaxPixels,
   kCount
 };
 

@@ -21,6 +21,7 @@
 #include "formats/jpeg_codec.h"
 #include "formats/tfrecord_reader.h"
 #include "pipeline/pipeline.h"
+#include "pipeline/tunables.h"
 #include "server/commands.h"
 #include "server/tools/profile_report.h"
 #include "server/tools/profile_target.h"
@@ -33,8 +34,8 @@ namespace {
 struct ProfileFlags {
   std::vector<std::string> files;
   std::string options_file;
-  int batch_size = 0;     // 0: PipelineOptions' default (256) or the --options file's
-  std::string image_size;  // "": default (224) or the file's
+  int batch_size = 0;      // 0: the tunable's default (pipeline/tunables.h) or the --options file's
+  std::string image_size;  // "": the tunable's default or the file's
   std::string mode;        // "": default (train) or the file's
   int threads = 0;
   std::string cache;  // "": none, or the file's
@@ -326,8 +327,12 @@ void RegisterProfileCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--files", f->files, "TFRecord glob(s)");
   cmd->add_option("--options", f->options_file,
                   "Text-format sluice.v1.PipelineOptions (flags given as well override it)");
-  cmd->add_option("--batch-size", f->batch_size, "Images per batch (default 256)");
-  cmd->add_option("--image-size", f->image_size, "Output size: N or HxW (default 224)");
+  cmd->add_option("--batch-size", f->batch_size,
+                  fmt::format("Images per batch (default {})",
+                              Spec(Tunable::kBatchSize).default_value));
+  cmd->add_option("--image-size", f->image_size,
+                  fmt::format("Output size: N or HxW (default {})",
+                              Spec(Tunable::kImageHeight).default_value));
   cmd->add_option("--mode", f->mode, "train (random crop + flip; default) or eval (centre crop)")
       ->check(CLI::IsMember({"train", "eval"}));
   cmd->add_option("--threads", f->threads, "Decode threads (0 = all cores)");

@@ -1,10 +1,12 @@
 #include "pipeline/stats_proto.h"
 
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <variant>
+
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
-
-#include <string_view>
-#include <variant>
 
 namespace sluice {
 namespace {
@@ -54,13 +56,13 @@ constexpr Field<StatsSnapshot> kJobFields[] = {
 // The proto field's type must hold the member's: checked by
 // tests/pipeline/stats_proto_test.cc.
 template <typename Snapshot, size_t N>
-void ToMessage(const Snapshot &from, const Field<Snapshot> (&fields)[N], Message *to) {
-  const auto *reflection = to->GetReflection();
-  for (const Field<Snapshot> &f : fields) {
-    const FieldDescriptor *d = to->GetDescriptor()->FindFieldByName(std::string(f.proto_name));
+void ToMessage(const Snapshot& from, const Field<Snapshot> (&fields)[N], Message* to) {
+  const auto* reflection = to->GetReflection();
+  for (const Field<Snapshot>& f : fields) {
+    const FieldDescriptor* d = to->GetDescriptor()->FindFieldByName(std::string(f.proto_name));
     std::visit(
         [&](auto member) {
-          const auto &v = from.*member;
+          const auto& v = from.*member;
           using T = std::decay_t<decltype(v)>;
           if constexpr (std::is_same_v<T, std::string>) reflection->SetString(to, d, v);
           if constexpr (std::is_same_v<T, uint64_t>) reflection->SetUInt64(to, d, v);
@@ -73,13 +75,13 @@ void ToMessage(const Snapshot &from, const Field<Snapshot> (&fields)[N], Message
 }
 
 template <typename Snapshot, size_t N>
-void FromMessage(const Message &from, const Field<Snapshot> (&fields)[N], Snapshot *to) {
-  const auto *reflection = from.GetReflection();
-  for (const Field<Snapshot> &f : fields) {
-    const FieldDescriptor *d = from.GetDescriptor()->FindFieldByName(std::string(f.proto_name));
+void FromMessage(const Message& from, const Field<Snapshot> (&fields)[N], Snapshot* to) {
+  const auto* reflection = from.GetReflection();
+  for (const Field<Snapshot>& f : fields) {
+    const FieldDescriptor* d = from.GetDescriptor()->FindFieldByName(std::string(f.proto_name));
     std::visit(
         [&](auto member) {
-          auto &v = to->*member;
+          auto& v = to->*member;
           using T = std::decay_t<decltype(v)>;
           if constexpr (std::is_same_v<T, std::string>) v = reflection->GetString(from, d);
           if constexpr (std::is_same_v<T, uint64_t>) v = reflection->GetUInt64(from, d);
@@ -93,20 +95,20 @@ void FromMessage(const Message &from, const Field<Snapshot> (&fields)[N], Snapsh
 
 }  // namespace
 
-void FillJobStats(const StatsSnapshot &s, v1::JobStats *out) {
+void FillJobStats(const StatsSnapshot& s, v1::JobStats* out) {
   ToMessage(s, kJobFields, out);
   out->set_images_per_sec(s.wall_seconds > 0 ? static_cast<double>(s.images) / s.wall_seconds : 0);
-  for (const StageSnapshot &stage : s.stages) ToMessage(stage, kStageFields, out->add_stages());
-  for (const PoolSnapshot &pool : s.pools) ToMessage(pool, kPoolFields, out->add_pools());
+  for (const StageSnapshot& stage : s.stages) ToMessage(stage, kStageFields, out->add_stages());
+  for (const PoolSnapshot& pool : s.pools) ToMessage(pool, kPoolFields, out->add_pools());
 }
 
-StatsSnapshot SnapshotFromJobStats(const v1::JobStats &stats) {
+StatsSnapshot SnapshotFromJobStats(const v1::JobStats& stats) {
   StatsSnapshot s;
   FromMessage(stats, kJobFields, &s);
-  for (const v1::StageStats &stage : stats.stages()) {
+  for (const v1::StageStats& stage : stats.stages()) {
     FromMessage(stage, kStageFields, &s.stages.emplace_back());
   }
-  for (const v1::PoolStats &pool : stats.pools()) {
+  for (const v1::PoolStats& pool : stats.pools()) {
     FromMessage(pool, kPoolFields, &s.pools.emplace_back());
   }
   return s;

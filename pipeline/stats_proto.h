@@ -16,11 +16,11 @@ namespace sluice {
 // parallelism, stages, pools) and images_per_sec; leaves name, dataset,
 // consumers and memory_budget_bytes, which belong to the job, not the pipeline.
 // Appends to stages and pools.
-void FillJobStats(const StatsSnapshot &snapshot, v1::JobStats *out);
+void FillJobStats(const StatsSnapshot& snapshot, v1::JobStats* out);
 
 // The snapshot `stats` was filled from, as far as the wire carries it:
 // PoolSnapshot::items and the fields JobStats lacks (jpeg_decodes, epochs_done,
 // cache state, threads, image_bytes, recent errors) stay zero or empty.
-StatsSnapshot SnapshotFromJobStats(const v1::JobStats &stats);
+StatsSnapshot SnapshotFromJobStats(const v1::JobStats& stats);
 
 }  // namespace sluice

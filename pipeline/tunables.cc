@@ -44,7 +44,7 @@ static_assert(InTableOrder(), "kTunables is indexed by Tunable");
 
 std::span<const TunableSpec> Tunables() { return kTunables; }
 
-const TunableSpec &Spec(Tunable t) { return kTunables[static_cast<size_t>(t)]; }
+const TunableSpec& Spec(Tunable t) { return kTunables[static_cast<size_t>(t)]; }
 
 Status CheckRange(std::string_view field, int64_t value, int64_t min, int64_t max) {
   if (value >= min && value <= max) return Status::OK();
@@ -53,7 +53,7 @@ Status CheckRange(std::string_view field, int64_t value, int64_t min, int64_t ma
 }
 
 Status CheckTunable(Tunable t, int64_t value) {
-  const TunableSpec &s = Spec(t);
+  const TunableSpec& s = Spec(t);
   return CheckRange(s.field, value, s.min, s.max);
 }
 

@@ -54,7 +54,7 @@ struct TunableSpec {
 
 // The whole table, indexed by Tunable.
 std::span<const TunableSpec> Tunables();
-const TunableSpec &Spec(Tunable t);
+const TunableSpec& Spec(Tunable t);
 
 // InvalidArgument "FIELD = VALUE is outside [MIN, MAX]" unless MIN <= value <=
 // MAX.

@@ -1,8 +1,8 @@
 #include "server/tools/profile_report.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
+
+#include <fmt/format.h>
 
 namespace sluice {
 namespace {
@@ -22,8 +22,8 @@ double Fraction(double seconds, double window_seconds) {
   return std::clamp(seconds / window_seconds, 0.0, 1.0);
 }
 
-const PoolSnapshot *FindPool(const StatsSnapshot &s, std::string_view name) {
-  for (const PoolSnapshot &p : s.pools) {
+const PoolSnapshot* FindPool(const StatsSnapshot& s, std::string_view name) {
+  for (const PoolSnapshot& p : s.pools) {
     if (p.name == name) return &p;
   }
   return nullptr;
@@ -31,13 +31,13 @@ const PoolSnapshot *FindPool(const StatsSnapshot &s, std::string_view name) {
 
 // A cache is in use when the pipeline has one (its pool has a budget) or holds
 // entries.
-bool CacheInUse(const StatsSnapshot &s, std::string_view pool) {
-  const PoolSnapshot *p = FindPool(s, pool);
+bool CacheInUse(const StatsSnapshot& s, std::string_view pool) {
+  const PoolSnapshot* p = FindPool(s, pool);
   return p != nullptr && (p->limit_bytes > 0 || p->bytes > 0);
 }
 
-StageRow Row(const ProfileReport &report, std::string_view name) {
-  for (const StageRow &r : report.stages) {
+StageRow Row(const ProfileReport& report, std::string_view name) {
+  for (const StageRow& r : report.stages) {
     if (r.name == name) return r;
   }
   return StageRow{};
@@ -45,11 +45,11 @@ StageRow Row(const ProfileReport &report, std::string_view name) {
 
 // The same advice in the words of each side: a flag of `sluice profile`, or a
 // setting of the server's configuration.
-std::string Say(const ProfileContext &c, std::string local, std::string remote) {
+std::string Say(const ProfileContext& c, std::string local, std::string remote) {
   return c.side == ProfileSide::kLocal ? std::move(local) : std::move(remote);
 }
 
-Bottleneck ReadBound(const StatsSnapshot &s, const StageRow &read, const ProfileContext &c) {
+Bottleneck ReadBound(const StatsSnapshot& s, const StageRow& read, const ProfileContext& c) {
   Bottleneck b{Say(c, "read", "server read"),
                fmt::format("the reader was busy {:.0f}% of the time", 100 * read.busy_fraction),
                {}};
@@ -66,7 +66,7 @@ Bottleneck ReadBound(const StatsSnapshot &s, const StageRow &read, const Profile
   return b;
 }
 
-Bottleneck DecodeBound(const StatsSnapshot &s, const StageRow &decode, const ProfileContext &c) {
+Bottleneck DecodeBound(const StatsSnapshot& s, const StageRow& decode, const ProfileContext& c) {
   const int threads = s.decode_parallelism_max;
   Bottleneck b{Say(c, "decode", "server decode"),
                fmt::format("decode threads were busy {:.0f}% of the time on {} threads",
@@ -103,7 +103,7 @@ Bottleneck DecodeBound(const StatsSnapshot &s, const StageRow &decode, const Pro
   return b;
 }
 
-Bottleneck FindBottleneck(const StatsSnapshot &s, const ProfileReport &r, const ProfileContext &c) {
+Bottleneck FindBottleneck(const StatsSnapshot& s, const ProfileReport& r, const ProfileContext& c) {
   const StageRow read = Row(r, "read");
   const StageRow decode = Row(r, "decode");
   if (r.consumer_wait_fraction < kConsumerBound) {
@@ -139,14 +139,14 @@ Bottleneck FindBottleneck(const StatsSnapshot &s, const ProfileReport &r, const 
 
 }  // namespace
 
-ProfileReport MakeProfileReport(const StatsSnapshot &before, const StatsSnapshot &after,
-                                double consumer_wait_fraction, const ProfileContext &context) {
+ProfileReport MakeProfileReport(const StatsSnapshot& before, const StatsSnapshot& after,
+                                double consumer_wait_fraction, const ProfileContext& context) {
   ProfileReport report;
   report.consumer_wait_fraction = std::clamp(consumer_wait_fraction, 0.0, 1.0);
   const double wall = after.wall_seconds - before.wall_seconds;
   for (size_t i = 0; i < after.stages.size() && i < before.stages.size(); ++i) {
-    const StageSnapshot &a = after.stages[i];
-    const StageSnapshot &b = before.stages[i];
+    const StageSnapshot& a = after.stages[i];
+    const StageSnapshot& b = before.stages[i];
     if (a.name == "consumer" || a.name == "shuffle") continue;  // shuffle is timed within read
     const int lanes = a.name == "decode" ? std::max(1, after.decode_parallelism_max) : 1;
     StageRow r;
@@ -166,9 +166,9 @@ ProfileReport MakeProfileReport(const StatsSnapshot &before, const StatsSnapshot
   return report;
 }
 
-nlohmann::json StagesJson(const ProfileReport &report) {
+nlohmann::json StagesJson(const ProfileReport& report) {
   nlohmann::json stages = nlohmann::json::array();
-  for (const StageRow &r : report.stages) {
+  for (const StageRow& r : report.stages) {
     stages.push_back({{"name", r.name},
                       {"items_per_sec", r.items_per_sec},
                       {"mb_per_sec", r.mb_per_sec},
@@ -180,15 +180,15 @@ nlohmann::json StagesJson(const ProfileReport &report) {
   return stages;
 }
 
-nlohmann::json BottleneckJson(const ProfileReport &report) {
-  const Bottleneck &b = report.bottleneck;
+nlohmann::json BottleneckJson(const ProfileReport& report) {
+  const Bottleneck& b = report.bottleneck;
   return {{"stage", b.stage}, {"reason", b.reason}, {"fixes", b.fixes}};
 }
 
-std::string FormatStageTable(const ProfileReport &report) {
+std::string FormatStageTable(const ProfileReport& report) {
   std::string out = fmt::format("  {:<9} {:>11} {:>9} {:>7} {:>6} {:>9} {:>9}\n", "stage",
                                 "items/s", "MB/s", "busy", "par", "starved", "blocked");
-  for (const StageRow &r : report.stages) {
+  for (const StageRow& r : report.stages) {
     out += fmt::format("  {:<9} {:>11.0f} {:>9.1f} {:>6.0f}% {:>6} {:>8.0f}% {:>8.0f}%\n", r.name,
                        r.items_per_sec, r.mb_per_sec, 100 * r.busy_fraction, r.parallelism,
                        100 * r.starved_fraction, 100 * r.blocked_fraction);
@@ -196,10 +196,10 @@ std::string FormatStageTable(const ProfileReport &report) {
   return out;
 }
 
-std::string FormatBottleneck(const ProfileReport &report) {
-  const Bottleneck &b = report.bottleneck;
+std::string FormatBottleneck(const ProfileReport& report) {
+  const Bottleneck& b = report.bottleneck;
   std::string out = fmt::format("\n  bottleneck: {} — {}\n", b.stage, b.reason);
-  for (const std::string &fix : b.fixes) out += fmt::format("    try: {}\n", fix);
+  for (const std::string& fix : b.fixes) out += fmt::format("    try: {}\n", fix);
   return out;
 }
 

@@ -7,9 +7,10 @@
 #pragma once
 
 #include <cstddef>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "pipeline/stats.h"
 
@@ -57,16 +58,16 @@ struct ProfileReport {
 // batch: the pipeline's consumer stage locally, the client's own measured waits
 // remotely. REQUIRES: after was taken after before, of the same pipeline (same
 // stages in the same order).
-ProfileReport MakeProfileReport(const StatsSnapshot &before, const StatsSnapshot &after,
-                                double consumer_wait_fraction, const ProfileContext &context);
+ProfileReport MakeProfileReport(const StatsSnapshot& before, const StatsSnapshot& after,
+                                double consumer_wait_fraction, const ProfileContext& context);
 
 // The stages as the --json output's "stages" array, and the bottleneck as its
 // "bottleneck" object.
-nlohmann::json StagesJson(const ProfileReport &report);
-nlohmann::json BottleneckJson(const ProfileReport &report);
+nlohmann::json StagesJson(const ProfileReport& report);
+nlohmann::json BottleneckJson(const ProfileReport& report);
 
 // The stage table and the bottleneck with its fixes, as printed for people.
-std::string FormatStageTable(const ProfileReport &report);
-std::string FormatBottleneck(const ProfileReport &report);
+std::string FormatStageTable(const ProfileReport& report);
+std::string FormatBottleneck(const ProfileReport& report);
 
 }  // namespace sluice

@@ -1,11 +1,15 @@
 #include "server/tools/profile_target.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <chrono>
-#include <nlohmann/json.hpp>
+#include <memory>
+#include <optional>
 #include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "client/client.h"
 #include "client/wire/token_file.h"
@@ -19,7 +23,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-int Fail(const Status &s) {
+int Fail(const Status& s) {
   fmt::print(stderr, "sluice profile: {}\n", s.ToString());
   return 1;
 }
@@ -32,15 +36,15 @@ double Percentile(std::vector<double> v, double p) {
 }
 
 // The server-side job this profile started: present after, absent before.
-const v1::JobStats *FindJob(const v1::Stats &after, const std::set<std::string> &before,
-                            const std::string &job_name) {
-  for (const v1::JobStats &j : after.jobs()) {
+const v1::JobStats* FindJob(const v1::Stats& after, const std::set<std::string>& before,
+                            const std::string& job_name) {
+  for (const v1::JobStats& j : after.jobs()) {
     if (!job_name.empty() ? j.name() == job_name : before.count(j.name()) == 0) return &j;
   }
   return nullptr;
 }
 
-Result<std::unique_ptr<Client>> Connect(const RemoteProfileFlags &f) {
+Result<std::unique_ptr<Client>> Connect(const RemoteProfileFlags& f) {
   ClientOptions co;
   co.targets = f.targets;
   if (f.prefetch > 0) co.prefetch = f.prefetch;
@@ -54,7 +58,7 @@ Result<std::unique_ptr<Client>> Connect(const RemoteProfileFlags &f) {
   return Client::Create(co);
 }
 
-v1::StreamRequest MakeRequest(const RemoteProfileFlags &f) {
+v1::StreamRequest MakeRequest(const RemoteProfileFlags& f) {
   v1::StreamRequest request;
   request.set_dataset(f.dataset);
   request.set_batch_size(f.batch_size);
@@ -83,17 +87,17 @@ struct RemoteMeasurement {
 
 // The server's view of the job this profile started (or joined), when GetStats
 // shows it.
-Result<std::optional<v1::JobStats>> JobNow(Client *client, const RemoteProfileFlags &f,
-                                           const std::set<std::string> &jobs_before) {
+Result<std::optional<v1::JobStats>> JobNow(Client* client, const RemoteProfileFlags& f,
+                                           const std::set<std::string>& jobs_before) {
   ASSIGN_OR_RETURN(const v1::Stats stats, client->GetStats(f.dataset));
-  const v1::JobStats *job = FindJob(stats, jobs_before, f.job_name);
+  const v1::JobStats* job = FindJob(stats, jobs_before, f.job_name);
   if (job == nullptr) return std::optional<v1::JobStats>();
   return std::optional<v1::JobStats>(*job);
 }
 
 // Reads the warm-up batches, then measures until --batches or --seconds.
-Result<RemoteMeasurement> Measure(Client *client, BatchStream *stream, const RemoteProfileFlags &f,
-                                  const std::set<std::string> &jobs_before) {
+Result<RemoteMeasurement> Measure(Client* client, BatchStream* stream, const RemoteProfileFlags& f,
+                                  const std::set<std::string>& jobs_before) {
   RemoteMeasurement m;
   ReceivedBatch batch;
   bool end = false;
@@ -128,7 +132,7 @@ Result<RemoteMeasurement> Measure(Client *client, BatchStream *stream, const Rem
 
 // The report on the server's job, with the client's own waits as the
 // consumer's.
-ProfileReport RemoteReport(const RemoteMeasurement &m) {
+ProfileReport RemoteReport(const RemoteMeasurement& m) {
   double wait_total_ms = 0;
   for (double w : m.waits_ms) wait_total_ms += w;
   const double wait_fraction = m.wall > 0 ? wait_total_ms / 1000 / m.wall : 0;
@@ -144,13 +148,13 @@ struct Waits {
   double p50, p90, p99, max;
 };
 
-Waits WaitPercentiles(const std::vector<double> &waits_ms) {
+Waits WaitPercentiles(const std::vector<double>& waits_ms) {
   return {Percentile(waits_ms, 0.5), Percentile(waits_ms, 0.9), Percentile(waits_ms, 0.99),
           waits_ms.empty() ? 0 : *std::max_element(waits_ms.begin(), waits_ms.end())};
 }
 
-void PrintJson(const RemoteProfileFlags &f, const RemoteMeasurement &m, const BatchStream &stream,
-               const ProfileReport &report) {
+void PrintJson(const RemoteProfileFlags& f, const RemoteMeasurement& m, const BatchStream& stream,
+               const ProfileReport& report) {
   const Waits w = WaitPercentiles(m.waits_ms);
   nlohmann::json j = {
       {"target", fmt::format("{}", fmt::join(f.targets, ","))},
@@ -175,8 +179,8 @@ void PrintJson(const RemoteProfileFlags &f, const RemoteMeasurement &m, const Ba
   fmt::print("{}\n", j.dump());
 }
 
-void PrintText(const RemoteProfileFlags &f, const RemoteMeasurement &m, const BatchStream &stream,
-               const ProfileReport &report) {
+void PrintText(const RemoteProfileFlags& f, const RemoteMeasurement& m, const BatchStream& stream,
+               const ProfileReport& report) {
   const Waits w = WaitPercentiles(m.waits_ms);
   fmt::print(
       "sluice profile: {} batches of {} at {}x{} from {} (dataset {}, "
@@ -204,11 +208,11 @@ void PrintText(const RemoteProfileFlags &f, const RemoteMeasurement &m, const Ba
   fmt::print("{}", FormatBottleneck(report));
 }
 
-Status Profile(const RemoteProfileFlags &f) {
+Status Profile(const RemoteProfileFlags& f) {
   ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(f));
   std::set<std::string> jobs_before;
   ASSIGN_OR_RETURN(const v1::Stats before, client->GetStats(f.dataset));
-  for (const v1::JobStats &j : before.jobs()) jobs_before.insert(j.name());
+  for (const v1::JobStats& j : before.jobs()) jobs_before.insert(j.name());
   ASSIGN_OR_RETURN(std::unique_ptr<BatchStream> stream, client->Stream(MakeRequest(f)));
   ASSIGN_OR_RETURN(const RemoteMeasurement m, Measure(client.get(), stream.get(), f, jobs_before));
   const ProfileReport report = RemoteReport(m);
@@ -222,7 +226,7 @@ Status Profile(const RemoteProfileFlags &f) {
 
 }  // namespace
 
-int RunRemoteProfile(const RemoteProfileFlags &f) {
+int RunRemoteProfile(const RemoteProfileFlags& f) {
   const Status s = Profile(f);
   return s.ok() ? 0 : Fail(s);
 }

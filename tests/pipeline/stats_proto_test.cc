@@ -1,12 +1,13 @@
 #include "pipeline/stats_proto.h"
 
-#include <google/protobuf/descriptor.h>
-#include <google/protobuf/message.h>
-
-#include <catch2/catch.hpp>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
+
+#include <catch2/catch.hpp>
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
 
 namespace sluice {
 namespace {
@@ -28,15 +29,15 @@ StatsSnapshot Distinct() {
 }
 
 // The names of the fields of `m` that hold a value other than their default.
-std::set<std::string> SetFields(const google::protobuf::Message &m) {
-  std::vector<const google::protobuf::FieldDescriptor *> fields;
+std::set<std::string> SetFields(const google::protobuf::Message& m) {
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
   m.GetReflection()->ListFields(m, &fields);
   std::set<std::string> names;
-  for (const auto *f : fields) names.insert(f->name());
+  for (const auto* f : fields) names.insert(f->name());
   return names;
 }
 
-std::set<std::string> AllFields(const google::protobuf::Descriptor *d) {
+std::set<std::string> AllFields(const google::protobuf::Descriptor* d) {
   std::set<std::string> names;
   for (int i = 0; i < d->field_count(); ++i) names.insert(d->field(i)->name());
   return names;
@@ -52,7 +53,7 @@ TEST_CASE("EveryStageAndPoolFieldOfTheWireIsFilled") {
   CHECK(SetFields(job.stages(0)) == AllFields(v1::StageStats::descriptor()));
   CHECK(SetFields(job.pools(0)) == AllFields(v1::PoolStats::descriptor()));
   std::set<std::string> job_fields = AllFields(v1::JobStats::descriptor());
-  for (const char *owned_by_the_job : {"name", "dataset", "consumers", "memory_budget_bytes"}) {
+  for (const char* owned_by_the_job : {"name", "dataset", "consumers", "memory_budget_bytes"}) {
     job_fields.erase(owned_by_the_job);
   }
   CHECK(SetFields(job) == job_fields);
@@ -73,14 +74,14 @@ TEST_CASE("SnapshotRoundTripsThroughTheWire") {
   CHECK(back.decode_parallelism == s.decode_parallelism);
   CHECK(back.decode_parallelism_max == s.decode_parallelism_max);
   REQUIRE(back.stages.size() == 1);
-  const StageSnapshot &a = back.stages[0];
-  const StageSnapshot &b = s.stages[0];
+  const StageSnapshot& a = back.stages[0];
+  const StageSnapshot& b = s.stages[0];
   CHECK(std::tie(a.name, a.items, a.bytes, a.busy_seconds, a.starved_seconds, a.blocked_seconds,
                  a.max_parallelism) == std::tie(b.name, b.items, b.bytes, b.busy_seconds,
                                                 b.starved_seconds, b.blocked_seconds,
                                                 b.max_parallelism));
   REQUIRE(back.pools.size() == 1);
-  const PoolSnapshot &p = back.pools[0];
+  const PoolSnapshot& p = back.pools[0];
   CHECK(std::tie(p.name, p.bytes, p.peak_bytes, p.limit_bytes) ==
         std::tie(s.pools[0].name, s.pools[0].bytes, s.pools[0].peak_bytes, s.pools[0].limit_bytes));
   CHECK(p.items == 0);  // not on the wire

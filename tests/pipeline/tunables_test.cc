@@ -12,7 +12,7 @@ using testing::TempDir;
 
 TEST_CASE("EveryTunableHasItsDefaultWithinItsBounds") {
   REQUIRE(Tunables().size() == static_cast<size_t>(Tunable::kCount));
-  for (const TunableSpec &s : Tunables()) {
+  for (const TunableSpec& s : Tunables()) {
     INFO(s.field);
     CHECK(&Spec(s.id) == &s);
     CHECK(s.min <= s.max);
@@ -41,21 +41,21 @@ TEST_CASE("ResolveOptionsEnforcesTheTableAtEachBound") {
   testing::WriteTestShards(dir, 1, 1);
   struct Case {
     Tunable tunable;
-    void (*set)(v1::PipelineOptions &, int64_t);
+    void (*set)(v1::PipelineOptions&, int64_t);
   };
   const Case cases[] = {
       {Tunable::kCycleLength,
-       [](auto &o, int64_t v) { o.mutable_interleave()->set_cycle_length(static_cast<int>(v)); }},
+       [](auto& o, int64_t v) { o.mutable_interleave()->set_cycle_length(static_cast<int>(v)); }},
       {Tunable::kShuffleBuffer,
-       [](auto &o, int64_t v) { o.mutable_shuffle()->set_buffer_size(v); }},
-      {Tunable::kImageHeight, [](auto &o, int64_t v) { o.set_image_height(static_cast<int>(v)); }},
-      {Tunable::kImageWidth, [](auto &o, int64_t v) { o.set_image_width(static_cast<int>(v)); }},
-      {Tunable::kPrefetch, [](auto &o, int64_t v) { o.set_prefetch(static_cast<int>(v)); }},
-      {Tunable::kEpochs, [](auto &o, int64_t v) { o.set_epochs(v); }},
-      {Tunable::kMaxErrors, [](auto &o, int64_t v) { o.set_max_errors(v); }},
+       [](auto& o, int64_t v) { o.mutable_shuffle()->set_buffer_size(v); }},
+      {Tunable::kImageHeight, [](auto& o, int64_t v) { o.set_image_height(static_cast<int>(v)); }},
+      {Tunable::kImageWidth, [](auto& o, int64_t v) { o.set_image_width(static_cast<int>(v)); }},
+      {Tunable::kPrefetch, [](auto& o, int64_t v) { o.set_prefetch(static_cast<int>(v)); }},
+      {Tunable::kEpochs, [](auto& o, int64_t v) { o.set_epochs(v); }},
+      {Tunable::kMaxErrors, [](auto& o, int64_t v) { o.set_max_errors(v); }},
   };
-  for (const Case &c : cases) {
-    const TunableSpec &s = Spec(c.tunable);
+  for (const Case& c : cases) {
+    const TunableSpec& s = Spec(c.tunable);
     INFO(s.field);
     for (int64_t v : {s.min - 1, s.max + 1}) {
       if (s.min > 0 && v <= 0) continue;  // unset: takes the default

@@ -1,9 +1,10 @@
 // The one profile report of `sluice profile` and `sluice profile --target`, on made-up snapshots.
 #include "server/tools/profile_report.h"
 
-#include <catch2/catch.hpp>
 #include <string>
 #include <vector>
+
+#include <catch2/catch.hpp>
 
 namespace sluice {
 namespace {

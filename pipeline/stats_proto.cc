@@ -40,8 +40,7 @@ constexpr Field<PoolSnapshot> kPoolFields[] = {
     {"limit_bytes", &PoolSnapshot::limit_bytes},
 };
 
-// JobStats' fields that come from the pipeline (the rest belong to the job:
-// FillJobStats).
+// JobStats' fields that come from the pipeline (the rest belong to the job: FillJobStats).
 constexpr Field<StatsSnapshot> kJobFields[] = {
     {"batches", &StatsSnapshot::batches},
     {"images", &StatsSnapshot::images},
@@ -53,8 +52,7 @@ constexpr Field<StatsSnapshot> kJobFields[] = {
     {"decode_parallelism_max", &StatsSnapshot::decode_parallelism_max},
 };
 
-// The proto field's type must hold the member's: checked by
-// tests/pipeline/stats_proto_test.cc.
+// The proto field's type must hold the member's: checked by tests/pipeline/stats_proto_test.cc.
 template <typename Snapshot, size_t N>
 void ToMessage(const Snapshot& from, const Field<Snapshot> (&fields)[N], Message* to) {
   const auto* reflection = to->GetReflection();

@@ -11,8 +11,8 @@ namespace {
 
 constexpr int64_t kComputed = 0;  // the default is computed by ResolveOptions (TunableSpec)
 
-// Indexed by Tunable; the bounds are what one pipeline can hold, not what a
-// server allows a client (that is ClientLimits, bounded in turn by these).
+// Indexed by Tunable; the bounds are what one pipeline can hold, not what a server allows a client
+// (that is ClientLimits, bounded in turn by these).
 constexpr TunableSpec kTunables[] = {
     {Tunable::kCycleLength, "interleave.cycle_length", 8, 1, 1024},
     {Tunable::kBlockLength, "interleave.block_length", 1, 1, 1 << 20},

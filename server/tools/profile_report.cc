@@ -11,11 +11,10 @@ namespace {
 constexpr double kSaturated = 0.7;
 constexpr double kConsumerBound = 0.05;
 
-// Counters are added when a wait or a piece of work ends, so one that began
-// before the window's first snapshot is counted whole inside the window, and
-// the two snapshots read their counters a moment apart: a fraction can come out
-// a little over 1 (a "blocked 101%") or under 0. No thread can be busy, starved
-// or blocked for more than all of the window, so the fraction is clamped to
+// Counters are added when a wait or a piece of work ends, so one that began before the window's
+// first snapshot is counted whole inside the window, and the two snapshots read their counters a
+// moment apart: a fraction can come out a little over 1 (a "blocked 101%") or under 0. No thread
+// can be busy, starved or blocked for more than all of the window, so the fraction is clamped to
 // what can be true.
 double Fraction(double seconds, double window_seconds) {
   if (window_seconds <= 0) return 0;
@@ -29,8 +28,7 @@ const PoolSnapshot* FindPool(const StatsSnapshot& s, std::string_view name) {
   return nullptr;
 }
 
-// A cache is in use when the pipeline has one (its pool has a budget) or holds
-// entries.
+// A cache is in use when the pipeline has one (its pool has a budget) or holds entries.
 bool CacheInUse(const StatsSnapshot& s, std::string_view pool) {
   const PoolSnapshot* p = FindPool(s, pool);
   return p != nullptr && (p->limit_bytes > 0 || p->bytes > 0);
@@ -43,8 +41,8 @@ StageRow Row(const ProfileReport& report, std::string_view name) {
   return StageRow{};
 }
 
-// The same advice in the words of each side: a flag of `sluice profile`, or a
-// setting of the server's configuration.
+// The same advice in the words of each side: a flag of `sluice profile`, or a setting of the
+// server's configuration.
 std::string Say(const ProfileContext& c, std::string local, std::string remote) {
   return c.side == ProfileSide::kLocal ? std::move(local) : std::move(remote);
 }
@@ -80,8 +78,7 @@ Bottleneck DecodeBound(const StatsSnapshot& s, const StageRow& decode, const Pro
   } else if (threads < c.cores) {
     b.fixes.push_back(fmt::format("more --threads ({} cores here)", c.cores));
   }
-  // A decoded cache already in use (warm or filling) is no advice: it is what
-  // ran.
+  // A decoded cache already in use (warm or filling) is no advice: it is what ran.
   if (!CacheInUse(s, "decoded_cache")) {
     std::string size;
     if (c.decoded_short_side > 0) {

@@ -1,9 +1,7 @@
-// The report both `sluice profile` (a pipeline in this process) and `sluice
-// profile --target` (a job of a running server, through GetStats) print:
-// per-stage load over the measured window, the bottleneck and what would help.
-// One computation for both, so the two cannot disagree; only the wording of a
-// fix differs (a flag of this command, or a setting of the server's
-// configuration).
+// The report both `sluice profile` (a pipeline in this process) and `sluice profile --target` (a
+// job of a running server, through GetStats) print: per-stage load over the measured window, the
+// bottleneck and what would help. One computation for both, so the two cannot disagree; only the
+// wording of a fix differs (a flag of this command, or a setting of the server's configuration).
 #pragma once
 
 #include <cstddef>
@@ -18,9 +16,8 @@ namespace sluice {
 
 enum class ProfileSide { kLocal, kRemote };
 
-// What the report knows beyond the stats. Zero or false where the side cannot
-// know it (a remote profile does not see the server's cores, files or
-// compression).
+// What the report knows beyond the stats. Zero or false where the side cannot know it (a remote
+// profile does not see the server's cores, files or compression).
 struct ProfileContext {
   ProfileSide side = ProfileSide::kLocal;
   int cores = 0;
@@ -33,8 +30,8 @@ struct StageRow {
   std::string name;
   double items_per_sec = 0;
   double mb_per_sec = 0;
-  // Fractions of the window times the threads the stage may use (decode: the
-  // decode threads; every other stage runs on one), each within [0, 1].
+  // Fractions of the window times the threads the stage may use (decode: the decode threads; every
+  // other stage runs on one), each within [0, 1].
   double busy_fraction = 0;
   double starved_fraction = 0;
   double blocked_fraction = 0;
@@ -53,16 +50,14 @@ struct ProfileReport {
   Bottleneck bottleneck;
 };
 
-// The report on the window between two snapshots of one pipeline.
-// consumer_wait_fraction is the share of the window the consumer waited for a
-// batch: the pipeline's consumer stage locally, the client's own measured waits
-// remotely. REQUIRES: after was taken after before, of the same pipeline (same
-// stages in the same order).
+// The report on the window between two snapshots of one pipeline. consumer_wait_fraction is the
+// share of the window the consumer waited for a batch: the pipeline's consumer stage locally, the
+// client's own measured waits remotely. REQUIRES: after was taken after before, of the same
+// pipeline (same stages in the same order).
 ProfileReport MakeProfileReport(const StatsSnapshot& before, const StatsSnapshot& after,
                                 double consumer_wait_fraction, const ProfileContext& context);
 
-// The stages as the --json output's "stages" array, and the bottleneck as its
-// "bottleneck" object.
+// The stages as the --json output's "stages" array, and the bottleneck as its "bottleneck" object.
 nlohmann::json StagesJson(const ProfileReport& report);
 nlohmann::json BottleneckJson(const ProfileReport& report);
 

@@ -71,8 +71,7 @@ v1::StreamRequest MakeRequest(const RemoteProfileFlags& f) {
   return request;
 }
 
-// What the client saw over the measured window, and the server's job at both
-// ends of it.
+// What the client saw over the measured window, and the server's job at both ends of it.
 struct RemoteMeasurement {
   std::vector<double> waits_ms;  // per batch
   uint64_t images = 0;
@@ -85,8 +84,7 @@ struct RemoteMeasurement {
   std::optional<v1::JobStats> job_end;
 };
 
-// The server's view of the job this profile started (or joined), when GetStats
-// shows it.
+// The server's view of the job this profile started (or joined), when GetStats shows it.
 Result<std::optional<v1::JobStats>> JobNow(Client* client, const RemoteProfileFlags& f,
                                            const std::set<std::string>& jobs_before) {
   ASSIGN_OR_RETURN(const v1::Stats stats, client->GetStats(f.dataset));
@@ -130,8 +128,7 @@ Result<RemoteMeasurement> Measure(Client* client, BatchStream* stream, const Rem
   return m;
 }
 
-// The report on the server's job, with the client's own waits as the
-// consumer's.
+// The report on the server's job, with the client's own waits as the consumer's.
 ProfileReport RemoteReport(const RemoteMeasurement& m) {
   double wait_total_ms = 0;
   for (double w : m.waits_ms) wait_total_ms += w;

@@ -5,9 +5,9 @@
 #include <tuple>
 #include <vector>
 
-#include <catch2/catch.hpp>
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
+#include <catch2/catch.hpp>
 
 namespace sluice {
 namespace {
@@ -43,8 +43,7 @@ std::set<std::string> AllFields(const google::protobuf::Descriptor* d) {
   return names;
 }
 
-// A field added to StageStats or PoolStats without a line in stats_proto.cc's
-// tables fails here.
+// A field added to StageStats or PoolStats without a line in stats_proto.cc's tables fails here.
 TEST_CASE("EveryStageAndPoolFieldOfTheWireIsFilled") {
   v1::JobStats job;
   FillJobStats(Distinct(), &job);

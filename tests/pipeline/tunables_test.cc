@@ -34,8 +34,8 @@ TEST_CASE("UnsetMeansDefaultOnlyWhereZeroIsOutOfBounds") {
   CHECK(WidthOrHeight(32, 64) == 32);
 }
 
-// ResolveOptions refuses each tunable just past either bound, naming the field
-// and the table's bounds, and accepts it at both bounds.
+// ResolveOptions refuses each tunable just past either bound, naming the field and the table's
+// bounds, and accepts it at both bounds.
 TEST_CASE("ResolveOptionsEnforcesTheTableAtEachBound") {
   TempDir dir;
   testing::WriteTestShards(dir, 1, 1);

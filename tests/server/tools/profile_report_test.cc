@@ -9,13 +9,14 @@
 namespace sluice {
 namespace {
 
-// A pipeline two decode threads kept `decode_busy` busy over a 10 s window, the reader
-// `read_busy` (the read stage blocked for `read_blocked` seconds of it).
+// Two snapshots, 10 s apart, of a pipeline with two decode threads.
 struct Window {
   StatsSnapshot before;
   StatsSnapshot after;
 };
 
+// The reader busy `read_busy` of the window and blocked `read_blocked` seconds of it; the decode
+// threads busy `decode_busy` of it.
 Window MakeWindow(double read_busy, double decode_busy, double read_blocked = 0) {
   Window w;
   for (StatsSnapshot* s : {&w.before, &w.after}) {
@@ -94,8 +95,8 @@ TEST_CASE("BothSidesFindTheSameBottleneckInTheSameFigures") {
 }
 
 TEST_CASE("FractionsAreClampedToTheWindow") {
-  // A wait that began before the window is counted whole when it ends inside it: 10.1 s blocked
-  // in a 10 s window.
+  // A wait that began before the window is counted whole when it ends inside it: 10.1 s blocked in
+  // a 10 s window.
   const Window w = MakeWindow(0.2, 1.02, 10.1);
   const ProfileReport r = MakeProfileReport(w.before, w.after, 1.3, Side(ProfileSide::kLocal));
   REQUIRE(r.stages.size() == 3);

@@ -6,18 +6,47 @@
 #include <thread>
 
 #include "formats/image_example.h"
-#include "formats/jpeg_codec.h"
 
 namespace sluice {
 namespace {
 
-Status OutOfRange(const char* field, int64_t value, int64_t lo, int64_t hi) {
-  return InvalidArgument(std::string(field) + " = " + std::to_string(value) + " is outside [" +
-                         std::to_string(lo) + ", " + std::to_string(hi) + "]");
+// Sets `*out` to the tunable's value (`given`, or `fallback` when unset) and checks its bounds.
+template <typename T>
+Status Take(Tunable t, int64_t given, int64_t fallback, T* out) {
+  const int64_t value = ValueOrDefault(t, given, fallback);
+  RETURN_IF_ERROR(CheckTunable(t, value));
+  *out = static_cast<T>(value);
+  return Status::OK();
 }
 
-#define CHECK_RANGE(field, value, lo, hi) \
-  if ((value) < (lo) || (value) > (hi)) return OutOfRange(field, value, lo, hi)
+template <typename T>
+Status Take(Tunable t, int64_t given, T* out) {
+  return Take(t, given, Spec(t).default_value, out);
+}
+
+// Sets records_budget_bytes to what the budget leaves after the batch pool, the cache and the read
+// buffers; ResourceExhausted when that is under a sixteenth of the budget.
+Status SplitMemoryBudget(ResolvedOptions* options) {
+  ResolvedOptions& r = *options;
+  // The batch pool is the one fixed cost: every batch being filled, waiting in the prefetch queue
+  // or held by the consumer. It must leave room for the rest within the budget.
+  int64_t pool_bytes = static_cast<int64_t>(r.batch_image_bytes()) * (r.prefetch + kBatchPoolExtra);
+  int64_t cache_bytes = r.cache == CacheKind::kNone ? 0 : r.cache_budget_bytes;
+  int64_t read_bytes = kReadBytesPerOpenFile * r.cycle_length;
+  r.records_budget_bytes = r.memory_budget_bytes - pool_bytes - cache_bytes - read_bytes;
+  if (r.records_budget_bytes < r.memory_budget_bytes / 16) {
+    return ResourceExhausted(
+        "memory_budget_bytes = " + std::to_string(r.memory_budget_bytes) + " cannot hold " +
+        std::to_string(r.prefetch + kBatchPoolExtra) + " batches of " +
+        std::to_string(r.batch_size) + "x" + std::to_string(r.height) + "x" +
+        std::to_string(r.width) + "x3 (" + std::to_string(pool_bytes) + " bytes)" +
+        (cache_bytes ? " plus a cache of " + std::to_string(cache_bytes) + " bytes" : "") +
+        " and read buffers of " + std::to_string(read_bytes) +
+        " bytes with room for records in flight; raise the budget or lower batch_size, image "
+        "size, prefetch or the cache budget");
+  }
+  return Status::OK();
+}
 
 }  // namespace
 
@@ -56,51 +85,41 @@ Result<ResolvedOptions> ResolveOptions(const v1::PipelineOptions& o) {
   r.label_key = o.label_key().empty() ? std::string(kImageLabelKey) : o.label_key();
   r.label_offset = o.label_offset();
 
-  const int n_files = static_cast<int>(r.files.size());
-  r.cycle_length = o.interleave().cycle_length() > 0 ? o.interleave().cycle_length()
-                                                     : std::min(n_files, 8);
-  CHECK_RANGE("interleave.cycle_length", r.cycle_length, 1, 1024);
-  r.block_length = o.interleave().block_length() > 0 ? o.interleave().block_length() : 1;
-  CHECK_RANGE("interleave.block_length", r.block_length, 1, 1 << 20);
+  const int64_t n_files = static_cast<int64_t>(r.files.size());
+  RETURN_IF_ERROR(Take(Tunable::kCycleLength, o.interleave().cycle_length(),
+                       std::min(n_files, Spec(Tunable::kCycleLength).default_value),
+                       &r.cycle_length));
+  RETURN_IF_ERROR(Take(Tunable::kBlockLength, o.interleave().block_length(), &r.block_length));
   r.shuffle_files = !o.no_shuffle_files();
 
   r.seed = o.seed();
-  r.shuffle_buffer = o.shuffle().buffer_size();
-  CHECK_RANGE("shuffle.buffer_size", r.shuffle_buffer, 0, int64_t{1} << 26);
+  RETURN_IF_ERROR(Take(Tunable::kShuffleBuffer, o.shuffle().buffer_size(), &r.shuffle_buffer));
   r.shuffle_seed = o.shuffle().seed() != 0 ? o.shuffle().seed() : r.seed;
   r.reshuffle_each_epoch = !o.shuffle().no_reshuffle_each_epoch();
 
   r.mode = o.mode() == v1::MODE_EVAL ? PipelineMode::kEval : PipelineMode::kTrain;
-  r.height = o.image_height() > 0 ? o.image_height() : 224;
-  r.width = o.image_width() > 0 ? o.image_width() : r.height;
-  CHECK_RANGE("image_height", r.height, 8, 4096);
-  CHECK_RANGE("image_width", r.width, 8, 4096);
-  r.batch_size = o.batch_size() > 0 ? o.batch_size() : 256;
-  CHECK_RANGE("batch_size", r.batch_size, 1, 65536);
+  RETURN_IF_ERROR(Take(Tunable::kImageHeight, o.image_height(), &r.height));
+  RETURN_IF_ERROR(Take(Tunable::kImageWidth, o.image_width(), r.height, &r.width));
+  RETURN_IF_ERROR(Take(Tunable::kBatchSize, o.batch_size(), &r.batch_size));
   r.drop_remainder = o.drop_remainder();
-  r.prefetch = o.prefetch() > 0 ? o.prefetch() : 2;
-  CHECK_RANGE("prefetch", r.prefetch, 1, 64);
-  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  r.threads = o.threads() > 0 ? o.threads() : cores;
-  CHECK_RANGE("threads", r.threads, 1, 1024);
-  r.epochs = o.epochs();
-  CHECK_RANGE("epochs", r.epochs, 0, int64_t{1} << 40);
+  RETURN_IF_ERROR(Take(Tunable::kPrefetch, o.prefetch(), &r.prefetch));
+  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  RETURN_IF_ERROR(Take(Tunable::kThreads, o.threads(), cores, &r.threads));
+  RETURN_IF_ERROR(Take(Tunable::kEpochs, o.epochs(), &r.epochs));
 
-  r.shard_count = o.shard().count() > 0 ? o.shard().count() : 1;
+  RETURN_IF_ERROR(Take(Tunable::kShardCount, o.shard().count(), &r.shard_count));
   r.shard_index = o.shard().index();
-  CHECK_RANGE("shard.count", r.shard_count, 1, 1 << 20);
-  CHECK_RANGE("shard.index", r.shard_index, 0, r.shard_count - 1);
+  RETURN_IF_ERROR(CheckRange("shard.index", r.shard_index, 0, r.shard_count - 1));
 
   r.error_policy = o.error_policy() == v1::ERROR_POLICY_FAIL ? ErrorPolicy::kFail
                                                              : ErrorPolicy::kSkip;
-  r.max_errors = o.max_errors();
-  CHECK_RANGE("max_errors", r.max_errors, 0, int64_t{1} << 50);
-  r.max_pixels = o.max_pixels() > 0 ? o.max_pixels() : kDefaultMaxPixels;
+  RETURN_IF_ERROR(Take(Tunable::kMaxErrors, o.max_errors(), &r.max_errors));
+  RETURN_IF_ERROR(Take(Tunable::kMaxPixels, o.max_pixels(), &r.max_pixels));
   r.fast_idct = !o.accurate_idct();
   r.autotune = !o.no_autotune();
 
-  r.memory_budget_bytes =
-      o.memory_budget_bytes() > 0 ? o.memory_budget_bytes() : kDefaultMemoryBudget;
+  RETURN_IF_ERROR(
+      Take(Tunable::kMemoryBudget, o.memory_budget_bytes(), &r.memory_budget_bytes));
   switch (o.cache().mode()) {
     case v1::CACHE_RECORDS: r.cache = CacheKind::kRecords; break;
     case v1::CACHE_DECODED: r.cache = CacheKind::kDecoded; break;
@@ -108,28 +127,12 @@ Result<ResolvedOptions> ResolveOptions(const v1::PipelineOptions& o) {
   }
   r.cache_budget_bytes = o.cache().budget_bytes() > 0 ? o.cache().budget_bytes()
                                                        : r.memory_budget_bytes / 4;
-  r.decoded_short_side = o.cache().decoded_short_side() > 0
-                             ? o.cache().decoded_short_side()
-                             : (std::max(r.height, r.width) * 256 + 223) / 224;
-  CHECK_RANGE("cache.decoded_short_side", r.decoded_short_side, 8, 8192);
+  // The cache keeps images a little larger than the output (256 for 224) so that random crops
+  // still have pixels to choose from.
+  RETURN_IF_ERROR(Take(Tunable::kDecodedShortSide, o.cache().decoded_short_side(),
+                       (std::max(r.height, r.width) * 256 + 223) / 224, &r.decoded_short_side));
 
-  // The batch pool is the one fixed cost: every batch being filled, waiting in the prefetch queue
-  // or held by the consumer. It must leave room for the rest within the budget.
-  int64_t pool_bytes = static_cast<int64_t>(r.batch_image_bytes()) * (r.prefetch + kBatchPoolExtra);
-  int64_t cache_bytes = r.cache == CacheKind::kNone ? 0 : r.cache_budget_bytes;
-  int64_t read_bytes = kReadBytesPerOpenFile * r.cycle_length;
-  r.records_budget_bytes = r.memory_budget_bytes - pool_bytes - cache_bytes - read_bytes;
-  if (r.records_budget_bytes < r.memory_budget_bytes / 16) {
-    return ResourceExhausted(
-        "memory_budget_bytes = " + std::to_string(r.memory_budget_bytes) + " cannot hold " +
-        std::to_string(r.prefetch + kBatchPoolExtra) + " batches of " +
-        std::to_string(r.batch_size) + "x" + std::to_string(r.height) + "x" +
-        std::to_string(r.width) + "x3 (" + std::to_string(pool_bytes) + " bytes)" +
-        (cache_bytes ? " plus a cache of " + std::to_string(cache_bytes) + " bytes" : "") +
-        " and read buffers of " + std::to_string(read_bytes) +
-        " bytes with room for records in flight; raise the budget or lower batch_size, image "
-        "size, prefetch or the cache budget");
-  }
+  RETURN_IF_ERROR(SplitMemoryBudget(&r));
   return r;
 }
 

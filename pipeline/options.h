@@ -9,6 +9,7 @@
 
 #include "formats/compression.h"
 #include "formats/status.h"
+#include "pipeline/tunables.h"
 #include "sluice/v1/config.pb.h"
 
 namespace sluice {
@@ -58,7 +59,6 @@ struct ResolvedOptions {
   size_t batch_image_bytes() const { return image_bytes() * batch_size; }
 };
 
-inline constexpr int64_t kDefaultMemoryBudget = int64_t{4} << 30;
 // Batch buffers beyond `prefetch`: the consumer's current batch, the ones being filled, and one
 // for the compaction that follows a skipped record.
 inline constexpr int kBatchPoolExtra = 4;
@@ -72,7 +72,8 @@ inline constexpr int64_t kReadBytesPerOpenFile = kReadBufferBytes * (1 + kReadAh
 // cache and inflation are fast next to decode, so a few threads keep a whole cycle ahead.
 inline constexpr int kMaxIoThreads = 4;
 
-// Applies defaults and checks bounds. Errors name the field: InvalidArgument for values out of
+// Applies defaults and checks bounds, both from the tunables table (pipeline/tunables.h), so each
+// error reads "FIELD = VALUE is outside [MIN, MAX]". Errors name the field: InvalidArgument for values out of
 // range, NotFound when a glob matches no file, ResourceExhausted when the batch pool alone would
 // not fit the memory budget.
 Result<ResolvedOptions> ResolveOptions(const v1::PipelineOptions& options);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "pipeline/options.h"
+#include "pipeline/stats_proto.h"
 #include "server/server_config.h"
 
 namespace sluice {
@@ -14,37 +15,11 @@ std::string Key(const std::string& dataset, const std::string& name) {
 
 
 void FillJobStats(const Job& job, v1::JobStats* out) {
-  StatsSnapshot s = job.Stats();
   out->set_name(job.name());
   out->set_dataset(job.dataset());
   out->set_consumers(job.consumers());
-  out->set_batches(s.batches);
-  out->set_images(s.images);
-  out->set_skipped_records(s.skipped);
-  out->set_wall_seconds(s.wall_seconds);
-  out->set_images_per_sec(s.wall_seconds > 0 ? static_cast<double>(s.images) / s.wall_seconds : 0);
-  out->set_queue_fill(s.queue_fill);
-  out->set_queue_capacity(s.queue_capacity);
   out->set_memory_budget_bytes(job.memory_budget());
-  out->set_decode_parallelism(s.decode_parallelism);
-  out->set_decode_parallelism_max(s.decode_parallelism_max);
-  for (const StageSnapshot& st : s.stages) {
-    v1::StageStats* o = out->add_stages();
-    o->set_name(st.name);
-    o->set_items(st.items);
-    o->set_bytes(st.bytes);
-    o->set_busy_seconds(st.busy_seconds);
-    o->set_starved_seconds(st.starved_seconds);
-    o->set_blocked_seconds(st.blocked_seconds);
-    o->set_max_parallelism(st.max_parallelism);
-  }
-  for (const PoolSnapshot& p : s.pools) {
-    v1::PoolStats* o = out->add_pools();
-    o->set_name(p.name);
-    o->set_bytes(p.bytes);
-    o->set_peak_bytes(p.peak_bytes);
-    o->set_limit_bytes(p.limit_bytes);
-  }
+  FillJobStats(job.Stats(), out);
 }
 
 }  // namespace

@@ -6,15 +6,15 @@
 
 #include <fmt/format.h>
 
+#include "pipeline/tunables.h"
 #include "server/server_config.h"
 
 namespace sluice {
 namespace {
 
+// A request subdivides the dataset's own shards at most this finely; the product of both stays
+// within the pipeline's shard.count bound (pipeline/tunables.h).
 constexpr int64_t kMaxRequestShards = 100000;
-// ResolveOptions' bounds on what a request may change.
-constexpr int64_t kMaxShards = int64_t{1} << 20;
-constexpr int64_t kMaxEpochs = int64_t{1} << 40;
 constexpr size_t kMaxJobName = 128;
 // Client-supplied names are echoed in errors at most this long.
 constexpr size_t kMaxEcho = 80;
@@ -32,6 +32,22 @@ std::string Echo(std::string_view text) {
   if (text.size() > kMaxEcho) out += "...";
   return out;
 }
+
+// The StreamRequest fields a dataset's limits may fix, each with the flag that fixes it: what
+// ListDatasets reports as fixed_fields.
+struct Fixable {
+  std::string_view field;
+  bool (v1::ClientLimits::*fixed)() const;
+};
+constexpr Fixable kFixable[] = {
+    {"batch_size", &v1::ClientLimits::fix_batch_size},
+    {"image_height", &v1::ClientLimits::fix_image_size},
+    {"image_width", &v1::ClientLimits::fix_image_size},
+    {"mode", &v1::ClientLimits::fix_mode},
+    {"seed", &v1::ClientLimits::fix_seed},
+    {"epochs", &v1::ClientLimits::fix_epochs},
+    {"drop_remainder", &v1::ClientLimits::fix_drop_remainder},
+};
 
 Status Fixed(std::string_view field, std::string_view value) {
   return InvalidArgument(fmt::format("{} is fixed by this dataset ({})", field, value));
@@ -66,10 +82,11 @@ Status ApplyShard(const v1::ShardOptions& shard, v1::PipelineOptions* o) {
   if (count == 1) return Status::OK();
   const int64_t server_count = std::max(1, o->shard().count());
   const int64_t total = server_count * count;
-  if (total > kMaxShards) {
+  const int64_t max_shards = Spec(Tunable::kShardCount).max;
+  if (total > max_shards) {
     return InvalidArgument(
         fmt::format("shard.count {} within this server's own {} shards makes {}, over {}", count,
-                    server_count, total, kMaxShards));
+                    server_count, total, max_shards));
   }
   o->mutable_shard()->set_index(
       static_cast<int>(o->shard().index() + server_count * shard.index()));
@@ -138,9 +155,8 @@ Result<v1::PipelineOptions> PipelineForRequest(const v1::ServerConfig& config,
   if (r.image_height() < 0) return Negative("image_height", r.image_height());
   if (r.image_width() < 0) return Negative("image_width", r.image_width());
   const int height = r.image_height() > 0 ? r.image_height() : o.image_height();
-  const int width = r.image_width() > 0    ? r.image_width()
-                    : r.image_height() > 0 ? r.image_height()
-                                           : o.image_width();
+  const int asked_width = WidthOrHeight(r.image_width(), r.image_height());
+  const int width = asked_width > 0 ? asked_width : o.image_width();
   if (limits.fix_image_size()) {
     if (height != o.image_height()) return Fixed("image_height", std::to_string(o.image_height()));
     if (width != o.image_width()) return Fixed("image_width", std::to_string(o.image_width()));
@@ -163,8 +179,9 @@ Result<v1::PipelineOptions> PipelineForRequest(const v1::ServerConfig& config,
   }
   if (r.has_epochs()) {
     if (r.epochs() < 0) return Negative("epochs", r.epochs());
-    if (r.epochs() > kMaxEpochs) {
-      return InvalidArgument(fmt::format("epochs {} is over {}", r.epochs(), kMaxEpochs));
+    const int64_t max_epochs = Spec(Tunable::kEpochs).max;
+    if (r.epochs() > max_epochs) {
+      return InvalidArgument(fmt::format("epochs {} is over {}", r.epochs(), max_epochs));
     }
     if (limits.fix_epochs() && r.epochs() != o.epochs()) {
       return Fixed("epochs", std::to_string(o.epochs()));
@@ -205,22 +222,18 @@ v1::DatasetInfo DescribeDataset(const v1::DatasetConfig& dataset) {
   info.set_name(dataset.name());
   info.set_files(o.files_size());
   info.set_num_classes(dataset.num_classes());
-  info.set_batch_size(o.batch_size());
-  info.set_image_height(o.image_height());
-  info.set_image_width(o.image_width());
+  // What a request that leaves a field unset gets, as ResolveOptions will make it.
+  const int height = static_cast<int>(ValueOrDefault(Tunable::kImageHeight, o.image_height()));
+  info.set_batch_size(static_cast<int>(ValueOrDefault(Tunable::kBatchSize, o.batch_size())));
+  info.set_image_height(height);
+  info.set_image_width(WidthOrHeight(o.image_width(), height));
   info.set_mode(o.mode());
   info.set_max_batch_size(limits.max_batch_size());
   info.set_min_image_size(limits.min_image_size());
   info.set_max_image_size(limits.max_image_size());
-  if (limits.fix_batch_size()) info.add_fixed_fields("batch_size");
-  if (limits.fix_image_size()) {
-    info.add_fixed_fields("image_height");
-    info.add_fixed_fields("image_width");
+  for (const Fixable& f : kFixable) {
+    if ((limits.*f.fixed)()) info.add_fixed_fields(std::string(f.field));
   }
-  if (limits.fix_mode()) info.add_fixed_fields("mode");
-  if (limits.fix_seed()) info.add_fixed_fields("seed");
-  if (limits.fix_epochs()) info.add_fixed_fields("epochs");
-  if (limits.fix_drop_remainder()) info.add_fixed_fields("drop_remainder");
   return info;
 }
 

@@ -18,16 +18,11 @@
 #include "client/wire/token_file.h"
 #include "formats/file.h"
 #include "pipeline/options.h"
+#include "pipeline/tunables.h"
 #include "server/textproto.h"
 
 namespace sluice {
 namespace {
-
-constexpr int kMaxThreads = 1024;
-// Bounds of ResolveOptions: the smallest and largest images and batches a pipeline makes.
-constexpr int kPipelineMinImage = 8;
-constexpr int kPipelineMaxImage = 4096;
-constexpr int kPipelineMaxBatch = 65536;
 
 Status Bad(std::string_view field, std::string_view what) {
   return InvalidArgument(fmt::format("{}: {}", field, what));
@@ -103,21 +98,21 @@ Status ReadNonEmptyFile(std::string_view field, const std::string& path) {
   return Status::OK();
 }
 
+// A limit must lie within what a pipeline can make: the bounds of the tunable it limits.
+Status CheckLimit(const std::string& ds, std::string_view name, int64_t value, Tunable bounds) {
+  const TunableSpec& spec = Spec(bounds);
+  if (value >= spec.min && value <= spec.max) return Status::OK();
+  return Bad(ds + ".limits." + std::string(name),
+             fmt::format("{} is outside [{}, {}]", value, spec.min, spec.max));
+}
+
 Status CheckLimits(const std::string& ds, v1::ClientLimits* l) {
   if (l->max_batch_size() == 0) l->set_max_batch_size(kDefaultMaxBatchSize);
   if (l->min_image_size() == 0) l->set_min_image_size(kDefaultMinImageSize);
   if (l->max_image_size() == 0) l->set_max_image_size(kDefaultMaxImageSize);
-  if (l->max_batch_size() < 1 || l->max_batch_size() > kPipelineMaxBatch) {
-    return Bad(ds + ".limits.max_batch_size",
-               fmt::format("{} is outside [1, {}]", l->max_batch_size(), kPipelineMaxBatch));
-  }
-  for (auto [name, v] : {std::pair{"min_image_size", l->min_image_size()},
-                         std::pair{"max_image_size", l->max_image_size()}}) {
-    if (v < kPipelineMinImage || v > kPipelineMaxImage) {
-      return Bad(ds + ".limits." + name,
-                 fmt::format("{} is outside [{}, {}]", v, kPipelineMinImage, kPipelineMaxImage));
-    }
-  }
+  RETURN_IF_ERROR(CheckLimit(ds, "max_batch_size", l->max_batch_size(), Tunable::kBatchSize));
+  RETURN_IF_ERROR(CheckLimit(ds, "min_image_size", l->min_image_size(), Tunable::kImageHeight));
+  RETURN_IF_ERROR(CheckLimit(ds, "max_image_size", l->max_image_size(), Tunable::kImageHeight));
   if (l->min_image_size() > l->max_image_size()) {
     return Bad(ds + ".limits.min_image_size",
                fmt::format("{} is over limits.max_image_size {}", l->min_image_size(),
@@ -163,15 +158,14 @@ Result<int64_t> CheckDataset(const v1::ServerConfig& server, v1::DatasetConfig* 
                            FormatBytes(server.memory_budget_bytes())));
   }
 
-  const ResolvedOptions library_defaults;
   for (auto [name, v] :
        {std::pair{"batch_size", p->batch_size()}, std::pair{"image_height", p->image_height()},
         std::pair{"image_width", p->image_width()}}) {
     if (v < 0) return Bad(ds + ".pipeline." + name, fmt::format("{} is negative", v));
   }
-  if (p->batch_size() == 0) p->set_batch_size(library_defaults.batch_size);
-  if (p->image_height() == 0) p->set_image_height(library_defaults.height);
-  if (p->image_width() == 0) p->set_image_width(p->image_height());
+  p->set_batch_size(static_cast<int>(ValueOrDefault(Tunable::kBatchSize, p->batch_size())));
+  p->set_image_height(static_cast<int>(ValueOrDefault(Tunable::kImageHeight, p->image_height())));
+  p->set_image_width(WidthOrHeight(p->image_width(), p->image_height()));
   if (p->batch_size() > limits->max_batch_size()) {
     return Bad(ds + ".pipeline.batch_size", fmt::format("{} is over limits.max_batch_size {}",
                                                         p->batch_size(), limits->max_batch_size()));
@@ -191,6 +185,45 @@ Result<int64_t> CheckDataset(const v1::ServerConfig& server, v1::DatasetConfig* 
   Result<ResolvedOptions> resolved = ResolveOptions(*p);
   if (!resolved.ok()) return resolved.status().WithContext(ds + ".pipeline");
   return BatchMessageBytes(p->batch_size(), p->image_height(), p->image_width());
+}
+
+// Applies the defaults of the server-wide limits and checks them.
+Status CheckServerLimits(v1::ServerConfig* c) {
+  if (c->memory_budget_bytes() < 0) {
+    return Bad("memory_budget_bytes", fmt::format("{} is negative", c->memory_budget_bytes()));
+  }
+  if (c->memory_budget_bytes() == 0) c->set_memory_budget_bytes(kDefaultServerMemoryBudget);
+  if (c->max_streams() < 0)
+    return Bad("max_streams", fmt::format("{} is under 1", c->max_streams()));
+  if (c->max_streams() == 0) c->set_max_streams(kDefaultMaxStreams);
+  if (c->max_batch_bytes() < 0) {
+    return Bad("max_batch_bytes", fmt::format("{} is negative", c->max_batch_bytes()));
+  }
+  if (c->max_batch_bytes() == 0) c->set_max_batch_bytes(kDefaultMaxBatchBytes);
+  if (c->max_batch_bytes() > INT_MAX) {
+    return Bad("max_batch_bytes",
+               fmt::format("{} is over gRPC's largest message, {}", c->max_batch_bytes(), INT_MAX));
+  }
+  if (c->job_linger_seconds() < 0) {
+    return Bad("job_linger_seconds", fmt::format("{} is negative", c->job_linger_seconds()));
+  }
+  if (c->job_linger_seconds() == 0) c->set_job_linger_seconds(kDefaultJobLingerSeconds);
+  if (c->max_shared_memory_bytes() < 0) {
+    return Bad("max_shared_memory_bytes",
+               fmt::format("{} is negative", c->max_shared_memory_bytes()));
+  }
+  if (c->max_shared_memory_bytes() == 0)
+    c->set_max_shared_memory_bytes(kDefaultMaxSharedMemoryBytes);
+  // The server's decode threads per pipeline: 0 (every core) or within the pipeline's bounds.
+  const int64_t max_threads = Spec(Tunable::kThreads).max;
+  if (c->threads() < 0 || c->threads() > max_threads) {
+    return Bad("threads", fmt::format("{} is outside [0, {}]", c->threads(), max_threads));
+  }
+  if (c->threads() == 0) {
+    c->set_threads(static_cast<int>(std::clamp<int64_t>(std::thread::hardware_concurrency(),
+                                                        Spec(Tunable::kThreads).min, max_threads)));
+  }
+  return Status::OK();
 }
 
 }  // namespace
@@ -244,36 +277,7 @@ Result<v1::ServerConfig> ValidateServerConfig(v1::ServerConfig c) {
     RETURN_IF_ERROR(CheckHostPort("metrics_address", c.metrics_address()));
   }
 
-  if (c.memory_budget_bytes() < 0) {
-    return Bad("memory_budget_bytes", fmt::format("{} is negative", c.memory_budget_bytes()));
-  }
-  if (c.memory_budget_bytes() == 0) c.set_memory_budget_bytes(kDefaultServerMemoryBudget);
-  if (c.max_streams() < 0) return Bad("max_streams", fmt::format("{} is under 1", c.max_streams()));
-  if (c.max_streams() == 0) c.set_max_streams(kDefaultMaxStreams);
-  if (c.max_batch_bytes() < 0) {
-    return Bad("max_batch_bytes", fmt::format("{} is negative", c.max_batch_bytes()));
-  }
-  if (c.max_batch_bytes() == 0) c.set_max_batch_bytes(kDefaultMaxBatchBytes);
-  if (c.max_batch_bytes() > INT_MAX) {
-    return Bad("max_batch_bytes",
-               fmt::format("{} is over gRPC's largest message, {}", c.max_batch_bytes(), INT_MAX));
-  }
-  if (c.job_linger_seconds() < 0) {
-    return Bad("job_linger_seconds", fmt::format("{} is negative", c.job_linger_seconds()));
-  }
-  if (c.job_linger_seconds() == 0) c.set_job_linger_seconds(kDefaultJobLingerSeconds);
-  if (c.max_shared_memory_bytes() < 0) {
-    return Bad("max_shared_memory_bytes",
-               fmt::format("{} is negative", c.max_shared_memory_bytes()));
-  }
-  if (c.max_shared_memory_bytes() == 0) c.set_max_shared_memory_bytes(kDefaultMaxSharedMemoryBytes);
-  if (c.threads() < 0 || c.threads() > kMaxThreads) {
-    return Bad("threads", fmt::format("{} is outside [0, {}]", c.threads(), kMaxThreads));
-  }
-  if (c.threads() == 0) {
-    c.set_threads(static_cast<int>(
-        std::clamp(std::thread::hardware_concurrency(), 1U, static_cast<unsigned>(kMaxThreads))));
-  }
+  RETURN_IF_ERROR(CheckServerLimits(&c));
 
   const v1::TlsConfig& tls = c.tls();
   if (tls.cert_file().empty() != tls.key_file().empty()) {

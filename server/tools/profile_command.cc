@@ -21,7 +21,9 @@
 #include "formats/jpeg_codec.h"
 #include "formats/tfrecord_reader.h"
 #include "pipeline/pipeline.h"
+#include "pipeline/tunables.h"
 #include "server/commands.h"
+#include "server/tools/profile_report.h"
 #include "server/tools/profile_target.h"
 #include "server/tools/progress.h"
 #include "server/textproto.h"
@@ -32,8 +34,8 @@ namespace {
 struct ProfileFlags {
   std::vector<std::string> files;
   std::string options_file;
-  int batch_size = 0;     // 0: PipelineOptions' default (256) or the --options file's
-  std::string image_size;  // "": default (224) or the file's
+  int batch_size = 0;      // 0: the tunable's default (pipeline/tunables.h) or the --options file's
+  std::string image_size;  // "": the tunable's default or the file's
   std::string mode;        // "": default (train) or the file's
   int threads = 0;
   std::string cache;  // "": none, or the file's
@@ -149,257 +151,171 @@ Result<double> MeasureFullDecode(const ResolvedOptions& o, int n) {
   return ok / s;
 }
 
-struct StageRow {
-  std::string name;
-  double items_per_sec = 0;
-  double mb_per_sec = 0;
-  double busy_fraction = 0;  // of the threads the stage may use
-  int parallelism = 0;
-  double starved_fraction = 0;
-  double blocked_fraction = 0;
+// The measured window of a local profile: the pipeline's stats at both ends, and what the
+// consumer (this command) got.
+struct Measurement {
+  StatsSnapshot before;
+  StatsSnapshot after;
+  int64_t batches = 0;
+  uint64_t images = 0;
+  double wall = 0;  // seconds, as this command timed the window
 };
 
-struct Bottleneck {
-  std::string stage;
-  std::string reason;
-  std::vector<std::string> fixes;
-};
-
-Bottleneck FindBottleneck(const ResolvedOptions& o, const std::vector<StageRow>& rows,
-                          double consumer_wait_fraction) {
-  auto row = [&](const std::string& name) {
-    for (const StageRow& r : rows) {
-      if (r.name == name) return r;
-    }
-    return StageRow{};
-  };
-  StageRow read = row("read"), decode = row("decode");
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  Bottleneck b;
-  if (consumer_wait_fraction < 0.05) {
-    b.stage = "consumer";
-    b.reason = fmt::format("batches were waiting for the consumer {:.0f}% of the time",
-                           100 * (1 - consumer_wait_fraction));
-    b.fixes.push_back("the pipeline keeps up; speed up the consumer (trainer) instead");
-    return b;
-  }
-  if (read.busy_fraction > 0.7 && read.busy_fraction >= decode.busy_fraction) {
-    b.stage = "read";
-    b.reason = fmt::format("the reader was busy {:.0f}% of the time", 100 * read.busy_fraction);
-    if (o.cache == CacheKind::kNone)
-      b.fixes.push_back("--cache records (later epochs skip file I/O)");
-    b.fixes.push_back("a larger --cycle-length (more files read at once)");
-    if (o.files.size() > 256) b.fixes.push_back("fewer, larger files (~100-200 MB each)");
-    if (o.compression != Compression::kNone)
-      b.fixes.push_back("uncompressed shards (inflate is serial)");
-    return b;
-  }
-  if (decode.busy_fraction > 0.7) {
-    b.stage = "decode";
-    b.reason = fmt::format("decode threads were busy {:.0f}% of the time on {} threads",
-                           100 * decode.busy_fraction, o.threads);
-    if (o.threads < cores) b.fixes.push_back(fmt::format("more --threads ({} cores here)", cores));
-    if (o.cache != CacheKind::kDecoded) {
-      // A 4:3 image at the cache's short side, RGB.
-      double per_image = static_cast<double>(o.decoded_short_side) * o.decoded_short_side * 4;
-      b.fixes.push_back(fmt::format(
-          "--cache decoded if the data set fits in memory: ~{:.0f} KB per image at short side {} "
-          "({:.1f} GB per million images)",
-          per_image / 1e3, o.decoded_short_side, per_image * 1e6 / 1e9));
-    }
-    b.fixes.push_back("more machines: serve shards from several `sluice serve` workers");
-    return b;
-  }
-  b.stage = "pipeline";
-  b.reason = fmt::format("no stage is saturated (read {:.0f}%, decode {:.0f}% busy)",
-                         100 * read.busy_fraction, 100 * decode.busy_fraction);
-  b.fixes.push_back("a larger --prefetch, or a larger shuffle buffer if reads stall on it");
-  return b;
-}
-
-int RunProfile(const ProfileFlags& f) {
-  Result<v1::PipelineOptions> options = BuildOptions(f);
-  if (!options.ok()) {
-    fmt::print(stderr, "sluice profile: {}\n", options.status().message());
-    return 1;
-  }
-  Result<std::unique_ptr<Pipeline>> pipeline = Pipeline::Create(*options);
-  if (!pipeline.ok()) {
-    fmt::print(stderr, "sluice profile: {}\n", pipeline.status().message());
-    return 1;
-  }
-  const ResolvedOptions& o = (*pipeline)->options();
-  int64_t target_batches = f.batches > 0 ? f.batches : (f.seconds > 0 ? 0 : 30);
-  auto it = (*pipeline)->MakeIterator();
-  if (!it.ok()) {
-    fmt::print(stderr, "sluice profile: {}\n", it.status().message());
-    return 1;
-  }
-
-  // Warm-up: the first batches (and whole epochs, e.g. to fill a cache) are not measured.
+// Reads and drops the first batches (and whole epochs, e.g. to fill a cache): they are not
+// measured.
+Status WarmUp(Iterator* it, const ProfileFlags& f) {
+  Progress progress("warm-up", 0, "batches");
   Batch batch;
   bool end = false;
-  int64_t warm = 0;
-  {
-    Progress progress("warm-up", 0, "batches");
-    for (;;) {
-      Status s = (*it)->GetNext(&batch, &end);
-      if (!s.ok()) {
-        fmt::print(stderr, "sluice profile: {}\n", s.message());
-        return 1;
-      }
-      if (end) break;
-      progress.Add(1);
-      ++warm;
-      if (batch.position().epoch >= f.warmup_epochs && warm >= f.warmup_batches) break;
-    }
+  for (int64_t warm = 1;; ++warm) {
+    RETURN_IF_ERROR(it->GetNext(&batch, &end));
+    if (end) return Status::OK();
+    progress.Add(1);
+    if (batch.position().epoch >= f.warmup_epochs && warm >= f.warmup_batches) break;
   }
-  batch.Release();
-  StatsSnapshot before = (*it)->Stats();
-  auto start = std::chrono::steady_clock::now();
-  int64_t measured = 0;
-  uint64_t images = 0;
-  {
-    Progress progress("profile", static_cast<uint64_t>(target_batches), "batches");
-    for (;;) {
-      double elapsed =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (target_batches > 0 ? measured >= target_batches : elapsed >= f.seconds) break;
-      Status s = (*it)->GetNext(&batch, &end);
-      if (!s.ok()) {
-        fmt::print(stderr, "sluice profile: {}\n", s.message());
-        return 1;
-      }
-      if (end) break;
-      images += static_cast<uint64_t>(batch.size());
-      batch.Release();
-      ++measured;
-      progress.Add(1);
-    }
-  }
-  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  StatsSnapshot after = (*it)->Stats();
+  return Status::OK();
+}
 
-  std::vector<StageRow> rows;
-  double consumer_wait = 0;
-  for (size_t i = 0; i < after.stages.size(); ++i) {
-    const StageSnapshot& a = after.stages[i];
-    const StageSnapshot& b = before.stages[i];
-    if (a.name == "consumer") {
-      consumer_wait = (a.starved_seconds - b.starved_seconds) / wall;
-      continue;
-    }
-    if (a.name == "shuffle") continue;  // timed as part of read
-    StageRow r;
-    r.name = a.name;
-    r.items_per_sec = static_cast<double>(a.items - b.items) / wall;
-    r.mb_per_sec = static_cast<double>(a.bytes - b.bytes) / wall / 1e6;
-    int lanes = a.name == "decode" ? o.threads : 1;
-    r.busy_fraction = (a.busy_seconds - b.busy_seconds) / (wall * lanes);
-    r.parallelism = a.max_parallelism;
-    r.starved_fraction = (a.starved_seconds - b.starved_seconds) / (wall * lanes);
-    r.blocked_fraction = (a.blocked_seconds - b.blocked_seconds) / (wall * lanes);
-    rows.push_back(r);
+Result<Measurement> Measure(Iterator* it, const ProfileFlags& f) {
+  const int64_t target_batches = f.batches > 0 ? f.batches : (f.seconds > 0 ? 0 : 30);
+  Measurement m;
+  m.before = it->Stats();
+  const auto start = std::chrono::steady_clock::now();
+  Progress progress("profile", static_cast<uint64_t>(target_batches), "batches");
+  Batch batch;
+  bool end = false;
+  for (;;) {
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (target_batches > 0 ? m.batches >= target_batches : elapsed >= f.seconds) break;
+    RETURN_IF_ERROR(it->GetNext(&batch, &end));
+    if (end) break;
+    m.images += static_cast<uint64_t>(batch.size());
+    batch.Release();
+    ++m.batches;
+    progress.Add(1);
   }
-  if (rows.size() >= 2 && rows[0].name == "read") {
-    // The batch stage's bytes are the images it delivered.
-    rows.back().mb_per_sec = static_cast<double>(images) * static_cast<double>(o.image_bytes()) /
-                             wall / 1e6;
-  }
-  Bottleneck bottleneck = FindBottleneck(o, rows, consumer_wait);
-  double images_per_sec = static_cast<double>(images) / wall;
-  double bytes_per_sec = images_per_sec * static_cast<double>(o.image_bytes());
+  progress.Finish();
+  m.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m.after = it->Stats();
+  return m;
+}
 
-  it->reset();  // its threads would otherwise compete with the single-thread measurement
-  std::optional<double> single_decode;
-  if (f.decode_bound) {
-    Result<double> r = MeasureFullDecode(o, 300);
-    if (!r.ok()) {
-      fmt::print(stderr, "sluice profile: {}\n", r.status().message());
-      return 1;
-    }
-    single_decode = *r;
+// The share of the window the consumer waited for a batch: the consumer stage's starved time.
+double ConsumerWait(const Measurement& m) {
+  for (size_t i = 0; i < m.after.stages.size() && i < m.before.stages.size(); ++i) {
+    if (m.after.stages[i].name != "consumer") continue;
+    const double window = m.after.wall_seconds - m.before.wall_seconds;
+    const double starved = m.after.stages[i].starved_seconds - m.before.stages[i].starved_seconds;
+    return window > 0 ? starved / window : 0;
   }
+  return 0;
+}
 
-  if (f.json) {
-    nlohmann::json stages = nlohmann::json::array();
-    for (const StageRow& r : rows) {
-      stages.push_back({{"name", r.name},
-                        {"items_per_sec", r.items_per_sec},
-                        {"mb_per_sec", r.mb_per_sec},
-                        {"busy_fraction", r.busy_fraction},
-                        {"parallelism", r.parallelism},
-                        {"starved_fraction", r.starved_fraction},
-                        {"blocked_fraction", r.blocked_fraction}});
-    }
-    nlohmann::json memory = nlohmann::json::object();
-    for (const PoolSnapshot& p : after.pools) {
-      memory[p.name] = {
-          {"bytes", p.bytes}, {"peak_bytes", p.peak_bytes}, {"limit_bytes", p.limit_bytes}};
-    }
-    nlohmann::json j = {{"images_per_sec", images_per_sec},
-                        {"bytes_per_sec", bytes_per_sec},
-                        {"batches", measured},
-                        {"images", images},
-                        {"seconds", wall},
-                        {"threads", o.threads},
-                        {"decode_parallelism", after.decode_parallelism},
-                        {"decode_parallelism_max", after.decode_parallelism_max},
-                        {"autotune", o.autotune},
-                        {"batch_size", o.batch_size},
-                        {"height", o.height},
-                        {"width", o.width},
-                        {"consumer_wait_fraction", consumer_wait},
-                        {"skipped", after.skipped - before.skipped},
-                        {"cache_full", after.cache_full},
-                        {"stages", stages},
-                        {"memory", memory},
-                        {"bottleneck",
-                         {{"stage", bottleneck.stage},
-                          {"reason", bottleneck.reason},
-                          {"fixes", bottleneck.fixes}}}};
-    if (single_decode) {
-      j["decode_bound"] = {{"single_thread_full_decode_per_sec", *single_decode},
-                           {"ratio", images_per_sec / (*single_decode * o.threads)}};
-    }
-    fmt::print("{}\n", j.dump());
-    return 0;
+ProfileContext LocalContext(const ResolvedOptions& o) {
+  ProfileContext c;
+  c.side = ProfileSide::kLocal;
+  c.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  c.decoded_short_side = o.decoded_short_side;
+  c.files = o.files.size();
+  c.compressed = o.compression != Compression::kNone;
+  return c;
+}
+
+void PrintJson(const ResolvedOptions& o, const Measurement& m, const ProfileReport& report,
+               std::optional<double> single_decode) {
+  const double images_per_sec = static_cast<double>(m.images) / m.wall;
+  nlohmann::json memory = nlohmann::json::object();
+  for (const PoolSnapshot& p : m.after.pools) {
+    memory[p.name] = {
+        {"bytes", p.bytes}, {"peak_bytes", p.peak_bytes}, {"limit_bytes", p.limit_bytes}};
   }
+  nlohmann::json j = {{"images_per_sec", images_per_sec},
+                      {"bytes_per_sec", images_per_sec * static_cast<double>(o.image_bytes())},
+                      {"batches", m.batches},
+                      {"images", m.images},
+                      {"seconds", m.wall},
+                      {"threads", o.threads},
+                      {"decode_parallelism", m.after.decode_parallelism},
+                      {"decode_parallelism_max", m.after.decode_parallelism_max},
+                      {"autotune", o.autotune},
+                      {"batch_size", o.batch_size},
+                      {"height", o.height},
+                      {"width", o.width},
+                      {"consumer_wait_fraction", report.consumer_wait_fraction},
+                      {"skipped", m.after.skipped - m.before.skipped},
+                      {"cache_full", m.after.cache_full},
+                      {"stages", StagesJson(report)},
+                      {"memory", memory},
+                      {"bottleneck", BottleneckJson(report)}};
+  if (single_decode) {
+    j["decode_bound"] = {{"single_thread_full_decode_per_sec", *single_decode},
+                         {"ratio", images_per_sec / (*single_decode * o.threads)}};
+  }
+  fmt::print("{}\n", j.dump());
+}
 
+void PrintText(const ResolvedOptions& o, const Measurement& m, const ProfileReport& report,
+               std::optional<double> single_decode) {
+  const double images_per_sec = static_cast<double>(m.images) / m.wall;
   const char* cache_names[] = {"none", "records", "decoded"};
-  fmt::print("sluice profile: {} batches of {} at {}x{} ({}), {} threads, cache {}\n", measured,
+  fmt::print("sluice profile: {} batches of {} at {}x{} ({}), {} threads, cache {}\n", m.batches,
              o.batch_size, o.height, o.width, o.mode == PipelineMode::kTrain ? "train" : "eval",
              o.threads, cache_names[static_cast<int>(o.cache)]);
   fmt::print("  {:.0f} images/s   {:.1f} MB/s   {:.2f} batches/s   {:.2f} s measured\n\n",
-             images_per_sec, bytes_per_sec / 1e6, measured / wall, wall);
-  fmt::print("  {:<9} {:>11} {:>9} {:>7} {:>6} {:>9} {:>9}\n", "stage", "items/s", "MB/s", "busy",
-             "par", "starved", "blocked");
-  for (const StageRow& r : rows) {
-    fmt::print("  {:<9} {:>11.0f} {:>9.1f} {:>6.0f}% {:>6} {:>8.0f}% {:>8.0f}%\n", r.name,
-               r.items_per_sec, r.mb_per_sec, 100 * r.busy_fraction, r.parallelism,
-               100 * r.starved_fraction, 100 * r.blocked_fraction);
-  }
-  fmt::print("  {:<9} waited for batches {:.0f}% of the time\n", "consumer", 100 * consumer_wait);
-  fmt::print("  decode parallelism now {} of {} ({})\n\n", after.decode_parallelism,
-             after.decode_parallelism_max, o.autotune ? "autotuned" : "fixed: no_autotune");
+             images_per_sec, images_per_sec * static_cast<double>(o.image_bytes()) / 1e6,
+             static_cast<double>(m.batches) / m.wall, m.wall);
+  fmt::print("{}", FormatStageTable(report));
+  fmt::print("  {:<9} waited for batches {:.0f}% of the time\n", "consumer",
+             100 * report.consumer_wait_fraction);
+  fmt::print("  decode parallelism now {} of {} ({})\n\n", m.after.decode_parallelism,
+             m.after.decode_parallelism_max, o.autotune ? "autotuned" : "fixed: no_autotune");
   fmt::print("  memory (bytes now / peak / limit):\n");
-  for (const PoolSnapshot& p : after.pools) {
+  for (const PoolSnapshot& p : m.after.pools) {
     fmt::print("    {:<18} {:>8.1f} MB {:>8.1f} MB {:>10}\n", p.name, p.bytes / 1e6,
                p.peak_bytes / 1e6,
                p.limit_bytes ? fmt::format("{:.1f} MB", p.limit_bytes / 1e6) : "-");
   }
-  if (after.cache_full) fmt::print("  the cache reached its budget and stopped growing\n");
-  if (after.skipped > before.skipped) {
-    fmt::print("  skipped records: {}\n", after.skipped - before.skipped);
+  if (m.after.cache_full) fmt::print("  the cache reached its budget and stopped growing\n");
+  if (m.after.skipped > m.before.skipped) {
+    fmt::print("  skipped records: {}\n", m.after.skipped - m.before.skipped);
   }
   if (single_decode) {
     fmt::print("\n  decode bound: one thread decodes {:.0f} full images/s; the pipeline ran at "
                "{:.2f}x that x {} threads\n",
                *single_decode, images_per_sec / (*single_decode * o.threads), o.threads);
   }
-  fmt::print("\n  bottleneck: {} — {}\n", bottleneck.stage, bottleneck.reason);
-  for (const std::string& fix : bottleneck.fixes) fmt::print("    try: {}\n", fix);
-  return 0;
+  fmt::print("{}", FormatBottleneck(report));
+}
+
+Status Profile(const ProfileFlags& f) {
+  ASSIGN_OR_RETURN(const v1::PipelineOptions options, BuildOptions(f));
+  ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> pipeline, Pipeline::Create(options));
+  const ResolvedOptions& o = pipeline->options();
+  ASSIGN_OR_RETURN(std::unique_ptr<Iterator> it, pipeline->MakeIterator());
+  RETURN_IF_ERROR(WarmUp(it.get(), f));
+  ASSIGN_OR_RETURN(const Measurement m, Measure(it.get(), f));
+  const ProfileReport report =
+      MakeProfileReport(m.before, m.after, ConsumerWait(m), LocalContext(o));
+
+  it.reset();  // its threads would otherwise compete with the single-thread measurement
+  std::optional<double> single_decode;
+  if (f.decode_bound) {
+    ASSIGN_OR_RETURN(single_decode, MeasureFullDecode(o, 300));
+  }
+  if (f.json) {
+    PrintJson(o, m, report, single_decode);
+  } else {
+    PrintText(o, m, report, single_decode);
+  }
+  return Status::OK();
+}
+
+int RunProfile(const ProfileFlags& f) {
+  const Status s = Profile(f);
+  if (s.ok()) return 0;
+  fmt::print(stderr, "sluice profile: {}\n", s.message());
+  return 1;
 }
 
 }  // namespace
@@ -411,8 +327,12 @@ void RegisterProfileCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--files", f->files, "TFRecord glob(s)");
   cmd->add_option("--options", f->options_file,
                   "Text-format sluice.v1.PipelineOptions (flags given as well override it)");
-  cmd->add_option("--batch-size", f->batch_size, "Images per batch (default 256)");
-  cmd->add_option("--image-size", f->image_size, "Output size: N or HxW (default 224)");
+  cmd->add_option("--batch-size", f->batch_size,
+                  fmt::format("Images per batch (default {})",
+                              Spec(Tunable::kBatchSize).default_value));
+  cmd->add_option("--image-size", f->image_size,
+                  fmt::format("Output size: N or HxW (default {})",
+                              Spec(Tunable::kImageHeight).default_value));
   cmd->add_option("--mode", f->mode, "train (random crop + flip; default) or eval (centre crop)")
       ->check(CLI::IsMember({"train", "eval"}));
   cmd->add_option("--threads", f->threads, "Decode threads (0 = all cores)");

@@ -25,7 +25,9 @@ class BatchPool {
   BatchPool(const BatchPool&) = delete;
   BatchPool& operator=(const BatchPool&) = delete;
 
-  // Blocks until a buffer is free, woken by Release; nullptr once stopped.
+  // Blocks until a buffer is free, woken by Release; nullptr once stopped. REQUIRES: not after
+  // Detach (the pool outlives its iterator inside the batches, on_wait does not): only the
+  // iterator's source thread acquires, and it is joined before Detach.
   BatchBuffer* Acquire();
   void Release(BatchBuffer* buffer);
   // A buffer became a batch the consumer holds until it releases it (Release + BatchReturned).

@@ -28,7 +28,7 @@ class InFlightWindow {
 
  private:
   bool Full(int64_t bytes) const;  // REQUIRES: mu_ held.
-  bool HasRoomForABurst() const;   // REQUIRES: mu_ held.
+  bool ShouldWake() const;         // REQUIRES: mu_ held.
 
   const int64_t items_;
   const int64_t bytes_;
@@ -38,6 +38,7 @@ class InFlightWindow {
   int64_t in_flight_ = 0;        // guarded by mu_
   int64_t bytes_in_flight_ = 0;  // guarded by mu_
   int waiters_ = 0;              // guarded by mu_
+  int64_t waiting_bytes_ = 0;    // the waiting record's bytes; guarded by mu_
   bool stopped_ = false;         // guarded by mu_
 };
 

@@ -88,7 +88,7 @@ class PipelineIterator : public Iterator, private BatcherSink {
     io_pool_ = std::make_unique<IoPool>(std::min(options.cycle_length, kMaxIoThreads));
     source_ = std::make_unique<RecordSource>(options_, &stats_, record_cache_.get(),
                                              decoded_cache_.get(), io_pool_.get());
-    // The one Transform today: the fused decode and augment.
+    // One Transform per decode thread: the fused decode and augment (Augmenter).
     TransformFactory make_transform = [this]() -> std::unique_ptr<Transform> {
       return std::make_unique<Augmenter>(options_, decoded_cache_.get(), &stats_);
     };

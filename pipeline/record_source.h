@@ -45,13 +45,6 @@ class RecordSource {
   // bytes, or kBadRecord naming file and offset).
   void Materialize(WorkItem* w);
 
-  // This pipeline's files, in the order of the whole list (indexes used by WorkItem::file).
-  const std::vector<std::string>& files() const { return options_.files; }
-  // Files this pipeline reads in every epoch (after file-level sharding).
-  const std::vector<uint32_t>& my_files() const { return plan_.files; }
-  // Record-level sharding is used when there are fewer files than shards.
-  bool record_sharding() const { return plan_.records.count > 1; }
-
  private:
   // One file of the cycle. Its source is chosen when the file joins the cycle if a cache holds
   // it; a file read from disk is opened on its first turn instead, so its errors surface in
@@ -69,12 +62,13 @@ class RecordSource {
   const ShardPlan plan_;
   const SourceContext ctx_;
 
+  // Before cycle_: the record-index sources in the cycle point at it.
+  LazyWindow lazy_;  // produced: records Next has returned in this epoch
   std::vector<uint32_t> order_;  // this epoch's files
   size_t next_file_ = 0;         // into order_
   std::vector<Slot> cycle_;
   size_t pos_ = 0;   // slot whose turn it is
   int taken_ = 0;    // records taken from it in this block
-  LazyWindow lazy_;  // produced: records Next has returned in this epoch
 };
 
 }  // namespace sluice

@@ -24,6 +24,27 @@ TEST_CASE("AcquireBlocksAtTheItemBoundUntilABurstIsReleased") {
   CHECK(acquired.load());
 }
 
+// With every record's bytes through the batcher, nothing else may release: the consumer can hold
+// its batches while it waits for the next one. So a release that frees less than a burst must
+// still wake the source.
+TEST_CASE("ReleaseOfLessThanABurstWakesTheSourceWhenNoBytesAreInFlight") {
+  InFlightWindow window(/*items=*/32, /*bytes=*/1 << 20);  // burst: 32 / 8 = 4 items
+  for (int i = 0; i < 32; ++i) REQUIRE(window.Acquire(10));
+  window.ReleaseBytes(32 * 10);
+  std::atomic<bool> acquired{false};
+  std::thread source([&] { acquired = window.Acquire(10); });
+  std::this_thread::sleep_for(50ms);
+  CHECK_FALSE(acquired.load());
+  window.ReleaseItems(2);
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!acquired.load() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  window.Stop();  // frees the thread if the wake was missed, so the test fails instead of hanging
+  source.join();
+  CHECK(acquired.load());
+}
+
 TEST_CASE("OneRecordPassesHoweverLargeAndTheNextWaitsForItsBytes") {
   InFlightWindow window(/*items=*/100, /*bytes=*/1000);
   REQUIRE(window.Acquire(5000));  // nothing in flight: one record always passes

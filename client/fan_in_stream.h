@@ -45,9 +45,10 @@ class FanInStream : public BatchStream {
   void Wake();
 
   const ClientOptions options_;
-  std::vector<std::unique_ptr<ServerStream>> streams_;
+  // Before streams_: a stream's reader thread calls Wake() until the stream is destroyed.
   std::mutex mu_;
   std::condition_variable cv_;
+  std::vector<std::unique_ptr<ServerStream>> streams_;
   std::vector<bool> done_;  // consumer only
   size_t next_ = 0;         // consumer only
   BatchLease kept_;         // the batch Next() returned last; consumer only

@@ -52,6 +52,7 @@ def test_constants_match_the_layout(layout):
     assert _shm._PAGE == layout["header_bytes"]
     assert _shm._MAX_SLOTS == layout["max_slots"]
     assert _shm.SEGMENT_KEY == layout["segment_key"]
+    assert (_shm._SLOT_FREE, _shm._SLOT_FULL) == (layout["slot_free"], layout["slot_full"])
     assert _shm._HEADER.format.startswith("<"), "the layout is little-endian"
 
 

@@ -33,6 +33,8 @@ _PAGE = 4096
 _MAX_SLOTS = 64
 _ATTACHED = 32  # byte offset of the attached word
 _STATE = 36     # byte offset of state[0]
+_SLOT_FREE = 0  # a state word's values
+_SLOT_FULL = 1
 _PREFIX = "/sluice-"
 SEGMENT_KEY = "sluice-shm-segment"
 
@@ -91,14 +93,15 @@ class Segment:
                               "shared segment %s: slot %d of %d bytes is outside its %d slots "
                               "of %d bytes" % (self.name, slot, length, self.slots,
                                                self.slot_bytes))
-        if self._words[1 + slot] != 1:
+        state = (_STATE - _ATTACHED) // 4 + slot  # index of the slot's word in _words
+        if self._words[state] != _SLOT_FULL:
             raise SluiceError(grpc.StatusCode.DATA_LOSS,
                               "shared segment %s: slot %d was named in a batch but is not full"
                               % (self.name, slot))
         # A ctypes array of its own per batch: numpy views of it keep it (not the whole mapping)
         # as their base, so its finalizer runs only when the last of them is gone.
         owner = (ctypes.c_uint8 * length).from_buffer(self._map, _PAGE + slot * self.slot_bytes)
-        weakref.finalize(owner, _free, self._words, 1 + slot, token)
+        weakref.finalize(owner, _free, self._words, state, token)
         token.attached = True
         images = np.frombuffer(owner, dtype=np.uint8).reshape(shape)
         images.flags.writeable = False
@@ -106,7 +109,7 @@ class Segment:
 
 
 def _free(words, index, token):
-    words[index] = 0
+    words[index] = _SLOT_FREE
     token.release()
 
 

@@ -53,7 +53,10 @@ struct BackendCounters {
 
 class Backend {
  public:
+  Backend() = default;
   virtual ~Backend() = default;
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
 
   // Stages one optimizer step over `batches` (its micro-batches, gradients accumulated) with
   // learning rate `lr`, and returns the ticket that Step completes. The batches' memory must stay
@@ -62,12 +65,14 @@ class Backend {
   // other step staged and not yet stepped, else none.
   virtual Result<int> Stage(std::span<const MicroBatch> batches, float lr) = 0;
   // Completes the step of `ticket`: its losses, gradient norm and whether it was skipped.
+  // REQUIRES: tickets are stepped in the order Stage returned them.
   virtual Result<StepOutcome> Step(int ticket) = 0;
   // true: the next step may be staged before this one is stepped, so its copies overlap this
   // step's compute; false: Stage only records the batches and Step does all the work.
   virtual bool overlaps_steps() const = 0;
 
   // The forward pass alone over one micro-batch, with the current weights.
+  // REQUIRES: no step staged and not yet stepped.
   virtual Result<StepResult> Evaluate(const MicroBatch& batch) = 0;
 
   // REQUIRES for both: no step staged and not yet stepped.

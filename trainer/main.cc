@@ -86,7 +86,8 @@ int main(int argc, char** argv) {
     }
     o.token = *token;
   }
-  // Parsed here, where Train() used to parse them: the same messages, in the same order.
+  // Both names are checked before Train() starts, so a misspelt one is reported (exit 2) before
+  // any device is probed.
   sluice::Result<sluice::trainer::Device> parsed_device = sluice::trainer::ParseDevice(device);
   if (!parsed_device.ok()) return Fail(parsed_device.status());
   o.device = *parsed_device;

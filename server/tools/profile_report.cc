@@ -141,9 +141,12 @@ ProfileReport MakeProfileReport(const StatsSnapshot& before, const StatsSnapshot
   ProfileReport report;
   report.consumer_wait_fraction = std::clamp(consumer_wait_fraction, 0.0, 1.0);
   const double wall = after.wall_seconds - before.wall_seconds;
-  for (size_t i = 0; i < after.stages.size() && i < before.stages.size(); ++i) {
-    const StageSnapshot& a = after.stages[i];
-    const StageSnapshot& b = before.stages[i];
+  for (const StageSnapshot& a : after.stages) {
+    // Matched by name; a stage absent at the start (a job that began inside the window) counts
+    // from zero.
+    const auto it = std::find_if(before.stages.begin(), before.stages.end(),
+                                 [&](const StageSnapshot& s) { return s.name == a.name; });
+    const StageSnapshot b = it != before.stages.end() ? *it : StageSnapshot{a.name};
     if (a.name == "consumer" || a.name == "shuffle") continue;  // shuffle is timed within read
     const int lanes = a.name == "decode" ? std::max(1, after.decode_parallelism_max) : 1;
     StageRow r;

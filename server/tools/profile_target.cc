@@ -136,9 +136,13 @@ ProfileReport RemoteReport(const RemoteMeasurement& m) {
   ProfileContext context;
   context.side = ProfileSide::kRemote;
   if (!m.job_end) return MakeProfileReport({}, {}, wait_fraction, context);
-  const v1::JobStats start = m.job_start.value_or(v1::JobStats());
-  return MakeProfileReport(SnapshotFromJobStats(start), SnapshotFromJobStats(*m.job_end),
-                           wait_fraction, context);
+  StatsSnapshot start = SnapshotFromJobStats(m.job_start.value_or(v1::JobStats()));
+  StatsSnapshot end = SnapshotFromJobStats(*m.job_end);
+  // JobStats carries no image bytes; every image of the job has the size this profile asked for.
+  const uint64_t image_bytes = static_cast<uint64_t>(m.height) * m.width * 3;
+  start.image_bytes = start.images * image_bytes;
+  end.image_bytes = end.images * image_bytes;
+  return MakeProfileReport(start, end, wait_fraction, context);
 }
 
 struct Waits {

@@ -94,6 +94,20 @@ TEST_CASE("BothSidesFindTheSameBottleneckInTheSameFigures") {
   }
 }
 
+// A job that began inside the window (no snapshot of it at the start): its stages count from zero,
+// so a decode-bound server is still found decode-bound, not blamed on the transport.
+TEST_CASE("JobWithNoStartSnapshotCountsItsStagesFromZero") {
+  Window w = MakeWindow(0.2, 0.95);
+  StatsSnapshot none;  // what the remote side has when GetStats showed no job at the start
+  w.after.wall_seconds = 10;
+  const ProfileReport r = MakeProfileReport(none, w.after, 0.5, Side(ProfileSide::kRemote));
+  REQUIRE(r.stages.size() == 3);  // read, decode, batch
+  CHECK(r.stages[1].name == "decode");
+  CHECK(r.stages[1].busy_fraction == Approx(0.95));
+  CHECK(r.stages[1].items_per_sec == Approx(500));
+  CHECK(r.bottleneck.stage.find("decode") != std::string::npos);
+}
+
 TEST_CASE("FractionsAreClampedToTheWindow") {
   // A wait that began before the window is counted whole when it ends inside it: 10.1 s blocked in
   // a 10 s window.

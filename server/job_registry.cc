@@ -54,6 +54,37 @@ DatasetCounters& JobRegistry::counters(const std::string& dataset) {
   return *counters_.at(dataset);
 }
 
+Result<std::shared_ptr<Job>> JobRegistry::StartJob(const std::string& name,
+                                                   const std::string& dataset,
+                                                   const std::string& options_key, bool shared,
+                                                   const v1::PipelineOptions& options,
+                                                   BatchPosition start) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> pipeline, Pipeline::Create(options));
+  const int64_t budget = pipeline->options().memory_budget_bytes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (reserved_ + budget > config_.memory_budget_bytes()) {
+      return ResourceExhausted(
+          "starting this job would reserve " + FormatBytes(budget) + " on top of the " +
+          FormatBytes(reserved_) +
+          " its running jobs hold, over the server's memory_budget_bytes " +
+          FormatBytes(config_.memory_budget_bytes()) + "; try again when a stream ends");
+    }
+    reserved_ += budget;
+  }
+  Result<std::unique_ptr<Iterator>> iterator = pipeline->MakeIterator(start);
+  if (!iterator.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    reserved_ -= budget;
+    return iterator.status();
+  }
+  return std::make_shared<Job>(name, dataset, options_key, shared, std::move(pipeline),
+                               std::move(*iterator), budget, [this, budget] {
+                                 std::lock_guard<std::mutex> lock(mu_);
+                                 reserved_ -= budget;
+                               });
+}
+
 Result<std::shared_ptr<Job>> JobRegistry::Open(const std::string& dataset,
                                                const std::string& job_name,
                                                const v1::PipelineOptions& requested,
@@ -103,31 +134,10 @@ Result<std::shared_ptr<Job>> JobRegistry::Open(const std::string& dataset,
 
   // Resolving the options and starting the pipeline take a while: not under the lock, which
   // every stream's end and every stats call need.
-  Result<std::unique_ptr<Pipeline>> pipeline = Pipeline::Create(options);
-  if (!pipeline.ok()) return fail(pipeline.status());
-  const int64_t budget = (*pipeline)->options().memory_budget_bytes;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (reserved_ + budget > config_.memory_budget_bytes()) {
-      return fail(ResourceExhausted(
-          "starting this job would reserve " + FormatBytes(budget) + " on top of the " +
-          FormatBytes(reserved_) +
-          " its running jobs hold, over the server's memory_budget_bytes " +
-          FormatBytes(config_.memory_budget_bytes()) + "; try again when a stream ends"));
-    }
-    reserved_ += budget;
-  }
-  Result<std::unique_ptr<Iterator>> iterator = (*pipeline)->MakeIterator(start);
-  if (!iterator.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    reserved_ -= budget;
-    return fail(iterator.status());
-  }
-  auto job = std::make_shared<Job>(name, dataset, options_key, shared, std::move(*pipeline),
-                                   std::move(*iterator), budget, [this, budget] {
-                                     std::lock_guard<std::mutex> lock(mu_);
-                                     reserved_ -= budget;
-                                   });
+  Result<std::shared_ptr<Job>> started =
+      StartJob(name, dataset, options_key, shared, options, start);
+  if (!started.ok()) return fail(started.status());
+  std::shared_ptr<Job> job = std::move(*started);
   std::shared_ptr<Job> result;
   Status refused;
   {

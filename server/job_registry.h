@@ -71,6 +71,11 @@ class JobRegistry {
     std::optional<std::chrono::steady_clock::time_point> linger_until;
   };
   void Reap();
+  // The job's pipeline and iterator, with its memory budget reserved until the job is gone.
+  // ResourceExhausted when the budget would pass the server's; the pipeline's errors as they are.
+  Result<std::shared_ptr<Job>> StartJob(const std::string& name, const std::string& dataset,
+                                        const std::string& options_key, bool shared,
+                                        const v1::PipelineOptions& options, BatchPosition start);
 
   const v1::ServerConfig& config_;
   const std::chrono::steady_clock::time_point start_;

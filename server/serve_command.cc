@@ -68,11 +68,90 @@ std::shared_ptr<grpc::ServerCredentials> Credentials(const v1::ServerConfig& con
   return grpc::SslServerCredentials(ssl);
 }
 
-int Serve(const ServeFlags& f) {
+// The config from --config or the quick flags, with --shard applied; errors as the message.
+Result<v1::ServerConfig> LoadConfig(const ServeFlags& f) {
   Result<v1::ServerConfig> loaded =
       !f.config_file.empty() ? LoadServerConfig(f.config_file)
                              : QuickServerConfig(f.files, f.name, f.port, f.metrics_address);
   if (loaded.ok() && !f.shard.empty()) loaded = ApplyShard(std::move(*loaded), f.shard);
+  return loaded;
+}
+
+// The gRPC server on every listen address, serving `service`; *ports gets the bound TCP ports.
+// Null (and the reason printed) when an address cannot be listened on.
+std::unique_ptr<grpc::Server> StartGrpc(const v1::ServerConfig& config, DataService* service,
+                                        std::vector<int>* ports) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  auto credentials = Credentials(config);
+  ports->assign(static_cast<size_t>(config.listen_size()), 0);
+  for (int i = 0; i < config.listen_size(); ++i) {
+    builder.AddListeningPort(config.listen(i), credentials, &(*ports)[static_cast<size_t>(i)]);
+  }
+  builder.RegisterService(service);
+  builder.SetMaxSendMessageSize(
+      static_cast<int>(std::min<int64_t>(config.max_batch_bytes(), INT32_MAX)));
+  builder.SetMaxReceiveMessageSize(1 << 20);  // requests are small
+  // gRPC binds with SO_REUSEPORT by default: a second server on a port in use would start and
+  // silently take half the connections. A port in use must be an error.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server) {
+    std::fprintf(stderr, "sluice serve: cannot listen on %s (in use, or not allowed?)\n",
+                 fmt::format("{}", fmt::join(config.listen(), ", ")).c_str());
+    return nullptr;
+  }
+  for (int i = 0; i < config.listen_size(); ++i) {
+    const std::string& address = config.listen(i);
+    if (!address.starts_with("unix:") && (*ports)[static_cast<size_t>(i)] == 0) {
+      std::fprintf(stderr, "sluice serve: cannot listen on %s\n", address.c_str());
+      server->Shutdown();
+      return nullptr;
+    }
+  }
+  server->GetHealthCheckService()->SetServingStatus(true);
+  return server;
+}
+
+// What the server listens on and serves, as the lines scripts wait for ("listening on ...").
+void PrintStarted(const v1::ServerConfig& config, const std::vector<int>& ports,
+                  const HttpServer* http) {
+  for (int i = 0; i < config.listen_size(); ++i) {
+    std::string address = config.listen(i);
+    if (!address.starts_with("unix:")) {
+      address =
+          address.substr(0, address.rfind(':') + 1) + std::to_string(ports[static_cast<size_t>(i)]);
+    }
+    std::printf("sluice serve: listening on %s\n", address.c_str());
+  }
+  if (http) {
+    const std::string& m = config.metrics_address();
+    std::printf("sluice serve: metrics on http://%s:%d/metrics\n",
+                m.substr(0, m.rfind(':')).c_str(), http->port());
+  }
+  std::string names;
+  for (const auto& d : config.datasets()) {
+    names += fmt::format("{}{} ({} files)", names.empty() ? "" : ", ", d.name(),
+                         d.pipeline().files_size());
+  }
+  std::printf("sluice serve: datasets: %s; %d decode threads, memory budget %s\n", names.c_str(),
+              config.threads(), FormatBytes(config.memory_budget_bytes()).c_str());
+  std::fflush(stdout);
+}
+
+// Blocks until SIGINT or SIGTERM; returns which.
+int WaitForSignal() {
+  boost::asio::io_context io;
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  int signal_number = 0;
+  signals.async_wait([&](const boost::system::error_code&, int n) { signal_number = n; });
+  io.run();
+  return signal_number;
+}
+
+int Serve(const ServeFlags& f) {
+  Result<v1::ServerConfig> loaded = LoadConfig(f);
   if (!loaded.ok()) {
     std::fprintf(stderr, "sluice serve: %s\n", loaded.status().message().c_str());
     return 2;
@@ -95,36 +174,9 @@ int Serve(const ServeFlags& f) {
   }
   JobRegistry registry(config);
   DataService service(config, &registry, *token);
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  auto credentials = Credentials(config);
-  std::vector<int> ports(static_cast<size_t>(config.listen_size()), 0);
-  for (int i = 0; i < config.listen_size(); ++i) {
-    builder.AddListeningPort(config.listen(i), credentials, &ports[static_cast<size_t>(i)]);
-  }
-  builder.RegisterService(&service);
-  builder.SetMaxSendMessageSize(
-      static_cast<int>(std::min<int64_t>(config.max_batch_bytes(), INT32_MAX)));
-  builder.SetMaxReceiveMessageSize(1 << 20);  // requests are small
-  // gRPC binds with SO_REUSEPORT by default: a second server on a port in use would start and
-  // silently take half the connections. A port in use must be an error.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server) {
-    std::fprintf(stderr, "sluice serve: cannot listen on %s (in use, or not allowed?)\n",
-                 fmt::format("{}", fmt::join(config.listen(), ", ")).c_str());
-    return 2;
-  }
-  for (int i = 0; i < config.listen_size(); ++i) {
-    const std::string& address = config.listen(i);
-    if (!address.starts_with("unix:") && ports[static_cast<size_t>(i)] == 0) {
-      std::fprintf(stderr, "sluice serve: cannot listen on %s\n", address.c_str());
-      server->Shutdown();
-      return 2;
-    }
-  }
-  server->GetHealthCheckService()->SetServingStatus(true);
+  std::vector<int> ports;
+  std::unique_ptr<grpc::Server> server = StartGrpc(config, &service, &ports);
+  if (!server) return 2;
 
   StatusPages pages(&registry);
   std::unique_ptr<HttpServer> http;
@@ -138,35 +190,9 @@ int Serve(const ServeFlags& f) {
     }
     http = std::move(*started);
   }
+  PrintStarted(config, ports, http.get());
 
-  for (int i = 0; i < config.listen_size(); ++i) {
-    std::string address = config.listen(i);
-    if (!address.starts_with("unix:")) {
-      address =
-          address.substr(0, address.rfind(':') + 1) + std::to_string(ports[static_cast<size_t>(i)]);
-    }
-    std::printf("sluice serve: listening on %s\n", address.c_str());
-  }
-  if (http) {
-    const std::string& m = config.metrics_address();
-    std::printf("sluice serve: metrics on http://%s:%d/metrics\n",
-                m.substr(0, m.rfind(':')).c_str(), http->port());
-  }
-  std::string names;
-  for (const auto& d : config.datasets()) {
-    names += fmt::format("{}{} ({} files)", names.empty() ? "" : ", ", d.name(),
-                         d.pipeline().files_size());
-  }
-  std::printf("sluice serve: datasets: %s; %d decode threads, memory budget %s\n", names.c_str(),
-              config.threads(), FormatBytes(config.memory_budget_bytes()).c_str());
-  std::fflush(stdout);
-
-  boost::asio::io_context io;
-  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
-  int signal_number = 0;
-  signals.async_wait([&](const boost::system::error_code&, int n) { signal_number = n; });
-  io.run();
-
+  const int signal_number = WaitForSignal();
   std::printf("sluice serve: %s, draining\n", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
   std::fflush(stdout);
   pages.SetDraining();

@@ -30,26 +30,11 @@ HttpResponse StatusPages::Handle(const HttpRequest& request) {
   return {404, "", "not found; try /, /metrics or /healthz\n"};
 }
 
-std::string StatusPages::Metrics() {
-  v1::Stats stats;
-  registry_->FillStats("", &stats);
-  std::map<std::string, double> rates;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    const auto now = std::chrono::steady_clock::now();
-    const double dt = std::chrono::duration<double>(now - last_scrape_).count();
-    for (const v1::DatasetStats& d : stats.datasets()) {
-      uint64_t& last = last_images_[d.name()];
-      // Over the last second at least; a quicker second scrape reuses the previous rate.
-      if (dt >= 1.0) rate_[d.name()] = static_cast<double>(d.images_served() - last) / dt;
-      rates[d.name()] = rate_[d.name()];
-      if (dt >= 1.0) last = d.images_served();
-    }
-    if (dt >= 1.0) last_scrape_ = now;
-  }
+namespace {
 
-  PrometheusWriter w;
-  using L = PrometheusWriter::Labels;
+using L = PrometheusWriter::Labels;
+
+void WriteServerGauges(const v1::Stats& stats, PrometheusWriter& w) {
   w.Family("sluice_uptime_seconds", "Seconds since the server started.", MetricType::kGauge);
   w.Sample("sluice_uptime_seconds", {}, stats.uptime_seconds());
   w.Family("sluice_memory_budget_bytes", "The server's memory budget for all jobs.",
@@ -64,7 +49,10 @@ std::string StatusPages::Metrics() {
   w.Family("sluice_shared_memory_streams", "Streams delivering through shared memory.",
            MetricType::kGauge);
   w.Sample("sluice_shared_memory_streams", {}, stats.shared_memory_streams());
+}
 
+void WriteDatasetMetrics(const v1::Stats& stats, const std::map<std::string, double>& rates,
+                         PrometheusWriter& w) {
   struct Counter {
     const char* name;
     const char* help;
@@ -95,9 +83,11 @@ std::string StatusPages::Metrics() {
   w.Family("sluice_images_per_second", "Images delivered per second since the previous scrape.",
            MetricType::kGauge);
   for (const v1::DatasetStats& d : stats.datasets()) {
-    w.Sample("sluice_images_per_second", L{{"dataset", d.name()}}, rates[d.name()]);
+    w.Sample("sluice_images_per_second", L{{"dataset", d.name()}}, rates.at(d.name()));
   }
+}
 
+void WriteJobMetrics(const v1::Stats& stats, PrometheusWriter& w) {
   struct JobGauge {
     const char* name;
     const char* help;
@@ -140,6 +130,37 @@ std::string StatusPages::Metrics() {
                static_cast<double>(p.bytes()));
     }
   }
+}
+
+}  // namespace
+
+// Images per second of each dataset over the last second at least; a quicker second scrape
+// reuses the previous rate.
+std::map<std::string, double> StatusPages::ScrapeRates(const v1::Stats& stats) {
+  std::map<std::string, double> rates;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    const double dt = std::chrono::duration<double>(now - last_scrape_).count();
+    for (const v1::DatasetStats& d : stats.datasets()) {
+      uint64_t& last = last_images_[d.name()];
+      if (dt >= 1.0) rate_[d.name()] = static_cast<double>(d.images_served() - last) / dt;
+      rates[d.name()] = rate_[d.name()];
+      if (dt >= 1.0) last = d.images_served();
+    }
+    if (dt >= 1.0) last_scrape_ = now;
+  }
+  return rates;
+}
+
+std::string StatusPages::Metrics() {
+  v1::Stats stats;
+  registry_->FillStats("", &stats);
+  const std::map<std::string, double> rates = ScrapeRates(stats);
+  PrometheusWriter w;
+  WriteServerGauges(stats, w);
+  WriteDatasetMetrics(stats, rates, w);
+  WriteJobMetrics(stats, w);
   return w.Take();
 }
 

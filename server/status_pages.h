@@ -29,6 +29,8 @@ class StatusPages {
   std::string StatusText();
 
  private:
+  std::map<std::string, double> ScrapeRates(const v1::Stats& stats);
+
   const JobRegistry* registry_;
   std::atomic<bool> draining_{false};
 

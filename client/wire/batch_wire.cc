@@ -86,20 +86,53 @@ std::string EncodeSharedBatch(const BatchMeta& meta, std::span<const int32_t> la
   return b.SerializeAsString();
 }
 
-Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out) {
-  const size_t message_bytes = buffer->Length();
-  grpc::ProtoBufferReader reader(buffer);
-  google::protobuf::io::CodedInputStream in(&reader);
-  in.SetTotalBytesLimit(INT32_MAX);
-  *meta = BatchMeta();
-  out->labels.clear();
-  out->shared = false;
+namespace {
+
+// The fields of a Batch message as they came, before they are checked against each other.
+// Message fields that come more than once merge, as protobuf merges them.
+struct RawBatch {
+  v1::Position position;
+  v1::SharedMemoryRef shared_memory;
   std::vector<int32_t> shape;
   uint64_t images_bytes = 0;
   bool have_images = false;
-  // Message fields that come more than once merge, as protobuf merges them.
-  v1::Position position;
-  v1::SharedMemoryRef shared_memory;
+};
+
+// A length-delimited message field merged into *m, as protobuf merges a repeated one.
+bool MergeMessage(google::protobuf::io::CodedInputStream* in, WireFormatLite::WireType wire_type,
+                  google::protobuf::MessageLite* m) {
+  std::string bytes;
+  uint32_t length = 0;
+  return wire_type == WireFormatLite::WIRETYPE_LENGTH_DELIMITED && ReadLength(in, &length) &&
+         in->ReadString(&bytes, static_cast<int>(length)) && m->MergeFromString(bytes);
+}
+
+// The images field, read straight into out->images.
+Status ReadImages(google::protobuf::io::CodedInputStream* in, WireFormatLite::WireType wire_type,
+                  size_t message_bytes, RawBatch* raw, BatchArrays* out) {
+  uint32_t length = 0;
+  if (wire_type != WireFormatLite::WIRETYPE_LENGTH_DELIMITED || !ReadLength(in, &length)) {
+    return Malformed("images");
+  }
+  raw->images_bytes = length;
+  auto cut_short = [&] {
+    return Malformed("images (" + std::to_string(raw->images_bytes) + " bytes announced)");
+  };
+  // A corrupt length must not become a huge allocation.
+  if (raw->images_bytes > message_bytes) return cut_short();
+  RETURN_IF_ERROR(out->images.Reserve(raw->images_bytes).WithContext("batch images"));
+  if (raw->images_bytes > 0 &&
+      !in->ReadRaw(out->images.data(), static_cast<int>(raw->images_bytes))) {
+    return cut_short();
+  }
+  raw->have_images = true;
+  return Status::OK();
+}
+
+// Reads every field of the message; labels, images and skipped_records go straight to out and
+// meta. Malformed for a field of the wrong wire type, a cut-short value or a bad tag.
+Status ReadFields(google::protobuf::io::CodedInputStream& in, size_t message_bytes, RawBatch* raw,
+                  BatchMeta* meta, BatchArrays* out) {
   for (;;) {
     const int tag_at = in.CurrentPosition();
     const uint32_t tag = in.ReadTag();
@@ -110,18 +143,11 @@ Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out) 
     const auto wire_type = WireFormatLite::GetTagWireType(tag);
     if (field == 0) return Malformed("field number 0");
     switch (field) {
-      case 1: {
-        std::string bytes;
-        uint32_t length = 0;
-        if (wire_type != WireFormatLite::WIRETYPE_LENGTH_DELIMITED || !ReadLength(&in, &length) ||
-            !in.ReadString(&bytes, static_cast<int>(length))) {
-          return Malformed("position");
-        }
-        if (!position.MergeFromString(bytes)) return Malformed("position");
+      case 1:
+        if (!MergeMessage(&in, wire_type, &raw->position)) return Malformed("position");
         break;
-      }
       case 2:
-        if (!ReadInt32s(&in, wire_type, &shape)) return Malformed("shape");
+        if (!ReadInt32s(&in, wire_type, &raw->shape)) return Malformed("shape");
         break;
       case 3:
         if (!ReadInt32s(&in, wire_type, &out->labels)) return Malformed("labels");
@@ -132,35 +158,13 @@ Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out) 
           return Malformed("skipped_records");
         }
         break;
-      case kImagesField: {
-        uint32_t length = 0;
-        if (wire_type != WireFormatLite::WIRETYPE_LENGTH_DELIMITED || !ReadLength(&in, &length)) {
-          return Malformed("images");
-        }
-        images_bytes = length;
-        auto cut_short = [&] {
-          return Malformed("images (" + std::to_string(images_bytes) + " bytes announced)");
-        };
-        // A corrupt length must not become a huge allocation.
-        if (images_bytes > message_bytes) return cut_short();
-        RETURN_IF_ERROR(out->images.Reserve(images_bytes).WithContext("batch images"));
-        if (images_bytes > 0 && !in.ReadRaw(out->images.data(), static_cast<int>(images_bytes))) {
-          return cut_short();
-        }
-        have_images = true;
+      case kImagesField:
+        RETURN_IF_ERROR(ReadImages(&in, wire_type, message_bytes, raw, out));
         break;
-      }
-      case kSharedMemoryField: {
-        std::string bytes;
-        uint32_t length = 0;
-        if (wire_type != WireFormatLite::WIRETYPE_LENGTH_DELIMITED || !ReadLength(&in, &length) ||
-            !in.ReadString(&bytes, static_cast<int>(length)) ||
-            !shared_memory.MergeFromString(bytes)) {
-          return Malformed("shared_memory");
-        }
+      case kSharedMemoryField:
+        if (!MergeMessage(&in, wire_type, &raw->shared_memory)) return Malformed("shared_memory");
         out->shared = true;
         break;
-      }
       default: {
         uint32_t length = 0;
         const bool skipped = wire_type == WireFormatLite::WIRETYPE_LENGTH_DELIMITED
@@ -171,13 +175,20 @@ Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out) 
     }
   }
   if (!in.ConsumedEntireMessage()) return Malformed("trailing bytes");
-  meta->epoch = position.epoch();
-  meta->index = position.index();
-  meta->end_record = position.end_record();
+  return Status::OK();
+}
+
+// The shape, the image bytes and the labels must agree: consumers index the images by the shape.
+Status CheckFields(const RawBatch& raw, BatchMeta* meta, BatchArrays* out) {
+  meta->epoch = raw.position.epoch();
+  meta->index = raw.position.index();
+  meta->end_record = raw.position.end_record();
+  uint64_t images_bytes = raw.images_bytes;
   if (out->shared) {
-    out->shared_slot = shared_memory.slot();
-    images_bytes = shared_memory.length();
+    out->shared_slot = raw.shared_memory.slot();
+    images_bytes = raw.shared_memory.length();
   }
+  const std::vector<int32_t>& shape = raw.shape;
   if (shape.size() != 4 || shape[0] < 0 || shape[1] <= 0 || shape[2] <= 0 || shape[3] <= 0) {
     return Malformed("shape must be [N, H, W, C]");
   }
@@ -192,8 +203,8 @@ Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out) 
       __builtin_mul_overflow(pixels, size_t(meta->channels), &pixels)) {
     return Malformed("shape's byte count overflows");
   }
-  if (out->shared && have_images) return Malformed("both images and shared_memory");
-  if (!have_images && !out->shared && meta->n > 0) return Malformed("no images");
+  if (out->shared && raw.have_images) return Malformed("both images and shared_memory");
+  if (!raw.have_images && !out->shared && meta->n > 0) return Malformed("no images");
   if (images_bytes != meta->image_bytes()) {
     return Malformed("images holds " + std::to_string(images_bytes) + " bytes, shape needs " +
                      std::to_string(meta->image_bytes()));
@@ -203,6 +214,22 @@ Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out) 
                      std::to_string(meta->n) + " images");
   }
   return Status::OK();
+}
+
+
+}  // namespace
+
+Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out) {
+  const size_t message_bytes = buffer->Length();
+  grpc::ProtoBufferReader reader(buffer);
+  google::protobuf::io::CodedInputStream in(&reader);
+  in.SetTotalBytesLimit(INT32_MAX);
+  *meta = BatchMeta();
+  out->labels.clear();
+  out->shared = false;
+  RawBatch raw;
+  RETURN_IF_ERROR(ReadFields(in, message_bytes, &raw, meta, out));
+  return CheckFields(raw, meta, out);
 }
 
 }  // namespace sluice

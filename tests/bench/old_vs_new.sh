@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Two `sluice` binaries side by side in one run (a refactoring's "within N% of before"): the
 # TRAIN pipeline at 224, batch 256, 2 threads, in process (`sluice profile`) and served over TCP
-# loopback (`sluice serve` + `sluice profile --target`, through the socket), on the benchmark data
+# loopback (`sluice serve` + `sluice profile --target`, through the socket and through shared
+# memory, as a client on the server's host gets by default), on the benchmark data
 # set (bench_data.sh). Rounds alternate the order (old, new, new, old, ...) so that drift of the
 # machine's speed falls on both alike; the table gives each binary's median img/s and new / old.
 #
@@ -43,12 +44,17 @@ in_process() {
     --shuffle-buffer 1024 --threads 2 --batches "$batches" --json | rate
 }
 
+# Both served figures from one server: "SOCKET SHM".
 served() {
   sluice=$1
   start_bench_server "$data" "$work"
   [ -n "$tcp" ] || { echo "old_vs_new.sh: $1 serve did not start:" >&2; cat "$work/serve.log" >&2; exit 1; }
-  "$1" profile --target "$tcp" --dataset train --batch-size 256 --image-size 224 \
-    --batches "$batches" --no-shared-memory --json | rate
+  local socket shm
+  socket=$("$1" profile --target "$tcp" --dataset train --batch-size 256 --image-size 224 \
+    --batches "$batches" --no-shared-memory --json | rate)
+  shm=$("$1" profile --target "$tcp" --dataset train --batch-size 256 --image-size 224 \
+    --batches "$batches" --json | rate)
+  echo "$socket $shm"
   kill -TERM "$server"
   wait "$server" || true
   server=
@@ -61,7 +67,9 @@ for ((r = 0; r < rounds; ++r)); do
     name=${entry%%:*} bin=${entry#*:}
     echo "round $((r + 1))/$rounds: $name" >&2
     echo "$name in-process $(in_process "$bin")" >> "$work/results"
-    echo "$name served-tcp $(served "$bin")" >> "$work/results"
+    read -r socket shm < <(served "$bin")
+    echo "$name served-tcp $socket" >> "$work/results"
+    echo "$name served-shm $shm" >> "$work/results"
   done
 done
 

@@ -216,7 +216,6 @@ Status CheckFields(const RawBatch& raw, BatchMeta* meta, BatchArrays* out) {
   return Status::OK();
 }
 
-
 }  // namespace
 
 Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out) {

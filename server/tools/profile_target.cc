@@ -138,7 +138,8 @@ ProfileReport RemoteReport(const RemoteMeasurement& m) {
   if (!m.job_end) return MakeProfileReport({}, {}, wait_fraction, context);
   StatsSnapshot start = SnapshotFromJobStats(m.job_start.value_or(v1::JobStats()));
   StatsSnapshot end = SnapshotFromJobStats(*m.job_end);
-  // JobStats carries no image bytes; every image of the job has the size this profile asked for.
+  // JobStats carries no image bytes; every image of the job has the size (RGB) of the batches
+  // received.
   const uint64_t image_bytes = static_cast<uint64_t>(m.height) * m.width * 3;
   start.image_bytes = start.images * image_bytes;
   end.image_bytes = end.images * image_bytes;

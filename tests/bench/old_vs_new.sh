@@ -67,7 +67,8 @@ for ((r = 0; r < rounds; ++r)); do
     name=${entry%%:*} bin=${entry#*:}
     echo "round $((r + 1))/$rounds: $name" >&2
     echo "$name in-process $(in_process "$bin")" >> "$work/results"
-    read -r socket shm < <(served "$bin")
+    out=$(served "$bin")  # waits for the server to stop, unlike a process substitution
+    read -r socket shm <<<"$out"
     echo "$name served-tcp $socket" >> "$work/results"
     echo "$name served-shm $shm" >> "$work/results"
   done

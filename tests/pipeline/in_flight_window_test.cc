@@ -1,5 +1,5 @@
 // InFlightWindow: the source blocks at the item and byte bounds, is woken by releases (once a
-// run of records fits), and by Stop.
+// run of records fits, or its record fits and no record bytes are in flight), and by Stop.
 #include "pipeline/in_flight_window.h"
 
 #include <atomic>
@@ -41,6 +41,28 @@ TEST_CASE("ReleaseOfLessThanABurstWakesTheSourceWhenNoBytesAreInFlight") {
     std::this_thread::sleep_for(1ms);
   }
   window.Stop();  // frees the thread if the wake was missed, so the test fails instead of hanging
+  source.join();
+  CHECK(acquired.load());
+}
+
+// The same release while record bytes are still in flight waits for them (a later ReleaseBytes
+// is sure to come), and the last of them wakes the source.
+TEST_CASE("LastBytesReleasedAfterASmallItemReleaseWakeTheSource") {
+  InFlightWindow window(/*items=*/32, /*bytes=*/1 << 20);  // burst: 4 items
+  for (int i = 0; i < 32; ++i) REQUIRE(window.Acquire(10));
+  std::atomic<bool> acquired{false};
+  std::thread source([&] { acquired = window.Acquire(10); });
+  std::this_thread::sleep_for(50ms);
+  window.ReleaseItems(2);
+  window.ReleaseBytes(31 * 10);
+  std::this_thread::sleep_for(50ms);
+  CHECK_FALSE(acquired.load());  // less than a burst, and bytes still in flight
+  window.ReleaseBytes(10);
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!acquired.load() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  window.Stop();
   source.join();
   CHECK(acquired.load());
 }

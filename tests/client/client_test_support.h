@@ -2,7 +2,7 @@
 // stream on it, batch contents to compare, counting and failing allocators, shared-memory segments.
 #pragma once
 
-#include <catch2/catch.hpp>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include <unistd.h>
+#include <catch2/catch.hpp>
 
 #include "client/client.h"
 #include "tests/pipeline/pipeline_test_data.h"
@@ -44,9 +44,10 @@ inline v1::StreamRequest Request() {
 }
 
 // With an allocator, the batches come inline (shared-memory images bypass the allocator).
-inline std::unique_ptr<Client> Connect(const ServerProcess& server, int prefetch = 2, int max_held = 4,
-                                std::shared_ptr<BufferAllocator> allocator = nullptr,
-                                bool shared_memory = true) {
+inline std::unique_ptr<Client> Connect(const ServerProcess& server, int prefetch = 2,
+                                       int max_held = 4,
+                                       std::shared_ptr<BufferAllocator> allocator = nullptr,
+                                       bool shared_memory = true) {
   REQUIRE(server.running());
   ClientOptions o;
   o.targets = {server.address()};

@@ -1,53 +1,26 @@
+// Reading TFRecord files: records of every size, their offsets, starting at a frame, and a
+// lending stream that gives the same records and errors as copying.
 #include "formats/tfrecord_reader.h"
 
 #include <catch2/catch.hpp>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
-#include "formats/crc32c.h"
 #include "formats/tfrecord_writer.h"
+#include "tests/formats/tfrecord_reader_test_support.h"
 #include "tests/test_support.h"
 
 namespace sluice {
 namespace {
 
 using testing::RandomBytes;
-
 using testing::TempDir;
-
-constexpr size_t kOverhead = kTFRecordHeaderBytes + kTFRecordFooterBytes;
-
-std::string Shard(const std::vector<std::string>& records) {
-  std::string out;
-  for (const std::string& r : records) AppendTFRecordFrame(r, &out);
-  return out;
-}
-
-std::unique_ptr<TFRecordReader> MemoryReader(std::string contents, size_t buffer_bytes = 4 << 20,
-                                             int64_t fail_at = -1) {
-  TFRecordReaderOptions options;
-  options.buffer_bytes = buffer_bytes;
-  return std::make_unique<TFRecordReader>(NewMemoryFile("mem", std::move(contents), fail_at),
-                                          options);
-}
-
-// Reads until end of file or the first error; returns the records and that error (OK at EOF).
-struct ReadAll {
-  std::vector<std::string> records;
-  Status status;
-};
-ReadAll ReadUntilError(TFRecordReader* reader) {
-  ReadAll out;
-  while (true) {
-    std::string_view record;
-    bool eof = false;
-    out.status = reader->ReadRecord(&record, &eof);
-    if (!out.status.ok() || eof) return out;
-    out.records.emplace_back(record);
-  }
-}
+using tfrecord_testing::kOverhead;
+using tfrecord_testing::MemoryReader;
+using tfrecord_testing::ReadAll;
+using tfrecord_testing::ReadUntilError;
+using tfrecord_testing::Shard;
 
 TEST_CASE("EmptyFileHasZeroRecords") {
   auto reader = MemoryReader("");
@@ -149,252 +122,6 @@ TEST_CASE("StartOffsetIsRefusedForACompressedFile") {
   auto reader = TFRecordReader::Open(dir.file("a.tfrecord.gz"), o);
   REQUIRE_FALSE(reader.ok());
   CHECK(reader.status().code() == StatusCode::kInvalidArgument);
-}
-
-// A damaged byte in the second of three records. Damage to the data or its CRC is stepped over;
-// damage to the length or its CRC leaves nothing to trust after it.
-TEST_CASE("FlippedByteInEachFieldIsDataLossNamingTheRecordOffset") {
-  const std::vector<std::string> records = {"first record", "second record", "third"};
-  const std::string shard = Shard(records);
-  const uint64_t second = records[0].size() + kOverhead;
-  const size_t data_bytes = records[1].size();
-  struct Case {
-    const char* field;
-    size_t byte;  // within the second frame
-    const char* reason;
-    bool continues;
-  };
-  const std::vector<Case> cases = {
-      {"length, low byte", 0, "length checksum mismatch", false},
-      {"length, high byte", 7, "length checksum mismatch", false},
-      {"length CRC", 8, "length checksum mismatch", false},
-      {"length CRC, last byte", 11, "length checksum mismatch", false},
-      {"data, first byte", 12, "data checksum mismatch", true},
-      {"data, last byte", 12 + data_bytes - 1, "data checksum mismatch", true},
-      {"data CRC", 12 + data_bytes, "data checksum mismatch", true},
-      {"data CRC, last byte", 12 + data_bytes + 3, "data checksum mismatch", true},
-  };
-  const std::string message_prefix = "corrupted record at mem:" + std::to_string(second) + " (";
-  for (const Case& c : cases) {
-    for (size_t buffer : {size_t{16}, size_t{4096}}) {
-      INFO(c.field << ", buffer " << buffer);
-      std::string damaged = shard;
-      damaged[second + c.byte] ^= 0x01;
-      auto reader = MemoryReader(damaged, buffer);
-      std::string_view record;
-      bool eof = false;
-      REQUIRE(reader->ReadRecord(&record, &eof).ok());
-      CHECK(record == records[0]);
-
-      Status s = reader->ReadRecord(&record, &eof);
-      REQUIRE_FALSE(s.ok());
-      CHECK(s.code() == StatusCode::kDataLoss);
-      CHECK(s.message() == message_prefix + c.reason + ")");
-      CHECK(reader->record_offset() == second);
-      CHECK(reader->can_continue() == c.continues);
-
-      Status next = reader->ReadRecord(&record, &eof);
-      if (c.continues) {
-        REQUIRE(next.ok());
-        CHECK_FALSE(eof);
-        CHECK(record == records[2]);
-        REQUIRE(reader->ReadRecord(&record, &eof).ok());
-        CHECK(eof);
-      } else {
-        CHECK(next.message() == s.message());  // final: every later call repeats it
-        CHECK(reader->ReadRecord(&record, &eof).message() == s.message());
-      }
-    }
-  }
-}
-
-TEST_CASE("TruncatedTrailingRecordIsDataLossAtEveryCutPoint") {
-  const std::vector<std::string> records = {"complete", "cut somewhere in here"};
-  const std::string shard = Shard(records);
-  const size_t second = records[0].size() + kOverhead;
-  const size_t frame = records[1].size() + kOverhead;
-  for (size_t kept = 1; kept < frame; ++kept) {
-    for (size_t buffer : {size_t{16}, size_t{4096}}) {
-      INFO("kept " << kept << " of " << frame << ", buffer " << buffer);
-      auto reader = MemoryReader(shard.substr(0, second + kept), buffer);
-      ReadAll all = ReadUntilError(reader.get());
-      CHECK(all.records == std::vector<std::string>{records[0]});
-      CHECK(all.status.code() == StatusCode::kDataLoss);
-      const size_t expected = kept < kTFRecordHeaderBytes ? kTFRecordHeaderBytes : frame;
-      CHECK(all.status.message() == "truncated record at mem:" + std::to_string(second) +
-                                        " (expected " + std::to_string(expected) +
-                                        " bytes, file ends after " + std::to_string(kept) + ")");
-      CHECK_FALSE(reader->can_continue());
-    }
-  }
-}
-
-TEST_CASE("LengthOverTheLimitIsRefusedBeforeAllocating") {
-  TFRecordReaderOptions options;
-  options.max_record_bytes = 10;
-  TFRecordReader at_limit(NewMemoryFile("mem", Shard({std::string(10, 'x')})), options);
-  ReadAll ok = ReadUntilError(&at_limit);
-  REQUIRE(ok.status.ok());
-  CHECK(ok.records.size() == 1);
-
-  TFRecordReader over(NewMemoryFile("mem", Shard({"0123456789", std::string(11, 'x')})), options);
-  ReadAll all = ReadUntilError(&over);
-  CHECK(all.records.size() == 1);
-  CHECK(all.status.code() == StatusCode::kDataLoss);
-  CHECK(all.status.message() ==
-        "corrupted record at mem:26 (length 11 over the limit of 10 bytes)");
-  CHECK_FALSE(over.can_continue());
-
-  // A header claiming 1 TiB with a valid length CRC and only a few bytes behind it: refused by
-  // the default limit, not allocated.
-  std::string header(8, '\0');
-  const uint64_t huge = uint64_t{1} << 40;
-  for (int i = 0; i < 8; ++i) header[i] = static_cast<char>(huge >> (8 * i));
-  uint32_t masked = crc32c::Mask(crc32c::Value(header));
-  for (int i = 0; i < 4; ++i) header.push_back(static_cast<char>(masked >> (8 * i)));
-  auto reader = MemoryReader(header + "tail");
-  ReadAll huge_all = ReadUntilError(reader.get());
-  CHECK(huge_all.status.code() == StatusCode::kDataLoss);
-  CHECK_THAT(huge_all.status.message(),
-             Catch::Contains("mem:0 (length 1099511627776 over the limit of 2147483648 bytes)"));
-}
-
-// A length under the limit whose CRC holds (damage that happens to pass it, or a crafted header)
-// but with little behind it: the buffer grows with the bytes that arrive, not to the announced
-// 2 GiB, and the record is then reported truncated. Measured by the largest read the reader asks
-// of its file, which is the room its buffer has.
-TEST_CASE("AnnouncedLengthIsNotAllocatedBeforeItsBytesArrive") {
-  class LargestRead : public SequentialFile {
-   public:
-    explicit LargestRead(std::unique_ptr<SequentialFile> base) : base_(std::move(base)) {}
-    Status Read(size_t n, char* scratch, size_t* bytes_read) override {
-      largest = std::max(largest, n);
-      return base_->Read(n, scratch, bytes_read);
-    }
-    const std::string& name() const override { return base_->name(); }
-    size_t largest = 0;
-
-   private:
-    std::unique_ptr<SequentialFile> base_;
-  };
-  std::string header(8, '\0');
-  const uint64_t length = (uint64_t{2} << 30) - 1;
-  for (int i = 0; i < 8; ++i) header[i] = static_cast<char>(length >> (8 * i));
-  const uint32_t masked = crc32c::Mask(crc32c::Value(header));
-  for (int i = 0; i < 4; ++i) header.push_back(static_cast<char>(masked >> (8 * i)));
-  const std::string file = header + RandomBytes(3 << 20, 9);
-
-  auto counting = std::make_unique<LargestRead>(NewMemoryFile("mem", file));
-  LargestRead* reads = counting.get();
-  TFRecordReaderOptions options;
-  options.buffer_bytes = 1 << 16;
-  TFRecordReader reader(std::move(counting), options);
-  ReadAll all = ReadUntilError(&reader);
-  CHECK(all.status.code() == StatusCode::kDataLoss);
-  CHECK_THAT(all.status.message(), Catch::Contains("truncated record at mem:0"));
-  CHECK(reads->largest <= 2 * file.size());
-}
-
-TEST_CASE("IoErrorIsFinalAndNamesTheFile") {
-  const std::string shard = Shard({"one", "two", "three"});
-  for (int64_t fail_at : {int64_t{0}, int64_t{5}, int64_t{20}, int64_t{25}}) {
-    INFO("fail at " << fail_at);
-    auto reader = MemoryReader(shard, 16, fail_at);
-    ReadAll all = ReadUntilError(reader.get());
-    CHECK(all.status.code() == StatusCode::kUnavailable);
-    CHECK_THAT(all.status.message(), Catch::Contains("mem"));
-    CHECK(all.records.size() == static_cast<size_t>(fail_at / 19));
-    CHECK_FALSE(reader->can_continue());
-    std::string_view record;
-    bool eof = false;
-    CHECK(reader->ReadRecord(&record, &eof).code() == StatusCode::kUnavailable);
-  }
-}
-
-TEST_CASE("OpenReadsPlainFilesWhoseFirstBytesLookCompressed") {
-  TempDir dir;
-  // Lengths 0x178 and 0x8b1f start the file with a valid zlib header and the gzip magic.
-  for (size_t length : {size_t{0x178}, size_t{0x8b1f}}) {
-    const std::vector<std::string> records = {std::string(length, 'x'), "next"};
-    testing::WriteAll(dir.file("plain"), Shard(records));
-    auto reader = TFRecordReader::Open(dir.file("plain"));
-    REQUIRE(reader.ok());
-    ReadAll all = ReadUntilError(reader->get());
-    REQUIRE(all.status.ok());
-    CHECK(all.records == records);
-  }
-}
-
-TEST_CASE("OpenReportsDamageAtTheStartOfAPlainFileAsACorruptRecord") {
-  TempDir dir;
-  struct Case {
-    std::string contents;
-    std::string message;
-  };
-  std::string damaged = Shard({"abc"});
-  damaged[3] ^= 0x10;
-  const std::vector<Case> cases = {
-      {damaged, "corrupted record at " + dir.file("f") + ":0 (length checksum mismatch)"},
-      {Shard({"abc"}).substr(0, 5),
-       "truncated record at " + dir.file("f") + ":0 (expected 12 bytes, file ends after 5)"},
-  };
-  for (const Case& c : cases) {
-    testing::WriteAll(dir.file("f"), c.contents);
-    auto reader = TFRecordReader::Open(dir.file("f"));
-    REQUIRE(reader.ok());
-    ReadAll all = ReadUntilError(reader->get());
-    CHECK(all.status.code() == StatusCode::kDataLoss);
-    CHECK(all.status.message() == c.message);
-  }
-}
-
-TEST_CASE("OpenMissingFileIsNotFoundNamingThePath") {
-  TempDir dir;
-  auto reader = TFRecordReader::Open(dir.file("missing"));
-  REQUIRE_FALSE(reader.ok());
-  CHECK(reader.status().code() == StatusCode::kNotFound);
-  CHECK_THAT(reader.status().message(), Catch::Contains(dir.file("missing")));
-}
-
-TEST_CASE("CorruptRecordInCompressedShardNamesTheUncompressedOffset") {
-  TempDir dir;
-  const std::vector<std::string> records = {"first", "second", "third"};
-  std::string damaged = Shard(records);
-  const size_t second = records[0].size() + kOverhead;
-  damaged[second + kTFRecordHeaderBytes] ^= 0x01;
-  for (Compression c : {Compression::kGzip, Compression::kZlib}) {
-    INFO(CompressionName(c));
-    const std::string path = dir.file("shard");
-    auto base = NewAtomicFile(path);
-    REQUIRE(base.ok());
-    auto file = NewDeflatingFile(std::move(*base), c);
-    REQUIRE(file->Append(damaged).ok());
-    REQUIRE(file->Commit().ok());
-
-    auto reader = TFRecordReader::Open(path);
-    REQUIRE(reader.ok());
-    ReadAll all = ReadUntilError(reader->get());
-    CHECK(all.records == std::vector<std::string>{"first"});
-    CHECK(all.status.message() == "corrupted record at " + path + ":" + std::to_string(second) +
-                                      " (uncompressed) (data checksum mismatch)");
-    CHECK((*reader)->can_continue());
-    all = ReadUntilError(reader->get());
-    REQUIRE(all.status.ok());
-    CHECK(all.records == std::vector<std::string>{"third"});
-  }
-}
-
-TEST_CASE("ExplicitCompressionOptionOverridesDetection") {
-  TempDir dir;
-  const std::vector<std::string> records = {"a", "b"};
-  testing::WriteAll(dir.file("plain"), Shard(records));
-  TFRecordReaderOptions options;
-  options.compression = Compression::kGzip;
-  auto reader = TFRecordReader::Open(dir.file("plain"), options);
-  REQUIRE(reader.ok());
-  ReadAll all = ReadUntilError(reader->get());
-  CHECK(all.status.code() == StatusCode::kDataLoss);
-  CHECK_THAT(all.status.message(), Catch::Contains(dir.file("plain")));
 }
 
 // A LendingSequentialFile over memory that lends in pieces whose sizes cycle through `loans`;
@@ -525,42 +252,6 @@ TEST_CASE("LendingStreamGivesTheSameRecordsAndErrorsAsCopying") {
         if (loans[0] >= 4096 && !got.records.empty()) CHECK(got.in_place);
       }
     }
-  }
-}
-
-TEST_CASE("OpenPassesTheInflatedStreamThroughWrapStream") {
-  TempDir dir;
-  const std::vector<std::string> records = {"one", RandomBytes(5000, 1), "three"};
-  const std::string plain = Shard(records);
-  for (Compression c : {Compression::kNone, Compression::kGzip, Compression::kZlib}) {
-    INFO(CompressionName(c));
-    const std::string path = dir.file("shard");
-    auto base = NewAtomicFile(path);
-    REQUIRE(base.ok());
-    auto file = c == Compression::kNone ? std::move(*base) : NewDeflatingFile(std::move(*base), c);
-    REQUIRE(file->Append(plain).ok());
-    REQUIRE(file->Commit().ok());
-
-    // The wrapper sees the uncompressed stream: here it reads it all and serves a copy.
-    std::string seen;
-    TFRecordReaderOptions options;
-    options.wrap_stream = [&](std::unique_ptr<SequentialFile> stream) {
-      char buf[1000];
-      for (;;) {
-        size_t got = 0;
-        REQUIRE(stream->Read(sizeof(buf), buf, &got).ok());
-        if (got == 0) break;
-        seen.append(buf, got);
-      }
-      return NewMemoryFile(stream->name(), seen);
-    };
-    auto reader = TFRecordReader::Open(path, options);
-    REQUIRE(reader.ok());
-    CHECK(seen == plain);
-    CHECK((*reader)->name() == path);
-    ReadAll all = ReadUntilError(reader->get());
-    REQUIRE(all.status.ok());
-    CHECK(all.records == records);
   }
 }
 

@@ -2,6 +2,8 @@
 // tell exactly which records a batch holds.
 #pragma once
 
+#include <algorithm>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -133,6 +135,19 @@ inline Collected RunToEnd(const v1::PipelineOptions& options, StatsSnapshot* sta
   }
   if (stats) *stats = (*it)->Stats();
   return c;
+}
+
+// The labels sorted: an epoch's labels in any order compare equal to Iota(records).
+inline std::vector<int32_t> Sorted(std::vector<int32_t> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+// 0, 1, …, n - 1: every label of n records once.
+inline std::vector<int32_t> Iota(int n) {
+  std::vector<int32_t> v(n);
+  std::iota(v.begin(), v.end(), 0);
+  return v;
 }
 
 }  // namespace sluice::testing

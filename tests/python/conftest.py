@@ -23,3 +23,8 @@ def run_sluice(sluice_bin):
                                  f"{proc.stdout}\n{proc.stderr}")
         return proc
     return run
+
+
+# The Python client tests' served data set (client_support.py), here so that one server serves
+# every module of a session.
+from client_support import client, data_dir, server  # noqa: E402,F401

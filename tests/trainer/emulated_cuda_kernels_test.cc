@@ -1,8 +1,8 @@
 // The CUDA backend's kernels (trainer/cuda_*kernels.cu, through its launch functions, with their
 // real grid and block shapes) run on the CPU by tests/trainer/simt_emulator.h, against the CPU
-// backend's kernels and optimizer in every precision. No GPU is needed, so this runs in every
-// build with nvcc: it pins the kernels' indexing, reductions, barriers and warp shuffles before
-// they ever meet a device. What the emulator cannot show (timing, the memory model, __expf's
+// backend's kernels in every precision (the optimizer's: emulated_cuda_optimizer_test.cc). No GPU
+// is needed, so this runs in every build with nvcc: it pins the kernels' indexing, reductions,
+// barriers and warp shuffles before they ever meet a device. What the emulator cannot show (timing, the memory model, __expf's
 // reduced precision, cuBLASLt) is left to tests/trainer/cuda_backend_test.cc on a GPU.
 //
 // Each case runs twice, the blocks and the threads between barriers scheduled forwards and then
@@ -14,6 +14,8 @@
 #include "trainer/cuda_kernels.cu"
 #include "trainer/cuda_loss_kernels.cu"
 #include "trainer/cuda_optimizer_kernels.cu"
+
+#include "tests/trainer/emulated_cuda_kernels_test_support.h"
 #endif
 
 #include <catch2/catch.hpp>
@@ -34,79 +36,14 @@
 namespace sluice::trainer {
 namespace {
 
-using sluice_simt::Order;
-
-const Precision kPrecisions[] = {Precision::kFp32, Precision::kBf16, Precision::kFp16};
-
-// Values of `p` as the device stores them (the kernels' element type), in host vectors.
-class Narrow {
- public:
-  Narrow(Precision p, int64_t count) : p_(p), bytes_(count * ElementSize(p)) {}
-  void* data() { return bytes_.data(); }
-  const void* data() const { return bytes_.data(); }
-  int64_t size() const { return static_cast<int64_t>(bytes_.size()) / ElementSize(p_); }
-  float Get(int64_t i) const { return testing::LoadNarrow(bytes_.data(), i, p_); }
-  void Set(int64_t i, float v) { testing::StoreNarrow(bytes_.data(), i, p_, v); }
-  std::vector<float> ToFloat() const {
-    std::vector<float> out(size());
-    for (int64_t i = 0; i < size(); ++i) out[i] = Get(i);
-    return out;
-  }
-
- private:
-  Precision p_;
-  std::vector<unsigned char> bytes_;
-};
-
-Narrow ToNarrow(const std::vector<float>& values, Precision p) {
-  Narrow out(p, static_cast<int64_t>(values.size()));
-  for (size_t i = 0; i < values.size(); ++i) out.Set(static_cast<int64_t>(i), values[i]);
-  return out;
-}
-
-std::vector<float> Rounded(std::vector<float> values, Precision p) {
-  RoundInPlace(values.data(), static_cast<int64_t>(values.size()), p);
-  return values;
-}
-
-std::vector<float> Random(int64_t count, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, scale);
-  std::vector<float> v(count);
-  for (float& x : v) x = normal(rng);
-  return v;
-}
-
-// Half a unit in the last place of `p`, relative: the most that rounding one fp32 value moves it.
-double HalfUlp(Precision p) {
-  return p == Precision::kBf16 ? 1.0 / 256 : p == Precision::kFp16 ? 1.0 / 2048 : 1.0 / (1 << 24);
-}
-
-// Every element of `got` within `relative`·|expected| + `absolute` of `expected`.
-void RequireClose(const std::vector<float>& got, const std::vector<float>& expected,
-                  double relative, double absolute) {
-  REQUIRE(got.size() == expected.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::abs(double(got[i]) - expected[i]) <= relative * std::abs(expected[i]) + absolute)
-      continue;
-    FAIL("element " << i << " of " << got.size() << ": " << got[i] << ", expected " << expected[i]);
-  }
-}
-
-// Runs `body` once per scheduling order, clearing the emulator's error and requiring that no
-// launch failed.
-template <typename F>
-void ForEachOrder(F&& body) {
-  for (const Order order : {Order::kForward, Order::kReverse}) {
-    INFO((order == Order::kForward ? "forward" : "reverse") << " schedule");
-    sluice_simt::SetOrder(order);
-    sluice_simt::ClearError();
-    body();
-    INFO(sluice_simt::LastError());
-    REQUIRE(sluice_simt::LastError().empty());
-  }
-  sluice_simt::SetOrder(Order::kForward);
-}
+using kernel_testing::ForEachOrder;
+using kernel_testing::HalfUlp;
+using kernel_testing::kPrecisions;
+using kernel_testing::Narrow;
+using kernel_testing::Random;
+using kernel_testing::RequireClose;
+using kernel_testing::Rounded;
+using kernel_testing::ToNarrow;
 
 TEST_CASE("NormalizePatchifyMatchesTheCpuLayout") {
   ModelConfig c;
@@ -347,123 +284,6 @@ TEST_CASE("SoftmaxCrossEntropyMatchesTheCpuAndBreaksArgmaxTiesLow") {
       }
     }
   }
-}
-
-// The update the CPU applies for gradients summed over `samples` and carrying `loss_scale`.
-struct Reference {
-  std::vector<float> params, m, v;
-  double norm = 0;
-};
-Reference CpuUpdate(const ParameterLayout& layout, const AdamWOptions& options,
-                    const std::vector<float>& params, const std::vector<float>& summed_grads,
-                    int samples, float loss_scale, float lr) {
-  std::vector<float> grads = summed_grads;
-  for (float& g : grads) g = static_cast<float>(g / (double(samples) * loss_scale));
-  Reference r;
-  r.norm = GlobalNorm(grads);
-  AdamW adam(layout, options);
-  r.params = params;
-  adam.Update(r.params, grads, r.norm, lr);
-  r.m = adam.first_moment();
-  r.v = adam.second_moment();
-  return r;
-}
-
-// The device's step tail: grad norm, skip/clip/loss-scale decision, then AdamW over the chunks.
-struct DeviceStep {
-  std::vector<float> params, m, v;
-  Narrow narrow;
-  cuda::StepScalars scalars{};
-};
-DeviceStep RunDeviceUpdate(const ParameterLayout& layout, const AdamWOptions& options,
-                           const std::vector<float>& params, const std::vector<float>& grads,
-                           int samples, float loss_scale, float lr, Precision p, bool dynamic) {
-  DeviceStep s{params, std::vector<float>(params.size(), 0.0f),
-               std::vector<float>(params.size(), 0.0f),
-               Narrow(p, static_cast<int64_t>(params.size())), {}};
-  for (size_t i = 0; i < params.size(); ++i) s.narrow.Set(static_cast<int64_t>(i), params[i]);
-  s.scalars.loss_scale = {loss_scale, 0};
-  s.scalars.loss_sum = 3.0;
-  const cuda::StepInputs inputs{lr, 1.0f / samples};
-  const cuda::AdamHyper hyper{options.beta1, options.beta2, options.epsilon, options.weight_decay,
-                              options.clip_norm};
-  std::vector<double> partials(cuda::GradNormBlocks(), NAN);
-  const std::vector<cuda::AdamChunk> chunks = cuda::AdamChunks(layout);
-  cuda::GradNormAndPrepare(grads.data(), static_cast<int64_t>(grads.size()), partials.data(),
-                           &inputs, hyper, dynamic, LossScaleOptions{}, &s.scalars, nullptr);
-  cuda::AdamWUpdate(chunks.data(), static_cast<int>(chunks.size()), s.params.data(),
-                    s.narrow.data(), p, grads.data(), s.m.data(), s.v.data(), &inputs, hyper,
-                    &s.scalars, nullptr);
-  return s;
-}
-
-ModelConfig UpdateConfig() {
-  ModelConfig c;
-  c.image_size = 16;
-  c.patch = 8;
-  c.width = 40;  // fc1 is 160×40 = 6,400 values: more than one 4,096-value chunk
-  c.depth = 1;
-  c.classes = 5;
-  return c;
-}
-
-TEST_CASE("GradNormAndAdamWMatchTheCpuOptimizer") {
-  const ParameterLayout layout(UpdateConfig());
-  const std::vector<float> params = Random(layout.total(), 22, 0.5f);
-  const int samples = 8;
-  for (const float clip : {0.0f, 1.0f}) {
-    for (const Precision p : {Precision::kFp32, Precision::kFp16}) {
-      AdamWOptions options;
-      options.clip_norm = clip;
-      // Summed over the samples, and scaled by the fp16 loss scale.
-      const float loss_scale = p == Precision::kFp16 ? 1024.0f : 1.0f;
-      std::vector<float> grads = Random(layout.total(), 23, 0.05f);
-      for (float& g : grads) g *= samples * loss_scale;
-      const Reference ref = CpuUpdate(layout, options, params, grads, samples, loss_scale, 1e-3f);
-      REQUIRE(ref.norm > 1.0);  // so clipping acts when it is on
-      INFO("clip " << clip << ", " << PrecisionName(p));
-      ForEachOrder([&] {
-        const DeviceStep s =
-            RunDeviceUpdate(layout, options, params, grads, samples, loss_scale, 1e-3f, p, true);
-        CHECK(s.scalars.grad_norm == Approx(ref.norm).epsilon(1e-6));
-        CHECK(s.scalars.skipped == 0);
-        CHECK(s.scalars.updates == 1);
-        CHECK(s.scalars.step_loss_scale == loss_scale);
-        CHECK(s.scalars.loss_scale.scale == loss_scale);  // one clean step: no growth yet
-        CHECK(s.scalars.loss_scale.good_steps == 1);
-        RequireClose(s.m, ref.m, 1e-5, 1e-9);
-        RequireClose(s.v, ref.v, 1e-5, 1e-12);
-        RequireClose(s.params, ref.params, 1e-6, 1e-7);
-        RequireClose(s.narrow.ToFloat(), Rounded(s.params, p), 0, 0);
-        for (const ParameterTensor& t : layout.tensors()) {
-          INFO(t.name);
-          // Adam's first step moves every weight by about lr; no tensor may be left out.
-          bool moved = false;
-          for (int64_t i = t.offset; i < t.offset + t.size; ++i) moved |= s.params[i] != params[i];
-          CHECK(moved);
-        }
-      });
-    }
-  }
-}
-
-TEST_CASE("NonFiniteGradientSkipsTheUpdateAndBacksOffTheLossScale") {
-  const ParameterLayout layout(UpdateConfig());
-  const std::vector<float> params = Random(layout.total(), 24, 0.5f);
-  std::vector<float> grads = Random(layout.total(), 25, 0.05f);
-  grads[layout.total() - 3] = std::numeric_limits<float>::infinity();
-  ForEachOrder([&] {
-    const DeviceStep s = RunDeviceUpdate(layout, AdamWOptions{}, params, grads, 4, 65536.0f,
-                                         1e-3f, Precision::kFp16, true);
-    CHECK(s.scalars.skipped == 1);
-    CHECK(s.scalars.updates == 0);
-    CHECK(s.scalars.step_loss_scale == 65536.0f);
-    CHECK(s.scalars.loss_scale.scale == 32768.0f);
-    CHECK(s.scalars.loss_scale.good_steps == 0);
-    CHECK_FALSE(std::isfinite(s.scalars.grad_norm));
-    CHECK(s.params == params);
-    CHECK(s.m == std::vector<float>(params.size(), 0.0f));
-  });
 }
 
 TEST_CASE("CastToNarrowRoundsLikeTheCpuEmulation") {

@@ -1,0 +1,124 @@
+"""Shared by the Python client tests (test_client.py, test_client_frameworks.py): a synthetic
+data set served by a real `sluice serve` child process, a client on it, and helpers to compare
+batches. conftest.py exposes the fixtures, so one server serves every module of a session.
+"""
+import hashlib
+import signal
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+PHOTOS = Path("/usr/share/backgrounds/mate/nature")
+IMAGES = 200   # in the test set: 4 shards, 4 classes
+SIZE = 64      # the datasets' default image size
+
+
+@pytest.fixture(scope="session")
+def data_dir(sluice_bin, tmp_path_factory):
+    out = tmp_path_factory.mktemp("client-data")
+    args = [sluice_bin, "synth", "--images", str(IMAGES), "--classes", "4", "--shards", "4",
+            "--seed", "3", "--out", str(out)]
+    if PHOTOS.is_dir():
+        args += ["--photos", str(PHOTOS)]
+    subprocess.run(args, check=True, capture_output=True, timeout=120)
+    return out
+
+
+class Server:
+    """A `sluice serve --config` child process; port 0 picks a free port, kept across restarts."""
+
+    def __init__(self, sluice_bin, workdir, data):
+        self.sluice_bin = sluice_bin
+        self.workdir = Path(workdir)
+        self.data = data
+        self.port = 0
+        self.proc = None
+        self.start()
+
+    def config(self):
+        files = f'files: "{self.data}/train-*.tfrecord"'
+        return f"""
+listen: "127.0.0.1:{self.port}"
+threads: 2
+datasets {{
+  name: "train"
+  num_classes: 4
+  pipeline {{ {files} batch_size: 16 image_height: {SIZE} shuffle {{ buffer_size: 64 }} }}
+  limits {{ max_batch_size: 64 }}
+}}
+datasets {{
+  name: "ordered"
+  pipeline {{
+    {files} mode: MODE_EVAL batch_size: 16 image_height: {SIZE} epochs: 1
+    no_shuffle_files: true interleave {{ cycle_length: 1 }}
+  }}
+}}
+"""
+
+    def start(self):
+        conf = self.workdir / "sluice.textproto"
+        conf.write_text(self.config())
+        log = self.workdir / "serve.log"
+        with open(log, "w") as out:
+            self.proc = subprocess.Popen(
+                [self.sluice_bin, "serve", "--config", str(conf), "--drain-seconds", "1"],
+                stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            text = log.read_text()
+            if "listening on 127.0.0.1:" in text:
+                self.port = int(text.split("listening on 127.0.0.1:")[1].split()[0])
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.stop()
+        raise AssertionError("sluice serve did not start:\n" + log.read_text())
+
+    @property
+    def target(self):
+        return f"127.0.0.1:{self.port}"
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture(scope="session")
+def server(sluice_bin, data_dir, tmp_path_factory):
+    s = Server(sluice_bin, tmp_path_factory.mktemp("serve"), data_dir)
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def client(server):
+    import sluice  # here, not at the top: conftest.py imports this module in every venv
+    with sluice.Client(server.target) as c:
+        yield c
+
+
+def digest(images, labels, position):
+    return (hashlib.sha1(images).hexdigest(), labels.tolist(), tuple(position))
+
+
+def read_tfrecords(paths):
+    """Records of TFRecord files, in order (framing only; CRCs are the reader tests' business)."""
+    for path in paths:
+        data = Path(path).read_bytes()
+        pos = 0
+        while pos < len(data):
+            (length,) = struct.unpack_from("<Q", data, pos)
+            yield data[pos + 12:pos + 12 + length]
+            pos += 12 + length + 4

@@ -1,0 +1,91 @@
+// Shared by the `sluice serve` tests: a dataset "train" served from a config, a C++ client on it,
+// what a stream delivered, and whether an epoch's labels came each once.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "client/client.h"
+#include "sluice/v1/service.grpc.pb.h"
+#include "tests/pipeline/pipeline_test_data.h"
+#include "tests/server/serve_test_support.h"
+
+namespace sluice::serve_testing {
+
+using testing::TempDir;
+using testing::WriteTestShards;
+
+// A dataset "train" of files × per_file records (labels = record ids), served from a config.
+struct Fixture {
+  explicit Fixture(int files = 4, int per_file = 40, std::string extra = "",
+                   std::string dataset_extra = "") {
+    shards = WriteTestShards(dir, files, per_file);
+    config = dir.file("sluice.textproto");
+    testing::WriteAll(config, "listen: \"127.0.0.1:0\"\n" + extra +
+                                  "datasets {\n  name: \"train\"\n  num_classes: 1000\n"
+                                  "  pipeline {\n    files: \"" + dir.file("shard-*.tfrecord") +
+                                  "\"\n    batch_size: 8\n    image_height: 32\n"
+                                  "    image_width: 40\n    threads: 2\n    seed: 7\n"
+                                  "    epochs: 1\n    memory_budget_bytes: 67108864\n"
+                                  "    shuffle { buffer_size: 16 }\n  }\n" + dataset_extra +
+                                  "}\n");
+  }
+  std::vector<std::string> Args() const { return {"--config", config}; }
+
+  TempDir dir;
+  testing::TestShards shards;
+  std::string config;
+};
+
+inline std::unique_ptr<Client> Connect(const std::string& address, std::string token = "") {
+  ClientOptions o;
+  o.targets = {address};
+  o.token = std::move(token);
+  o.reconnect_deadline = std::chrono::milliseconds(3000);
+  auto c = Client::Create(o);
+  REQUIRE(c.ok());
+  return std::move(*c);
+}
+
+struct Got {
+  std::vector<BatchMeta> metas;
+  std::vector<int32_t> labels;
+  std::string images;
+  Status status;
+};
+
+inline Got ReadAll(BatchStream& s, int max_batches = 1 << 30) {
+  Got g;
+  for (int i = 0; i < max_batches; ++i) {
+    ReceivedBatch b;
+    bool end = false;
+    g.status = s.Next(&b, &end);
+    if (!g.status.ok() || end) break;
+    g.metas.push_back(b.meta);
+    g.labels.insert(g.labels.end(), b.labels.begin(), b.labels.end());
+    g.images.append(reinterpret_cast<const char*>(b.images.data()), b.images.size());
+  }
+  return g;
+}
+
+// The test data labels record i with i: labels from a whole epoch, in any order, are 0..n-1 once
+// each.
+inline bool EachLabelOnce(std::vector<int32_t> labels, int n) {
+  std::sort(labels.begin(), labels.end());
+  std::vector<int32_t> want(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) want[static_cast<size_t>(i)] = i;
+  return labels == want;
+}
+
+inline v1::StreamRequest Request(std::string dataset = "train") {
+  v1::StreamRequest r;
+  r.set_dataset(std::move(dataset));
+  return r;
+}
+
+}  // namespace sluice::serve_testing

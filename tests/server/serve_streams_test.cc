@@ -1,0 +1,226 @@
+// `sluice serve` streams end to end: the same batches as the in-process pipeline, jobs shared by
+// consumers, shards, fan-in from two servers, concurrent streams and consumers that stop reading.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+#include "pipeline/pipeline.h"
+#include "tests/server/serve_fixture.h"
+
+namespace sluice {
+namespace {
+
+using serve_testing::Connect;
+using serve_testing::EachLabelOnce;
+using serve_testing::Fixture;
+using serve_testing::Got;
+using serve_testing::ReadAll;
+using serve_testing::Request;
+using testing::ServerProcess;
+using testing::TempDir;
+using testing::WriteTestShards;
+
+TEST_CASE("StreamedBatchesEqualTheInProcessPipelineForTheSameSeed") {
+  Fixture f;
+  ServerProcess server(f.Args());
+  REQUIRE(server.running());
+  auto client = Connect(server.address());
+  auto stream = client->Stream(Request());
+  REQUIRE(stream.ok());
+  Got got = ReadAll(**stream);
+  REQUIRE(got.status.ok());
+
+  v1::PipelineOptions o;
+  o.add_files(f.dir.file("shard-*.tfrecord"));
+  o.set_batch_size(8);
+  o.set_image_height(32);
+  o.set_image_width(40);
+  o.set_threads(2);
+  o.set_seed(7);
+  o.set_epochs(1);
+  o.set_memory_budget_bytes(64 << 20);
+  o.mutable_shuffle()->set_buffer_size(16);
+  auto expected = testing::RunToEnd(o);
+  REQUIRE(expected.status.ok());
+  REQUIRE(got.metas.size() == expected.positions.size());
+  for (size_t i = 0; i < got.metas.size(); ++i) {
+    CHECK(got.metas[i].epoch == expected.positions[i].epoch);
+    CHECK(got.metas[i].index == expected.positions[i].index);
+    CHECK(got.metas[i].end_record == expected.positions[i].end_record);
+    CHECK(got.metas[i].height == 32);
+    CHECK(got.metas[i].width == 40);
+  }
+  CHECK(got.labels == expected.labels_by_epoch[0]);
+  CHECK(got.images == expected.image_bytes);
+}
+
+TEST_CASE("TwoConsumersOfOneJobGetDisjointBatchesCoveringTheEpoch") {
+  Fixture f;
+  ServerProcess server(f.Args());
+  REQUIRE(server.running());
+  auto client = Connect(server.address());
+  auto r = Request();
+  r.set_job_name("shared");
+  auto a = client->Stream(r);
+  REQUIRE(a.ok());
+  auto b = client->Stream(r);
+  REQUIRE(b.ok());
+  Got ga, gb;
+  std::thread ta([&] { ga = ReadAll(**a); });
+  std::thread tb([&] { gb = ReadAll(**b); });
+  ta.join();
+  tb.join();
+  REQUIRE(ga.status.ok());
+  REQUIRE(gb.status.ok());
+  // Which consumer gets how many depends on timing (the first may even take them all before the
+  // second joins); that each batch goes to exactly one of them does not.
+  std::set<int64_t> ia, ib;
+  for (auto& m : ga.metas) ia.insert(m.index);
+  for (auto& m : gb.metas) ib.insert(m.index);
+  for (int64_t i : ia) CHECK(ib.count(i) == 0);
+  CHECK(ia.size() + ib.size() == 20);
+  std::vector<int32_t> all = ga.labels;
+  all.insert(all.end(), gb.labels.begin(), gb.labels.end());
+  CHECK(EachLabelOnce(all, 160));
+}
+
+TEST_CASE("ConsumerThatStopsReadingLeavesTheSharedJobToTheOthers") {
+  Fixture f;
+  ServerProcess server(f.Args());
+  REQUIRE(server.running());
+  auto client = Connect(server.address());
+  auto r = Request();
+  r.set_job_name("busy");
+  r.set_epochs(0);
+  r.set_batch_size(32);  // 4.8 MB batches: a stalled consumer's buffers fill after a few
+  r.set_image_height(224);
+  r.set_image_width(224);
+  auto a = client->Stream(r);
+  REQUIRE(a.ok());
+  Got ga = ReadAll(**a, 2);
+  REQUIRE(ga.status.ok());
+  // a stops reading but stays connected; b must still be served, with other batches.
+  auto b = client->Stream(r);
+  REQUIRE(b.ok());
+  Got gb = ReadAll(**b, 6);
+  REQUIRE(gb.status.ok());
+  REQUIRE(gb.metas.size() == 6);
+  std::set<std::pair<int64_t, int64_t>> seen;
+  for (auto& m : ga.metas) seen.insert({m.epoch, m.index});
+  for (auto& m : gb.metas) CHECK(seen.insert({m.epoch, m.index}).second);
+}
+
+TEST_CASE("ShardRequestsPartitionTheData") {
+  Fixture f;
+  ServerProcess server(f.Args());
+  REQUIRE(server.running());
+  auto client = Connect(server.address());
+  std::vector<int32_t> all;
+  for (int i = 0; i < 2; ++i) {
+    auto r = Request();
+    r.mutable_shard()->set_index(i);
+    r.mutable_shard()->set_count(2);
+    auto s = client->Stream(r);
+    REQUIRE(s.ok());
+    Got g = ReadAll(**s);
+    REQUIRE(g.status.ok());
+    CHECK(g.labels.size() == 80);
+    all.insert(all.end(), g.labels.begin(), g.labels.end());
+  }
+  std::sort(all.begin(), all.end());
+  CHECK(std::adjacent_find(all.begin(), all.end()) == all.end());
+  CHECK(all.size() == 160);
+}
+
+TEST_CASE("FanInFromTwoServersDeliversEachServersShardOnce") {
+  // Two workers started from one configuration with --shard 0/2 and 1/2, as a StatefulSet's
+  // pods would be.
+  Fixture f(4, 30);
+  std::vector<std::unique_ptr<ServerProcess>> servers;
+  for (int i = 0; i < 2; ++i) {
+    servers.push_back(std::make_unique<ServerProcess>(
+        std::vector<std::string>{"--config", f.config, "--shard", std::to_string(i) + "/2"}));
+    REQUIRE(servers.back()->running());
+  }
+  ClientOptions o;
+  // One plain target and one through the dns: resolver (a literal resolves to itself).
+  o.targets = {servers[0]->address(), "dns:///" + servers[1]->address()};
+  auto client = Client::Create(o);
+  REQUIRE(client.ok());
+  auto s = (*client)->Stream(Request());
+  REQUIRE(s.ok());
+  CHECK((*s)->servers() == 2);
+  std::vector<int32_t> labels;
+  std::set<int> from;
+  for (;;) {
+    ReceivedBatch b;
+    bool end = false;
+    REQUIRE((*s)->Next(&b, &end).ok());
+    if (end) break;
+    from.insert(b.server);
+    labels.insert(labels.end(), b.labels.begin(), b.labels.end());
+  }
+  CHECK(from == std::set<int>{0, 1});
+  CHECK(EachLabelOnce(labels, 120));
+}
+
+TEST_CASE("EightConcurrentStreamsAllComplete") {
+  Fixture f;
+  ServerProcess server(f.Args());
+  REQUIRE(server.running());
+  auto client = Connect(server.address());
+  std::vector<std::thread> threads;
+  std::vector<Got> got(8);
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] {
+      auto r = Request();
+      r.set_seed(static_cast<uint64_t>(100 + i));
+      auto s = client->Stream(r);
+      if (!s.ok()) {
+        got[static_cast<size_t>(i)].status = s.status();
+        return;
+      }
+      got[static_cast<size_t>(i)] = ReadAll(**s);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& g : got) {
+    INFO(g.status.ToString());
+    CHECK(g.status.ok());
+    CHECK(g.labels.size() == 160);
+  }
+}
+
+TEST_CASE("ConsumerThatStopsReadingDoesNotGrowServerMemory") {
+  // Big enough batches that a growing queue would show: 32 x 224x224x3 = 4.8 MB a batch.
+  Fixture f(4, 100);
+  ServerProcess server(f.Args());
+  REQUIRE(server.running());
+  auto client = Connect(server.address());
+  auto r = Request();
+  r.set_batch_size(32);
+  r.set_image_height(224);
+  r.set_image_width(224);
+  r.set_epochs(0);
+  auto s = client->Stream(r);
+  INFO(s.status().ToString());
+  REQUIRE(s.ok());
+  Got first = ReadAll(**s, 3);
+  REQUIRE(first.status.ok());
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const int64_t settled = server.RssBytes();
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  const int64_t later = server.RssBytes();
+  // The job's budget is 64 MiB; a server that kept producing would grow by ~5 MB per batch.
+  CHECK(later < settled + (16 << 20));
+  Got more = ReadAll(**s, 3);
+  CHECK(more.status.ok());
+}
+
+}  // namespace
+}  // namespace sluice

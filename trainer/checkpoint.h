@@ -25,6 +25,7 @@ struct Checkpoint {
   // precisions and in those written before it was recorded.
   float loss_scale = 0;
   int loss_scale_good_steps = 0;
+  // One value per parameter, tensor after tensor, without ParameterLayout's padding (Pack).
   std::vector<float> params, first_moment, second_moment;
 };
 

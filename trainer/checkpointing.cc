@@ -18,16 +18,18 @@ Status ResumeFrom(const std::string& dir, const ModelConfig& config, bool fp16, 
   }
   Checkpoint& ck = *loaded;
   const ModelConfig& c = ck.config;
-  if (c != config || ck.params.size() != state->params.size()) {
+  // The file holds the tensors without the layout's padding (ParameterLayout::Pack).
+  const ParameterLayout layout(config);
+  if (c != config || static_cast<int64_t>(ck.params.size()) != layout.parameters()) {
     return FailedPrecondition(fmt::format(
         "{} holds a model of image size {}, patch {}, width {}, depth {}, {} classes; this run "
         "asks for {}, {}, {}, {}, {}",
         CheckpointPath(dir), c.image_size, c.patch, c.width, c.depth, c.classes, config.image_size,
         config.patch, config.width, config.depth, config.classes));
   }
-  state->params = std::move(ck.params);
-  state->first_moment = std::move(ck.first_moment);
-  state->second_moment = std::move(ck.second_moment);
+  state->params = layout.Unpack(ck.params);
+  state->first_moment = layout.Unpack(ck.first_moment);
+  state->second_moment = layout.Unpack(ck.second_moment);
   state->adam_updates = ck.adam_updates;
   if (fp16 && ck.loss_scale > 0) state->loss_scale = {ck.loss_scale, ck.loss_scale_good_steps};
   position->step = ck.step;
@@ -63,9 +65,10 @@ Status Checkpointer::Save(Backend& backend, const RunPosition& position) {
     ck.loss_scale = state.loss_scale.scale;
     ck.loss_scale_good_steps = state.loss_scale.good_steps;
   }
-  ck.params = std::move(state.params);
-  ck.first_moment = std::move(state.first_moment);
-  ck.second_moment = std::move(state.second_moment);
+  const ParameterLayout layout(config_);
+  ck.params = layout.Pack(state.params);
+  ck.first_moment = layout.Pack(state.first_moment);
+  ck.second_moment = layout.Pack(state.second_moment);
   RETURN_IF_ERROR(SaveCheckpoint(dir_, ck));
   saved_step_ = position.step;
   return Status::OK();

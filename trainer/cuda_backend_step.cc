@@ -118,8 +118,13 @@ Status CudaBackend::EnqueueOps(int slot, int ticket, bool first, bool last, bool
   cudaStream_t s = compute_.get();
   if (first) {
     CUDA_CHECK(cudaMemsetAsync(grads_, 0, sizeof(float) * layout_.total(), s));
-    // loss_sum and correct only: Adam's count lives on across steps.
-    CUDA_CHECK(cudaMemsetAsync(scalars_, 0, offsetof(cuda::StepScalars, grad_norm), s));
+    // The step's own results: loss_sum, correct, grad_norm, skipped, and the scale it runs with
+    // (the update kernel overwrites the last three; without an update they must not be the
+    // previous step's). Adam's count and the loss scale's state live on across steps.
+    CUDA_CHECK(cudaMemsetAsync(scalars_, 0, offsetof(cuda::StepScalars, grad_scale), s));
+    CUDA_CHECK(cudaMemsetAsync(&scalars_->skipped, 0, sizeof(scalars_->skipped), s));
+    CUDA_CHECK(cudaMemcpyAsync(&scalars_->step_loss_scale, &scalars_->loss_scale.scale,
+                               sizeof(float), cudaMemcpyDeviceToDevice, s));
   }
   if (last) {
     CUDA_CHECK(cudaMemcpyAsync(inputs_, pinned_inputs_[ticket].data(), sizeof(cuda::StepInputs),

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <utility>
+#include <vector>
 
 namespace sluice::trainer {
 namespace {
@@ -51,6 +53,19 @@ uint32_t Alignment(const void* p) {
 
 }  // namespace
 
+// One shape's descriptors and the heuristic's usable algorithms, in its order.
+struct CublasLtGemm::Plan {
+  MatmulDesc op;
+  Layout first, second, out;
+  std::vector<cublasLtMatmulHeuristicResult_t> algorithms;  // empty: none for this shape
+  size_t next = 0;  // the algorithm tried first: the one that ran last
+};
+
+CublasLtGemm::CublasLtGemm() = default;
+CublasLtGemm::~CublasLtGemm() = default;
+CublasLtGemm::CublasLtGemm(CublasLtGemm&&) noexcept = default;
+CublasLtGemm& CublasLtGemm::operator=(CublasLtGemm&&) noexcept = default;
+
 Result<CublasLtGemm> CublasLtGemm::Create(size_t workspace_bytes) {
   CublasLtGemm g;
   ASSIGN_OR_RETURN(g.handle_, CublasLtHandle::Create());
@@ -58,90 +73,161 @@ Result<CublasLtGemm> CublasLtGemm::Create(size_t workspace_bytes) {
   return g;
 }
 
-Result<bool> CublasLtGemm::Matmul(const GemmArgs& x, cudaStream_t stream) const {
+Result<CublasLtGemm::Plan*> CublasLtGemm::PlanFor(const GemmArgs& x) const {
+  // cuBLASLt assumes 256-byte aligned operands unless told otherwise; parameter slices of the
+  // flat array are only 16-byte aligned (ParameterLayout), activations' offsets less in odd shapes.
+  auto alignment = [](const void* p) { return std::max<uint32_t>(2, Alignment(p)); };
+  PlanKey key{x.trans_a, x.trans_b, x.m, x.n, x.k, x.type, x.d_fp32, x.beta != 0.0f, x.epilogue};
+  key.align_a = alignment(x.b);  // cuBLAS's A is our B (see Describe)
+  key.align_b = alignment(x.a);
+  key.align_c = alignment(x.beta != 0.0f ? x.c : x.d);
+  key.align_d = alignment(x.d);
+  auto it = plans_.find(key);
+  if (it == plans_.end()) {
+    // A model has a few dozen shapes per batch size; the bound only stops a caller that varies
+    // them without end. Nothing keeps a plan across calls (a captured graph holds no descriptor).
+    if (plans_.size() >= kMaxPlans) plans_.clear();
+    ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, MakePlan(x, key));
+    it = plans_.emplace(key, std::move(plan)).first;
+  }
+  return it->second.get();
+}
+
+// The first status of a cuBLASLt call that failed, from a function returning cublasStatus_t.
+#define SLUICE_CUBLAS_RETURN(expr)                                      \
+  do {                                                                  \
+    const cublasStatus_t _sluice_status = (expr);                       \
+    if (_sluice_status != CUBLAS_STATUS_SUCCESS) return _sluice_status; \
+  } while (0)
+
+cublasStatus_t CublasLtGemm::Describe(const GemmArgs& x, Plan* plan) {
   // Row-major D = op(A)·op(B) is column-major Dᵀ = op(B)ᵀ·op(A)ᵀ; a row-major buffer read
   // column-major is its transpose, so cuBLAS gets B as its first operand and A as its second,
   // with the same transpose flags, and M = n, N = m.
   const cudaDataType in_type = DataType(x.type);
   const cudaDataType d_type = DataType(x.d_type());
-  MatmulDesc op;
-  CUBLAS_CHECK(cublasLtMatmulDescCreate(&op.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasLtMatmulDesc_t& op = plan->op.desc;
+  SLUICE_CUBLAS_RETURN(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t first_op = x.trans_b == Trans::kYes ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t second_op = x.trans_a == Trans::kYes ? CUBLAS_OP_T : CUBLAS_OP_N;
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op.desc, CUBLASLT_MATMUL_DESC_TRANSA, &first_op,
-                                              sizeof(first_op)));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op.desc, CUBLASLT_MATMUL_DESC_TRANSB, &second_op,
-                                              sizeof(second_op)));
+  SLUICE_CUBLAS_RETURN(
+      cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &first_op, sizeof(first_op)));
+  SLUICE_CUBLAS_RETURN(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &second_op,
+                                                      sizeof(second_op)));
   if (x.epilogue != Epilogue::kNone) {
     const cublasLtEpilogue_t epi =
         x.epilogue == Epilogue::kBias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(op.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &x.bias,
-                                                sizeof(x.bias)));
+    SLUICE_CUBLAS_RETURN(
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    // The heuristic sees this call's pointers; Matmul sets each call's before it runs.
+    SLUICE_CUBLAS_RETURN(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                        &x.bias, sizeof(x.bias)));
     const int32_t bias_type = d_type;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                &bias_type, sizeof(bias_type)));
+    SLUICE_CUBLAS_RETURN(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                        &bias_type, sizeof(bias_type)));
     if (x.epilogue == Epilogue::kGeluAuxBias) {
-      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-          op.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &x.aux, sizeof(x.aux)));
+      SLUICE_CUBLAS_RETURN(cublasLtMatmulDescSetAttribute(
+          op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &x.aux, sizeof(x.aux)));
       const int64_t aux_ld = x.n;
-      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
-                                                  &aux_ld, sizeof(aux_ld)));
+      SLUICE_CUBLAS_RETURN(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                          &aux_ld, sizeof(aux_ld)));
     }
   }
   // Column-major shapes: first operand (B's buffer) is k×n (kNo) or n×k (kYes) as stored
   // row-major, i.e. column-major n×k with ld n, or k×n with ld k.
-  Layout first, second, out;
   if (x.trans_b == Trans::kNo) {
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&first.layout, in_type, x.n, x.k, x.n));
+    SLUICE_CUBLAS_RETURN(cublasLtMatrixLayoutCreate(&plan->first.layout, in_type, x.n, x.k, x.n));
   } else {
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&first.layout, in_type, x.k, x.n, x.k));
+    SLUICE_CUBLAS_RETURN(cublasLtMatrixLayoutCreate(&plan->first.layout, in_type, x.k, x.n, x.k));
   }
   if (x.trans_a == Trans::kNo) {
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&second.layout, in_type, x.k, x.m, x.k));
+    SLUICE_CUBLAS_RETURN(cublasLtMatrixLayoutCreate(&plan->second.layout, in_type, x.k, x.m, x.k));
   } else {
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&second.layout, in_type, x.m, x.k, x.m));
+    SLUICE_CUBLAS_RETURN(cublasLtMatrixLayoutCreate(&plan->second.layout, in_type, x.m, x.k, x.m));
   }
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&out.layout, d_type, x.n, x.m, x.n));
+  return cublasLtMatrixLayoutCreate(&plan->out.layout, d_type, x.n, x.m, x.n);
+}
 
+cublasStatus_t CublasLtGemm::Query(const PlanKey& key, Plan* plan) const {
   Preference pref;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.pref));
+  SLUICE_CUBLAS_RETURN(cublasLtMatmulPreferenceCreate(&pref.pref));
   const size_t workspace = workspace_.bytes();
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+  SLUICE_CUBLAS_RETURN(cublasLtMatmulPreferenceSetAttribute(
       pref.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)));
-  // cuBLASLt assumes 256-byte aligned operands unless told otherwise; parameter slices of the
-  // flat array need not be.
-  auto alignment = [](const void* p) { return std::max<uint32_t>(2, Alignment(p)); };
-  const void* c_ptr = x.beta != 0.0f ? x.c : x.d;
   const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment(x.b)},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment(x.a)},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment(c_ptr)},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment(x.d)},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d},
   };
   for (const auto& [attribute, bytes] : alignments) {
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.pref, attribute, &bytes, sizeof(bytes)));
+    SLUICE_CUBLAS_RETURN(
+        cublasLtMatmulPreferenceSetAttribute(pref.pref, attribute, &bytes, sizeof(bytes)));
   }
-  cublasLtMatmulHeuristicResult_t heuristic{};
+  std::vector<cublasLtMatmulHeuristicResult_t> found_algorithms(kAlgorithms);
   int found = 0;
-  // NOT_SUPPORTED is how the heuristic says "no algorithm" for some configurations.
-  const cublasStatus_t queried = cublasLtMatmulAlgoGetHeuristic(
-      handle_.get(), op.desc, first.layout, second.layout, out.layout, out.layout, pref.pref, 1,
-      &heuristic, &found);
-  if (queried == CUBLAS_STATUS_NOT_SUPPORTED ||
-      (queried == CUBLAS_STATUS_SUCCESS &&
-       (found == 0 || heuristic.state != CUBLAS_STATUS_SUCCESS)))
-    return false;
-  CUBLAS_CHECK(queried);
+  ++heuristic_queries_;
+  SLUICE_CUBLAS_RETURN(cublasLtMatmulAlgoGetHeuristic(
+      handle_.get(), plan->op.desc, plan->first.layout, plan->second.layout, plan->out.layout,
+      plan->out.layout, pref.pref, kAlgorithms, found_algorithms.data(), &found));
+  for (int i = 0; i < std::min(found, kAlgorithms); ++i) {
+    if (found_algorithms[i].state == CUBLAS_STATUS_SUCCESS)
+      plan->algorithms.push_back(found_algorithms[i]);
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+#undef SLUICE_CUBLAS_RETURN
+
+Result<std::unique_ptr<CublasLtGemm::Plan>> CublasLtGemm::MakePlan(const GemmArgs& x,
+                                                                   const PlanKey& key) const {
+  auto plan = std::make_unique<Plan>();
+  cublasStatus_t status = Describe(x, plan.get());
+  if (status == CUBLAS_STATUS_SUCCESS) status = Query(key, plan.get());
+  if (status == CUBLAS_STATUS_SUCCESS) return plan;
+  // A fused epilogue cuBLASLt refuses in any way (an attribute, the heuristic query) runs
+  // unfused instead; NOT_SUPPORTED is how the heuristic says "no algorithm" for some
+  // configurations. Either is a plan without algorithms, kept so it is not asked again.
+  plan->algorithms.clear();
+  if (x.epilogue != Epilogue::kNone || status == CUBLAS_STATUS_NOT_SUPPORTED) return plan;
+  return CublasError(status, "cuBLASLt matmul descriptors or heuristic query", __FILE__, __LINE__);
+}
+
+Result<bool> CublasLtGemm::Matmul(const GemmArgs& x, cudaStream_t stream) const {
+  ASSIGN_OR_RETURN(auto plan, PlanFor(x));  // Plan*, owned by plans_
+  if (plan->algorithms.empty()) return false;
+  if (x.epilogue != Epilogue::kNone) {
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                &x.bias, sizeof(x.bias)));
+    if (x.epilogue == Epilogue::kGeluAuxBias) {
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          plan->op.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &x.aux, sizeof(x.aux)));
+    }
+  }
   const float alpha = 1.0f;
-  const cublasStatus_t ran = cublasLtMatmul(handle_.get(), op.desc, &alpha, x.b, first.layout, x.a,
-                                            second.layout, &x.beta, c_ptr, out.layout, x.d,
-                                            out.layout, &heuristic.algo, workspace_.data(),
-                                            workspace, stream);
-  if (ran == CUBLAS_STATUS_NOT_SUPPORTED) return false;
-  CUBLAS_CHECK(ran);
-  return true;
+  const void* c_ptr = x.beta != 0.0f ? x.c : x.d;
+  cublasStatus_t ran = CUBLAS_STATUS_NOT_SUPPORTED;
+  // From the algorithm that ran last time, on through the heuristic's list: one that fails to
+  // launch (an alignment or workspace it cannot meet after all, say) enqueues nothing.
+  const size_t count = plan->algorithms.size();
+  for (size_t tried = 0; tried < count; ++tried) {
+    const size_t i = (plan->next + tried) % count;
+    ran =
+        cublasLtMatmul(handle_.get(), plan->op.desc, &alpha, x.b, plan->first.layout, x.a,
+                       plan->second.layout, &x.beta, c_ptr, plan->out.layout, x.d, plan->out.layout,
+                       &plan->algorithms[i].algo, workspace_.data(), workspace_.bytes(), stream);
+    if (ran == CUBLAS_STATUS_SUCCESS) {
+      plan->next = i;
+      return true;
+    }
+    ++algorithm_failures_;
+  }
+  // None ran: a fused epilogue runs unfused (and is not tried again for this shape).
+  if (x.epilogue != Epilogue::kNone || ran == CUBLAS_STATUS_NOT_SUPPORTED) {
+    if (x.epilogue != Epilogue::kNone) plan->algorithms.clear();
+    return false;
+  }
+  return CublasError(ran, "cublasLtMatmul (every algorithm of the heuristic)", __FILE__, __LINE__);
 }
 
 Status CublasLtGemm::Run(const GemmArgs& x, cudaStream_t stream) const {

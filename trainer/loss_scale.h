@@ -2,7 +2,7 @@
 // backward pass, so small activation gradients stay above fp16's smallest values; the weight
 // gradients are divided by it again before the update. A step whose gradient overflowed (not
 // finite) is skipped and the scale backs off; after `growth_interval` clean steps in a row it
-// grows. Defaults are PyTorch's GradScaler's.
+// grows. Defaults are PyTorch's GradScaler's, except for the cap (see max_scale).
 //
 // The update rule is one inline function compiled for both the host (the CPU backend) and the
 // device (the CUDA backend's step kernel), so both follow the same sequence of scales.
@@ -13,15 +13,16 @@
 namespace sluice::trainer {
 
 struct LossScaleOptions {
-  float initial = 65536.0f;  // 2^16
+  float initial = 32768.0f;  // 2^15: at the cap, never above it
   float growth = 2.0f;
   float backoff = 0.5f;
   int growth_interval = 2000;  // clean steps in a row before the scale grows
   float min_scale = 1.0f;  // the scale never backs off below this
   // Never grows above this. The scale multiplies the gradient of the SUMMED loss, so a sample's
-  // logit gradient is up to the scale itself: past fp16's largest value, 65504, any confidently
-  // wrong sample overflows. Growing beyond 2^16 would only buy skipped steps.
-  float max_scale = 65536.0f;
+  // logit gradient (softmax − one-hot, down to −1) is down to −scale: at 2^16, above fp16's largest
+  // value 65504, any confidently wrong sample rounds to −inf and the step is skipped each time the
+  // scale grows back. 2^15 is the largest power of two whose negation fp16 holds.
+  float max_scale = 32768.0f;
 };
 
 struct LossScaleState {

@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
                  "auto, fp32, bf16 or fp16 (GEMM inputs; dynamic loss scaling with fp16). Default "
                  "auto: bf16 on CUDA, fp32 on the CPU (where bf16/fp16 are emulated, for tests)");
   app.add_option("--loss-scale", o.loss_scale.initial,
-                 "fp16: initial dynamic loss scale (default 65536)")
+                 "fp16: initial dynamic loss scale (default 32768, the cap)")
       ->check(CLI::PositiveNumber);
   app.add_option("--loss-scale-window", o.loss_scale.growth_interval,
                  "fp16: clean steps before the loss scale doubles (default 2000)")

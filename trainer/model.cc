@@ -77,14 +77,34 @@ ParameterLayout::ParameterLayout(const ModelConfig& config) {
 int ParameterLayout::Add(std::string name, int rows, int cols, bool weight_decay) {
   ParameterTensor t;
   t.name = std::move(name);
-  t.offset = total_;
+  t.offset = (total_ + kAlignment - 1) / kAlignment * kAlignment;
   t.rows = rows;
   t.cols = cols;
   t.size = int64_t{rows} * cols;
   t.weight_decay = weight_decay;
-  total_ += t.size;
+  total_ = t.offset + t.size;
+  parameters_ += t.size;
   tensors_.push_back(std::move(t));
   return static_cast<int>(tensors_.size()) - 1;
+}
+
+std::vector<float> ParameterLayout::Pack(std::span<const float> flat) const {
+  std::vector<float> packed;
+  packed.reserve(parameters_);
+  for (const ParameterTensor& t : tensors_) {
+    packed.insert(packed.end(), flat.begin() + t.offset, flat.begin() + t.offset + t.size);
+  }
+  return packed;
+}
+
+std::vector<float> ParameterLayout::Unpack(std::span<const float> packed) const {
+  std::vector<float> flat(total_, 0.0f);
+  int64_t at = 0;
+  for (const ParameterTensor& t : tensors_) {
+    std::copy(packed.begin() + at, packed.begin() + at + t.size, flat.begin() + t.offset);
+    at += t.size;
+  }
+  return flat;
 }
 
 std::vector<float> InitParameters(const ModelConfig& config, const ParameterLayout& layout,

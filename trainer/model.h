@@ -43,12 +43,26 @@ struct ParameterTensor {
 };
 
 // Where each tensor sits in the flat array, in a fixed order (embed, blocks, final LN, head).
+// Every offset is a multiple of kAlignment elements: cuBLASLt's fast kernels and fused epilogues
+// want 16-byte aligned operands, and the GEMMs read slices of the array (of its bf16/fp16 copy
+// too). The padding between tensors is zero and no tensor's; optimizers and kernels may walk it.
 class ParameterLayout {
  public:
+  static constexpr int64_t kAlignment = 8;  // elements: 16 bytes of bf16/fp16, 32 of fp32
+
   explicit ParameterLayout(const ModelConfig& config);
 
+  // Elements of the flat array, padding included.
   int64_t total() const { return total_; }
+  // Elements of the tensors, padding excluded: the model's parameter count.
+  int64_t parameters() const { return parameters_; }
   const std::vector<ParameterTensor>& tensors() const { return tensors_; }
+
+  // The tensors' values one after another without the padding (what a checkpoint stores, so a
+  // file's meaning does not depend on the padding). REQUIRES: flat.size() == total().
+  std::vector<float> Pack(std::span<const float> flat) const;
+  // The inverse, padding zero. REQUIRES: packed.size() == parameters().
+  std::vector<float> Unpack(std::span<const float> packed) const;
 
   // Indices into tensors() of the named parts; see the .cc for the order.
   struct Block {
@@ -63,6 +77,7 @@ class ParameterLayout {
 
   std::vector<ParameterTensor> tensors_;
   int64_t total_ = 0;
+  int64_t parameters_ = 0;
 };
 
 // Seeded, deterministic (the same on every platform: splitmix64 and Box–Muller, no <random>

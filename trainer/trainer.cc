@@ -101,7 +101,7 @@ void LogStart(const TrainerOptions& o, const TrainSummary& summary, const ModelC
              "classes={} ({} parameters); batch {}, accum {}, {} steps, lr {}\n",
              DeviceName(summary.device), device_note, precision_note,
              tbb::info::default_concurrency(), config.image_size, config.patch, config.width,
-             config.depth, config.hidden(), config.classes, ParameterLayout(config).total(),
+             config.depth, config.hidden(), config.classes, ParameterLayout(config).parameters(),
              o.batch_size, o.accum, o.steps, o.lr)
       << std::flush;
 }

@@ -2,10 +2,11 @@
 
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <sstream>
 
 #include "formats/crc32c.h"
-
 #include "tests/test_support.h"
+#include "trainer/checkpointing.h"
 
 namespace sluice::trainer {
 namespace {
@@ -116,6 +117,57 @@ TEST_CASE("HeaderValuesOutOfRangeAreDataLossNamingTheField") {
     CHECK_THAT(s.message(), Catch::Contains(CheckpointPath(dir.file("ck"))) &&
                                 Catch::Contains(c.field));
   }
+}
+
+// Parameter offsets are padded for the GPU's GEMMs (ParameterLayout::kAlignment); the file keeps
+// one value per parameter, so its meaning (and files written before the padding) do not change.
+TEST_CASE("PaddedParametersAreStoredUnpaddedAndResumeRestoresThePadding") {
+  ModelConfig config;
+  config.image_size = 12;
+  config.patch = 4;
+  config.width = 20;
+  config.classes = 7;
+  const ParameterLayout layout(config);
+  int64_t end = 0;  // of the previous tensor
+  for (const ParameterTensor& t : layout.tensors()) {
+    CHECK(t.offset % ParameterLayout::kAlignment == 0);
+    CHECK(t.offset >= end);
+    end = t.offset + t.size;
+  }
+  REQUIRE(layout.total() > layout.parameters());  // this shape has padding
+  // Each tensor's values are its parameter indices, the padding zero.
+  std::vector<float> flat(layout.total(), 0.0f);
+  std::vector<float> packed;
+  for (const ParameterTensor& t : layout.tensors()) {
+    for (int64_t i = 0; i < t.size; ++i) {
+      flat[t.offset + i] = static_cast<float>(packed.size());
+      packed.push_back(flat[t.offset + i]);
+    }
+  }
+  CHECK(layout.Pack(flat) == packed);
+  CHECK(layout.Unpack(packed) == flat);
+
+  testing::TempDir dir;
+  Checkpoint ck;
+  ck.config = config;
+  ck.params = ck.first_moment = ck.second_moment = layout.Pack(flat);
+  REQUIRE(SaveCheckpoint(dir.file("ck"), ck).ok());
+  TrainState state;
+  state.params.assign(layout.total(), -1.0f);
+  state.first_moment = state.second_moment = state.params;
+  RunPosition position;
+  std::ostringstream log;
+  const Status resumed = ResumeFrom(dir.file("ck"), config, false, &state, &position, log);
+  INFO(resumed.ToString());
+  REQUIRE(resumed.ok());
+  CHECK(state.params == flat);
+  CHECK(state.first_moment == flat);
+  CHECK(state.second_moment == flat);
+  // A padded vector in the file is another model's: refused, not misread.
+  ck.params = ck.first_moment = ck.second_moment = flat;
+  REQUIRE(SaveCheckpoint(dir.file("ck"), ck).ok());
+  CHECK(ResumeFrom(dir.file("ck"), config, false, &state, &position, log).code() ==
+        StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

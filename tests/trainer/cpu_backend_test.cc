@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tests/trainer/backend_test_data.h"
+#include "trainer/loss_scale.h"
 
 namespace sluice::trainer {
 namespace {
@@ -165,6 +166,28 @@ TEST_CASE("Fp16LossScaleTooHighOverflowsTheGradients") {
   std::fill(grads.begin(), grads.end(), 0.0f);
   fp32.ForwardBackward(params, batch.images, batch.labels, grads, 0x1p20f);
   for (float g : grads) REQUIRE(std::isfinite(g));
+}
+
+TEST_CASE("Fp16GradientsStayFiniteAtTheLossScaleCap") {
+  const ModelConfig config = TinyConfig();
+  const TestBatch batch = MakeBatch(config, 3, 8);
+  CpuBackend fp16(config, Precision::kFp16);
+  const ParameterLayout& layout = fp16.layout();
+  std::vector<float> params = RandomParameters(layout, 2);
+  // Every sample confidently predicts a class none of them has: each logit gradient is −1 at
+  // its label, × the scale.
+  std::vector<int32_t> labels(batch.labels.size());
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(i % 2);
+  params[layout.tensors()[layout.head_bias].offset + 2] = 50.0f;
+  std::vector<float> grads(layout.total(), 0.0f);
+  fp16.ForwardBackward(params, batch.images, labels, grads, LossScaleOptions{}.max_scale);
+  for (float g : grads) REQUIRE(std::isfinite(g));
+  // The old cap, 2^16, rounds −65536 to −inf in fp16.
+  std::fill(grads.begin(), grads.end(), 0.0f);
+  fp16.ForwardBackward(params, batch.images, labels, grads, 65536.0f);
+  bool overflowed = false;
+  for (float g : grads) overflowed |= !std::isfinite(g);
+  CHECK(overflowed);
 }
 
 }  // namespace

@@ -280,6 +280,30 @@ TEST_CASE("Fp16OverflowOnTheGpuSkipsTheUpdateAndBacksOff") {
 #endif
 }
 
+// A step without an update reports its own results, not the last update step's: not skipped,
+// no gradient norm, and the loss scale it ran with.
+TEST_CASE("AStepWithoutAnUpdateReportsNoStaleResults") {
+  RequireDevice();
+#if SLUICE_HAVE_CUDA
+  const ModelConfig config = SmallConfig();
+  const int n = 8;
+  const std::vector<float> params = RandomParameters(ParameterLayout(config), 6);
+  const TestBatch batch = MakeBatch(config, n, 4);
+  auto gpu = MakeGpu(config, n, /*use_graph=*/true, Precision::kFp16, 16777216.0f);
+  REQUIRE(gpu->SetParameters(params).ok());
+  Result<CudaStepOutcome> out = gpu->Step(batch.images, batch.labels, 1e-3f, true);
+  REQUIRE(out.ok());
+  REQUIRE(out->skipped);  // |softmax - onehot| · 2^24 overflows fp16
+  REQUIRE_FALSE(std::isfinite(out->grad_norm));
+  out = gpu->Step(batch.images, batch.labels, 1e-3f, /*update=*/false);
+  REQUIRE(out.ok());
+  CHECK_FALSE(out->skipped);
+  CHECK(out->grad_norm == 0.0);
+  CHECK(out->loss_scale == 8388608.0f);  // backed off by the first step
+  CHECK(out->next_loss_scale.scale == 8388608.0f);
+#endif
+}
+
 TEST_CASE("PinnedImagesAreCopiedInPlaceAndTheCopiesAreTimed") {
   RequireDevice();
 #if SLUICE_HAVE_CUDA

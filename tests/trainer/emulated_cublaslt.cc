@@ -1,9 +1,13 @@
 // The cuBLASLt calls the trainer makes, on the emulated device (emulated_device.h): column-major
-// D = α·op(A)·op(B) + β·C with fp32 accumulation, the BIAS and GELU_AUX_BIAS epilogues.
+// D = α·op(A)·op(B) + β·C with fp32 accumulation, the BIAS and GELU_AUX_BIAS epilogues; the
+// heuristic's algorithms and their faults as emulated_cublaslt.h sets them.
+#include "tests/trainer/emulated_cublaslt.h"
+
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <oneapi/tbb/parallel_for.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -17,6 +21,15 @@ using sluice_emulated::Enqueue;
 using sluice_emulated::Fault;
 using sluice_emulated::mu;
 using sluice_emulated::Stream;
+
+namespace sluice_emulated {
+
+CublasLtBehaviour& cublaslt_behaviour() {
+  static CublasLtBehaviour behaviour;
+  return behaviour;
+}
+
+}  // namespace sluice_emulated
 
 namespace {
 
@@ -203,27 +216,48 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
                                               cublasLtMatmulPreference_t, int requested,
                                               cublasLtMatmulHeuristicResult_t results[],
                                               int* found) {
+  std::lock_guard<std::recursive_mutex> lock(mu);
+  sluice_emulated::CublasLtBehaviour& behaviour = sluice_emulated::cublaslt_behaviour();
+  ++behaviour.heuristic_queries;
   *found = 0;
   if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
   const std::string problem = Validate(*Desc(desc), *Layout(a), *Layout(b), *Layout(c), *Layout(d));
   if (!problem.empty()) {
-    std::lock_guard<std::recursive_mutex> lock(mu);
     Fault("cublasLtMatmulAlgoGetHeuristic: " + problem);
     return CUBLAS_STATUS_INVALID_VALUE;
   }
-  results[0] = {};
-  results[0].state = CUBLAS_STATUS_SUCCESS;
-  *found = 1;
-  return CUBLAS_STATUS_SUCCESS;
+  if (Desc(desc)->epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
+      behaviour.epilogue_query_status != CUBLAS_STATUS_SUCCESS)
+    return behaviour.epilogue_query_status;
+  // Algorithm i carries its index, so that cublasLtMatmul knows which one it was given.
+  const int count = std::min(requested, behaviour.algorithms);
+  for (int i = 0; i < count; ++i) {
+    results[i] = {};
+    results[i].algo.data[0] = static_cast<uint64_t>(i);
+    results[i].state = CUBLAS_STATUS_SUCCESS;
+  }
+  *found = count;
+  return count > 0 ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED;
 }
 
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void* alpha,
                               const void* a_ptr, cublasLtMatrixLayout_t a_layout, const void* b_ptr,
                               cublasLtMatrixLayout_t b_layout, const void* beta, const void* c_ptr,
                               cublasLtMatrixLayout_t c_layout, void* d_ptr,
-                              cublasLtMatrixLayout_t d_layout, const cublasLtMatmulAlgo_t*, void*,
-                              size_t, cudaStream_t stream) {
+                              cublasLtMatrixLayout_t d_layout, const cublasLtMatmulAlgo_t* algo,
+                              void*, size_t, cudaStream_t stream) {
   std::lock_guard<std::recursive_mutex> lock(mu);
+  sluice_emulated::CublasLtBehaviour& behaviour = sluice_emulated::cublaslt_behaviour();
+  if (algo != nullptr &&
+      algo->data[0] < static_cast<uint64_t>(std::max(0, behaviour.failing_algorithms))) {
+    ++behaviour.failed_matmuls;
+    return behaviour.algorithm_status;
+  }
+  if (Desc(desc)->epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
+      behaviour.epilogue_launch_status != CUBLAS_STATUS_SUCCESS) {
+    ++behaviour.failed_matmuls;
+    return behaviour.epilogue_launch_status;
+  }
   // Descriptors are read now (the caller may destroy them once this returns); so are the host
   // scalars α and β (CUBLASLT_POINTER_MODE_HOST).
   const LtDesc d = *Desc(desc);

@@ -90,5 +90,19 @@ TEST_CASE("LossScaleStaysWithinItsBounds") {
   CHECK(s.scale == 1);
 }
 
+TEST_CASE("Fp16HoldsMinusTheLargestLossScale") {
+  // A confidently wrong sample's logit gradient is −1 × the scale: at the cap it must stay finite.
+  const LossScaleOptions o;
+  CHECK(std::isfinite(RoundToPrecision(-o.max_scale, Precision::kFp16)));
+  CHECK(RoundToPrecision(-o.max_scale, Precision::kFp16) == -o.max_scale);  // exact: a power of 2
+  CHECK(o.initial <= o.max_scale);
+  // Growing from the cap stays at the cap.
+  LossScaleOptions fast = o;
+  fast.growth_interval = 1;
+  LossScaleState s{o.max_scale, 0};
+  CHECK(UpdateLossScale(&s, true, fast));
+  CHECK(s.scale == o.max_scale);
+}
+
 }  // namespace
 }  // namespace sluice::trainer

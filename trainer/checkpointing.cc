@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "trainer/checkpoint.h"
+#include "trainer/loss_scale.h"
 
 namespace sluice::trainer {
 
@@ -31,7 +33,12 @@ Status ResumeFrom(const std::string& dir, const ModelConfig& config, bool fp16, 
   state->first_moment = layout.Unpack(ck.first_moment);
   state->second_moment = layout.Unpack(ck.second_moment);
   state->adam_updates = ck.adam_updates;
-  if (fp16 && ck.loss_scale > 0) state->loss_scale = {ck.loss_scale, ck.loss_scale_good_steps};
+  if (fp16 && ck.loss_scale > 0) {
+    // A checkpoint from before the cap was lowered may hold 2^16: resume at the cap instead of
+    // skipping steps until the scale backs off.
+    const float cap = LossScaleOptions{}.max_scale;
+    state->loss_scale = {std::min(ck.loss_scale, cap), ck.loss_scale_good_steps};
+  }
   position->step = ck.step;
   position->has_position = ck.has_position;
   position->last.epoch = ck.epoch;

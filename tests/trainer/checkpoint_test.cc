@@ -7,6 +7,7 @@
 #include "formats/crc32c.h"
 #include "tests/test_support.h"
 #include "trainer/checkpointing.h"
+#include "trainer/loss_scale.h"
 
 namespace sluice::trainer {
 namespace {
@@ -168,6 +169,31 @@ TEST_CASE("PaddedParametersAreStoredUnpaddedAndResumeRestoresThePadding") {
   REQUIRE(SaveCheckpoint(dir.file("ck"), ck).ok());
   CHECK(ResumeFrom(dir.file("ck"), config, false, &state, &position, log).code() ==
         StatusCode::kFailedPrecondition);
+}
+
+// A checkpoint written while the cap was 2^16 may hold that scale: an fp16 run resumes at the cap
+// (2^15), where fp16 holds the negated scale, instead of skipping steps until it backs off.
+TEST_CASE("Fp16ResumeClampsAScaleAboveTheCap") {
+  ModelConfig config;
+  config.image_size = 8;
+  config.patch = 4;
+  config.width = 8;
+  config.classes = 3;
+  const ParameterLayout layout(config);
+  Checkpoint ck;
+  ck.config = config;
+  ck.params = ck.first_moment = ck.second_moment =
+      std::vector<float>(static_cast<size_t>(layout.parameters()), 0.5f);
+  ck.loss_scale = 65536.0f;
+  ck.loss_scale_good_steps = 7;
+  testing::TempDir dir;
+  REQUIRE(SaveCheckpoint(dir.file("ck"), ck).ok());
+  TrainState state;
+  RunPosition position;
+  std::ostringstream log;
+  REQUIRE(ResumeFrom(dir.file("ck"), config, /*fp16=*/true, &state, &position, log).ok());
+  CHECK(state.loss_scale.scale == LossScaleOptions{}.max_scale);
+  CHECK(state.loss_scale.good_steps == 7);
 }
 
 }  // namespace

@@ -82,6 +82,10 @@ Result<CublasLtGemm::Plan*> CublasLtGemm::PlanFor(const GemmArgs& x) const {
   key.align_b = alignment(x.a);
   key.align_c = alignment(x.beta != 0.0f ? x.c : x.d);
   key.align_d = alignment(x.d);
+  // The heuristic was told the first call's epilogue pointers: a slice aligned less than that
+  // needs a plan of its own.
+  if (x.epilogue != Epilogue::kNone) key.align_bias = alignment(x.bias);
+  if (x.epilogue == Epilogue::kGeluAuxBias) key.align_aux = alignment(x.aux);
   auto it = plans_.find(key);
   if (it == plans_.end()) {
     // A model has a few dozen shapes per batch size; the bound only stops a caller that varies
@@ -206,13 +210,15 @@ Result<bool> CublasLtGemm::Matmul(const GemmArgs& x, cudaStream_t stream) const 
   }
   const float alpha = 1.0f;
   const void* c_ptr = x.beta != 0.0f ? x.c : x.d;
-  cublasStatus_t ran = CUBLAS_STATUS_NOT_SUPPORTED;
-  // From the algorithm that ran last time, on through the heuristic's list: one that fails to
-  // launch (an alignment or workspace it cannot meet after all, say) enqueues nothing.
+  // From the algorithm that ran last time, on through the heuristic's list. Only a refusal made
+  // before anything is enqueued (NOT_SUPPORTED, INVALID_VALUE: an alignment or workspace the
+  // algorithm cannot meet after all) moves on to the next one. Any other failure may have come
+  // from a launch — part of a split-K product already added into an accumulating output, a
+  // stream capture already invalidated — so it is an error, and the plan stays as it is.
   const size_t count = plan->algorithms.size();
   for (size_t tried = 0; tried < count; ++tried) {
     const size_t i = (plan->next + tried) % count;
-    ran =
+    const cublasStatus_t ran =
         cublasLtMatmul(handle_.get(), plan->op.desc, &alpha, x.b, plan->first.layout, x.a,
                        plan->second.layout, &x.beta, c_ptr, plan->out.layout, x.d, plan->out.layout,
                        &plan->algorithms[i].algo, workspace_.data(), workspace_.bytes(), stream);
@@ -221,13 +227,14 @@ Result<bool> CublasLtGemm::Matmul(const GemmArgs& x, cudaStream_t stream) const 
       return true;
     }
     ++algorithm_failures_;
+    if (ran != CUBLAS_STATUS_NOT_SUPPORTED && ran != CUBLAS_STATUS_INVALID_VALUE) {
+      return CublasError(ran, "cublasLtMatmul", __FILE__, __LINE__);
+    }
   }
-  // None ran: a fused epilogue runs unfused (and is not tried again for this shape).
-  if (x.epilogue != Epilogue::kNone || ran == CUBLAS_STATUS_NOT_SUPPORTED) {
-    if (x.epilogue != Epilogue::kNone) plan->algorithms.clear();
-    return false;
-  }
-  return CublasError(ran, "cublasLtMatmul (every algorithm of the heuristic)", __FILE__, __LINE__);
+  // Every algorithm refused: a fused epilogue runs unfused (and is not tried again for this
+  // shape); for a plain GEMM, Run says no algorithm fits.
+  if (x.epilogue != Epilogue::kNone) plan->algorithms.clear();
+  return false;
 }
 
 Status CublasLtGemm::Run(const GemmArgs& x, cudaStream_t stream) const {

@@ -80,6 +80,7 @@ class CublasLtGemm {
     bool d_fp32, has_c;
     Epilogue epilogue;
     uint32_t align_a = 0, align_b = 0, align_c = 0, align_d = 0;  // bytes, cuBLAS's operands
+    uint32_t align_bias = 0, align_aux = 0;  // bytes; 0 without that epilogue pointer
     auto operator<=>(const PlanKey&) const = default;
   };
 

@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
                  "auto: bf16 on CUDA, fp32 on the CPU (where bf16/fp16 are emulated, for tests)");
   app.add_option("--loss-scale", o.loss_scale.initial,
                  "fp16: initial dynamic loss scale (default 32768, the cap)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(0.0f, o.loss_scale.max_scale));
   app.add_option("--loss-scale-window", o.loss_scale.growth_interval,
                  "fp16: clean steps before the loss scale doubles (default 2000)")
       ->check(CLI::PositiveNumber);

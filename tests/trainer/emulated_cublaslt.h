@@ -14,9 +14,10 @@ struct CublasLtBehaviour {
   // Algorithms a heuristic query returns (at most as many as requested).
   int algorithms = 3;
   // cublasLtMatmul with one of the first `failing_algorithms` a query returned fails with
-  // `algorithm_status` and enqueues nothing.
+  // `algorithm_status` and enqueues nothing (as real cuBLASLt does for NOT_SUPPORTED and
+  // INVALID_VALUE; other statuses may come after a launch).
   int failing_algorithms = 0;
-  cublasStatus_t algorithm_status = CUBLAS_STATUS_INTERNAL_ERROR;
+  cublasStatus_t algorithm_status = CUBLAS_STATUS_NOT_SUPPORTED;
   // Heuristic queries of a descriptor with a bias epilogue return this (SUCCESS: they succeed);
   // so does cublasLtMatmul with such a descriptor, whichever the algorithm.
   cublasStatus_t epilogue_query_status = CUBLAS_STATUS_SUCCESS;

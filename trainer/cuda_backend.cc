@@ -65,7 +65,6 @@ Status CudaBackend::Initialize() {
   ASSIGN_OR_RETURN(compute_, CudaStream::Create());
   ASSIGN_OR_RETURN(copy_, CudaStream::Create());
   ASSIGN_OR_RETURN(gemm_, CublasLtGemm::Create());
-  RETURN_IF_ERROR(cuda::LayerNormBackwardSetup(config_.width, options_.precision));
 
   const int nb = options_.max_batch;
   const int64_t total = layout_.total();
@@ -93,6 +92,8 @@ Status CudaBackend::Initialize() {
   ASSIGN_OR_RETURN(m_, Alloc<float>(total));
   ASSIGN_OR_RETURN(v_, Alloc<float>(total));
   ASSIGN_OR_RETURN(norm_partials_, Alloc<double>(cuda::GradNormBlocks()));
+  const int widest = std::max(config_.hidden(), config_.classes);  // hidden() = 4·width
+  ASSIGN_OR_RETURN(reduction_scratch_, Alloc<float>(cuda::ColumnReductionScratch(widest)));
   ASSIGN_OR_RETURN(scalars_, Alloc<cuda::StepScalars>(1));
   ASSIGN_OR_RETURN(eval_scalars_, Alloc<cuda::StepScalars>(1));
   ASSIGN_OR_RETURN(inputs_, Alloc<cuda::StepInputs>(1));

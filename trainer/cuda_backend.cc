@@ -30,6 +30,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& conf
                                                          const CudaBackendOptions& options) {
   RETURN_IF_ERROR(config.Validate());
   if (options.max_batch < 1) return InvalidArgument("CUDA backend: max_batch must be at least 1");
+  RETURN_IF_ERROR(config.ValidateBatch(options.max_batch));
   std::string reason;
   const int devices = CudaDeviceCount(&reason);
   if (options.device < 0 || options.device >= devices) {

@@ -93,8 +93,11 @@ Status CudaBackend::Initialize() {
   ASSIGN_OR_RETURN(m_, Alloc<float>(total));
   ASSIGN_OR_RETURN(v_, Alloc<float>(total));
   ASSIGN_OR_RETURN(norm_partials_, Alloc<double>(cuda::GradNormBlocks()));
-  const int widest = std::max(config_.hidden(), config_.classes);  // hidden() = 4·width
-  ASSIGN_OR_RETURN(reduction_scratch_, Alloc<float>(cuda::ColumnReductionScratch(widest)));
+  // The largest reductions: the hidden layer's bias over n·T rows, the head's bias over n rows.
+  ASSIGN_OR_RETURN(reduction_scratch_,
+                   Alloc<float>(std::max(cuda::ColumnReductionScratch(
+                                             int64_t{nb} * config_.tokens(), config_.hidden()),
+                                         cuda::ColumnReductionScratch(nb, config_.classes))));
   ASSIGN_OR_RETURN(scalars_, Alloc<cuda::StepScalars>(1));
   ASSIGN_OR_RETURN(eval_scalars_, Alloc<cuda::StepScalars>(1));
   ASSIGN_OR_RETURN(inputs_, Alloc<cuda::StepInputs>(1));

@@ -106,8 +106,8 @@ Status CudaBackend::EnqueueBackward(int n) {
     RETURN_IF_ERROR(weight_grad(dact_, ln_[l], G(b.fc1_weight), f, d, rows));
     cuda::BiasGrad(dact_, p, G(b.fc1_bias), reduction_scratch_, rows, f, s);
     RETURN_IF_ERROR(data_grad(dact_, Pn(b.fc1_weight), dln_, true, rows, d, f));
-    cuda::LayerNormBackward(h_[l], dln_, P(b.ln_gain), ln_mean_[l], ln_rstd_[l], dh_, dh_narrow_,
-                            p, G(b.ln_gain), G(b.ln_bias), reduction_scratch_, rows, d, true, s);
+    cuda::LayerNormBackward(h_[l], dln_, P(b.ln_gain), ln_mean_[l], ln_rstd_[l], dh_, dh_narrow_, p,
+                            G(b.ln_gain), G(b.ln_bias), reduction_scratch_, rows, d, true, s);
   }
   RETURN_IF_ERROR(weight_grad(dh_narrow_, x0_, G(layout_.embed_weight), d, pd, rows));
   cuda::BiasGrad(dh_narrow_, p, G(layout_.embed_bias), reduction_scratch_, rows, d, s);

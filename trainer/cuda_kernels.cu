@@ -103,12 +103,12 @@ __global__ void LayerNormBackwardKernel(const float* __restrict__ x, const float
 // slabs in order into the output. The slab count depends only on the row count, and stays under
 // grid.y's 65,535 however many rows there are.
 constexpr int kColumnThreads = 256;
-constexpr int kMaxSlabs = 128;     // enough blocks to fill a device at the widths trained
-constexpr int kMinSlabRows = 64;   // few enough that a thread's loop amortizes its partial
+constexpr int kMaxSlabs = 128;    // enough blocks to fill a device at the widths trained
+constexpr int kMinSlabRows = 64;  // few enough that a thread's loop amortizes its partial
 
 int Slabs(int64_t rows) {
-  return static_cast<int>(std::clamp<int64_t>((rows + kMinSlabRows - 1) / kMinSlabRows, 1,
-                                              kMaxSlabs));
+  return static_cast<int>(
+      std::clamp<int64_t>((rows + kMinSlabRows - 1) / kMinSlabRows, 1, kMaxSlabs));
 }
 
 struct SlabRows {
@@ -245,7 +245,7 @@ void LayerNormForward(const float* x, const float* gamma, const float* beta, voi
   });
 }
 
-int64_t ColumnReductionScratch(int cols) { return int64_t{2} * kMaxSlabs * cols; }
+int64_t ColumnReductionScratch(int64_t rows, int cols) { return int64_t{2} * Slabs(rows) * cols; }
 
 void LayerNormBackward(const float* x, const float* dy, const float* gamma, const float* mean,
                        const float* rstd, float* dx, void* dx_narrow, Precision p, float* dgamma,
@@ -257,8 +257,8 @@ void LayerNormBackward(const float* x, const float* dy, const float* gamma, cons
            dx, static_cast<T*>(dx_narrow), rows, d, accumulate_dx);
   });
   const int slabs = Slabs(rows), column_blocks = (d + kColumnThreads - 1) / kColumnThreads;
-  Launch(LayerNormParamPartialsKernel, dim3(column_blocks, slabs), kColumnThreads, 0, stream, x,
-         dy, mean, rstd, scratch, int64_t{rows}, d);
+  Launch(LayerNormParamPartialsKernel, dim3(column_blocks, slabs), kColumnThreads, 0, stream, x, dy,
+         mean, rstd, scratch, int64_t{rows}, d);
   Launch(SumSlabsKernel, column_blocks, kColumnThreads, 0, stream, scratch, slabs, d, dgamma);
   Launch(SumSlabsKernel, column_blocks, kColumnThreads, 0, stream, scratch + int64_t{slabs} * d,
          slabs, d, dbeta);

@@ -84,9 +84,10 @@ void LayerNormForward(const float* x, const float* gamma, const float* beta, voi
                       float* mean, float* rstd, int rows, int d, cudaStream_t stream);
 // BiasGrad and LayerNormBackward sum over rows without atomics, in an order fixed by the shapes
 // alone, so two runs give the same bits: per-slab partial sums into `scratch`, then the slabs
-// added in order. `scratch` holds ColumnReductionScratch(cols) floats (cols: the widest reduction
-// it serves) and is used in stream order, so launches on one stream may share it.
-int64_t ColumnReductionScratch(int cols);
+// added in order. A reduction of rows × cols needs ColumnReductionScratch(rows, cols) floats
+// (monotone in both, so one buffer sized for the largest serves smaller ones); it is used in
+// stream order, so launches on one stream may share it.
+int64_t ColumnReductionScratch(int64_t rows, int cols);
 
 // dx (+)= ∂L/∂x (fp32; and its narrow copy in dx_narrow when not null); dgamma, dbeta
 // accumulated (fixed order, as above).

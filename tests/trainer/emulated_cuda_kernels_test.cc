@@ -39,10 +39,10 @@ namespace sluice::trainer {
 namespace {
 
 using kernel_testing::ForEachOrder;
-using kernel_testing::Order;
 using kernel_testing::HalfUlp;
 using kernel_testing::kPrecisions;
 using kernel_testing::Narrow;
+using kernel_testing::Order;
 using kernel_testing::Random;
 using kernel_testing::RequireClose;
 using kernel_testing::Rounded;
@@ -126,7 +126,7 @@ TEST_CASE("LayerNormBackwardMatchesTheCpuAndAccumulates") {
           std::vector<float> got_dx = dx_before, got_dgamma = dgamma_before,
                              got_dbeta = dbeta_before;
           Narrow got_narrow(p, int64_t{rows} * d);
-          std::vector<float> scratch(cuda::ColumnReductionScratch(d), NAN);
+          std::vector<float> scratch(cuda::ColumnReductionScratch(rows, d), NAN);
           cuda::LayerNormBackward(x.data(), dy.data(), gamma.data(), mean.data(), rstd.data(),
                                   got_dx.data(), got_narrow.data(), p, got_dgamma.data(),
                                   got_dbeta.data(), scratch.data(), rows, d, accumulate, nullptr);
@@ -152,7 +152,7 @@ TEST_CASE("LayerNormBackwardWithoutANarrowCopyWritesOnlyFp32") {
                     dgamma.data(), dbeta.data(), rows, d, false);
   ForEachOrder([&] {
     std::vector<float> got_dx(x.size(), NAN), got_dgamma(d, 0.0f), got_dbeta(d, 0.0f);
-    std::vector<float> scratch(cuda::ColumnReductionScratch(d), NAN);
+    std::vector<float> scratch(cuda::ColumnReductionScratch(rows, d), NAN);
     cuda::LayerNormBackward(x.data(), dy.data(), gamma.data(), mean.data(), rstd.data(),
                             got_dx.data(), nullptr, Precision::kBf16, got_dgamma.data(),
                             got_dbeta.data(), scratch.data(), rows, d, false, nullptr);
@@ -215,7 +215,7 @@ TEST_CASE("BiasKernelsCoverEveryRowAndColumnTile") {
       cuda::AddBias(y.data(), b.data(), p, rows, cols, nullptr);
       REQUIRE(y.ToFloat() == Rounded(with_bias, p));
       const Narrow g = ToNarrow(dy, p);
-      std::vector<float> got_db = db_before, scratch(cuda::ColumnReductionScratch(cols), NAN);
+      std::vector<float> got_db = db_before, scratch(cuda::ColumnReductionScratch(rows, cols), NAN);
       cuda::BiasGrad(g.data(), p, got_db.data(), scratch.data(), rows, cols, nullptr);
       RequireClose(got_db, db, 1e-5, 1e-4);
     });
@@ -240,12 +240,11 @@ TEST_CASE("ColumnReductionsAreTheSameBitsInEveryBlockOrder") {
     sluice_simt::SetOrder(order);
     sluice_simt::ClearError();
     std::vector<float> dx(x.size()), dgamma(d, 0.5f), dbeta(d, 0.5f), db(d, 0.5f);
-    std::vector<float> scratch(cuda::ColumnReductionScratch(d), NAN);
+    std::vector<float> scratch(cuda::ColumnReductionScratch(rows, d), NAN);
     cuda::LayerNormBackward(x.data(), dy.data(), gamma.data(), mean.data(), rstd.data(), dx.data(),
                             nullptr, Precision::kFp32, dgamma.data(), dbeta.data(), scratch.data(),
                             rows, d, false, nullptr);
-    cuda::BiasGrad(narrow_dy.data(), Precision::kBf16, db.data(), scratch.data(), rows, d,
-                   nullptr);
+    cuda::BiasGrad(narrow_dy.data(), Precision::kBf16, db.data(), scratch.data(), rows, d, nullptr);
     REQUIRE(sluice_simt::LastError().empty());
     const std::vector<std::vector<float>> got = {dx, dgamma, dbeta, db};
     if (first.empty()) first = got;
@@ -262,7 +261,7 @@ TEST_CASE("ColumnReductionsAreTheSameBitsInEveryBlockOrder") {
 TEST_CASE("BiasGradPastSixteenMillionRowsKeepsItsGridInBounds") {
   const int rows = 65535 * 256 + 1000, cols = 1;
   const Narrow ones = ToNarrow(std::vector<float>(rows, 1.0f), Precision::kBf16);
-  std::vector<float> db(cols, 0.0f), scratch(cuda::ColumnReductionScratch(cols), NAN);
+  std::vector<float> db(cols, 0.0f), scratch(cuda::ColumnReductionScratch(rows, cols), NAN);
   sluice_simt::ClearError();
   cuda::BiasGrad(ones.data(), Precision::kBf16, db.data(), scratch.data(), rows, cols, nullptr);
   INFO(sluice_simt::LastError());
@@ -409,8 +408,8 @@ TEST_CASE("EmulatorEnforcesTheHardwareLaunchLimits") {
   sluice_simt::ClearError();
   CHECK(cudaFuncSetAttribute(UsesSharedMemoryKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              228 * 1024) == cudaErrorInvalidValue);
-  REQUIRE(cudaFuncSetAttribute(UsesSharedMemoryKernel,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess);
+  REQUIRE(cudaFuncSetAttribute(UsesSharedMemoryKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               bytes) == cudaSuccess);
   sluice_simt::Launch(UsesSharedMemoryKernel, 1, 64, bytes, nullptr, out.data());
   CHECK(sluice_simt::LastError().empty());
   CHECK(out[63] == 1.0f);

@@ -30,6 +30,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& conf
                                                          const CudaBackendOptions& options) {
   RETURN_IF_ERROR(config.Validate());
   if (options.max_batch < 1) return InvalidArgument("CUDA backend: max_batch must be at least 1");
+  RETURN_IF_ERROR(config.ValidateBatch(options.max_batch));
   std::string reason;
   const int devices = CudaDeviceCount(&reason);
   if (options.device < 0 || options.device >= devices) {
@@ -65,7 +66,6 @@ Status CudaBackend::Initialize() {
   ASSIGN_OR_RETURN(compute_, CudaStream::Create());
   ASSIGN_OR_RETURN(copy_, CudaStream::Create());
   ASSIGN_OR_RETURN(gemm_, CublasLtGemm::Create());
-  RETURN_IF_ERROR(cuda::LayerNormBackwardSetup(config_.width, options_.precision));
 
   const int nb = options_.max_batch;
   const int64_t total = layout_.total();
@@ -93,6 +93,11 @@ Status CudaBackend::Initialize() {
   ASSIGN_OR_RETURN(m_, Alloc<float>(total));
   ASSIGN_OR_RETURN(v_, Alloc<float>(total));
   ASSIGN_OR_RETURN(norm_partials_, Alloc<double>(cuda::GradNormBlocks()));
+  // The largest reductions: the hidden layer's bias over n·T rows, the head's bias over n rows.
+  ASSIGN_OR_RETURN(reduction_scratch_,
+                   Alloc<float>(std::max(cuda::ColumnReductionScratch(
+                                             int64_t{nb} * config_.tokens(), config_.hidden()),
+                                         cuda::ColumnReductionScratch(nb, config_.classes))));
   ASSIGN_OR_RETURN(scalars_, Alloc<cuda::StepScalars>(1));
   ASSIGN_OR_RETURN(eval_scalars_, Alloc<cuda::StepScalars>(1));
   ASSIGN_OR_RETURN(inputs_, Alloc<cuda::StepInputs>(1));

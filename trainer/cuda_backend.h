@@ -214,6 +214,7 @@ class CudaBackend {
   cuda::AdamChunk* chunks_ = nullptr;
   int num_chunks_ = 0;
   double* norm_partials_ = nullptr;
+  float* reduction_scratch_ = nullptr;  // BiasGrad's and LayerNormBackward's, compute stream only
   cuda::StepScalars *scalars_ = nullptr, *eval_scalars_ = nullptr;
   cuda::StepInputs* inputs_ = nullptr;
   PinnedBuffer pinned_eval_;

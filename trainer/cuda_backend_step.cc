@@ -91,26 +91,26 @@ Status CudaBackend::EnqueueBackward(int n) {
   };
 
   RETURN_IF_ERROR(weight_grad(dlogits_, features_, G(layout_.head_weight), c, d, n));
-  cuda::BiasGrad(dlogits_, p, G(layout_.head_bias), n, c, s);
+  cuda::BiasGrad(dlogits_, p, G(layout_.head_bias), reduction_scratch_, n, c, s);
   RETURN_IF_ERROR(data_grad(dlogits_, Pn(layout_.head_weight), dfeatures_, true, n, d, c));
   cuda::LayerNormBackward(pooled_, dfeatures_, P(layout_.final_ln_gain), pooled_mean_, pooled_rstd_,
                           dpooled_, nullptr, p, G(layout_.final_ln_gain), G(layout_.final_ln_bias),
-                          n, d, false, s);
+                          reduction_scratch_, n, d, false, s);
   cuda::MeanPoolBackward(dpooled_, dh_, dh_narrow_, p, n, t, d, s);
   for (int l = config_.depth - 1; l >= 0; --l) {
     const ParameterLayout::Block& b = layout_.blocks[l];
     RETURN_IF_ERROR(weight_grad(dh_narrow_, act_[l], G(b.fc2_weight), d, f, rows));
-    cuda::BiasGrad(dh_narrow_, p, G(b.fc2_bias), rows, d, s);
+    cuda::BiasGrad(dh_narrow_, p, G(b.fc2_bias), reduction_scratch_, rows, d, s);
     RETURN_IF_ERROR(data_grad(dh_narrow_, Pn(b.fc2_weight), dact_, false, rows, f, d));
     cuda::GeluBackward(pre_[l], dact_, dact_, p, int64_t{rows} * f, s);
     RETURN_IF_ERROR(weight_grad(dact_, ln_[l], G(b.fc1_weight), f, d, rows));
-    cuda::BiasGrad(dact_, p, G(b.fc1_bias), rows, f, s);
+    cuda::BiasGrad(dact_, p, G(b.fc1_bias), reduction_scratch_, rows, f, s);
     RETURN_IF_ERROR(data_grad(dact_, Pn(b.fc1_weight), dln_, true, rows, d, f));
-    cuda::LayerNormBackward(h_[l], dln_, P(b.ln_gain), ln_mean_[l], ln_rstd_[l], dh_, dh_narrow_,
-                            p, G(b.ln_gain), G(b.ln_bias), rows, d, true, s);
+    cuda::LayerNormBackward(h_[l], dln_, P(b.ln_gain), ln_mean_[l], ln_rstd_[l], dh_, dh_narrow_, p,
+                            G(b.ln_gain), G(b.ln_bias), reduction_scratch_, rows, d, true, s);
   }
   RETURN_IF_ERROR(weight_grad(dh_narrow_, x0_, G(layout_.embed_weight), d, pd, rows));
-  cuda::BiasGrad(dh_narrow_, p, G(layout_.embed_bias), rows, d, s);
+  cuda::BiasGrad(dh_narrow_, p, G(layout_.embed_bias), reduction_scratch_, rows, d, s);
   return cuda::LastLaunchError("backward");
 }
 

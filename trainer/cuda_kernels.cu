@@ -13,10 +13,6 @@
 namespace sluice::trainer::cuda {
 namespace {
 
-// The largest width whose LayerNorm-backward partials (2·d floats) fit the default 48 KiB of
-// shared memory; wider models opt in with LayerNormBackwardSetup.
-constexpr int kDefaultSharedWidth = 4096;
-
 // (v/255 - mean)/std as v·scale - shift.
 __constant__ float kScale[3] = {1.0f / (255.0f * kImageNetStd[0]),
                                 1.0f / (255.0f * kImageNetStd[1]),
@@ -69,18 +65,14 @@ __global__ void LayerNormForwardKernel(const float* __restrict__ x, const float*
   }
 }
 
-// One warp per row; dgamma/dbeta partials in shared memory, flushed with one atomicAdd per block.
+// One warp per row: dx only; dgamma and dbeta come from the column reductions below.
 template <typename T>
 __global__ void LayerNormBackwardKernel(const float* __restrict__ x, const float* __restrict__ dy,
                                         const float* __restrict__ gamma,
                                         const float* __restrict__ mean,
                                         const float* __restrict__ rstd, float* __restrict__ dx,
-                                        T* __restrict__ dx_narrow, float* __restrict__ dgamma,
-                                        float* __restrict__ dbeta, int rows, int d,
+                                        T* __restrict__ dx_narrow, int rows, int d,
                                         bool accumulate_dx) {
-  float* partial = DynamicShared<float>();  // [0, d): dgamma, [d, 2d): dbeta
-  for (int j = threadIdx.x; j < 2 * d; j += blockDim.x) partial[j] = 0;
-  __syncthreads();
   const int warps = blockDim.x / 32, lane = threadIdx.x % 32;
   for (int64_t r = blockIdx.x * int64_t{warps} + threadIdx.x / 32; r < rows;
        r += int64_t{gridDim.x} * warps) {
@@ -89,12 +81,9 @@ __global__ void LayerNormBackwardKernel(const float* __restrict__ x, const float
     const float mu = mean[r], rs = rstd[r];
     float sum_g = 0, sum_gx = 0;
     for (int j = lane; j < d; j += 32) {
-      const float xhat = (xr[j] - mu) * rs;
       const float g = dyr[j] * gamma[j];
       sum_g += g;
-      sum_gx += g * xhat;
-      atomicAdd(&partial[j], dyr[j] * xhat);
-      atomicAdd(&partial[d + j], dyr[j]);
+      sum_gx += g * ((xr[j] - mu) * rs);
     }
     const float mg = WarpSum(sum_g) / d, mgx = WarpSum(sum_gx) / d;
     float* dxr = dx + r * d;
@@ -106,11 +95,70 @@ __global__ void LayerNormBackwardKernel(const float* __restrict__ x, const float
       if (dx_narrow != nullptr) dx_narrow[r * d + j] = FromFloat<T>(v);
     }
   }
-  __syncthreads();
-  for (int j = threadIdx.x; j < d; j += blockDim.x) {
-    atomicAdd(&dgamma[j], partial[j]);
-    atomicAdd(&dbeta[j], partial[d + j]);
+}
+
+// Column sums over rows without atomics, so that they are the same bits on every run (the
+// README's determinism promise): pass 1 gives block (x: 256 columns, y: slab s) the sum of its
+// columns over the rows of slab s, in row order, into partials[s·cols + col]; pass 2 adds the
+// slabs in order into the output. The slab count depends only on the row count, and stays under
+// grid.y's 65,535 however many rows there are.
+constexpr int kColumnThreads = 256;
+constexpr int kMaxSlabs = 128;    // enough blocks to fill a device at the widths trained
+constexpr int kMinSlabRows = 64;  // few enough that a thread's loop amortizes its partial
+
+int Slabs(int64_t rows) {
+  return static_cast<int>(
+      std::clamp<int64_t>((rows + kMinSlabRows - 1) / kMinSlabRows, 1, kMaxSlabs));
+}
+
+struct SlabRows {
+  int64_t begin, end;
+};
+
+__device__ SlabRows SlabOf(int64_t rows) {
+  const int64_t per_slab = (rows + gridDim.y - 1) / gridDim.y;
+  const int64_t begin = int64_t{blockIdx.y} * per_slab;
+  return {begin, min(begin + per_slab, rows)};
+}
+
+template <typename T>
+__global__ void BiasGradPartialsKernel(const T* __restrict__ dy, float* __restrict__ partials,
+                                       int64_t rows, int cols) {
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= cols) return;
+  const SlabRows slab = SlabOf(rows);
+  float sum = 0;
+  for (int64_t r = slab.begin; r < slab.end; ++r) sum += ToFloat(dy[r * cols + col]);
+  partials[int64_t{blockIdx.y} * cols + col] = sum;
+}
+
+// dgamma partials at partials[s·d + j], dbeta partials after all gridDim.y of them.
+__global__ void LayerNormParamPartialsKernel(const float* __restrict__ x,
+                                             const float* __restrict__ dy,
+                                             const float* __restrict__ mean,
+                                             const float* __restrict__ rstd,
+                                             float* __restrict__ partials, int64_t rows, int d) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= d) return;
+  const SlabRows slab = SlabOf(rows);
+  float sum_gamma = 0, sum_beta = 0;
+  for (int64_t r = slab.begin; r < slab.end; ++r) {
+    const float g = dy[r * d + j];
+    sum_gamma += g * ((x[r * d + j] - mean[r]) * rstd[r]);
+    sum_beta += g;
   }
+  partials[int64_t{blockIdx.y} * d + j] = sum_gamma;
+  partials[(int64_t{gridDim.y} + blockIdx.y) * d + j] = sum_beta;
+}
+
+// out[col] += Σ_s partials[s·cols + col], s in order.
+__global__ void SumSlabsKernel(const float* __restrict__ partials, int slabs, int cols,
+                               float* __restrict__ out) {
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= cols) return;
+  float sum = 0;
+  for (int s = 0; s < slabs; ++s) sum += partials[int64_t{s} * cols + col];
+  out[col] += sum;
 }
 
 template <typename T>
@@ -142,29 +190,16 @@ __global__ void AddBiasKernel(T* __restrict__ y, const T* __restrict__ bias, int
   }
 }
 
-// Block (x: 256 columns, y: a slab of rows): sums its slab per column, one atomicAdd each.
-constexpr int kBiasRowsPerBlock = 256;
-template <typename T>
-__global__ void BiasGradKernel(const T* __restrict__ dy, float* __restrict__ db, int rows,
-                               int cols) {
-  const int col = blockIdx.x * blockDim.x + threadIdx.x;
-  if (col >= cols) return;
-  const int64_t begin = int64_t{blockIdx.y} * kBiasRowsPerBlock;
-  const int64_t end = min(begin + kBiasRowsPerBlock, int64_t{rows});
-  float sum = 0;
-  for (int64_t r = begin; r < end; ++r) sum += ToFloat(dy[r * cols + col]);
-  atomicAdd(&db[col], sum);
-}
-
 __global__ void MeanPoolForwardKernel(const float* __restrict__ h, float* __restrict__ pooled,
                                       int n, int tokens, int d) {
-  const int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (e >= int64_t{n} * d) return;
-  const int64_t i = e / d;
-  const int j = static_cast<int>(e % d);
-  float sum = 0;
-  for (int t = 0; t < tokens; ++t) sum += h[(i * tokens + t) * d + j];
-  pooled[e] = sum / static_cast<float>(tokens);
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < int64_t{n} * d;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t i = e / d;
+    const int j = static_cast<int>(e % d);
+    float sum = 0;
+    for (int t = 0; t < tokens; ++t) sum += h[(i * tokens + t) * d + j];
+    pooled[e] = sum / static_cast<float>(tokens);
+  }
 }
 
 template <typename T>
@@ -210,32 +245,23 @@ void LayerNormForward(const float* x, const float* gamma, const float* beta, voi
   });
 }
 
-Status LayerNormBackwardSetup(int d, Precision p) {
-  if (d <= kDefaultSharedWidth) return Status::OK();
-  cudaError_t e = cudaSuccess;
-  WithType(p, [&](auto tag) {
-    using T = decltype(tag);
-    e = cudaFuncSetAttribute(LayerNormBackwardKernel<T>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(2 * d * sizeof(float)));
-  });
-  if (e != cudaSuccess) {
-    return Internal(std::string("LayerNorm backward for width ") + std::to_string(d) + ": " +
-                    cudaGetErrorString(e));
-  }
-  return Status::OK();
-}
+int64_t ColumnReductionScratch(int64_t rows, int cols) { return int64_t{2} * Slabs(rows) * cols; }
 
 void LayerNormBackward(const float* x, const float* dy, const float* gamma, const float* mean,
                        const float* rstd, float* dx, void* dx_narrow, Precision p, float* dgamma,
-                       float* dbeta, int rows, int d, bool accumulate_dx, cudaStream_t stream) {
-  // Enough blocks to fill the device, few enough that the shared partials amortize.
-  const int blocks = std::min(Blocks(rows, 8), 1024);
+                       float* dbeta, float* scratch, int rows, int d, bool accumulate_dx,
+                       cudaStream_t stream) {
   WithType(p, [&](auto tag) {
     using T = decltype(tag);
-    Launch(LayerNormBackwardKernel<T>, blocks, 256, 2 * d * sizeof(float), stream, x, dy, gamma,
-           mean, rstd, dx, static_cast<T*>(dx_narrow), dgamma, dbeta, rows, d, accumulate_dx);
+    Launch(LayerNormBackwardKernel<T>, Blocks(rows, 8), 256, 0, stream, x, dy, gamma, mean, rstd,
+           dx, static_cast<T*>(dx_narrow), rows, d, accumulate_dx);
   });
+  const int slabs = Slabs(rows), column_blocks = (d + kColumnThreads - 1) / kColumnThreads;
+  Launch(LayerNormParamPartialsKernel, dim3(column_blocks, slabs), kColumnThreads, 0, stream, x, dy,
+         mean, rstd, scratch, int64_t{rows}, d);
+  Launch(SumSlabsKernel, column_blocks, kColumnThreads, 0, stream, scratch, slabs, d, dgamma);
+  Launch(SumSlabsKernel, column_blocks, kColumnThreads, 0, stream, scratch + int64_t{slabs} * d,
+         slabs, d, dbeta);
 }
 
 void GeluBiasForward(const void* x, const void* bias, void* pre, void* y, Precision p, int rows,
@@ -266,12 +292,15 @@ void AddBias(void* y, const void* bias, Precision p, int rows, int cols, cudaStr
   });
 }
 
-void BiasGrad(const void* dy, Precision p, float* db, int rows, int cols, cudaStream_t stream) {
-  const dim3 grid((cols + 255) / 256, (rows + kBiasRowsPerBlock - 1) / kBiasRowsPerBlock);
+void BiasGrad(const void* dy, Precision p, float* db, float* scratch, int rows, int cols,
+              cudaStream_t stream) {
+  const int slabs = Slabs(rows), column_blocks = (cols + kColumnThreads - 1) / kColumnThreads;
   WithType(p, [&](auto tag) {
     using T = decltype(tag);
-    Launch(BiasGradKernel<T>, grid, 256, 0, stream, static_cast<const T*>(dy), db, rows, cols);
+    Launch(BiasGradPartialsKernel<T>, dim3(column_blocks, slabs), kColumnThreads, 0, stream,
+           static_cast<const T*>(dy), scratch, int64_t{rows}, cols);
   });
+  Launch(SumSlabsKernel, column_blocks, kColumnThreads, 0, stream, scratch, slabs, cols, db);
 }
 
 void MeanPoolForward(const float* h, float* pooled, int n, int tokens, int d, cudaStream_t stream) {

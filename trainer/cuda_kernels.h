@@ -82,12 +82,19 @@ void NormalizePatchify(const uint8_t* images, void* x0, Precision p, int n, int 
 // y = LN(x)·gamma + beta (eps 1e-5), x fp32 [rows×d], y narrow; mean and rstd per row.
 void LayerNormForward(const float* x, const float* gamma, const float* beta, void* y, Precision p,
                       float* mean, float* rstd, int rows, int d, cudaStream_t stream);
+// BiasGrad and LayerNormBackward sum over rows without atomics, in an order fixed by the shapes
+// alone, so two runs give the same bits: per-slab partial sums into `scratch`, then the slabs
+// added in order. A reduction of rows × cols needs ColumnReductionScratch(rows, cols) floats
+// (monotone in both, so one buffer sized for the largest serves smaller ones); it is used in
+// stream order, so launches on one stream may share it.
+int64_t ColumnReductionScratch(int64_t rows, int cols);
+
 // dx (+)= ∂L/∂x (fp32; and its narrow copy in dx_narrow when not null); dgamma, dbeta
-// accumulated. REQUIRES: LayerNormBackwardSetup(d, p) once before capture when d > 4096.
+// accumulated (fixed order, as above).
 void LayerNormBackward(const float* x, const float* dy, const float* gamma, const float* mean,
                        const float* rstd, float* dx, void* dx_narrow, Precision p, float* dgamma,
-                       float* dbeta, int rows, int d, bool accumulate_dx, cudaStream_t stream);
-Status LayerNormBackwardSetup(int d, Precision p);
+                       float* dbeta, float* scratch, int rows, int d, bool accumulate_dx,
+                       cudaStream_t stream);
 
 // GELU, tanh form (the one cuBLASLt's GELU epilogues use, so both paths agree), all narrow:
 // y = GELU(x + bias[col]); pre (optional) keeps x + bias. x and y may alias.
@@ -101,8 +108,9 @@ void GeluBackward(const void* pre, const void* dy, void* dx, Precision p, int64_
 // fused-bias algorithm for a shape or alignment.
 void AddBias(void* y, const void* bias, Precision p, int rows, int cols, cudaStream_t stream);
 
-// db[col] += Σ_rows dy[row, col] (dy narrow, fp32 accumulation).
-void BiasGrad(const void* dy, Precision p, float* db, int rows, int cols, cudaStream_t stream);
+// db[col] += Σ_rows dy[row, col] (dy narrow, fp32 accumulation in a fixed order, as above).
+void BiasGrad(const void* dy, Precision p, float* db, float* scratch, int rows, int cols,
+              cudaStream_t stream);
 
 // pooled[i, :] = mean over the T tokens of image i of h (fp32).
 void MeanPoolForward(const float* h, float* pooled, int n, int tokens, int d, cudaStream_t stream);

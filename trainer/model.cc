@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "trainer/model_constants.h"
 
@@ -43,12 +44,29 @@ Status ModelConfig::Validate() const {
                            " is not a positive multiple of the patch size " +
                            std::to_string(patch));
   }
+  if (image_size > kMaxImageSize) {
+    return InvalidArgument("image size " + std::to_string(image_size) + " is over " +
+                           std::to_string(kMaxImageSize));
+  }
+  if (tokens() > kMaxTokens) {
+    return InvalidArgument("image size " + std::to_string(image_size) + " with patch " +
+                           std::to_string(patch) + " gives " + std::to_string(tokens()) +
+                           " tokens, over " + std::to_string(kMaxTokens));
+  }
   if (width < 1 || width > 8192)
     return InvalidArgument("width " + std::to_string(width) + " is not in [1, 8192]");
   if (depth < 0 || depth > 64)
     return InvalidArgument("depth " + std::to_string(depth) + " is not in [0, 64]");
   if (classes < 2 || classes > 100000) {
     return InvalidArgument("num_classes " + std::to_string(classes) + " is not in [2, 100000]");
+  }
+  return Status::OK();
+}
+
+Status ModelConfig::ValidateBatch(int64_t batch) const {
+  if (batch < 1 || batch * tokens() > std::numeric_limits<int>::max()) {
+    return InvalidArgument("batch size " + std::to_string(batch) + " × " +
+                           std::to_string(tokens()) + " tokens is not in [1, 2^31) rows");
   }
   return Status::OK();
 }

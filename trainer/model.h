@@ -19,6 +19,11 @@
 namespace sluice::trainer {
 
 struct ModelConfig {
+  // Bounds Validate() enforces: the backends index rows (batch × tokens) and image bytes with int
+  // and int64 arithmetic; 4096² images of 16² patches are far past any model trained here.
+  static constexpr int kMaxImageSize = 4096;
+  static constexpr int kMaxTokens = 65536;
+
   int image_size = 32;  // S: images are S×S×3
   int patch = 8;        // P: S must be a multiple of P
   int width = 64;       // D
@@ -30,6 +35,9 @@ struct ModelConfig {
   int patch_dim() const { return patch * patch * 3; }
   // InvalidArgument naming the field when a size is out of range.
   Status Validate() const;
+  // InvalidArgument unless 1 <= batch and batch × tokens() rows fit an int (the backends' rows).
+  // REQUIRES: Validate() is OK.
+  Status ValidateBatch(int64_t batch) const;
 
   bool operator==(const ModelConfig&) const = default;
 };

@@ -49,6 +49,7 @@ Result<ModelConfig> ModelFor(const TrainerOptions& o, Client& client) {
     }
   }
   RETURN_IF_ERROR(config.Validate());
+  RETURN_IF_ERROR(config.ValidateBatch(o.batch_size));
   return config;
 }
 

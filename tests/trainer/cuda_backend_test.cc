@@ -98,7 +98,7 @@ void CheckGradientsMatch(const ModelConfig& config, int n, Precision precision) 
   const float scale = precision == Precision::kFp16 ? 1024.0f : 1.0f;
   const StepResult cpu_result =
       cpu.ForwardBackward(params, batch.images, batch.labels, cpu_grads, scale);
-  // The remaining differences: summation order (cuBLASLt's and the atomics'), __expf, and the
+  // The remaining differences: summation order (cuBLASLt's and the reductions'), __expf, and the
   // narrow format's rounding of values that differ slightly already.
   const double tolerance = precision == Precision::kBf16   ? 0.05
                            : precision == Precision::kFp16 ? 0.02
@@ -191,8 +191,7 @@ TEST_CASE("GraphReplayMatchesEagerLaunches") {
     REQUIRE(a.ok());
     REQUIRE(b.ok());
     INFO("step " << s);
-    // Atomics in the bias and LayerNorm gradients reorder fp32 sums between runs: close, not
-    // bitwise.
+    // Bitwise equality of two runs is cuda_determinism_test.cc's; here, close.
     CHECK(a->result.loss_sum == Approx(b->result.loss_sum).epsilon(1e-4));
     CHECK(a->grad_norm == Approx(b->grad_norm).epsilon(1e-3));
   }

@@ -5,8 +5,9 @@
 // barriers and warp shuffles before they ever meet a device. What the emulator cannot show (timing, the memory model, __expf's
 // reduced precision, cuBLASLt) is left to tests/trainer/cuda_backend_test.cc on a GPU.
 //
-// Each case runs twice, the blocks and the threads between barriers scheduled forwards and then
-// backwards, so a result that depends on the order of unsynchronized threads shows.
+// Each case runs three times, the blocks and the threads between barriers scheduled forwards,
+// backwards and shuffled, so a result that depends on the order of unsynchronized threads shows;
+// the reductions must give the same bits in every order (the README's determinism promise).
 #if SLUICE_HAVE_CUDA
 #include "tests/trainer/simt_emulator.h"
 // This translation unit's copy of the kernels' launch functions stands in for the one in
@@ -21,6 +22,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -40,6 +42,7 @@ using kernel_testing::ForEachOrder;
 using kernel_testing::HalfUlp;
 using kernel_testing::kPrecisions;
 using kernel_testing::Narrow;
+using kernel_testing::Order;
 using kernel_testing::Random;
 using kernel_testing::RequireClose;
 using kernel_testing::Rounded;
@@ -102,7 +105,7 @@ TEST_CASE("LayerNormForwardMatchesTheCpuOnWidthsThatAreNotMultiplesOfTheWarp") {
 }
 
 TEST_CASE("LayerNormBackwardMatchesTheCpuAndAccumulates") {
-  // 8,300 rows: more than the 1,024 blocks × 8 warps of one pass, so warps loop.
+  // 8,300 rows: more than the 1,024 blocks × 8 warps of one pass, so warps loop; 128 slabs.
   for (const auto& [rows, d] : {std::pair{37, 70}, std::pair{8300, 12}}) {
     const std::vector<float> x = Random(int64_t{rows} * d, 4, 2.0f);
     const std::vector<float> dy = Random(int64_t{rows} * d, 5);
@@ -123,9 +126,10 @@ TEST_CASE("LayerNormBackwardMatchesTheCpuAndAccumulates") {
           std::vector<float> got_dx = dx_before, got_dgamma = dgamma_before,
                              got_dbeta = dbeta_before;
           Narrow got_narrow(p, int64_t{rows} * d);
+          std::vector<float> scratch(cuda::ColumnReductionScratch(rows, d), NAN);
           cuda::LayerNormBackward(x.data(), dy.data(), gamma.data(), mean.data(), rstd.data(),
                                   got_dx.data(), got_narrow.data(), p, got_dgamma.data(),
-                                  got_dbeta.data(), rows, d, accumulate, nullptr);
+                                  got_dbeta.data(), scratch.data(), rows, d, accumulate, nullptr);
           RequireClose(got_dx, dx, 1e-4, 1e-5);
           RequireClose(got_narrow.ToFloat(), Rounded(dx, p), 2 * HalfUlp(p) + 1e-4, 1e-5);
           // Σ over thousands of rows in another order.
@@ -148,9 +152,10 @@ TEST_CASE("LayerNormBackwardWithoutANarrowCopyWritesOnlyFp32") {
                     dgamma.data(), dbeta.data(), rows, d, false);
   ForEachOrder([&] {
     std::vector<float> got_dx(x.size(), NAN), got_dgamma(d, 0.0f), got_dbeta(d, 0.0f);
+    std::vector<float> scratch(cuda::ColumnReductionScratch(rows, d), NAN);
     cuda::LayerNormBackward(x.data(), dy.data(), gamma.data(), mean.data(), rstd.data(),
                             got_dx.data(), nullptr, Precision::kBf16, got_dgamma.data(),
-                            got_dbeta.data(), rows, d, false, nullptr);
+                            got_dbeta.data(), scratch.data(), rows, d, false, nullptr);
     RequireClose(got_dx, dx, 1e-4, 1e-5);
   });
 }
@@ -193,7 +198,7 @@ TEST_CASE("GeluBiasForwardAndBackwardMatchTheCpuInPlace") {
 }
 
 TEST_CASE("BiasKernelsCoverEveryRowAndColumnTile") {
-  // 600 rows: three 256-row slabs; 300 columns: two 256-column blocks.
+  // 600 rows: ten slabs of 60; 300 columns: two 256-column blocks.
   const int rows = 600, cols = 300;
   const std::vector<float> y0 = Random(rows * cols, 15), bias = Random(cols, 16);
   const std::vector<float> dy = Random(rows * cols, 17);
@@ -210,11 +215,58 @@ TEST_CASE("BiasKernelsCoverEveryRowAndColumnTile") {
       cuda::AddBias(y.data(), b.data(), p, rows, cols, nullptr);
       REQUIRE(y.ToFloat() == Rounded(with_bias, p));
       const Narrow g = ToNarrow(dy, p);
-      std::vector<float> got_db = db_before;
-      cuda::BiasGrad(g.data(), p, got_db.data(), rows, cols, nullptr);
+      std::vector<float> got_db = db_before, scratch(cuda::ColumnReductionScratch(rows, cols), NAN);
+      cuda::BiasGrad(g.data(), p, got_db.data(), scratch.data(), rows, cols, nullptr);
       RequireClose(got_db, db, 1e-5, 1e-4);
     });
   }
+}
+
+// Two GPU runs with one seed give the same bits only if no reduction depends on the order blocks
+// (or threads) run in: an atomicAdd reduction fails this in the emulator's reverse or shuffled
+// schedule (EmulatorShowsAnAtomicReductionDependsOnBlockOrder below).
+TEST_CASE("ColumnReductionsAreTheSameBitsInEveryBlockOrder") {
+  const int rows = 5000, d = 300;  // 79 slabs, two column blocks
+  const std::vector<float> x = Random(int64_t{rows} * d, 30, 2.0f);
+  const std::vector<float> dy = Random(int64_t{rows} * d, 31), gamma = Random(d, 32);
+  const std::vector<float> beta(d, 0.0f);
+  std::vector<float> y(x.size()), mean(rows), rstd(rows);
+  LayerNormForward(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), rows,
+                   d);
+  const Narrow narrow_dy = ToNarrow(dy, Precision::kBf16);
+  std::vector<std::vector<float>> first;
+  for (const Order order : kernel_testing::kOrders) {
+    INFO(kernel_testing::OrderName(order) << " schedule");
+    sluice_simt::SetOrder(order);
+    sluice_simt::ClearError();
+    std::vector<float> dx(x.size()), dgamma(d, 0.5f), dbeta(d, 0.5f), db(d, 0.5f);
+    std::vector<float> scratch(cuda::ColumnReductionScratch(rows, d), NAN);
+    cuda::LayerNormBackward(x.data(), dy.data(), gamma.data(), mean.data(), rstd.data(), dx.data(),
+                            nullptr, Precision::kFp32, dgamma.data(), dbeta.data(), scratch.data(),
+                            rows, d, false, nullptr);
+    cuda::BiasGrad(narrow_dy.data(), Precision::kBf16, db.data(), scratch.data(), rows, d, nullptr);
+    REQUIRE(sluice_simt::LastError().empty());
+    const std::vector<std::vector<float>> got = {dx, dgamma, dbeta, db};
+    if (first.empty()) first = got;
+    for (size_t i = 0; i < got.size(); ++i) {
+      INFO("output " << i << " (dx, dgamma, dbeta, db)");
+      REQUIRE(std::memcmp(got[i].data(), first[i].data(), got[i].size() * sizeof(float)) == 0);
+    }
+  }
+  sluice_simt::SetOrder(Order::kForward);
+}
+
+// Past 65,535 × 256 rows the old one-slab-per-256-rows grid went over grid.y's limit; the slabs
+// are capped now. One column of ones: every row counted once.
+TEST_CASE("BiasGradPastSixteenMillionRowsKeepsItsGridInBounds") {
+  const int rows = 65535 * 256 + 1000, cols = 1;
+  const Narrow ones = ToNarrow(std::vector<float>(rows, 1.0f), Precision::kBf16);
+  std::vector<float> db(cols, 0.0f), scratch(cuda::ColumnReductionScratch(rows, cols), NAN);
+  sluice_simt::ClearError();
+  cuda::BiasGrad(ones.data(), Precision::kBf16, db.data(), scratch.data(), rows, cols, nullptr);
+  INFO(sluice_simt::LastError());
+  REQUIRE(sluice_simt::LastError().empty());
+  REQUIRE(db[0] == static_cast<float>(rows));  // slabs of at most 2¹⁷ rows: exact partials
 }
 
 TEST_CASE("MeanPoolForwardAndBackwardMatchTheCpu") {
@@ -314,6 +366,54 @@ void SkipsTheBarrierKernel(int* out) {
 void ShufflesInHalfAWarpKernel(float* out) {
   if (threadIdx.x % 32 >= 16) return;
   out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+}
+
+// Sums in[0..n) with one atomicAdd per block, the pattern the reductions no longer use.
+void AtomicSumKernel(const float* in, float* out) {
+  atomicAdd(out, in[blockIdx.x * blockDim.x + threadIdx.x]);
+}
+void UsesSharedMemoryKernel(float* out) {
+  sluice_simt::DynamicShared<float>()[threadIdx.x] = 1.0f;
+  out[threadIdx.x] = sluice_simt::DynamicShared<float>()[threadIdx.x];
+}
+
+TEST_CASE("EmulatorShowsAnAtomicReductionDependsOnBlockOrder") {
+  const std::vector<float> in = Random(64 * 32, 40, 1000.0f);
+  std::vector<float> sums;
+  for (const Order order : kernel_testing::kOrders) {
+    sluice_simt::SetOrder(order);
+    float sum = 0;
+    sluice_simt::Launch(AtomicSumKernel, 64, 32, 0, nullptr, in.data(), &sum);
+    sums.push_back(sum);
+  }
+  sluice_simt::SetOrder(Order::kForward);
+  CHECK((sums[0] != sums[1] || sums[0] != sums[2]));
+}
+
+TEST_CASE("EmulatorEnforcesTheHardwareLaunchLimits") {
+  std::vector<float> out(64, 0.0f);
+  sluice_simt::ClearError();
+  sluice_simt::Launch(UsesSharedMemoryKernel, dim3(1, 65536), 1, 4, nullptr, out.data());
+  CHECK_THAT(sluice_simt::LastError(), Catch::Contains("grid 1×65536×1"));
+  sluice_simt::ClearError();
+  sluice_simt::Launch(UsesSharedMemoryKernel, dim3(1, 1, 65536), 1, 4, nullptr, out.data());
+  CHECK_THAT(sluice_simt::LastError(), Catch::Contains("grid 1×1×65536"));
+  sluice_simt::ClearError();
+  sluice_simt::Launch(UsesSharedMemoryKernel, dim3(1, 65535, 1), 1, 4, nullptr, out.data());
+  CHECK(sluice_simt::LastError().empty());
+  // Over 48 KiB of dynamic shared memory only after the opt-in, and that only up to 227 KiB.
+  const size_t bytes = 64 * 1024;
+  sluice_simt::Launch(UsesSharedMemoryKernel, 1, 64, bytes, nullptr, out.data());
+  CHECK_THAT(sluice_simt::LastError(), Catch::Contains("cudaFuncAttributeMaxDynamicSharedMemory"));
+  sluice_simt::ClearError();
+  CHECK(cudaFuncSetAttribute(UsesSharedMemoryKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             228 * 1024) == cudaErrorInvalidValue);
+  REQUIRE(cudaFuncSetAttribute(UsesSharedMemoryKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               bytes) == cudaSuccess);
+  sluice_simt::Launch(UsesSharedMemoryKernel, 1, 64, bytes, nullptr, out.data());
+  CHECK(sluice_simt::LastError().empty());
+  CHECK(out[63] == 1.0f);
+  sluice_simt::ClearError();
 }
 
 TEST_CASE("EmulatorReportsDivergentBarriersAndShuffles") {

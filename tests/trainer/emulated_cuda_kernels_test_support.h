@@ -74,12 +74,18 @@ inline void RequireClose(const std::vector<float>& got, const std::vector<float>
   }
 }
 
+inline const Order kOrders[] = {Order::kForward, Order::kReverse, Order::kShuffled};
+
+inline const char* OrderName(Order order) {
+  return order == Order::kForward ? "forward" : order == Order::kReverse ? "reverse" : "shuffled";
+}
+
 // Runs `body` once per scheduling order, clearing the emulator's error and requiring that no
 // launch failed.
 template <typename F>
 inline void ForEachOrder(F&& body) {
-  for (const Order order : {Order::kForward, Order::kReverse}) {
-    INFO((order == Order::kForward ? "forward" : "reverse") << " schedule");
+  for (const Order order : kOrders) {
+    INFO(OrderName(order) << " schedule");
     sluice_simt::SetOrder(order);
     sluice_simt::ClearError();
     body();

@@ -2,12 +2,16 @@
 // then the .cu files (trainer/cuda_*kernels.cu), in one C++ translation unit built with the host
 // compiler. A launch (the .cu's Launch()) runs on the calling thread — at once, or when an
 // emulated device (Runtime below) runs its stream:
-// - blocks one after another, in the order Order() says;
+// - blocks one after another, in the order SetOrder() says (forward, reverse or a shuffle), so a
+//   result that depends on the order blocks run in (an atomic reduction) differs between orders;
 // - the threads of a block as fibers (Boost.Context) that switch only at __syncthreads() and warp
 //   shuffles, so those really are barriers: every thread of the block (of the warp) must reach
 //   the same one, or the launch fails with "divergent …" instead of hanging;
 // - __shared__ variables are function statics (one block runs at a time), dynamic shared memory
-//   a per-launch buffer of the requested size, filled with NaN bytes so reads before writes show.
+//   a per-launch buffer of the requested size, filled with NaN bytes so reads before writes show;
+// - the hardware's launch limits: block ≤ 1024 threads (x, y ≤ 1024, z ≤ 64), grid.x < 2³¹,
+//   grid.y and grid.z ≤ 65535, dynamic shared memory ≤ 48 KiB unless the kernel opted in with
+//   cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize) (up to 227 KiB, sm_90).
 // Not emulated: concurrency between blocks (atomics are plain adds), the memory model, __expf's
 // reduced precision. A launch's error is kept for LastError(); later launches still run.
 #pragma once
@@ -24,6 +28,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -51,12 +56,18 @@ namespace sluice_simt {
 inline uint3 thread_idx, block_idx;
 inline dim3 block_dim, grid_dim;
 
-enum class Order { kForward, kReverse };
+// kShuffled: a fixed permutation (an affine map i → (a·i + c) mod n, a coprime with n) of the
+// blocks of each launch and of the threads of each block.
+enum class Order { kForward, kReverse, kShuffled };
 
 namespace internal {
 
 constexpr int kWarp = 32;
 constexpr size_t kStackBytes = 64 * 1024;
+// sm_90's limits (CUDA C Programming Guide, "Technical Specifications per Compute Capability").
+constexpr size_t kDefaultDynamicShared = 48 * 1024;
+constexpr size_t kMaxDynamicShared = 227 * 1024;
+constexpr unsigned kMaxGridX = 0x7fffffffu, kMaxGridYZ = 65535;
 
 enum class State { kRunnable, kAtBlockBarrier, kAtWarpBarrier, kDone };
 
@@ -81,6 +92,8 @@ struct Fiber {
 
 struct Emulator {
   Order order = Order::kForward;
+  // cudaFuncAttributeMaxDynamicSharedMemorySize per kernel, where set.
+  std::vector<std::pair<const void*, size_t>> shared_opt_in;
   std::string error;
   // The block running now.
   std::vector<Fiber> fibers;
@@ -95,6 +108,29 @@ struct Emulator {
 inline Emulator& Get() {
   static Emulator emulator;
   return emulator;
+}
+
+// The i-th of n (blocks or threads) to run, in the emulator's order.
+inline uint64_t Nth(Order order, uint64_t i, uint64_t n) {
+  switch (order) {
+    case Order::kForward:
+      return i;
+    case Order::kReverse:
+      return n - 1 - i;
+    case Order::kShuffled: {
+      uint64_t a = 0x9e3779b1u % n;  // a large odd multiplier, made coprime with n
+      while (std::gcd(a, n) != 1) ++a;
+      return static_cast<uint64_t>((static_cast<unsigned __int128>(a) * i + n / 3) % n);
+    }
+  }
+  return i;
+}
+
+inline size_t DynamicSharedLimit(const Emulator& e, const void* kernel) {
+  for (const auto& [k, bytes] : e.shared_opt_in) {
+    if (k == kernel) return std::max(bytes, kDefaultDynamicShared);
+  }
+  return kDefaultDynamicShared;
 }
 
 inline void SetThread(int t) {
@@ -168,7 +204,7 @@ inline void RunBlock(Emulator& e) {
   }
   while (true) {
     for (int i = 0; i < n; ++i) {
-      const int t = e.order == Order::kForward ? i : n - 1 - i;
+      const int t = static_cast<int>(Nth(e.order, i, n));
       if (e.fibers[t].state != State::kRunnable) continue;
       e.current = t;
       SetThread(t);
@@ -185,7 +221,7 @@ inline void RunBlockDirect(Emulator& e) {
   const int n = static_cast<int>(e.fibers.size());
   e.direct = true;
   for (int i = 0; i < n && e.error.empty(); ++i) {
-    const int t = e.order == Order::kForward ? i : n - 1 - i;
+    const int t = static_cast<int>(Nth(e.order, i, n));
     e.current = t;
     SetThread(t);
     (*e.body)();
@@ -210,12 +246,23 @@ void Launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t shared_
             cudaStream_t stream, Args&&... args) {
   internal::Emulator& e = internal::Get();
   const size_t threads = size_t{block.x} * block.y * block.z;
-  if (threads == 0 || threads > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0) {
-    e.error = "invalid launch configuration: " + std::to_string(threads) + " threads";
+  if (threads == 0 || threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64) {
+    e.error = "invalid launch configuration: block " + std::to_string(block.x) + "×" +
+              std::to_string(block.y) + "×" + std::to_string(block.z);
     return;
   }
-  if (shared_bytes > 227 * 1024) {
-    e.error = "dynamic shared memory " + std::to_string(shared_bytes) + " B over the limit";
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > internal::kMaxGridX ||
+      grid.y > internal::kMaxGridYZ || grid.z > internal::kMaxGridYZ) {
+    e.error = "invalid launch configuration: grid " + std::to_string(grid.x) + "×" +
+              std::to_string(grid.y) + "×" + std::to_string(grid.z);
+    return;
+  }
+  const size_t shared_limit =
+      internal::DynamicSharedLimit(e, reinterpret_cast<const void*>(kernel));
+  if (shared_bytes > shared_limit) {
+    e.error = "dynamic shared memory " + std::to_string(shared_bytes) + " B over the kernel's " +
+              std::to_string(shared_limit) + " B (over 48 KiB needs " +
+              "cudaFuncAttributeMaxDynamicSharedMemorySize)";
     return;
   }
   // Arguments are copied as a real launch copies them into its parameter buffer.
@@ -254,7 +301,7 @@ void Launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t shared_
     // (much faster; a later block that does reach one fails the launch).
     bool fibers = true;
     for (uint64_t i = 0; i < blocks; ++i) {
-      const uint64_t b = e.order == Order::kForward ? i : blocks - 1 - i;
+      const uint64_t b = internal::Nth(e.order, i, blocks);
       block_idx.x = static_cast<unsigned>(b % grid.x);
       block_idx.y = static_cast<unsigned>(b / grid.x % grid.y);
       block_idx.z = static_cast<unsigned>(b / (uint64_t{grid.x} * grid.y));
@@ -321,9 +368,23 @@ inline double atomicAdd(double* address, double value) {
   return old;
 }
 
-// The opt-in to more than 48 KiB of dynamic shared memory; Launch() checks the hardware's limit.
+// The opt-in to more than 48 KiB of dynamic shared memory, kept per kernel for Launch(); values
+// over the hardware's 227 KiB fail as the real call does. Other attributes are accepted unchecked.
 template <typename... KernelArgs>
-cudaError_t cudaFuncSetAttribute(void (*)(KernelArgs...), cudaFuncAttribute, int) {
+cudaError_t cudaFuncSetAttribute(void (*kernel)(KernelArgs...), cudaFuncAttribute attribute,
+                                 int value) {
+  namespace in = sluice_simt::internal;
+  if (attribute != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;
+  if (value < 0 || size_t(value) > in::kMaxDynamicShared) return cudaErrorInvalidValue;
+  auto& opt_in = in::Get().shared_opt_in;
+  const void* key = reinterpret_cast<const void*>(kernel);
+  for (auto& [k, bytes] : opt_in) {
+    if (k == key) {
+      bytes = size_t(value);
+      return cudaSuccess;
+    }
+  }
+  opt_in.emplace_back(key, size_t(value));
   return cudaSuccess;
 }
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <mutex>
 
 namespace sluice::trainer {
 
@@ -179,10 +180,13 @@ Result<int> CudaBackend::Enqueue(int slot, bool first, bool last, bool update, f
     RETURN_IF_ERROR(EnqueueOps(slot, ticket, first, last, update, n));
   } else {
     if (it == graphs_.end()) {
+      // Client threads' page-locking calls wait for the capture (CaptureMutex()).
+      std::unique_lock<std::mutex> capture_lock(CaptureMutex());
       CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
       const Status captured = EnqueueOps(slot, ticket, first, last, update, n);
       CudaGraph graph;
       const Status ended = graph.EndCapture(s);
+      capture_lock.unlock();
       if (captured.ok() && ended.ok()) {
         it = graphs_.emplace(key, std::move(graph)).first;
       } else {

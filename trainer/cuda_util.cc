@@ -138,26 +138,72 @@ Status CudaGraph::Launch(cudaStream_t stream) const {
   return Status::OK();
 }
 
+std::mutex& CaptureMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+PinnedAllocator::~PinnedAllocator() {
+  std::lock_guard<std::mutex> capture(CaptureMutex());
+  for (const auto& [bytes, p] : pool_) cudaFreeHost(p);
+}
+
 Result<void*> PinnedAllocator::Allocate(size_t bytes) {
-  void* p = nullptr;
-  const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    return ResourceExhausted(fmt::format("cudaHostAlloc of {} bytes: {}", bytes,
-                                         cudaGetErrorString(e)));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = pool_.lower_bound(bytes);
+    if (it != pool_.end()) {
+      void* p = it->second;
+      pooled_bytes_ -= it->first;
+      pool_.erase(it);
+      return p;
+    }
   }
+  void* p = nullptr;
+  cudaError_t e;
+  {
+    std::lock_guard<std::mutex> capture(CaptureMutex());
+    e = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+  }
+  if (e != cudaSuccess) {
+    return ResourceExhausted(
+        fmt::format("cudaHostAlloc of {} bytes: {}", bytes, cudaGetErrorString(e)));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  capacity_[p] = bytes;
+  allocated_bytes_ += bytes;
   return p;
 }
 
-void PinnedAllocator::Free(void* p, size_t) noexcept { cudaFreeHost(p); }
+void PinnedAllocator::Free(void* p, size_t asked) noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  // The caller knows the size it asked for; a buffer reused from the pool may be larger.
+  const auto known = capacity_.find(p);
+  const size_t bytes = known != capacity_.end() ? known->second : asked;
+  pool_.emplace(bytes, p);
+  pooled_bytes_ += bytes;
+}
+
+size_t PinnedAllocator::pooled_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pooled_bytes_;
+}
+
+size_t PinnedAllocator::allocated_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return allocated_bytes_;
+}
 
 void PinnedAllocator::Adopt(void* base, size_t bytes) noexcept {
+  std::lock_guard<std::mutex> capture(CaptureMutex());
   if (cudaHostRegister(base, bytes, cudaHostRegisterDefault) != cudaSuccess) {
     (void)cudaGetLastError();  // Stage then copies through its pinned buffer
   }
 }
 
 void PinnedAllocator::Unadopt(void* base, size_t) noexcept {
+  std::lock_guard<std::mutex> capture(CaptureMutex());
   if (cudaHostUnregister(base) != cudaSuccess) (void)cudaGetLastError();
 }
 

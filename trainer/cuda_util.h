@@ -10,6 +10,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
 #include <utility>
 
 #include "client/wire/buffer_allocator.h"
@@ -154,16 +157,53 @@ class CudaGraph {
   cudaGraphExec_t exec_ = nullptr;
 };
 
+// Held by the training thread while it captures a step into a CUDA Graph (CudaBackend::Enqueue),
+// and by PinnedAllocator around every CUDA call it makes on a client thread: cudaHostAlloc,
+// cudaHostRegister and cudaHostUnregister (which synchronizes the device) issued by another
+// thread during a capture invalidate it. Process-wide, as the device is. Held for the capture's
+// host-side enqueueing only (no waits inside), so a client thread waits at most that long.
+std::mutex& CaptureMutex();
+
 // Page-locked host memory (cudaHostAlloc) for the client's batch buffers: batches are decoded
 // straight into it and copied to the device from where they are (CudaBackend::Stage).
+//
+// Thread-safety: every call from any thread; the client frees on whichever thread drops a
+// buffer's last reference (a lease released, a buffer growing, a stream torn down).
+// cudaFreeHost synchronizes the device, so on such a thread during a capture it would invalidate
+// the capture: Free never calls CUDA, it keeps the buffer for a later Allocate of at most its
+// size, and the pool is given back to CUDA only by the destructor — at the end of the run, when
+// the last buffer and the client are gone and no step is captured any more. Bound: what is live
+// plus what is pooled never exceeds the most the client ever held at once.
 class PinnedAllocator : public BufferAllocator {
  public:
+  PinnedAllocator() = default;
+  PinnedAllocator(const PinnedAllocator&) = delete;
+  PinnedAllocator& operator=(const PinnedAllocator&) = delete;
+  // Gives the pool back to CUDA (cudaFreeHost), after any capture in progress has ended.
+  // REQUIRES: every buffer from Allocate was freed (HostBuffers keep their allocator alive).
+  ~PinnedAllocator() override;
+
+  // A pooled buffer of at least `bytes` (the smallest), else a new one from cudaHostAlloc.
   Result<void*> Allocate(size_t bytes) override;
+  // Pools p (capacity `bytes`); no CUDA call.
   void Free(void* p, size_t bytes) noexcept override;
   // A shared-memory segment the client maps is page-locked in place (cudaHostRegister), so its
   // batches go to the device with no staging copy either; left pageable if that fails.
+  // Unadopt must unregister before the client unmaps the segment, so it cannot wait for the end
+  // of the run: it waits for any capture to end instead (CaptureMutex()).
   void Adopt(void* base, size_t bytes) noexcept override;
   void Unadopt(void* base, size_t bytes) noexcept override;
+
+  // Bytes held in the pool, and allocated from CUDA (live + pooled).
+  size_t pooled_bytes() const;
+  size_t allocated_bytes() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::multimap<size_t, void*> pool_;  // GUARDED_BY(mu_): free buffers by capacity
+  std::map<void*, size_t> capacity_;   // GUARDED_BY(mu_): of every buffer, live or pooled
+  size_t pooled_bytes_ = 0;            // GUARDED_BY(mu_)
+  size_t allocated_bytes_ = 0;         // GUARDED_BY(mu_)
 };
 
 // Host→device bandwidth of a plain loop of cudaMemcpyAsync from one page-locked buffer of `bytes`

@@ -1,19 +1,29 @@
 #!/usr/bin/env bash
-# The trainer's GPU check, for a session with a CUDA device (one prepared run, < 10 minutes):
+# The trainer's GPU check, for a session with a CUDA device (one prepared run; < 10 minutes with
+# SANITIZE=0, up to 6 more with the sanitizers):
+#   0. records the GPU and its driver (nvidia-smi) first, and says plainly when the driver is too
+#      old for the CUDA 13 runtime the binaries link statically — and whether the toolkit's
+#      forward-compatibility package would help — since then every gpu test would skip and
+#      --device auto would train on the CPU;
 #   1. builds the trainer, the server and the GPU tests (Release, CUDA);
-#   2. runs the gpu-labelled test binary, trainer_cuda_backend_test (GPU step vs CPU step in
+#   2. runs the gpu-labelled test binaries (tests/trainer/cuda_*_test.cc: GPU step vs CPU step in
 #      bf16/fp16/fp32, graph replay vs eager, NaN guard, fp16 overflow and back-off, pinned
-#      in-place staging, loss falls, accumulation with checkpoints and resume);
-#   3. benchmarks issue 5's model — D=384, L=4, P=16, batch 256, 224x224 — fed by `sluice serve`
+#      in-place staging, loss falls, accumulation with checkpoints and resume, pinned memory
+#      released on a client thread during captures, evaluation vs CPU, width > 6144) with
+#      SLUICE_REQUIRE_GPU=1, so a skip is a failure;
+#   3. runs the quick ones again under compute-sanitizer: memcheck, racecheck, synccheck and
+#      initcheck (SANITIZE=0 skips this; SANITIZER_TIMEOUT seconds per tool and binary, default
+#      45, so at most 6 minutes; a timeout is reported, not failed);
+#   4. benchmarks issue 5's model — D=384, L=4, P=16, batch 256, 224x224 — fed by `sluice serve`
 #      from a warm DECODED cache on 127.0.0.1 (through shared memory, the default on one host),
 #      in bf16, then fp16 and fp32: step time, img/s, data-wait fraction, and the ingest's H2D
 #      bandwidth against a plain pinned-copy loop.
 #   tests/bench/trainer_gpu.sh [DATA_DIR]
 # On the lent machine, which lacks our libraries, use binaries packed here by
 # tests/bench/device_pack.sh: BIN_DIR=... PHOTOS=... LD_LIBRARY_PATH=... (see that script).
-# Writes ctest_gpu.txt, trainer_bench_{bf16,fp16,fp32}.txt, summary.json (and nvidia-smi.txt)
-# to $OUT when set, else to a temporary directory it names. Exits non-zero when the gpu tests
-# failed.
+# Writes driver.txt, ctest_gpu.txt, sanitizer_*.txt, trainer_bench_{bf16,fp16,fp32}.txt,
+# summary.json (and nvidia-smi.txt) to $OUT when set, else to a temporary directory it names.
+# Exits non-zero when the gpu tests failed (or skipped) or a sanitizer reported errors.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${BUILD_DIR:-$root/build-gpu}
@@ -26,7 +36,8 @@ server=
 trap '[ -n "$server" ] && kill $server 2>/dev/null; rm -rf "$work"' EXIT
 echo "results in $out"
 
-nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || echo "nvidia-smi failed" >&2
+. "$root/tests/bench/gpu_driver_check.sh"
+check_gpu_driver "$out"
 if [ -n "${BIN_DIR:-}" ]; then
   bin=$(cd "$BIN_DIR" && pwd)  # packed by tests/bench/device_pack.sh
 else
@@ -35,18 +46,41 @@ else
     { tail -30 "$out/cmake.txt"; exit 1; }
   grep -q "Sluice: CUDA ON" "$out/cmake.txt" || { echo "CUDA not enabled (no nvcc?)" >&2; exit 1; }
   ninja -C "$build" -j"$(nproc)" sluice sluice-trainer trainer_cuda_backend_test \
-    > "$out/build.txt" 2>&1 || { tail -40 "$out/build.txt"; exit 1; }
-  cp "$build/tests/trainer_cuda_backend_test" "$bin/"
+    trainer_cuda_determinism_test trainer_cuda_pinned_test > "$out/build.txt" 2>&1 || { tail -40 "$out/build.txt"; exit 1; }
+  cp "$build"/tests/trainer_cuda_*_test "$bin/"
 fi
 
-# The gpu-labelled tests (tests/trainer/cuda_*_test.cc), run directly: exit 77 means skipped.
-# They start `sluice` (synth, serve) from $SLUICE_BIN and take photos from $SLUICE_PHOTOS, not
-# the paths of the tree they were built in.
+# The gpu-labelled tests (tests/trainer/cuda_*_test.cc), run directly. SLUICE_REQUIRE_GPU=1:
+# without a usable device they fail instead of skipping (77). They start `sluice` (synth, serve)
+# from $SLUICE_BIN and take photos from $SLUICE_PHOTOS, not the paths of the tree they were
+# built in.
 photos=$(realpath "${PHOTOS:-/usr/share/backgrounds/mate/nature}")
-SLUICE_BIN="$bin/sluice" SLUICE_PHOTOS="$photos" \
-  "$bin/trainer_cuda_backend_test" > "$out/ctest_gpu.txt" 2>&1
-ctest_rc=$?
+export SLUICE_REQUIRE_GPU=1 SLUICE_BIN="$bin/sluice" SLUICE_PHOTOS="$photos"
+ctest_rc=0
+: > "$out/ctest_gpu.txt"
+for t in "$bin"/trainer_cuda_*_test; do
+  "$t" >> "$out/ctest_gpu.txt" 2>&1 || ctest_rc=1
+done
 tail -15 "$out/ctest_gpu.txt"
+
+# compute-sanitizer over the quick cases (the kernels, GEMMs, graphs and staging; not the
+# trainer-level runs, which its 10-100x slowdown would stretch past the time limit).
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+if [ "${SANITIZE:-1}" != 0 ] && [ -x "$sanitizer" ]; then
+  for tool in memcheck racecheck synccheck initcheck; do
+    for t in "$bin/trainer_cuda_backend_test" "$bin/trainer_cuda_pinned_test"; do
+      cases='GpuStepMatchesCpuStep,GraphReplayMatchesEagerLaunches,PinnedImagesAreCopiedInPlace*'
+      [[ $t == *pinned* ]] && cases='~LayerNormBackwardWiderThan6144MatchesTheCpu'
+      timeout "${SANITIZER_TIMEOUT:-45}" "$sanitizer" --tool "$tool" --error-exitcode 99 \
+        "$t" "$cases" >> "$out/sanitizer_$tool.txt" 2>&1
+      rc=$?
+      echo "compute-sanitizer $tool $(basename "$t"): exit $rc (99: errors; 124: timed out)"
+      [ $rc -eq 0 ] || [ $rc -eq 124 ] || ctest_rc=1
+    done
+  done
+else
+  echo "compute-sanitizer not run (SANITIZE=0, or not found at $sanitizer)"
+fi
 
 sluice="$bin/sluice"
 . "$root/tests/bench/bench_server.sh"
@@ -95,5 +129,5 @@ PY
 kill -TERM $server
 wait $server 2>/dev/null || true
 server=
-echo "gpu tests exit code $ctest_rc (77: skipped, no device)"
+echo "gpu tests and sanitizers exit code $ctest_rc (0: all passed on the device)"
 exit $ctest_rc

@@ -2,7 +2,7 @@
 // trainer_emulated_cuda_backend_test): two backends given the same parameters and batches give
 // the same bits — losses, gradient norms and parameters — step after step. Atomic reductions
 // (the bias and LayerNorm gradients used them) fail this on a GPU. Without a usable device the
-// case prints "SKIPPED: …" and exits with 77.
+// case prints "SKIPPED: …" and exits with 77 (fails under SLUICE_REQUIRE_GPU=1).
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tests/trainer/backend_test_data.h"
+#include "tests/trainer/gpu_test_support.h"
 #include "trainer/model.h"
 #if SLUICE_HAVE_CUDA
 #include "trainer/cuda_backend.h"
@@ -21,17 +22,7 @@
 namespace sluice::trainer {
 namespace {
 
-void RequireDevice() {
-#if SLUICE_HAVE_CUDA
-  std::string reason;
-  if (CudaDeviceCount(&reason) > 0) return;
-  std::printf("SKIPPED: no CUDA device (%s)\n", reason.c_str());
-#else
-  std::printf("SKIPPED: built without CUDA (nvcc not found)\n");
-#endif
-  std::fflush(stdout);
-  std::exit(77);
-}
+using testing::RequireDevice;  // honours SLUICE_REQUIRE_GPU=1
 
 TEST_CASE("TwoGpuRunsWithOneSeedAreTheSameBits") {
   RequireDevice();

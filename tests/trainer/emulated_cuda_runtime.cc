@@ -2,11 +2,13 @@
 // copies, streams, capture and graphs, events.
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -34,6 +36,7 @@ using sluice_emulated::RunOp;
 using sluice_emulated::Stream;
 using sluice_emulated::streams;
 using sluice_emulated::Synchronized;
+using sluice_emulated::SynchronizesDuringCapture;
 
 extern "C" {
 
@@ -113,6 +116,8 @@ cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) {
 cudaError_t cudaFreeHost(void* p) {
   std::lock_guard<std::recursive_mutex> lock(mu);
   if (p == nullptr) return cudaSuccess;
+  // Not last_error: that is the training thread's too here, and this error is the caller's.
+  if (SynchronizesDuringCapture()) return cudaErrorStreamCaptureUnsupported;
   DrainAll();  // no queued copy may read it afterwards
   if (pinned.erase(reinterpret_cast<uintptr_t>(p)) == 0)
     return Fail(cudaErrorInvalidValue, "cudaFreeHost of a pointer not from cudaHostAlloc");
@@ -128,6 +133,7 @@ cudaError_t cudaHostRegister(void* p, size_t bytes, unsigned int) {
 
 cudaError_t cudaHostUnregister(void* p) {
   std::lock_guard<std::recursive_mutex> lock(mu);
+  if (SynchronizesDuringCapture()) return cudaErrorStreamCaptureUnsupported;
   DrainAll();
   if (pinned.erase(reinterpret_cast<uintptr_t>(p)) == 0)
     return last_error = cudaErrorHostMemoryNotRegistered;
@@ -231,6 +237,9 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode) {
 }
 
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  // A capture stays open a while, unlocked: other threads' calls land inside it, as they can on
+  // a real device, where capturing a step takes milliseconds.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
   std::lock_guard<std::recursive_mutex> lock(mu);
   CUstream_st* s = Stream(stream);
   if (!s->capturing) return last_error = cudaErrorIllegalState;

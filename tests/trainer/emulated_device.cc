@@ -17,7 +17,8 @@
 //   operands must lie inside one device allocation; a copy's device side too.
 // - Capture (cudaStreamCaptureModeThreadLocal) records the stream's work into a graph instead of
 //   running it; a synchronizing or allocating call from the capturing thread invalidates the
-//   capture, as a copy from pageable memory does.
+//   capture, as a copy from pageable memory does. cudaFreeHost and cudaHostUnregister, which
+//   synchronize the device, fail from any thread while any stream captures, and invalidate it.
 // - cuBLASLt: column-major D = α·op(A)·op(B) + β·C with fp32 accumulation over k in order, the
 //   BIAS and GELU_AUX_BIAS epilogues (GELU's tanh form, trainer/gelu.h), bf16/fp16/fp32 types.
 // A fault is kept (Error()), printed once, and makes every later synchronization fail.
@@ -138,6 +139,16 @@ bool RefusedInCapture() {
   capturing->capture_invalid = true;
   last_error = cudaErrorStreamCaptureUnsupported;
   return true;
+}
+
+bool SynchronizesDuringCapture() {
+  bool any = false;
+  for (CUstream_st* s : streams) {
+    if (!s->capturing) continue;
+    s->capture_invalid = true;
+    any = true;
+  }
+  return any;
 }
 
 cudaError_t Fail(cudaError_t error, const std::string& what) {

@@ -87,6 +87,10 @@ void Enqueue(CUstream_st* s, std::function<void()> op);
 // A call the capturing thread may not make (cudaStreamCaptureModeThreadLocal): invalidates the
 // capture and returns true.
 bool RefusedInCapture();
+// A call that synchronizes the device (cudaFreeHost, cudaHostUnregister), made on any thread:
+// when some stream is capturing, invalidates every capture in progress and returns true (the
+// call then fails without doing anything, as on real CUDA).
+bool SynchronizesDuringCapture();
 // Faults with `what` and returns `error`, which cudaGetLastError then reports.
 cudaError_t Fail(cudaError_t error, const std::string& what);
 

@@ -1,0 +1,89 @@
+// What the `gpu`-labelled tests (tests/trainer/cuda_*_test.cc, also built against the emulated
+// device as trainer_emulated_cuda_backend_test) share: the skip helper and small models.
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "trainer/model.h"
+#if SLUICE_HAVE_CUDA
+#include "trainer/cuda_backend.h"
+#include "trainer/cuda_util.h"
+#endif
+
+namespace sluice::testing {
+
+// ctest's SKIP_RETURN_CODE for the gpu label (tests/CMakeLists.txt).
+inline constexpr int kSkipExitCode = 77;
+
+// Ends this test process as skipped (77) unless a CUDA device is usable. With the environment's
+// SLUICE_REQUIRE_GPU=1 (tests/bench/trainer_gpu.sh sets it on a GPU machine) it fails instead
+// (exit 1): there a skip means the driver or the build is wrong, not that the tests passed.
+inline void RequireDevice() {
+  std::string why;
+#if SLUICE_HAVE_CUDA
+  std::string reason;
+  if (trainer::CudaDeviceCount(&reason) > 0) return;
+  why = "no CUDA device (" + reason + ")";
+#else
+  why = "built without CUDA (nvcc not found)";
+#endif
+  const char* require = std::getenv("SLUICE_REQUIRE_GPU");
+  if (require != nullptr && std::strcmp(require, "1") == 0) {
+    std::printf("FAILED: SLUICE_REQUIRE_GPU=1 and %s\n", why.c_str());
+    std::fflush(stdout);
+    std::exit(1);
+  }
+  std::printf("SKIPPED: %s\n", why.c_str());
+  std::fflush(stdout);
+  std::exit(kSkipExitCode);
+}
+
+#if SLUICE_HAVE_CUDA
+
+// GEMM-friendly sizes (multiples of 8) that still run in milliseconds on the CPU.
+inline trainer::ModelConfig SmallConfig() {
+  trainer::ModelConfig c;
+  c.image_size = 32;
+  c.patch = 8;
+  c.width = 64;
+  c.depth = 2;
+  c.classes = 10;
+  return c;
+}
+
+// Sizes that are not multiples of 8: parameter slices at 2- and 4-byte alignment, odd leading
+// dimensions (cuBLASLt's less common kernels, and the unfused bias/GELU fallback).
+inline trainer::ModelConfig OddConfig() {
+  trainer::ModelConfig c;
+  c.image_size = 12;
+  c.patch = 4;
+  c.width = 20;
+  c.depth = 2;
+  c.classes = 7;
+  return c;
+}
+
+inline std::unique_ptr<trainer::CudaBackend> MakeGpu(
+    const trainer::ModelConfig& config, int max_batch, bool use_graph,
+    trainer::Precision precision = trainer::Precision::kBf16, float initial_loss_scale = 65536.0f,
+    bool fused_epilogues = true) {
+  trainer::CudaBackendOptions options;
+  options.max_batch = max_batch;
+  options.use_graph = use_graph;
+  options.precision = precision;
+  options.loss_scale.initial = initial_loss_scale;
+  options.fused_epilogues = fused_epilogues;
+  Result<std::unique_ptr<trainer::CudaBackend>> gpu = trainer::CudaBackend::Create(config, options);
+  INFO(gpu.status().ToString());
+  REQUIRE(gpu.ok());
+  return std::move(*gpu);
+}
+
+#endif
+
+}  // namespace sluice::testing

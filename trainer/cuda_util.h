@@ -171,9 +171,14 @@ std::mutex& CaptureMutex();
 // buffer's last reference (a lease released, a buffer growing, a stream torn down).
 // cudaFreeHost synchronizes the device, so on such a thread during a capture it would invalidate
 // the capture: Free never calls CUDA, it keeps the buffer for a later Allocate of at most its
-// size, and the pool is given back to CUDA only by the destructor — at the end of the run, when
-// the last buffer and the client are gone and no step is captured any more. Bound: what is live
-// plus what is pooled never exceeds the most the client ever held at once.
+// size. Pooled buffers go back to CUDA only under CaptureMutex(), never during a capture: on an
+// Allocate that no pooled buffer fits (all of them are then smaller than the request; they are
+// freed with the new one's allocation), and in the destructor.
+// Bound: after a miss nothing is pooled, and a hit allocates nothing, so what is live plus what is
+// pooled never exceeds the most the client ever held live at once, each buffer counted at its
+// capacity (the request it was allocated for; a small request served from a larger pooled buffer
+// holds all of it). A client that grows a buffer (HostBuffer::Reserve frees, then allocates
+// larger) thus keeps one buffer, not one per size it passed through.
 class PinnedAllocator : public BufferAllocator {
  public:
   PinnedAllocator() = default;
@@ -183,7 +188,8 @@ class PinnedAllocator : public BufferAllocator {
   // REQUIRES: every buffer from Allocate was freed (HostBuffers keep their allocator alive).
   ~PinnedAllocator() override;
 
-  // A pooled buffer of at least `bytes` (the smallest), else a new one from cudaHostAlloc.
+  // A pooled buffer of at least `bytes` (the smallest), else a new one from cudaHostAlloc, after
+  // the pool (all smaller than `bytes`) is given back to CUDA.
   Result<void*> Allocate(size_t bytes) override;
   // Pools p (capacity `bytes`); no CUDA call.
   void Free(void* p, size_t bytes) noexcept override;

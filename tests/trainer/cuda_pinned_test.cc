@@ -17,6 +17,9 @@
 #include "trainer/cuda_backend.h"
 #include "trainer/cuda_util.h"
 #endif
+#if SLUICE_EMULATED_DEVICE
+#include "tests/trainer/emulated_device.h"
+#endif
 
 namespace sluice::trainer {
 namespace {
@@ -57,7 +60,7 @@ void CheckGraphReplayMatchesEager(const ModelConfig& config, int n, bool fused) 
 }
 #endif
 
-TEST_CASE("PinnedAllocatorPoolsFreedBuffersForTheWholeRun") {
+TEST_CASE("PinnedAllocatorReusesTheSmallestPooledBufferThatFits") {
   RequireDevice();
 #if SLUICE_HAVE_CUDA
   auto allocator = std::make_unique<PinnedAllocator>();
@@ -79,6 +82,48 @@ TEST_CASE("PinnedAllocatorPoolsFreedBuffersForTheWholeRun") {
   CHECK(allocator->pooled_bytes() == (1 << 20) + (1 << 16));
   CHECK(allocator->allocated_bytes() == (1 << 20) + (1 << 16));
   allocator.reset();  // gives the pool back to CUDA
+#endif
+}
+
+// HostBuffer::Reserve frees, then allocates larger: each growth misses the pool, which gives its
+// smaller buffers back, so one buffer is held however many sizes it passed through.
+TEST_CASE("PinnedAllocatorGrowingABufferKeepsOnlyTheLargest") {
+  RequireDevice();
+#if SLUICE_HAVE_CUDA
+  auto allocator = std::make_unique<PinnedAllocator>();
+#if SLUICE_EMULATED_DEVICE
+  const auto pinned_ranges = [] {
+    std::lock_guard<std::recursive_mutex> lock(sluice_emulated::mu);
+    return sluice_emulated::pinned.size();
+  };
+  const size_t ranges_before = pinned_ranges();
+#endif
+  size_t held = 100;
+  Result<void*> p = allocator->Allocate(held);
+  REQUIRE(p.ok());
+  for (const size_t bytes : {200, 300, 1000, 4096}) {
+    INFO("growing from " << held << " to " << bytes << " bytes");
+    allocator->Free(*p, held);
+    p = allocator->Allocate(bytes);
+    REQUIRE(p.ok());
+    held = bytes;
+    CHECK(allocator->allocated_bytes() == bytes);
+    CHECK(allocator->pooled_bytes() == 0);
+#if SLUICE_EMULATED_DEVICE
+    CHECK(pinned_ranges() == ranges_before + 1);
+#endif
+  }
+  // A smaller request is served from the pool and gives nothing back.
+  allocator->Free(*p, held);
+  Result<void*> q = allocator->Allocate(64);
+  REQUIRE(q.ok());
+  CHECK(*q == *p);
+  CHECK(allocator->allocated_bytes() == 4096);
+  allocator->Free(*q, 64);
+  allocator.reset();
+#if SLUICE_EMULATED_DEVICE
+  CHECK(pinned_ranges() == ranges_before);
+#endif
 #endif
 }
 

@@ -31,6 +31,7 @@ using testing::MakeBatch;
 using testing::MakeGpu;
 using testing::OddConfig;
 using testing::RandomParameters;
+using testing::SameBits;
 using testing::SmallConfig;
 using testing::TestBatch;
 
@@ -50,13 +51,18 @@ void CheckGraphReplayMatchesEager(const ModelConfig& config, int n, bool fused) 
     Result<CudaStepOutcome> b = eager->Step(batch.images, batch.labels, 1e-3f, true);
     REQUIRE(a.ok());
     REQUIRE(b.ok());
-    INFO("step " << s);
-    CHECK(a->result.loss_sum == Approx(b->result.loss_sum).epsilon(1e-4));
-    CHECK(a->grad_norm == Approx(b->grad_norm).epsilon(1e-3));
+    INFO("step " << s << ": loss " << std::hexfloat << a->result.loss_sum << " vs "
+                  << b->result.loss_sum << ", grad norm " << a->grad_norm << " vs " << b->grad_norm);
+    CHECK(SameBits(a->result.loss_sum, b->result.loss_sum));
+    CHECK(SameBits(a->grad_norm, b->grad_norm));
   }
   INFO("graph error: " << graph->graph_error());
   CHECK(graph->graph_error().empty());
   CHECK(graph->graph_launches() == 4);
+  std::vector<float> pa, pb;
+  REQUIRE(graph->GetParameters(&pa).ok());
+  REQUIRE(eager->GetParameters(&pb).ok());
+  CHECK(SameBits(pa, pb));
 }
 #endif
 

@@ -159,8 +159,8 @@ class CudaGraph {
 
 // Held by the training thread while it captures a step into a CUDA Graph (CudaBackend::Enqueue),
 // and by PinnedAllocator around every CUDA call it makes on a client thread: cudaHostAlloc,
-// cudaHostRegister and cudaHostUnregister (which synchronizes the device) issued by another
-// thread during a capture invalidate it. Process-wide, as the device is. Held for the capture's
+// cudaFreeHost, cudaHostRegister and cudaHostUnregister (the second and last synchronize the
+// device) issued by another thread during a capture invalidate it. Process-wide, as the device is. Held for the capture's
 // host-side enqueueing only (no waits inside), so a client thread waits at most that long.
 std::mutex& CaptureMutex();
 
@@ -177,7 +177,8 @@ std::mutex& CaptureMutex();
 // Bound: after a miss nothing is pooled, and a hit allocates nothing, so what is live plus what is
 // pooled never exceeds the most the client ever held live at once, each buffer counted at its
 // capacity (the request it was allocated for; a small request served from a larger pooled buffer
-// holds all of it). A client that grows a buffer (HostBuffer::Reserve frees, then allocates
+// holds all of it), give or take the buffers another thread frees while a miss allocates (pooled
+// until the next miss). A client that grows a buffer (HostBuffer::Reserve frees, then allocates
 // larger) thus keeps one buffer, not one per size it passed through.
 class PinnedAllocator : public BufferAllocator {
  public:

@@ -160,8 +160,9 @@ class CudaGraph {
 // Held by the training thread while it captures a step into a CUDA Graph (CudaBackend::Enqueue),
 // and by PinnedAllocator around every CUDA call it makes on a client thread: cudaHostAlloc,
 // cudaFreeHost, cudaHostRegister and cudaHostUnregister (the second and last synchronize the
-// device) issued by another thread during a capture invalidate it. Process-wide, as the device is. Held for the capture's
-// host-side enqueueing only (no waits inside), so a client thread waits at most that long.
+// device) issued by another thread during a capture invalidate it. Process-wide, as the device is.
+// Held for the capture's host-side enqueueing only (no waits inside), so a client thread waits at
+// most that long.
 std::mutex& CaptureMutex();
 
 // Page-locked host memory (cudaHostAlloc) for the client's batch buffers: batches are decoded

@@ -35,8 +35,8 @@ using testing::MakeBatch;
 using testing::MakeGpu;
 using testing::OddConfig;
 using testing::RandomParameters;
-using testing::SameBits;
 using testing::RelativeError;
+using testing::SameBits;
 using testing::SmallConfig;
 using testing::TestBatch;
 
@@ -145,7 +145,7 @@ TEST_CASE("GraphReplayMatchesEagerLaunches") {
     REQUIRE(a.ok());
     REQUIRE(b.ok());
     INFO("step " << s << ": loss " << std::hexfloat << a->result.loss_sum << " vs "
-                  << b->result.loss_sum << ", grad norm " << a->grad_norm << " vs " << b->grad_norm);
+                 << b->result.loss_sum << ", grad norm " << a->grad_norm << " vs " << b->grad_norm);
     // A replay runs the same kernels and GEMM algorithms as the eager launches: the same bits.
     CHECK(SameBits(a->result.loss_sum, b->result.loss_sum));
     CHECK(SameBits(a->grad_norm, b->grad_norm));

@@ -52,7 +52,7 @@ void CheckGraphReplayMatchesEager(const ModelConfig& config, int n, bool fused) 
     REQUIRE(a.ok());
     REQUIRE(b.ok());
     INFO("step " << s << ": loss " << std::hexfloat << a->result.loss_sum << " vs "
-                  << b->result.loss_sum << ", grad norm " << a->grad_norm << " vs " << b->grad_norm);
+                 << b->result.loss_sum << ", grad norm " << a->grad_norm << " vs " << b->grad_norm);
     CHECK(SameBits(a->result.loss_sum, b->result.loss_sum));
     CHECK(SameBits(a->grad_norm, b->grad_norm));
   }

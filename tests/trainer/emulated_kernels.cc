@@ -6,6 +6,7 @@
 #include "trainer/cuda_kernels.cu"
 #include "trainer/cuda_loss_kernels.cu"
 #include "trainer/cuda_optimizer_kernels.cu"
+// (SetBlockOrder, below)
 #include "tests/trainer/emulated_device.h"
 
 namespace sluice_emulated {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -149,6 +150,7 @@ PinnedAllocator::~PinnedAllocator() {
 }
 
 Result<void*> PinnedAllocator::Allocate(size_t bytes) {
+  std::vector<void*> smaller;  // pooled buffers too small for this request or any smaller one
   {
     std::lock_guard<std::mutex> lock(mu_);
     const auto it = pool_.lower_bound(bytes);
@@ -158,19 +160,33 @@ Result<void*> PinnedAllocator::Allocate(size_t bytes) {
       pool_.erase(it);
       return p;
     }
+    // A miss: every pooled buffer is smaller than `bytes`. Given back with the new one's
+    // allocation, so that a client that grows a buffer (free, then allocate larger) does not
+    // strand the old one.
+    for (const auto& [capacity, p] : pool_) smaller.push_back(p);
+    pool_.clear();
+    pooled_bytes_ = 0;
   }
   void* p = nullptr;
   cudaError_t e;
   {
+    // Held, no capture is in progress: cudaFreeHost's device synchronization cannot break one.
     std::lock_guard<std::mutex> capture(CaptureMutex());
+    for (void* q : smaller) cudaFreeHost(q);
     e = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
     if (e != cudaSuccess) (void)cudaGetLastError();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (void* q : smaller) {
+    const auto known = capacity_.find(q);
+    if (known == capacity_.end()) continue;  // never from Allocate: not counted
+    allocated_bytes_ -= known->second;
+    capacity_.erase(known);
   }
   if (e != cudaSuccess) {
     return ResourceExhausted(
         fmt::format("cudaHostAlloc of {} bytes: {}", bytes, cudaGetErrorString(e)));
   }
-  std::lock_guard<std::mutex> lock(mu_);
   capacity_[p] = bytes;
   allocated_bytes_ += bytes;
   return p;

@@ -159,9 +159,10 @@ class CudaGraph {
 
 // Held by the training thread while it captures a step into a CUDA Graph (CudaBackend::Enqueue),
 // and by PinnedAllocator around every CUDA call it makes on a client thread: cudaHostAlloc,
-// cudaHostRegister and cudaHostUnregister (which synchronizes the device) issued by another
-// thread during a capture invalidate it. Process-wide, as the device is. Held for the capture's
-// host-side enqueueing only (no waits inside), so a client thread waits at most that long.
+// cudaFreeHost, cudaHostRegister and cudaHostUnregister (the second and last synchronize the
+// device) issued by another thread during a capture invalidate it. Process-wide, as the device is.
+// Held for the capture's host-side enqueueing only (no waits inside), so a client thread waits at
+// most that long.
 std::mutex& CaptureMutex();
 
 // Page-locked host memory (cudaHostAlloc) for the client's batch buffers: batches are decoded
@@ -171,9 +172,15 @@ std::mutex& CaptureMutex();
 // buffer's last reference (a lease released, a buffer growing, a stream torn down).
 // cudaFreeHost synchronizes the device, so on such a thread during a capture it would invalidate
 // the capture: Free never calls CUDA, it keeps the buffer for a later Allocate of at most its
-// size, and the pool is given back to CUDA only by the destructor — at the end of the run, when
-// the last buffer and the client are gone and no step is captured any more. Bound: what is live
-// plus what is pooled never exceeds the most the client ever held at once.
+// size. Pooled buffers go back to CUDA only under CaptureMutex(), never during a capture: on an
+// Allocate that no pooled buffer fits (all of them are then smaller than the request; they are
+// freed with the new one's allocation), and in the destructor.
+// Bound: after a miss nothing is pooled, and a hit allocates nothing, so what is live plus what is
+// pooled never exceeds the most the client ever held live at once, each buffer counted at its
+// capacity (the request it was allocated for; a small request served from a larger pooled buffer
+// holds all of it), give or take the buffers another thread frees while a miss allocates (pooled
+// until the next miss). A client that grows a buffer (HostBuffer::Reserve frees, then allocates
+// larger) thus keeps one buffer, not one per size it passed through.
 class PinnedAllocator : public BufferAllocator {
  public:
   PinnedAllocator() = default;
@@ -183,7 +190,8 @@ class PinnedAllocator : public BufferAllocator {
   // REQUIRES: every buffer from Allocate was freed (HostBuffers keep their allocator alive).
   ~PinnedAllocator() override;
 
-  // A pooled buffer of at least `bytes` (the smallest), else a new one from cudaHostAlloc.
+  // A pooled buffer of at least `bytes` (the smallest), else a new one from cudaHostAlloc, after
+  // the pool (all smaller than `bytes`) is given back to CUDA.
   Result<void*> Allocate(size_t bytes) override;
   // Pools p (capacity `bytes`); no CUDA call.
   void Free(void* p, size_t bytes) noexcept override;

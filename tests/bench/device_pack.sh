@@ -7,6 +7,7 @@
 # ones), and the benchmark photographs. Then, on the device (carry build-device/pack):
 #   BIN_DIR=build-device/pack/bin PHOTOS=build-device/pack/photos \
 #     LD_LIBRARY_PATH=build-device/pack/lib tests/bench/trainer_gpu.sh
+# and, as a second call (one command may run 600 s), the same with `--sanitize-only`.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=$root/build-device

@@ -10,7 +10,7 @@
 # put first on LD_LIBRARY_PATH) lets an older kernel driver run the newer runtime, but only on
 # data-center GPUs (and some professional ones), not on GeForce or most workstation cards.
 check_gpu_driver() {
-  local out=$1 min=${CUDA_MIN_DRIVER:-580} query name driver major compat
+  local out=$1 min=${CUDA_MIN_DRIVER:-580} query name driver major compat model
   nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || echo "nvidia-smi failed (no NVIDIA driver?)" >&2
   query=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
   if [ -z "$query" ]; then
@@ -26,9 +26,16 @@ check_gpu_driver() {
   {
     echo "DRIVER TOO OLD: driver $driver is older than the CUDA 13 runtime needs ($min): every"
     echo "  gpu test will fail under SLUICE_REQUIRE_GPU=1 and --device auto would use the CPU."
-    case "$name" in
-      *H100* | *H200* | *H20* | *H800* | *A100* | *A800* | *A30* | *A40* | *A10* | *A16* | \
-        *L40* | *L4* | *L20* | *B100* | *B200* | *GB200* | *GH200* | *V100* | *T4* | *Tesla*)
+    # The model is the name's first word after "NVIDIA " or "Tesla ", up to a dash ("NVIDIA
+    # A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "Tesla T4"), matched whole: substrings would
+    # take workstation cards ("NVIDIA RTX A1000", "NVIDIA RTX A4000") for A100, A10 or A40.
+    model=${name#NVIDIA }
+    model=${model#Tesla }
+    model=${model%% *}
+    model=${model%%-*}
+    case "$model" in
+      H100 | H200 | H20 | H800 | GH200 | A100 | A800 | A30 | A40 | A10 | A10G | A16 | A2 | L40 | \
+        L40S | L4 | L20 | B100 | B200 | GB200 | V100 | T4)
         echo "  $name is a data-center GPU: the toolkit's forward-compatibility package would help"
         if [ -n "$compat" ]; then
           echo "  ($compat is installed: rerun with"

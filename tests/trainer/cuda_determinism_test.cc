@@ -1,8 +1,11 @@
 // The README's determinism promise on the CUDA backend (ctest label `gpu`; also linked into
 // trainer_emulated_cuda_backend_test): two backends given the same parameters and batches give
 // the same bits — losses, gradient norms and parameters — step after step. Atomic reductions
-// (the bias and LayerNorm gradients used them) fail this on a GPU. Without a usable device the
-// case prints "SKIPPED: …" and exits with 77 (fails under SLUICE_REQUIRE_GPU=1).
+// (the bias and LayerNorm gradients used them) fail this on a GPU. The emulated device runs one
+// block at a time, in an order it is told: there the second backend's kernels run their blocks
+// and threads in reverse, so a result that depends on that order fails here too. Without a
+// usable device the case prints "SKIPPED: …" and exits with 77 (fails under
+// SLUICE_REQUIRE_GPU=1).
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
@@ -18,11 +21,34 @@
 #include "trainer/cuda_backend.h"
 #include "trainer/cuda_util.h"
 #endif
+#if SLUICE_EMULATED_DEVICE
+#include "tests/trainer/emulated_device.h"
+#endif
 
 namespace sluice::trainer {
 namespace {
 
 using testing::RequireDevice;  // honours SLUICE_REQUIRE_GPU=1
+
+#if SLUICE_HAVE_CUDA
+// One step of `run`. On the emulated device, run to its end with the kernels' blocks and threads
+// in reverse when `reversed`; on a GPU the hardware picks the order and this is just the step.
+Result<CudaStepOutcome> StepInOrder(CudaBackend& run, const testing::TestBatch& batch,
+                                    [[maybe_unused]] bool reversed) {
+#if SLUICE_EMULATED_DEVICE
+  using sluice_emulated::BlockOrder;
+  sluice_emulated::SetBlockOrder(reversed ? BlockOrder::kReverse : BlockOrder::kForward);
+#endif
+  Result<CudaStepOutcome> outcome = run.Step(batch.images, batch.labels, 1e-3f, true);
+#if SLUICE_EMULATED_DEVICE
+  // The streams run lazily: all of this step's launches run before the order changes back.
+  const cudaError_t synced = cudaDeviceSynchronize();
+  sluice_emulated::SetBlockOrder(BlockOrder::kForward);
+  if (synced != cudaSuccess) return Internal(cudaGetErrorString(synced));
+#endif
+  return outcome;
+}
+#endif
 
 TEST_CASE("TwoGpuRunsWithOneSeedAreTheSameBits") {
   RequireDevice();
@@ -50,8 +76,8 @@ TEST_CASE("TwoGpuRunsWithOneSeedAreTheSameBits") {
   for (int step = 0; step < 3; ++step) {
     INFO("step " << step);
     const testing::TestBatch batch = testing::MakeBatch(config, n, 40 + step);
-    Result<CudaStepOutcome> a = runs[0]->Step(batch.images, batch.labels, 1e-3f, true);
-    Result<CudaStepOutcome> b = runs[1]->Step(batch.images, batch.labels, 1e-3f, true);
+    Result<CudaStepOutcome> a = StepInOrder(*runs[0], batch, /*reversed=*/false);
+    Result<CudaStepOutcome> b = StepInOrder(*runs[1], batch, /*reversed=*/true);
     REQUIRE(a.ok());
     REQUIRE(b.ok());
     CHECK(std::memcmp(&a->result.loss_sum, &b->result.loss_sum, sizeof(double)) == 0);

@@ -105,7 +105,8 @@ TEST_CASE("LayerNormForwardMatchesTheCpuOnWidthsThatAreNotMultiplesOfTheWarp") {
 }
 
 TEST_CASE("LayerNormBackwardMatchesTheCpuAndAccumulates") {
-  // 8,300 rows: more than the 1,024 blocks × 8 warps of one pass, so warps loop; 128 slabs.
+  // 8,300 rows: the slab count's cap (128) with uneven slabs (65 rows, the last 45), and a last
+  // block of 8 warps with rows for only 4.
   for (const auto& [rows, d] : {std::pair{37, 70}, std::pair{8300, 12}}) {
     const std::vector<float> x = Random(int64_t{rows} * d, 4, 2.0f);
     const std::vector<float> dy = Random(int64_t{rows} * d, 5);

@@ -211,6 +211,13 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   return cudaSuccess;
 }
 
+cudaError_t cudaDeviceSynchronize() {
+  std::lock_guard<std::recursive_mutex> lock(mu);
+  if (RefusedInCapture()) return cudaErrorStreamCaptureUnsupported;
+  DrainAll();
+  return Synchronized();
+}
+
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   std::lock_guard<std::recursive_mutex> lock(mu);
   if (RefusedInCapture()) return cudaErrorStreamCaptureUnsupported;

@@ -94,4 +94,10 @@ bool SynchronizesDuringCapture();
 // Faults with `what` and returns `error`, which cudaGetLastError then reports.
 cudaError_t Fail(cudaError_t error, const std::string& what);
 
+// The order the kernels' blocks and threads run in from now on (sluice_simt::SetOrder; read when
+// a launch runs, not when it is enqueued), for tests that show a result does not depend on it.
+// Defined in emulated_kernels.cc, the one translation unit that includes the SIMT emulator.
+enum class BlockOrder { kForward, kReverse, kShuffled };
+void SetBlockOrder(BlockOrder order);
+
 }  // namespace sluice_emulated

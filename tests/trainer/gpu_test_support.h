@@ -8,6 +8,8 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "trainer/model.h"
 #if SLUICE_HAVE_CUDA
@@ -41,6 +43,20 @@ inline void RequireDevice() {
   std::printf("SKIPPED: %s\n", why.c_str());
   std::fflush(stdout);
   std::exit(kSkipExitCode);
+}
+
+// Whether a and b hold the same bits (NaN payloads and the sign of zero included), for results
+// that must not depend on how a step was run: graph replay or eager launches, a resumed run or an
+// uninterrupted one, the emulator's block order.
+template <typename T>
+bool SameBits(const T& a, const T& b) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+template <typename T>
+bool SameBits(const std::vector<T>& a, const std::vector<T>& b) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
 #if SLUICE_HAVE_CUDA

@@ -130,35 +130,7 @@ TEST_CASE("GpuStepMatchesCpuStep") {
 TEST_CASE("GraphReplayMatchesEagerLaunches") {
   RequireDevice();
 #if SLUICE_HAVE_CUDA
-  const ModelConfig config = SmallConfig();
-  const int n = 32;
-  CpuBackend cpu(config);
-  const std::vector<float> params = InitParameters(config, cpu.layout(), 1);
-  auto graph = MakeGpu(config, n, /*use_graph=*/true);
-  auto eager = MakeGpu(config, n, /*use_graph=*/false);
-  REQUIRE(graph->SetParameters(params).ok());
-  REQUIRE(eager->SetParameters(params).ok());
-  for (int s = 0; s < 6; ++s) {
-    const TestBatch batch = MakeBatch(config, n, 100 + s);
-    Result<CudaStepOutcome> a = graph->Step(batch.images, batch.labels, 1e-3f, true);
-    Result<CudaStepOutcome> b = eager->Step(batch.images, batch.labels, 1e-3f, true);
-    REQUIRE(a.ok());
-    REQUIRE(b.ok());
-    INFO("step " << s << ": loss " << std::hexfloat << a->result.loss_sum << " vs "
-                 << b->result.loss_sum << ", grad norm " << a->grad_norm << " vs " << b->grad_norm);
-    // A replay runs the same kernels and GEMM algorithms as the eager launches: the same bits.
-    CHECK(SameBits(a->result.loss_sum, b->result.loss_sum));
-    CHECK(SameBits(a->grad_norm, b->grad_norm));
-  }
-  // Steps 0-1 ran eagerly (first sight of each slot/ticket shape), 2-3 were captured, 4-5 replayed.
-  INFO("graph error: " << graph->graph_error());
-  CHECK(graph->graph_error().empty());
-  CHECK(graph->graph_launches() == 4);  // so the comparison is of replays with eager launches
-  CHECK(eager->graph_launches() == 0);
-  std::vector<float> pa, pb;
-  REQUIRE(graph->GetParameters(&pa).ok());
-  REQUIRE(eager->GetParameters(&pb).ok());
-  CHECK(SameBits(pa, pb));
+  testing::CheckGraphReplayMatchesEager(SmallConfig(), 32, /*fused=*/true, /*first_seed=*/100);
 #endif
 }
 

@@ -27,6 +27,7 @@ namespace {
 using testing::RequireDevice;
 
 #if SLUICE_HAVE_CUDA
+using testing::CheckGraphReplayMatchesEager;
 using testing::MakeBatch;
 using testing::MakeGpu;
 using testing::OddConfig;
@@ -35,35 +36,6 @@ using testing::SameBits;
 using testing::SmallConfig;
 using testing::TestBatch;
 
-// Graph replays against eager launches over 6 steps: 0-1 eager (first sight of each shape), 2-3
-// captured, 4-5 replayed.
-void CheckGraphReplayMatchesEager(const ModelConfig& config, int n, bool fused) {
-  INFO("width " << config.width << ", fused epilogues " << fused);
-  CpuBackend cpu(config);
-  const std::vector<float> params = InitParameters(config, cpu.layout(), 1);
-  auto graph = MakeGpu(config, n, /*use_graph=*/true, Precision::kBf16, 1.0f, fused);
-  auto eager = MakeGpu(config, n, /*use_graph=*/false, Precision::kBf16, 1.0f, fused);
-  REQUIRE(graph->SetParameters(params).ok());
-  REQUIRE(eager->SetParameters(params).ok());
-  for (int s = 0; s < 6; ++s) {
-    const TestBatch batch = MakeBatch(config, n, 200 + s);
-    Result<CudaStepOutcome> a = graph->Step(batch.images, batch.labels, 1e-3f, true);
-    Result<CudaStepOutcome> b = eager->Step(batch.images, batch.labels, 1e-3f, true);
-    REQUIRE(a.ok());
-    REQUIRE(b.ok());
-    INFO("step " << s << ": loss " << std::hexfloat << a->result.loss_sum << " vs "
-                 << b->result.loss_sum << ", grad norm " << a->grad_norm << " vs " << b->grad_norm);
-    CHECK(SameBits(a->result.loss_sum, b->result.loss_sum));
-    CHECK(SameBits(a->grad_norm, b->grad_norm));
-  }
-  INFO("graph error: " << graph->graph_error());
-  CHECK(graph->graph_error().empty());
-  CHECK(graph->graph_launches() == 4);
-  std::vector<float> pa, pb;
-  REQUIRE(graph->GetParameters(&pa).ok());
-  REQUIRE(eager->GetParameters(&pb).ok());
-  CHECK(SameBits(pa, pb));
-}
 #endif
 
 TEST_CASE("PinnedAllocatorReusesTheSmallestPooledBufferThatFits") {
@@ -181,8 +153,8 @@ TEST_CASE("ClientThreadsReleasingPinnedMemoryDoNotBreakGraphCapture") {
 TEST_CASE("GraphReplayMatchesEagerWithUnfusedEpiloguesAndOddSizes") {
   RequireDevice();
 #if SLUICE_HAVE_CUDA
-  CheckGraphReplayMatchesEager(SmallConfig(), 16, /*fused=*/false);
-  CheckGraphReplayMatchesEager(OddConfig(), 8, /*fused=*/true);
+  CheckGraphReplayMatchesEager(SmallConfig(), 16, /*fused=*/false, /*first_seed=*/200);
+  CheckGraphReplayMatchesEager(OddConfig(), 8, /*fused=*/true, /*first_seed=*/200);
 #endif
 }
 

@@ -6,13 +6,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ios>
 #include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "tests/trainer/backend_test_data.h"
 #include "trainer/model.h"
 #if SLUICE_HAVE_CUDA
+#include "trainer/cpu_backend.h"
 #include "trainer/cuda_backend.h"
 #include "trainer/cuda_util.h"
 #endif
@@ -98,6 +101,41 @@ inline std::unique_ptr<trainer::CudaBackend> MakeGpu(
   INFO(gpu.status().ToString());
   REQUIRE(gpu.ok());
   return std::move(*gpu);
+}
+
+// A backend replaying CUDA Graphs against one launching eagerly, from the same parameters over 6
+// steps of batches seeded first_seed, first_seed + 1, ...: steps 0-1 run eagerly (first sight of
+// each slot/ticket shape), 2-3 are captured, 4-5 replayed. A replay runs the same kernels and
+// GEMM algorithms as the eager launches, so losses, gradient norms and parameters are the same
+// bits.
+inline void CheckGraphReplayMatchesEager(const trainer::ModelConfig& config, int n, bool fused,
+                                         int first_seed) {
+  INFO("width " << config.width << ", fused epilogues " << fused);
+  trainer::CpuBackend cpu(config);
+  const std::vector<float> params = trainer::InitParameters(config, cpu.layout(), 1);
+  auto graph = MakeGpu(config, n, /*use_graph=*/true, trainer::Precision::kBf16, 1.0f, fused);
+  auto eager = MakeGpu(config, n, /*use_graph=*/false, trainer::Precision::kBf16, 1.0f, fused);
+  REQUIRE(graph->SetParameters(params).ok());
+  REQUIRE(eager->SetParameters(params).ok());
+  for (int s = 0; s < 6; ++s) {
+    const TestBatch batch = MakeBatch(config, n, first_seed + s);
+    Result<trainer::CudaStepOutcome> a = graph->Step(batch.images, batch.labels, 1e-3f, true);
+    Result<trainer::CudaStepOutcome> b = eager->Step(batch.images, batch.labels, 1e-3f, true);
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    INFO("step " << s << ": loss " << std::hexfloat << a->result.loss_sum << " vs "
+                 << b->result.loss_sum << ", grad norm " << a->grad_norm << " vs " << b->grad_norm);
+    CHECK(SameBits(a->result.loss_sum, b->result.loss_sum));
+    CHECK(SameBits(a->grad_norm, b->grad_norm));
+  }
+  INFO("graph error: " << graph->graph_error());
+  CHECK(graph->graph_error().empty());
+  CHECK(graph->graph_launches() == 4);  // so the comparison is of replays with eager launches
+  CHECK(eager->graph_launches() == 0);
+  std::vector<float> pa, pb;
+  REQUIRE(graph->GetParameters(&pa).ok());
+  REQUIRE(eager->GetParameters(&pb).ok());
+  CHECK(SameBits(pa, pb));
 }
 
 #endif

@@ -222,11 +222,11 @@ v1::DatasetInfo DescribeDataset(const v1::DatasetConfig& dataset) {
   info.set_name(dataset.name());
   info.set_files(o.files_size());
   info.set_num_classes(dataset.num_classes());
-  // What a request that leaves a field unset gets, as ResolveOptions will make it.
-  const int height = static_cast<int>(ValueOrDefault(Tunable::kImageHeight, o.image_height()));
-  info.set_batch_size(static_cast<int>(ValueOrDefault(Tunable::kBatchSize, o.batch_size())));
-  info.set_image_height(height);
-  info.set_image_width(WidthOrHeight(o.image_width(), height));
+  // What a request that leaves a field unset gets: loading the config (CheckDataset) filled in
+  // the defaults.
+  info.set_batch_size(o.batch_size());
+  info.set_image_height(o.image_height());
+  info.set_image_width(o.image_width());
   info.set_mode(o.mode());
   info.set_max_batch_size(limits.max_batch_size());
   info.set_min_image_size(limits.min_image_size());

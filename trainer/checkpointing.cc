@@ -10,8 +10,9 @@
 
 namespace sluice::trainer {
 
-Status ResumeFrom(const std::string& dir, const ModelConfig& config, bool fp16, TrainState* state,
-                  RunPosition* position, std::ostream& log) {
+Status ResumeFrom(const std::string& dir, const ModelConfig& config, bool fp16,
+                  float max_loss_scale, TrainState* state, RunPosition* position,
+                  std::ostream& log) {
   Result<Checkpoint> loaded = LoadCheckpoint(dir);
   if (!loaded.ok() && loaded.status().code() != StatusCode::kNotFound) return loaded.status();
   if (!loaded.ok()) {
@@ -36,8 +37,7 @@ Status ResumeFrom(const std::string& dir, const ModelConfig& config, bool fp16, 
   if (fp16 && ck.loss_scale > 0) {
     // A checkpoint from before the cap was lowered may hold 2^16: resume at the cap instead of
     // skipping steps until the scale backs off.
-    const float cap = LossScaleOptions{}.max_scale;
-    state->loss_scale = {std::min(ck.loss_scale, cap), ck.loss_scale_good_steps};
+    state->loss_scale = {std::min(ck.loss_scale, max_loss_scale), ck.loss_scale_good_steps};
   }
   position->step = ck.step;
   position->has_position = ck.has_position;

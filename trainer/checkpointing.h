@@ -22,10 +22,11 @@ struct RunPosition {
 
 // Loads the checkpoint in `dir` into *state and *position and logs "resuming from …"; without
 // one (NotFound) logs so and leaves both as they are. fp16: the checkpoint's loss scale, when it
-// has one, replaces state->loss_scale. FailedPrecondition when it holds another model (config or
-// parameter count); DataLoss and IOError from reading it.
-Status ResumeFrom(const std::string& dir, const ModelConfig& config, bool fp16, TrainState* state,
-                  RunPosition* position, std::ostream& log);
+// has one, replaces state->loss_scale, clamped to this run's max_loss_scale. FailedPrecondition
+// when it holds another model (config or parameter count); DataLoss and IOError from reading it.
+Status ResumeFrom(const std::string& dir, const ModelConfig& config, bool fp16,
+                  float max_loss_scale, TrainState* state, RunPosition* position,
+                  std::ostream& log);
 
 // Asks `request` to start right after position.last (nothing when !position.has_position).
 void StartAfter(const RunPosition& position, v1::StreamRequest* request);

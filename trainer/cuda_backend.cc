@@ -29,7 +29,6 @@ void CudaBackend::Synchronize() {
 Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const ModelConfig& config,
                                                          const CudaBackendOptions& options) {
   RETURN_IF_ERROR(config.Validate());
-  if (options.max_batch < 1) return InvalidArgument("CUDA backend: max_batch must be at least 1");
   RETURN_IF_ERROR(config.ValidateBatch(options.max_batch));
   std::string reason;
   const int devices = CudaDeviceCount(&reason);

@@ -132,7 +132,8 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
   request.set_epochs(0);
   RunPosition position;
   if (o.resume) {
-    RETURN_IF_ERROR(ResumeFrom(o.checkpoint_dir, config, fp16, &state, &position, log));
+    RETURN_IF_ERROR(ResumeFrom(o.checkpoint_dir, config, fp16, o.loss_scale.max_scale, &state,
+                               &position, log));
     StartAfter(position, &request);
   }
   const BackendOptions backend_options{summary.device, summary.precision, o.batch_size, o.adamw,

@@ -35,7 +35,7 @@ TEST_CASE("UnsetMeansDefaultOnlyWhereZeroIsOutOfBounds") {
 }
 
 // ResolveOptions refuses each tunable just past either bound, naming the field and the table's
-// bounds, and accepts it at both bounds.
+// bounds.
 TEST_CASE("ResolveOptionsEnforcesTheTableAtEachBound") {
   TempDir dir;
   testing::WriteTestShards(dir, 1, 1);

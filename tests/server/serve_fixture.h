@@ -76,10 +76,7 @@ inline Got ReadAll(BatchStream& s, int max_batches = 1 << 30) {
 // The test data labels record i with i: labels from a whole epoch, in any order, are 0..n-1 once
 // each.
 inline bool EachLabelOnce(std::vector<int32_t> labels, int n) {
-  std::sort(labels.begin(), labels.end());
-  std::vector<int32_t> want(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) want[static_cast<size_t>(i)] = i;
-  return labels == want;
+  return testing::Sorted(std::move(labels)) == testing::Iota(n);
 }
 
 inline v1::StreamRequest Request(std::string dataset = "train") {

@@ -12,6 +12,8 @@
 namespace sluice::trainer {
 namespace {
 
+constexpr float kCap = LossScaleOptions{}.max_scale;  // the default loss-scale cap
+
 Checkpoint Sample() {
   Checkpoint ck;
   ck.config.width = 16;
@@ -158,7 +160,7 @@ TEST_CASE("PaddedParametersAreStoredUnpaddedAndResumeRestoresThePadding") {
   state.first_moment = state.second_moment = state.params;
   RunPosition position;
   std::ostringstream log;
-  const Status resumed = ResumeFrom(dir.file("ck"), config, false, &state, &position, log);
+  const Status resumed = ResumeFrom(dir.file("ck"), config, false, kCap, &state, &position, log);
   INFO(resumed.ToString());
   REQUIRE(resumed.ok());
   CHECK(state.params == flat);
@@ -167,7 +169,7 @@ TEST_CASE("PaddedParametersAreStoredUnpaddedAndResumeRestoresThePadding") {
   // A padded vector in the file is another model's: refused, not misread.
   ck.params = ck.first_moment = ck.second_moment = flat;
   REQUIRE(SaveCheckpoint(dir.file("ck"), ck).ok());
-  CHECK(ResumeFrom(dir.file("ck"), config, false, &state, &position, log).code() ==
+  CHECK(ResumeFrom(dir.file("ck"), config, false, kCap, &state, &position, log).code() ==
         StatusCode::kFailedPrecondition);
 }
 
@@ -191,8 +193,8 @@ TEST_CASE("Fp16ResumeClampsAScaleAboveTheCap") {
   TrainState state;
   RunPosition position;
   std::ostringstream log;
-  REQUIRE(ResumeFrom(dir.file("ck"), config, /*fp16=*/true, &state, &position, log).ok());
-  CHECK(state.loss_scale.scale == LossScaleOptions{}.max_scale);
+  REQUIRE(ResumeFrom(dir.file("ck"), config, /*fp16=*/true, kCap, &state, &position, log).ok());
+  CHECK(state.loss_scale.scale == kCap);
   CHECK(state.loss_scale.good_steps == 7);
 }
 

@@ -9,7 +9,6 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -80,14 +79,13 @@ TEST_CASE("TwoGpuRunsWithOneSeedAreTheSameBits") {
     Result<CudaStepOutcome> b = StepInOrder(*runs[1], batch, /*reversed=*/true);
     REQUIRE(a.ok());
     REQUIRE(b.ok());
-    CHECK(std::memcmp(&a->result.loss_sum, &b->result.loss_sum, sizeof(double)) == 0);
-    CHECK(std::memcmp(&a->grad_norm, &b->grad_norm, sizeof(a->grad_norm)) == 0);
+    CHECK(testing::SameBits(a->result.loss_sum, b->result.loss_sum));
+    CHECK(testing::SameBits(a->grad_norm, b->grad_norm));
   }
   std::vector<float> first, second;
   REQUIRE(runs[0]->GetParameters(&first).ok());
   REQUIRE(runs[1]->GetParameters(&second).ok());
-  REQUIRE(first.size() == second.size());
-  CHECK(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)) == 0);
+  CHECK(testing::SameBits(first, second));
   for (const auto& run : runs) {
     INFO("graph error: " << run->graph_error());
     CHECK(run->graph_error().empty());

@@ -10,6 +10,7 @@
 #include "tests/trainer/backend_test_data.h"
 #include "tests/trainer/emulated_cublaslt.h"
 #include "tests/trainer/emulated_device.h"
+#include "tests/trainer/gpu_test_support.h"
 #include "trainer/cuda_backend.h"
 #include "trainer/cuda_gemm.h"
 #include "trainer/cuda_util.h"
@@ -172,17 +173,12 @@ TEST_CASE("FusedEpilogueWhoseAlgorithmsAllFailRunsAsASeparateKernel") {
   CHECK(gemm.epilogue_fallbacks() == 2);
 }
 
-// Odd widths (OddConfig in cuda_backend_test.cc) put unpadded bf16 bias slices at 8-byte
-// offsets, which cuBLASLt's epilogues refuse; padded, every epilogue fuses. Evaluation runs
+// Odd widths (OddConfig: width 20, so fc1 is 80 wide and GELU_AUX_BIAS applies) would put
+// unpadded bf16 bias slices 8 bytes past a 16-byte boundary, where the GEMM runs its epilogues
+// unfused (Run requires 16-byte epilogue pointers); padded, every epilogue fuses. Evaluation runs
 // eagerly and asks the heuristic nothing new after its first batch.
 TEST_CASE("OddShapesFuseEveryEpilogueAndEvaluationReusesItsPlans") {
-  ModelConfig config;
-  config.image_size = 12;
-  config.patch = 4;
-  config.width = 20;  // fc1 is 80 wide (GELU_AUX_BIAS needs a multiple of 8); unpadded, its bf16
-                      // bias would start 8 bytes past a 16-byte boundary
-  config.depth = 2;
-  config.classes = 7;
+  const ModelConfig config = testing::OddConfig();
   CudaBackendOptions options;
   options.max_batch = 5;
   options.precision = Precision::kBf16;

@@ -75,8 +75,9 @@ inline trainer::ModelConfig SmallConfig() {
   return c;
 }
 
-// Sizes that are not multiples of 8: parameter slices at 2- and 4-byte alignment, odd leading
-// dimensions (cuBLASLt's less common kernels, and the unfused bias/GELU fallback).
+// Sizes that are not multiples of 8: odd leading dimensions (cuBLASLt's less common kernels).
+// The parameter slices are still 16-byte aligned (ParameterLayout pads them), so every epilogue
+// fuses; the unfused fallback is tested at the GEMM level (emulated_cuda_gemm_cases.cc).
 inline trainer::ModelConfig OddConfig() {
   trainer::ModelConfig c;
   c.image_size = 12;
@@ -89,7 +90,8 @@ inline trainer::ModelConfig OddConfig() {
 
 inline std::unique_ptr<trainer::CudaBackend> MakeGpu(
     const trainer::ModelConfig& config, int max_batch, bool use_graph,
-    trainer::Precision precision = trainer::Precision::kBf16, float initial_loss_scale = 65536.0f,
+    trainer::Precision precision = trainer::Precision::kBf16,
+    float initial_loss_scale = trainer::LossScaleOptions{}.initial,
     bool fused_epilogues = true) {
   trainer::CudaBackendOptions options;
   options.max_batch = max_batch;

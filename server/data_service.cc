@@ -161,12 +161,12 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
   // its stream here, before a batch is taken from the job for it.
   void WantNext() {
     if (shared_) {
-      Result<int> free = segment_->FindFree();
-      if (!free.ok()) {
-        FinishOnce(ToGrpc(free.status()));
+      Result<int> found = segment_->FindFree();
+      if (!found.ok()) {
+        FinishOnce(ToGrpc(found.status()));
         return;
       }
-      if (*free < 0) {
+      if (*found < 0) {
         watcher_->Watch(
             this,
             [this] {

@@ -199,21 +199,21 @@ void HostileClient(Input& in) {
           if (v == shm_layout::kSlotFree) continue;
           if (v != shm_layout::kSlotFull || (owned >> s & 1) == 0) broken = true;
         }
-        Result<int> free = server->FindFree();
-        FUZZ_CHECK(free.ok() != broken, "FindFree %s where the model says %s",
-                   free.status().ToString().c_str(), broken ? "broken" : "sound");
-        if (!free.ok()) {
+        Result<int> found = server->FindFree();
+        FUZZ_CHECK(found.ok() != broken, "FindFree %s where the model says %s",
+                   found.status().ToString().c_str(), broken ? "broken" : "sound");
+        if (!found.ok()) {
           munmap(base, total);
           return;  // the server ends this stream
         }
         for (int s = 0; s < slots; ++s) {
           if (word(StateOffset(s)) == shm_layout::kSlotFree) owned &= ~(uint64_t{1} << s);
         }
-        FUZZ_CHECK(*free >= -1 && *free < slots, "FindFree %d of %d slots", *free, slots);
-        if (*free >= 0) {
-          std::memset(server->SlotData(*free), op, server->slot_bytes());
-          server->MarkFull(*free);
-          owned |= uint64_t{1} << *free;
+        FUZZ_CHECK(*found >= -1 && *found < slots, "FindFree %d of %d slots", *found, slots);
+        if (*found >= 0) {
+          std::memset(server->SlotData(*found), op, server->slot_bytes());
+          server->MarkFull(*found);
+          owned |= uint64_t{1} << *found;
         }
         break;
       }

@@ -140,7 +140,7 @@ def test_refuses_a_segment_not_sealed_against_resizing(writer, layout):
         os.close(fd)
 
 
-def test_refuses_names_that_are_not_a_segments():
+def test_refuses_names_that_are_not_segment_names():
     for name in ("/dev/shm/sluice-1-2-3", "/proc/self/fd/3#" + "0" * 32,
                  "/proc/1/fd/03#" + "0" * 32, "/proc/1/fd/3#" + "0" * 31,
                  "/proc/1/fd/3#" + "A" * 32, "/proc/1/fd/3/../4#" + "0" * 32):

@@ -55,7 +55,7 @@ struct ClientOptions {
   // Ask a server on this host (a unix: target or a loopback address) for its batches' images
   // through shared memory instead of the socket: no socket copies, and the images are read where
   // the server put them (the allocator is not used for them). Falls back to ordinary batches by
-  // itself when the server declines or the segment cannot be mapped (e.g. another /dev/shm).
+  // itself when the server declines or the segment cannot be mapped (e.g. another pid namespace).
   bool shared_memory = true;
 };
 

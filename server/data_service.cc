@@ -38,7 +38,7 @@ BatchMeta MetaOf(const Batch& batch) {
 }
 
 // How long a client that asked for shared memory has to map the segment before its stream falls
-// back to ordinary batches (a client in another /dev/shm, or of another user, never does).
+// back to ordinary batches (a client in another pid namespace, or of another user, never does).
 constexpr auto kAttachTimeout = std::chrono::seconds(2);
 
 class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public JobConsumer {
@@ -67,9 +67,10 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
           return segment_->attached() || std::chrono::steady_clock::now() >= deadline;
         },
         [this] {
-          // Attached: the name is no longer needed (the mappings stay). Not: ordinary batches,
-          // and the segment's memory goes back now rather than with the stream.
-          segment_->Unlink();
+          // Attached: the name is no longer needed (the mappings stay), and a client that
+          // opens it later finds nothing or another file. Not: ordinary batches, and the
+          // segment's memory goes back now rather than with the stream.
+          segment_->Retract();
           if (segment_->attached()) {
             registry_->CountSharedMemoryStream(1);
             shared_ = true;
@@ -156,12 +157,25 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
   }
 
   // The job's next batch, once a shared-memory stream has a free slot to put it in (the client
-  // frees them as its consumer releases batches).
+  // frees them as its consumer releases batches). A client that broke the slot protocol ends
+  // its stream here, before a batch is taken from the job for it.
   void WantNext() {
-    if (shared_ && segment_->FindFree() < 0) {
-      watcher_->Watch(
-          this, [this] { return segment_->FindFree() >= 0; }, [this] { WantIfOpen(); });
-      return;
+    if (shared_) {
+      Result<int> found = segment_->FindFree();
+      if (!found.ok()) {
+        FinishOnce(ToGrpc(found.status()));
+        return;
+      }
+      if (*found < 0) {
+        watcher_->Watch(
+            this,
+            [this] {
+              Result<int> slot = segment_->FindFree();
+              return !slot.ok() || *slot >= 0;
+            },
+            [this] { WantNext(); });
+        return;
+      }
     }
     WantIfOpen();
   }
@@ -174,9 +188,15 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
   }
 
   // Copies the images into a free slot (WantNext waited for one) and sends the rest of the
-  // batch with the slot's number; the batch's pooled buffer goes back at once.
+  // batch with the slot's number; the batch's pooled buffer goes back at once. Whatever the
+  // client does to the segment meanwhile, the copy cannot fault: its size is sealed.
   void WriteShared(Batch batch) {
-    const int slot = segment_->FindFree();
+    Result<int> found = segment_->FindFree();
+    if (!found.ok()) {
+      FinishOnce(ToGrpc(found.status()));
+      return;
+    }
+    const int slot = *found;
     const size_t image_bytes = batch.images().size();
     if (slot < 0 || image_bytes > segment_->slot_bytes()) {
       FinishOnce(ToGrpc(Internal("shared-memory stream: no free slot of " +

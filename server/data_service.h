@@ -41,7 +41,7 @@ class DataService final : public DataServiceBase {
   Status Authenticate(const grpc::CallbackServerContext& context) const;
   // A shared-memory segment for a stream that asked for one, named in the call's initial
   // metadata; null (ordinary batches) when shared memory is off, the peer is not on this host,
-  // the slots asked for are out of bounds or too large together, or /dev/shm has no room.
+  // the slots asked for are out of bounds or too large together, or memory has no room.
   std::shared_ptr<SharedSegment> SharedSegmentFor(grpc::CallbackServerContext& context,
                                                   const v1::StreamRequest& request,
                                                   const ResolvedOptions& options);

@@ -21,7 +21,6 @@
 #include "server/data_service.h"
 #include "server/http_server.h"
 #include "server/job_registry.h"
-#include "client/wire/shared_segment.h"
 #include "server/server_config.h"
 #include "server/status_pages.h"
 
@@ -166,12 +165,6 @@ int Serve(const ServeFlags& f) {
   tbb::global_control workers(tbb::global_control::max_allowed_parallelism,
                               static_cast<size_t>(config.threads()) + 1);
 
-  if (!config.disable_shared_memory()) {
-    if (const int stale = RemoveStaleSegments(); stale > 0) {
-      std::fprintf(stderr, "sluice serve: removed %d shared-memory segments of servers no longer "
-                   "running\n", stale);
-    }
-  }
   JobRegistry registry(config);
   DataService service(config, &registry, *token);
   std::vector<int> ports;

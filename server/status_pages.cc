@@ -44,7 +44,7 @@ void WriteServerGauges(const v1::Stats& stats, PrometheusWriter& w) {
            MetricType::kGauge);
   w.Sample("sluice_memory_reserved_bytes", {}, static_cast<double>(stats.memory_reserved_bytes()));
   w.Family("sluice_shared_memory_bytes",
-           "Shared-memory segments of same-host streams, in /dev/shm.", MetricType::kGauge);
+           "Shared-memory segments (memfds) of same-host streams.", MetricType::kGauge);
   w.Sample("sluice_shared_memory_bytes", {}, static_cast<double>(stats.shared_memory_bytes()));
   w.Family("sluice_shared_memory_streams", "Streams delivering through shared memory.",
            MetricType::kGauge);

@@ -1,23 +1,23 @@
 #include "client/wire/shared_segment.h"
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstddef>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <iterator>
 #include <random>
 #include <string_view>
 
-#include "formats/file.h"
+#ifndef MFD_NOEXEC_SEAL
+#define MFD_NOEXEC_SEAL 0x0008U  // Linux 6.3; older headers lack it
+#endif
 
 namespace sluice {
 
@@ -27,15 +27,18 @@ struct SharedSegment::Header {
   uint32_t zero;
   uint64_t slot_bytes;
   uint64_t total_bytes;
+  uint8_t id[shm_layout::kIdBytes];
   std::atomic<uint32_t> attached;
   std::atomic<uint32_t> state[kMaxSlots];
 };
 
 namespace {
 
+using shm_layout::kIdBytes;
 using shm_layout::kMagic;
 constexpr uint64_t kPage = shm_layout::kHeaderBytes;
-constexpr char kPrefix[] = "sluice-";
+constexpr unsigned kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+static_assert(kSeals == shm_layout::kRequiredSeals);
 static_assert(sizeof(std::atomic<uint32_t>) == 4 && std::atomic<uint32_t>::is_always_lock_free,
               "slot states must be lock-free to be shared between processes");
 
@@ -47,12 +50,13 @@ constexpr bool FieldIs(size_t index, size_t offset, size_t size) {
 
 uint64_t RoundUp(uint64_t v) { return (v + kPage - 1) / kPage * kPage; }
 
-// ErrnoStatus, except that running out of room (memory, /dev/shm, descriptors) is
-// ResourceExhausted and EPERM a FailedPrecondition.
+// ErrnoStatus, except that running out of room (memory, descriptors) is ResourceExhausted and
+// EPERM/EACCES (not allowed to inspect the server) a FailedPrecondition.
 Status Errno(int error, std::string_view op, const std::string& name) {
   Status s = ErrnoStatus(error, op, name);
   switch (error) {
     case EPERM:
+    case EACCES:
       return FailedPrecondition(s.message());
     case ENOSPC:
     case ENOMEM:
@@ -64,56 +68,86 @@ Status Errno(int error, std::string_view op, const std::string& name) {
   }
 }
 
-// When process `pid` started (clock ticks after boot: field 22 of /proc/PID/stat); 0 when there
-// is no such process. With the pid it names a process uniquely, even across pid reuse.
-uint64_t StartTime(pid_t pid) {
-  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
-  if (f == nullptr) return 0;
-  char line[1024];
-  const size_t n = std::fread(line, 1, sizeof(line) - 1, f);
-  std::fclose(f);
-  line[n] = '\0';
-  const char* p = std::strrchr(line, ')');  // the command name may hold spaces and ')'
-  if (p == nullptr) return 0;
-  // Fields after the name start with the 3rd (state); the start time is the 22nd.
-  for (int field = 2; field < 22 && p != nullptr; ++field) p = std::strchr(p + 1, ' ');
-  return p == nullptr ? 0 : std::strtoull(p + 1, nullptr, 10);
+std::string Hex(const uint8_t* bytes, size_t n) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    out += kDigits[bytes[i] >> 4];
+    out += kDigits[bytes[i] & 15];
+  }
+  return out;
 }
 
-// A name no other live process uses: pid and start time (which also tell RemoveStaleSegments
-// whether the creator still runs), a per-process counter, and randomness (an attacker cannot
-// pre-create it; O_EXCL refuses it anyway).
-std::string NewName() {
-  static std::atomic<uint64_t> counter{0};
-  static const uint64_t start = StartTime(getpid());
-  std::random_device rd;
-  const uint64_t random = (uint64_t{rd()} << 32) ^ rd();
-  char buffer[128];
-  std::snprintf(buffer, sizeof(buffer), "/%s%d-%llu-%llu-%016llx", kPrefix,
-                static_cast<int>(getpid()), static_cast<unsigned long long>(start),
-                static_cast<unsigned long long>(counter.fetch_add(1)),
-                static_cast<unsigned long long>(random));
-  return buffer;
+// A name's parts: "/proc/<pid>/fd/<fd>#<id>", every part in canonical form.
+struct ParsedName {
+  int pid = 0;
+  int fd = 0;
+  uint8_t id[kIdBytes] = {};
+};
+
+bool ParseNumber(std::string_view* s, int* out) {
+  const char* end = s->data() + s->size();
+  auto [p, ec] = std::from_chars(s->data(), end, *out);
+  // No sign, no leading zero: one spelling per number.
+  if (ec != std::errc() || p == s->data() || *out < 0 || ((*s)[0] == '0' && p - s->data() > 1)) {
+    return false;
+  }
+  s->remove_prefix(static_cast<size_t>(p - s->data()));
+  return true;
+}
+
+bool ParseName(std::string_view s, ParsedName* out) {
+  constexpr std::string_view kProc = "/proc/", kFd = "/fd/";
+  if (!s.starts_with(kProc)) return false;
+  s.remove_prefix(kProc.size());
+  if (!ParseNumber(&s, &out->pid) || out->pid == 0 || !s.starts_with(kFd)) return false;
+  s.remove_prefix(kFd.size());
+  if (!ParseNumber(&s, &out->fd) || !s.starts_with('#')) return false;
+  s.remove_prefix(1);
+  if (s.size() != 2 * kIdBytes) return false;
+  for (size_t i = 0; i < kIdBytes; ++i) {
+    uint8_t byte = 0;
+    for (char c : s.substr(2 * i, 2)) {
+      byte = static_cast<uint8_t>(byte << 4);
+      if (c >= '0' && c <= '9') {
+        byte |= static_cast<uint8_t>(c - '0');
+      } else if (c >= 'a' && c <= 'f') {
+        byte |= static_cast<uint8_t>(c - 'a' + 10);
+      } else {
+        return false;
+      }
+    }
+    out->id[i] = byte;
+  }
+  return true;
+}
+
+// A memfd that may be sealed; MFD_NOEXEC_SEAL where the kernel knows it (vm.memfd_noexec=2
+// refuses memfds without it), plain otherwise.
+int NewMemfd() {
+  const unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
+  const int fd = memfd_create(shm_layout::kMemfdName, flags | MFD_NOEXEC_SEAL);
+  if (fd >= 0 || errno != EINVAL) return fd;
+  return memfd_create(shm_layout::kMemfdName, flags);
 }
 
 }  // namespace
 
-SharedSegment::SharedSegment(std::string name, void* base, uint64_t total_bytes, int slots,
-                             uint64_t slot_bytes, bool owner,
+SharedSegment::SharedSegment(std::string name, UniqueFd fd, void* base, uint64_t total_bytes,
+                             int slots, uint64_t slot_bytes,
                              std::shared_ptr<BufferAllocator> adopter)
     : name_(std::move(name)),
       base_(base),
       total_bytes_(total_bytes),
-      owner_(owner),
       adopter_(std::move(adopter)),
       slots_(slots),
       slot_bytes_(slot_bytes),
-      linked_(owner) {
+      fd_(std::move(fd)) {
   if (adopter_ != nullptr) adopter_->Adopt(base_, total_bytes_);
 }
 
 SharedSegment::~SharedSegment() {
-  if (owner_) Unlink();
+  Retract();
   if (adopter_ != nullptr) adopter_->Unadopt(base_, total_bytes_);
   munmap(base_, total_bytes_);
 }
@@ -132,99 +166,138 @@ Result<std::shared_ptr<SharedSegment>> SharedSegment::Create(int slots, uint64_t
   static_assert(FieldIs(2, offsetof(Header, zero), sizeof(Header::zero)));
   static_assert(FieldIs(3, offsetof(Header, slot_bytes), sizeof(Header::slot_bytes)));
   static_assert(FieldIs(4, offsetof(Header, total_bytes), sizeof(Header::total_bytes)));
-  static_assert(FieldIs(5, offsetof(Header, attached), sizeof(Header::attached)));
-  static_assert(FieldIs(6, offsetof(Header, state), sizeof(Header::state)));
-  static_assert(std::size(shm_layout::kHeaderFields) == 7);
+  static_assert(FieldIs(5, offsetof(Header, id), sizeof(Header::id)));
+  static_assert(FieldIs(6, offsetof(Header, attached), sizeof(Header::attached)));
+  static_assert(FieldIs(7, offsetof(Header, state), sizeof(Header::state)));
+  static_assert(std::size(shm_layout::kHeaderFields) == 8);
   if (slots < 1 || slots > kMaxSlots || slot_bytes == 0) {
     return InvalidArgument("shared segment of " + std::to_string(slots) + " slots of " +
                            std::to_string(slot_bytes) + " bytes");
   }
   const uint64_t slot = RoundUp(slot_bytes);
   const uint64_t total = BytesFor(slots, slot_bytes);
-  const std::string name = NewName();
-  const UniqueFd fd(shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-  if (!fd.valid()) return Errno(errno, "create shared segment", name);
-  auto fail = [&](const std::string& what, int error) {
-    shm_unlink(name.c_str());
-    return Errno(error, what + " of shared segment",
-                 name + " (" + std::to_string(total) + " bytes)");
-  };
+  const std::string what = "shared segment (" + std::to_string(total) + " bytes)";
+  UniqueFd fd(NewMemfd());
+  if (!fd.valid()) return Errno(errno, "create", what);
   if (const int e = posix_fallocate(fd.get(), 0, static_cast<off_t>(total)); e != 0) {
-    return fail("reserve space", e);
+    return Errno(e, "reserve space of", what);
   }
   void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (base == MAP_FAILED) return fail("map", errno);
+  if (base == MAP_FAILED) return Errno(errno, "map", what);
   auto* h = new (base) Header();
   std::memcpy(h->magic, kMagic, sizeof(kMagic));
   h->slots = static_cast<uint32_t>(slots);
   h->zero = 0;
   h->slot_bytes = slot;
   h->total_bytes = total;
+  std::random_device rd;
+  for (size_t i = 0; i < kIdBytes; i += 4) {
+    const uint32_t r = rd();
+    std::memcpy(h->id + i, &r, 4);
+  }
   h->attached.store(0, std::memory_order_relaxed);
   for (auto& s : h->state) s.store(shm_layout::kSlotFree, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
+  if (fcntl(fd.get(), F_ADD_SEALS, kSeals) != 0) {
+    const int e = errno;
+    munmap(base, total);
+    return Errno(e, "seal", what);
+  }
+  const std::string name = "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(fd.get()) +
+                           "#" + Hex(h->id, kIdBytes);
   return std::shared_ptr<SharedSegment>(
-      new SharedSegment(name, base, total, slots, slot, /*owner=*/true));
+      new SharedSegment(name, std::move(fd), base, total, slots, slot));
 }
 
 Result<std::shared_ptr<SharedSegment>> SharedSegment::Open(
     const std::string& name, std::shared_ptr<BufferAllocator> adopter) {
-  if (name.size() < 2 || name[0] != '/' || name.find('/', 1) != std::string::npos ||
-      name.compare(1, sizeof(kPrefix) - 1, kPrefix) != 0) {
+  ParsedName parsed;
+  if (!ParseName(name, &parsed)) {
     return InvalidArgument("'" + name + "' is not a sluice shared segment name");
   }
-  UniqueFd fd(shm_open(name.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0));
-  if (!fd.valid()) return Errno(errno, "open shared segment", name);
-  struct stat st {};
-  if (fstat(fd.get(), &st) != 0) return Errno(errno, "stat shared segment", name);
-  // Only a segment of this user that no one else may write: another local user could otherwise
-  // plant one (bound to a port this client was pointed at) and change it under the client.
-  if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
-    return FailedPrecondition("shared segment " + name +
-                              " is not this user's alone (owner or mode); not mapping it");
+  // The path is built here from the numbers, never taken from the server as given.
+  const std::string path =
+      "/proc/" + std::to_string(parsed.pid) + "/fd/" + std::to_string(parsed.fd);
+  // What the link points at, before opening it: a descriptor the server has since reused for
+  // a file, socket or device is not opened at all.
+  char target[256];
+  const ssize_t n = readlink(path.c_str(), target, sizeof(target) - 1);
+  if (n < 0) return Errno(errno, "look up shared segment", path);
+  const std::string_view link(target, static_cast<size_t>(n));
+  if (!link.starts_with(std::string("/memfd:") + shm_layout::kMemfdName + " ")) {
+    return DataLoss("shared segment " + name + " names '" + std::string(link) +
+                    "', not a sluice segment");
   }
+  UniqueFd fd(open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
+  if (!fd.valid()) return Errno(errno, "open shared segment", path);
+  // Sealed against resizing before anything is mapped: the server can then never shrink it
+  // under this mapping (SIGBUS here), nor anyone else.
+  const int seals = fcntl(fd.get(), F_GET_SEALS);
+  if (seals < 0 || (static_cast<unsigned>(seals) & kSeals) != kSeals) {
+    return DataLoss("shared segment " + name + " is not a memfd sealed against resizing");
+  }
+  struct stat st {};
+  if (fstat(fd.get(), &st) != 0) return Errno(errno, "stat shared segment", path);
   const uint64_t total = static_cast<uint64_t>(st.st_size);
-  if (total < kPage) {
-    return DataLoss("shared segment " + name + " is " + std::to_string(total) + " bytes");
+  if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || total < kPage) {
+    return DataLoss("shared segment " + name + " is " + std::to_string(total) +
+                    " bytes, or not this user's");
   }
   void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  const int map_error = errno;
-  fd.Reset();  // the mapping stays
-  if (base == MAP_FAILED) return Errno(map_error, "map shared segment", name);
+  if (base == MAP_FAILED) return Errno(errno, "map shared segment", path);
   // The header read once: what is checked is what is used, whatever changes in it later.
   auto* h = static_cast<Header*>(base);
   char magic[sizeof(kMagic)];
+  uint8_t id[kIdBytes];
   std::memcpy(magic, h->magic, sizeof(magic));
+  std::memcpy(id, h->id, sizeof(id));
   const uint32_t slots = h->slots;
   const uint64_t slot_bytes = h->slot_bytes;
   const uint64_t header_total = h->total_bytes;
   const bool valid = std::memcmp(magic, kMagic, sizeof(kMagic)) == 0 && slots >= 1 &&
                      slots <= kMaxSlots && slot_bytes > 0 && slot_bytes % kPage == 0 &&
                      header_total == total && slot_bytes <= (total - kPage) / slots;
-  if (!valid) {
+  if (!valid || std::memcmp(id, parsed.id, kIdBytes) != 0) {
     munmap(base, total);
-    return DataLoss("shared segment " + name + " has a malformed header");
+    return DataLoss("shared segment " + name +
+                    (valid ? " has another id: a later segment in a reused descriptor"
+                           : " has a malformed header"));
   }
   // Attached before adopting: page-locking a large mapping takes time the server is waiting.
   h->attached.store(1, std::memory_order_release);
   return std::shared_ptr<SharedSegment>(new SharedSegment(
-      name, base, total, static_cast<int>(slots), slot_bytes, /*owner=*/false,
-      std::move(adopter)));
+      name, UniqueFd(), base, total, static_cast<int>(slots), slot_bytes, std::move(adopter)));
 }
 
 bool SharedSegment::attached() const {
   return header()->attached.load(std::memory_order_acquire) != 0;
 }
 
-void SharedSegment::Unlink() {
-  if (linked_.exchange(false)) shm_unlink(name_.c_str());
+void SharedSegment::Retract() {
+  std::lock_guard<std::mutex> lock(fd_mu_);
+  fd_.Reset();
 }
 
-int SharedSegment::FindFree() const {
+Result<int> SharedSegment::FindFree() {
+  uint64_t full = full_.load(std::memory_order_relaxed);
+  int found = -1;
   for (int s = 0; s < slots_; ++s) {
-    if (header()->state[s].load(std::memory_order_acquire) == shm_layout::kSlotFree) return s;
+    const uint64_t bit = uint64_t{1} << s;
+    const uint32_t state = header()->state[s].load(std::memory_order_acquire);
+    if (state == shm_layout::kSlotFree) {
+      full &= ~bit;
+      if (found < 0) found = s;
+    } else if (state != shm_layout::kSlotFull || (full & bit) == 0) {
+      full_.store(full, std::memory_order_relaxed);
+      return FailedPrecondition("shared-memory client broke the slot protocol: slot " +
+                                std::to_string(s) + "'s state word holds " + std::to_string(state) +
+                                ((state == shm_layout::kSlotFull)
+                                     ? ", a slot the server never filled"
+                                     : ", neither free nor full"));
+    }
   }
-  return -1;
+  full_.store(full, std::memory_order_relaxed);
+  return found;
 }
 
 uint8_t* SharedSegment::SlotData(int slot) const {
@@ -232,6 +305,7 @@ uint8_t* SharedSegment::SlotData(int slot) const {
 }
 
 void SharedSegment::MarkFull(int slot) {
+  full_.fetch_or(uint64_t{1} << slot, std::memory_order_relaxed);
   header()->state[slot].store(shm_layout::kSlotFull, std::memory_order_release);
 }
 
@@ -252,27 +326,6 @@ void SharedSegment::Free(int slot) {
   header()->state[slot].store(shm_layout::kSlotFree, std::memory_order_release);
 }
 
-int RemoveStaleSegments() {
-  DIR* dir = opendir("/dev/shm");
-  if (dir == nullptr) return 0;
-  int removed = 0;
-  while (const dirent* entry = readdir(dir)) {
-    const std::string name = entry->d_name;
-    if (name.rfind(kPrefix, 0) != 0) continue;
-    char* rest = nullptr;
-    const long pid = std::strtol(name.c_str() + sizeof(kPrefix) - 1, &rest, 10);
-    if (pid <= 0 || *rest != '-') continue;
-    const uint64_t start = std::strtoull(rest + 1, nullptr, 10);
-    // Its creator still runs when a process of that pid exists and started when it did (a
-    // server restarted under the same pid, e.g. 1 in a container, has another start time).
-    const bool exists = kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH;
-    if (exists && StartTime(static_cast<pid_t>(pid)) == start) continue;
-    if (shm_unlink(("/" + name).c_str()) == 0) ++removed;
-  }
-  closedir(dir);
-  return removed;
-}
-
 namespace {
 
 bool HasPrefix(const std::string& s, std::initializer_list<const char*> prefixes) {
@@ -290,8 +343,8 @@ bool IsSameHostPeer(const std::string& peer) {
 }
 
 bool IsSameHostTarget(const std::string& target) {
-  return HasPrefix(target, {"unix:", "unix-abstract:", "127.", "localhost:", "[::1]:",
-                            "ipv4:127.", "ipv6:[::1]:"});
+  return HasPrefix(target, {"unix:", "unix-abstract:", "127.", "localhost:", "[::1]:", "ipv4:127.",
+                            "ipv6:[::1]:"});
 }
 
 }  // namespace sluice

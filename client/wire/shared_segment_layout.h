@@ -4,9 +4,9 @@
 // tests/python/test_shm_layout.py checks against this table (printed by a helper built from it)
 // and against a segment the C++ code wrote.
 //
-// A segment is a header of kHeaderBytes, then `slots` slots of slot_bytes each (a multiple of
-// kHeaderBytes): slot s starts at kHeaderBytes + s * slot_bytes. Integers are little-endian
-// (shared memory is only used on x86-64). The header's fields are in kHeaderFields.
+// A segment is a sealed memfd: a header of kHeaderBytes, then `slots` slots of slot_bytes each (a
+// multiple of kHeaderBytes): slot s starts at kHeaderBytes + s * slot_bytes. Integers are
+// little-endian (shared memory is only used on x86-64). The header's fields are in kHeaderFields.
 #pragma once
 
 #include <cstddef>
@@ -14,11 +14,14 @@
 
 namespace sluice::shm_layout {
 
-// The first bytes of every segment; the "001" is the layout's version.
-inline constexpr char kMagic[8] = {'S', 'L', 'S', 'H', 'M', '0', '0', '1'};
+// The first bytes of every segment; the "002" is the layout's version (002: memfd named by
+// /proc path, with an id).
+inline constexpr char kMagic[8] = {'S', 'L', 'S', 'H', 'M', '0', '0', '2'};
 // The header's size, which is also the page size slot_bytes is a multiple of.
 inline constexpr uint64_t kHeaderBytes = 4096;
 inline constexpr int kMaxSlots = 64;
+// The segment's random id: in the header and in the name the server sends.
+inline constexpr size_t kIdBytes = 16;
 
 // A header field: its byte offset and size.
 struct Field {
@@ -28,16 +31,14 @@ struct Field {
 };
 
 // In order. magic: kMagic. slots: u32, 1..kMaxSlots. zero: u32 0. slot_bytes: u64. total_bytes:
-// u64, the segment's size. attached: atomic u32, set to 1 by the client once it has mapped the
-// segment. state: kMaxSlots atomic u32, one per slot, kSlotFree or kSlotFull.
+// u64, the segment's size. id: kIdBytes random bytes, as named. attached: atomic u32, set to 1
+// by the client once it has mapped the segment. state: kMaxSlots atomic u32, one per slot,
+// kSlotFree or kSlotFull. The server writes everything before the segment is named and then
+// only state words; the client writes only attached and state words; each side treats what the
+// other may write as untrusted.
 inline constexpr Field kHeaderFields[] = {
-    {"magic", 0, 8},
-    {"slots", 8, 4},
-    {"zero", 12, 4},
-    {"slot_bytes", 16, 8},
-    {"total_bytes", 24, 8},
-    {"attached", 32, 4},
-    {"state", 36, 4 * kMaxSlots},
+    {"magic", 0, 8},        {"slots", 8, 4},      {"zero", 12, 4},     {"slot_bytes", 16, 8},
+    {"total_bytes", 24, 8}, {"id", 32, kIdBytes}, {"attached", 48, 4}, {"state", 52, 4 * kMaxSlots},
 };
 
 // A slot's state word. Each has one writer at a time: the server fills a slot it loads as free
@@ -46,7 +47,14 @@ inline constexpr Field kHeaderFields[] = {
 inline constexpr uint32_t kSlotFree = 0;
 inline constexpr uint32_t kSlotFull = 1;
 
-// The initial-metadata key under which a server names a stream's segment.
+// The initial-metadata key under which a server names a stream's segment, as
+// "/proc/<server pid>/fd/<fd>#<id as 2 * kIdBytes lowercase hex digits>".
 inline constexpr char kSegmentKey[] = "sluice-shm-segment";
+// The name memfd_create is given: the target of the /proc link is "/memfd:" kMemfdName
+// " (deleted)".
+inline constexpr char kMemfdName[] = "sluice-segment";
+// The seals a segment must carry before the client maps it: its size can never change (no
+// SIGBUS on either side) and no one can add seals (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL).
+inline constexpr unsigned kRequiredSeals = 0x0002 | 0x0004 | 0x0001;
 
 }  // namespace sluice::shm_layout

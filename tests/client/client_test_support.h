@@ -17,6 +17,7 @@
 #include <catch2/catch.hpp>
 
 #include "client/client.h"
+#include "client/wire/shared_segment_layout.h"
 #include "tests/pipeline/pipeline_test_data.h"
 #include "tests/server/serve_test_support.h"
 
@@ -225,13 +226,17 @@ class FailingAllocator : public BufferAllocator {
   std::atomic<int> left_;
 };
 
-// The names in /dev/shm of segments `pid` created.
-inline std::vector<std::string> SegmentsOf(pid_t pid) {
+// The descriptors of process `pid` that hold a shared-memory segment (their /proc links point
+// at "/memfd:sluice-segment (deleted)"): a server holds one only while it waits for a client to
+// attach.
+inline std::vector<std::string> SegmentFdsOf(pid_t pid) {
   std::vector<std::string> out;
-  const std::string prefix = "sluice-" + std::to_string(pid) + "-";
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind(prefix, 0) == 0) out.push_back(name);
+  const std::string prefix = std::string("/memfd:") + shm_layout::kMemfdName + " ";
+  std::error_code error;
+  for (const auto& entry :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", error)) {
+    const std::string target = std::filesystem::read_symlink(entry.path(), error).string();
+    if (!error && target.rfind(prefix, 0) == 0) out.push_back(entry.path().string());
   }
   return out;
 }

@@ -53,12 +53,15 @@ def test_constants_match_the_layout(layout):
     assert _shm._MAX_SLOTS == layout["max_slots"]
     assert _shm.SEGMENT_KEY == layout["segment_key"]
     assert (_shm._SLOT_FREE, _shm._SLOT_FULL) == (layout["slot_free"], layout["slot_full"])
+    assert _shm._MEMFD_NAME == layout["memfd_name"]
+    assert _shm._REQUIRED_SEALS == layout["required_seals"]
+    assert _shm._ID_BYTES == layout["id_bytes"]
     assert _shm._HEADER.format.startswith("<"), "the layout is little-endian"
 
 
 def test_header_fields_match_the_layout(layout):
     fields = {name: (offset, size) for name, offset, size in layout["fields"]}
-    names = ["magic", "slots", "zero", "slot_bytes", "total_bytes"]
+    names = ["magic", "slots", "zero", "slot_bytes", "total_bytes", "id"]
     assert [fields[n] for n in names] == header_fields()
     assert (_shm._ATTACHED, 4) == fields["attached"]
     assert (_shm._STATE, 4 * _shm._MAX_SLOTS) == fields["state"]
@@ -100,6 +103,13 @@ def test_reads_a_segment_the_cpp_side_wrote(writer, layout):
         with pytest.raises(SluiceError) as error:
             segment.view(1, (16,), Token())  # never filled
         assert error.value.code == grpc.StatusCode.DATA_LOSS
+        # The same segment named with another id: what a late client finds in a descriptor the
+        # server reused for a later segment.
+        other_id = created["name"][:-1] + ("0" if created["name"][-1] != "0" else "1")
+        with pytest.raises(SluiceError) as error:
+            _shm.Segment(other_id)
+        assert error.value.code == grpc.StatusCode.DATA_LOSS
+        assert "another id" in str(error.value)
         out, _ = proc.communicate("done\n", timeout=60)
         left = json.loads(out)
         assert left["attached"] == 1
@@ -109,3 +119,31 @@ def test_reads_a_segment_the_cpp_side_wrote(writer, layout):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.skipif(not _shm.supported(), reason="shared memory is only used on x86-64")
+def test_refuses_a_segment_not_sealed_against_resizing(writer, layout):
+    """A memfd with a well-formed header but no seals: whoever holds it could truncate it under
+    this process's mapping (SIGBUS), so it is never mapped."""
+    fd = os.memfd_create(layout["memfd_name"], os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        total = 2 * _shm._PAGE
+        os.ftruncate(fd, total)
+        segment_id = bytes(range(_shm._ID_BYTES))
+        os.pwrite(fd, _shm._HEADER.pack(_shm._MAGIC, 1, 0, _shm._PAGE, total, segment_id), 0)
+        name = "/proc/%d/fd/%d#%s" % (os.getpid(), fd, segment_id.hex())
+        with pytest.raises(SluiceError) as error:
+            _shm.Segment(name)
+        assert error.value.code == grpc.StatusCode.DATA_LOSS
+        assert "sealed" in str(error.value)
+    finally:
+        os.close(fd)
+
+
+def test_refuses_names_that_are_not_segment_names():
+    for name in ("/dev/shm/sluice-1-2-3", "/proc/self/fd/3#" + "0" * 32,
+                 "/proc/1/fd/03#" + "0" * 32, "/proc/1/fd/3#" + "0" * 31,
+                 "/proc/1/fd/3#" + "A" * 32, "/proc/1/fd/3/../4#" + "0" * 32):
+        with pytest.raises(SluiceError) as error:
+            _shm.Segment(name)
+        assert error.value.code == grpc.StatusCode.INVALID_ARGUMENT, name

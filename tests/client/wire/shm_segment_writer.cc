@@ -40,8 +40,10 @@ int PrintLayout() {
   std::string magic(shm_layout::kMagic, sizeof(shm_layout::kMagic));
   std::printf("{\"magic\": \"%s\", \"header_bytes\": %llu, \"max_slots\": %d, ", magic.c_str(),
               static_cast<unsigned long long>(shm_layout::kHeaderBytes), shm_layout::kMaxSlots);
-  std::printf("\"slot_free\": %u, \"slot_full\": %u, \"segment_key\": \"%s\", \"fields\": [",
+  std::printf("\"slot_free\": %u, \"slot_full\": %u, \"segment_key\": \"%s\", ",
               shm_layout::kSlotFree, shm_layout::kSlotFull, shm_layout::kSegmentKey);
+  std::printf("\"memfd_name\": \"%s\", \"required_seals\": %u, \"id_bytes\": %zu, \"fields\": [",
+              shm_layout::kMemfdName, shm_layout::kRequiredSeals, shm_layout::kIdBytes);
   const char* separator = "";
   for (const shm_layout::Field& f : shm_layout::kHeaderFields) {
     std::printf("%s[\"%s\", %zu, %zu]", separator, f.name, f.offset, f.size);

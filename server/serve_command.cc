@@ -2,6 +2,7 @@
 // serves DataService (+ health and reflection) on every listen address, /metrics, /healthz and /
 // on the metrics address, and drains on SIGINT/SIGTERM: new streams are refused, every stream
 // ends with UNAVAILABLE after its write in flight, and the process exits 0.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <memory>
@@ -14,6 +15,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <tbb/global_control.h>
 
 #include "formats/file.h"
@@ -77,6 +79,23 @@ Result<v1::ServerConfig> LoadConfig(const ServeFlags& f) {
   return loaded;
 }
 
+// The largest request gRPC reads. A legitimate StreamRequest is under 1 KiB (a dataset name, a job
+// name of at most 128 bytes, a position and a dozen numbers); the other requests are smaller.
+// Larger requests are refused with RESOURCE_EXHAUSTED.
+constexpr int kMaxRequestBytes = 64 << 10;
+// Threads gRPC may run synchronous handlers on (reflection); our own services never block one.
+constexpr int kGrpcMaxThreads = 32;
+
+// What gRPC's transport may hold in read buffers and per-call state, all connections together,
+// before it refuses streams ("Buffers full", RESOURCE_EXHAUSTED) or closes connections: a
+// sixteenth of the server's budget, within [16 MiB, 256 MiB]. gRPC 1.51 buffers a whole request
+// before it checks its size (and our handler checks the token after that), so without a quota
+// an unauthenticated client sending large requests could make the server hold all of them.
+size_t GrpcMemoryQuota(int64_t memory_budget_bytes) {
+  return static_cast<size_t>(
+      std::clamp<int64_t>(memory_budget_bytes / 16, int64_t{16} << 20, int64_t{256} << 20));
+}
+
 // The gRPC server on every listen address, serving `service`; *ports gets the bound TCP ports.
 // Null (and the reason printed) when an address cannot be listened on.
 std::unique_ptr<grpc::Server> StartGrpc(const v1::ServerConfig& config, DataService* service,
@@ -92,7 +111,11 @@ std::unique_ptr<grpc::Server> StartGrpc(const v1::ServerConfig& config, DataServ
   builder.RegisterService(service);
   builder.SetMaxSendMessageSize(
       static_cast<int>(std::min<int64_t>(config.max_batch_bytes(), INT32_MAX)));
-  builder.SetMaxReceiveMessageSize(1 << 20);  // requests are small
+  builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
+  grpc::ResourceQuota quota("sluice-serve");
+  quota.Resize(GrpcMemoryQuota(config.memory_budget_bytes()));
+  quota.SetMaxThreads(kGrpcMaxThreads);
+  builder.SetResourceQuota(quota);
   // gRPC binds with SO_REUSEPORT by default: a second server on a port in use would start and
   // silently take half the connections. A port in use must be an error.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

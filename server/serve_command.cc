@@ -23,6 +23,7 @@
 #include "server/data_service.h"
 #include "server/http_server.h"
 #include "server/job_registry.h"
+#include "server/memory_limit.h"
 #include "client/wire/shared_segment.h"
 #include "server/server_config.h"
 #include "server/status_pages.h"
@@ -158,8 +159,9 @@ void PrintStarted(const v1::ServerConfig& config, const std::vector<int>& ports,
     names += fmt::format("{}{} ({} files)", names.empty() ? "" : ", ", d.name(),
                          d.pipeline().files_size());
   }
-  std::printf("sluice serve: datasets: %s; %d decode threads, memory budget %s\n", names.c_str(),
-              config.threads(), FormatBytes(config.memory_budget_bytes()).c_str());
+  std::printf("sluice serve: datasets: %s; %d decode threads, memory budget %s (memory limit %s)\n",
+              names.c_str(), config.threads(), FormatBytes(config.memory_budget_bytes()).c_str(),
+              DetectMemoryLimit().ToString().c_str());
   std::fflush(stdout);
 }
 
@@ -201,7 +203,7 @@ int Serve(const ServeFlags& f) {
   std::unique_ptr<grpc::Server> server = StartGrpc(config, &service, &ports);
   if (!server) return 2;
 
-  StatusPages pages(&registry);
+  StatusPages pages(&registry, DetectMemoryLimit());
   std::unique_ptr<HttpServer> http;
   if (!config.metrics_address().empty()) {
     Result<std::unique_ptr<HttpServer>> started = HttpServer::Start(

@@ -1,23 +1,20 @@
 // What a client that does not play by the rules can do to a real `sluice serve`: flood it with
 // large requests without a token, send two tokens, hold the metrics port with half-sent requests.
 // None of it may take the server's memory past its budget or make /healthz fail.
-#include <arpa/inet.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "client/client.h"
 #include "sluice/v1/service.grpc.pb.h"
+#include "tests/server/http_test_client.h"
 #include "tests/server/serve_fixture.h"
 
 namespace sluice {
@@ -178,6 +175,47 @@ TEST_CASE("TwoAuthorizationHeadersAreRefusedWhicheverComesFirst") {
     CHECK(s.error_message().find("more than one authorization header") != std::string::npos);
   }
   CHECK(CallWithHeaders(server.address(), {good}).ok());
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+using testing::HttpGet;
+using testing::MetricsPort;
+using testing::RawConnection;
+
+TEST_CASE("HealthzAnswersWhileSlowClientsHoldEveryMetricsConnection") {
+  Fixture f(2, 8, "metrics_address: \"127.0.0.1:0\"\n");
+  ServerProcess server(f.Args());
+  REQUIRE(server.running());
+  const int port = MetricsPort(server.output());
+  REQUIRE(port > 0);
+  // 130 connections that send half a request line and stall: more than every ordinary and
+  // reserved slot together, from the address the probes come from and from another.
+  std::vector<RawConnection> stalled;
+  for (int i = 0; i < 130; ++i) {
+    stalled.emplace_back(port, i % 2 == 0 ? "127.0.0.1" : "127.0.0.3");
+    REQUIRE(stalled.back().fd() >= 0);
+    REQUIRE(stalled.back().Send("GET /metr"));
+  }
+  // Probes for longer than the header timeout: the stalled clients' slots expire and they do not
+  // get them back, and probes never wait behind them.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(6);
+  int probes = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    for (const char* source : {"127.0.0.1", "127.0.0.2"}) {
+      INFO("probe " << probes << " from " << source);
+      std::optional<std::string> res = HttpGet(port, "/healthz", source);
+      REQUIRE(res);
+      CHECK(res->starts_with("HTTP/1.1 200"));
+      ++probes;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  CHECK(probes >= 40);
 }
 
 }  // namespace

@@ -192,7 +192,8 @@ class Session : public std::enable_shared_from_this<Session> {
     if (ec) return Close();  // timeout, reset, or closed by Stop()
 
     const auto& req = parser_->get();
-    unsigned version = req.version();
+    // Answered as HTTP/1.0 or 1.1 whatever version the request line claims.
+    unsigned version = req.version() == 10 ? 10 : 11;
     bool keep_alive = req.keep_alive() && !reserved_;
     bool head = req.method() == http::verb::head;
     if (req.method() != http::verb::get && !head) {

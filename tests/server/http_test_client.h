@@ -9,7 +9,9 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <optional>
 #include <string>
 
@@ -45,6 +47,8 @@ class RawConnection {
   RawConnection& operator=(const RawConnection&) = delete;
 
   int fd() const { return fd_; }
+  // The server closed (or reset) the connection during the last ReadToClose.
+  bool peer_closed() const { return peer_closed_; }
 
   bool Send(const std::string& data) {
     size_t sent = 0;
@@ -56,13 +60,14 @@ class RawConnection {
     return fd_ >= 0;
   }
 
-  // Everything the server sends until it closes the connection (or the timeout passes); nullopt
-  // when nothing came.
+  // Everything the server sends until it closes the connection (or the timeout passes, see
+  // peer_closed()); nullopt when nothing came.
   std::optional<std::string> ReadToClose() {
     std::string out;
     char buf[4096];
     for (;;) {
       ssize_t n = fd_ < 0 ? -1 : ::recv(fd_, buf, sizeof(buf), 0);
+      if (n == 0 || (n < 0 && errno == ECONNRESET)) peer_closed_ = true;
       if (n <= 0) break;
       out.append(buf, static_cast<size_t>(n));
     }
@@ -76,6 +81,7 @@ class RawConnection {
     fd_ = -1;
   }
   int fd_ = -1;
+  bool peer_closed_ = false;
 };
 
 // GET `target` on a connection of its own ("Connection: close"); the whole response, status line

@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -39,7 +40,10 @@ class RawConnection {
     to.sin_family = AF_INET;
     to.sin_port = htons(static_cast<uint16_t>(port));
     ::inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
-    if (fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) Reset();
+    if (fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0 &&
+        !(errno == EINTR && AwaitConnect(static_cast<int>(timeout.count())))) {
+      Reset();
+    }
   }
   ~RawConnection() { Reset(); }
   RawConnection(RawConnection&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
@@ -54,6 +58,7 @@ class RawConnection {
     size_t sent = 0;
     while (fd_ >= 0 && sent < data.size()) {
       ssize_t n = ::send(fd_, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
       if (n <= 0) return false;
       sent += static_cast<size_t>(n);
     }
@@ -67,6 +72,7 @@ class RawConnection {
     char buf[4096];
     for (;;) {
       ssize_t n = fd_ < 0 ? -1 : ::recv(fd_, buf, sizeof(buf), 0);
+      if (n < 0 && errno == EINTR) continue;  // a signal (libFuzzer's timer), not the peer
       if (n == 0 || (n < 0 && errno == ECONNRESET)) peer_closed_ = true;
       if (n <= 0) break;
       out.append(buf, static_cast<size_t>(n));
@@ -76,6 +82,18 @@ class RawConnection {
   }
 
  private:
+  // A connect interrupted by a signal goes on in the background: true once it succeeded.
+  bool AwaitConnect(int timeout_ms) {
+    pollfd p{fd_, POLLOUT, 0};
+    int n;
+    do {
+      n = ::poll(&p, 1, timeout_ms);
+    } while (n < 0 && errno == EINTR);
+    int error = 0;
+    socklen_t len = sizeof(error);
+    return n == 1 && ::getsockopt(fd_, SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error == 0;
+  }
+
   void Reset() {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;

@@ -89,12 +89,15 @@ constexpr int kGrpcMaxThreads = 32;
 
 // What gRPC's transport may hold in read buffers and per-call state, all connections together,
 // before it refuses streams ("Buffers full", RESOURCE_EXHAUSTED) or closes connections: a
-// sixteenth of the server's budget, within [16 MiB, 256 MiB]. gRPC 1.51 buffers a whole request
-// before it checks its size (and our handler checks the token after that), so without a quota
-// an unauthenticated client sending large requests could make the server hold all of them.
+// thirty-second of the server's budget, within [8 MiB, 256 MiB]. gRPC 1.51 buffers a whole
+// request before it checks its size (and our handler checks the token after that), so without a
+// quota unauthenticated clients sending large requests make the server hold all of them (16 x 64
+// MiB: 857 MiB peak RSS). The quota is not a hard bound: the transport frees memory after the
+// fact, and 32 clients sending 200 MiB each still took a server with an 8 MiB quota to ~100 MiB
+// peak. Outgoing batches are not charged to it (gRPC sends our pooled buffers by reference).
 size_t GrpcMemoryQuota(int64_t memory_budget_bytes) {
   return static_cast<size_t>(
-      std::clamp<int64_t>(memory_budget_bytes / 16, int64_t{16} << 20, int64_t{256} << 20));
+      std::clamp<int64_t>(memory_budget_bytes / 32, int64_t{8} << 20, int64_t{256} << 20));
 }
 
 // The gRPC server on every listen address, serving `service`; *ports gets the bound TCP ports.

@@ -143,7 +143,7 @@ std::unique_ptr<grpc::Server> StartGrpc(const v1::ServerConfig& config, DataServ
 
 // What the server listens on and serves, as the lines scripts wait for ("listening on ...").
 void PrintStarted(const v1::ServerConfig& config, const std::vector<int>& ports,
-                  const HttpServer* http) {
+                  const HttpServer* http, const MemoryLimit& limit) {
   for (int i = 0; i < config.listen_size(); ++i) {
     std::string address = config.listen(i);
     if (!address.starts_with("unix:")) {
@@ -164,7 +164,7 @@ void PrintStarted(const v1::ServerConfig& config, const std::vector<int>& ports,
   }
   std::printf("sluice serve: datasets: %s; %d decode threads, memory budget %s (memory limit %s)\n",
               names.c_str(), config.threads(), FormatBytes(config.memory_budget_bytes()).c_str(),
-              DetectMemoryLimit().ToString().c_str());
+              limit.ToString().c_str());
   std::fflush(stdout);
 }
 
@@ -206,7 +206,8 @@ int Serve(const ServeFlags& f) {
   std::unique_ptr<grpc::Server> server = StartGrpc(config, &service, &ports);
   if (!server) return 2;
 
-  StatusPages pages(&registry, DetectMemoryLimit());
+  const MemoryLimit limit = DetectMemoryLimit();
+  StatusPages pages(&registry, limit);
   std::unique_ptr<HttpServer> http;
   if (!config.metrics_address().empty()) {
     // Health probes are answered even when slow or idle clients hold every connection.
@@ -222,7 +223,7 @@ int Serve(const ServeFlags& f) {
     }
     http = std::move(*started);
   }
-  PrintStarted(config, ports, http.get());
+  PrintStarted(config, ports, http.get(), limit);
 
   const int signal_number = WaitForSignal();
   std::printf("sluice serve: %s, draining\n", signal_number == SIGINT ? "SIGINT" : "SIGTERM");

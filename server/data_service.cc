@@ -267,6 +267,13 @@ Status DataService::Authenticate(const grpc::CallbackServerContext& context) con
   if (it == metadata.end()) {
     return Unauthenticated("this server needs a token: send \"authorization: Bearer <token>\"");
   }
+  // Which of several the server would read is not something a client, or a proxy adding its own
+  // header, should have to guess: refused rather than the first taken.
+  if (metadata.count("authorization") > 1) {
+    return Unauthenticated(
+        "the call has more than one authorization header; send exactly one "
+        "\"authorization: Bearer <token>\"");
+  }
   std::string_view value(it->second.data(), it->second.size());
   constexpr std::string_view kBearer = "Bearer ";
   if (!value.starts_with(kBearer) || !ConstantTimeEquals(value.substr(kBearer.size()), token_)) {

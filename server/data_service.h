@@ -37,7 +37,7 @@ class DataService final : public DataServiceBase {
                                      v1::Stats* response) override;
 
  private:
-  // UNAUTHENTICATED unless the call carries "authorization: Bearer <token>".
+  // UNAUTHENTICATED unless the call carries exactly one "authorization: Bearer <token>".
   Status Authenticate(const grpc::CallbackServerContext& context) const;
   // A shared-memory segment for a stream that asked for one, named in the call's initial
   // metadata; null (ordinary batches) when shared memory is off, the peer is not on this host,

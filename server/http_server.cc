@@ -1,5 +1,6 @@
 #include "server/http_server.h"
 
+#include <algorithm>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -10,8 +11,10 @@
 #include <boost/beast/http.hpp>
 #include <cstdint>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -26,8 +29,6 @@ namespace http = beast::http;
 using tcp = net::ip::tcp;
 
 constexpr char kDefaultContentType[] = "text/plain; charset=utf-8";
-// A connection over the cap only gets this long to send the request it is answered 503 for.
-constexpr std::chrono::seconds kRejectTimeout{1};
 // After a response that closes the connection, unread request bytes are drained (for at most this
 // long and this many bytes) so that closing does not reset the connection before the client has
 // read the response.
@@ -39,17 +40,39 @@ constexpr std::chrono::milliseconds kAcceptRetryDelay{50};
 
 class Session;
 
+// A connection holding one of the reserved slots.
+struct Reserved {
+  std::weak_ptr<Session> session;
+  std::string address;
+};
+
 // What connections share with the server. Outlives every Session (see HttpServer::Impl).
 struct ServerState {
   HttpServer::Handler handler;
   HttpServerLimits limits;
 
   std::mutex mu;
-  bool stopping = false;  // GUARDED_BY(mu)
-  uint64_t next_id = 0;   // GUARDED_BY(mu)
-  size_t serving = 0;     // GUARDED_BY(mu); sessions not being rejected
-  std::unordered_map<uint64_t, std::weak_ptr<Session>> sessions;  // GUARDED_BY(mu)
+  bool stopping = false;                                          // GUARDED_BY(mu)
+  uint64_t next_id = 0;                                           // GUARDED_BY(mu)
+  std::unordered_map<uint64_t, std::weak_ptr<Session>> sessions;  // GUARDED_BY(mu); all of them
+  // Connections in the ordinary slots, all together and per client address.
+  size_t serving = 0;                                  // GUARDED_BY(mu)
+  std::unordered_map<std::string, size_t> by_address;  // GUARDED_BY(mu); no zero counts
+  // Connections in the reserved slots, oldest first (ids grow), and how many per address.
+  std::map<uint64_t, Reserved> reserved;                        // GUARDED_BY(mu)
+  std::unordered_map<std::string, size_t> reserved_by_address;  // GUARDED_BY(mu); no zeros
 };
+
+void Decrement(std::unordered_map<std::string, size_t>& counts, const std::string& key) {
+  auto it = counts.find(key);
+  if (it != counts.end() && --it->second == 0) counts.erase(it);
+}
+
+bool IsPriority(const HttpServerLimits& limits, std::string_view target) {
+  const std::string_view path = target.substr(0, target.find('?'));
+  return std::find(limits.priority_paths.begin(), limits.priority_paths.end(), path) !=
+         limits.priority_paths.end();
+}
 
 Status ParseAddress(const std::string& address, std::string* host, std::string* port) {
   size_t colon = address.rfind(':');
@@ -80,17 +103,38 @@ Status ParseAddress(const std::string& address, std::string* host, std::string* 
 // own strand; the server reaches it only through Close(), posted to that strand.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, ServerState* state, uint64_t id, bool reject)
-      : stream_(std::move(socket)), state_(state), id_(id), reject_(reject) {}
+  // reserved: the connection holds a reserved slot (see HttpServerLimits): one request, answered
+  // only for a priority path.
+  Session(tcp::socket socket, ServerState* state, uint64_t id, std::string address, bool reserved)
+      : stream_(std::move(socket)),
+        state_(state),
+        id_(id),
+        address_(std::move(address)),
+        reserved_(reserved) {}
 
   ~Session() {
     std::lock_guard lock(state_->mu);
     state_->sessions.erase(id_);
-    if (!reject_) --state_->serving;
+    if (!reserved_) {
+      --state_->serving;
+      Decrement(state_->by_address, address_);
+    } else if (state_->reserved.erase(id_) > 0) {  // not already taken by a newer connection
+      Decrement(state_->reserved_by_address, address_);
+    }
   }
 
   void Start() {
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->Read(); });
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      if (self->reserved_) {
+        // One deadline for the whole request.
+        self->stream_.expires_after(self->limits().reserved_timeout);
+        self->NewParser();
+        http::async_read(self->stream_, self->buffer_, *self->parser_,
+                         beast::bind_front_handler(&Session::OnRead, self));
+      } else {
+        self->ReadHeader();
+      }
+    });
   }
 
   // REQUIRES: on this session's strand.
@@ -105,12 +149,35 @@ class Session : public std::enable_shared_from_this<Session> {
  private:
   const HttpServerLimits& limits() const { return state_->limits; }
 
-  void Read() {
+  void NewParser() {
     parser_.emplace();
     parser_->body_limit(limits().max_body_bytes);
     parser_->header_limit(static_cast<uint32_t>(limits().max_header_bytes));
-    stream_.expires_after(reject_ ? std::chrono::milliseconds(kRejectTimeout)
-                                  : limits().io_timeout);
+  }
+
+  // Between keep-alive requests: waits (keep_alive_timeout) for the next request's first byte,
+  // unless it came with the last one.
+  void AwaitNextRequest() {
+    if (buffer_.size() > 0) return ReadHeader();
+    stream_.expires_after(limits().keep_alive_timeout);
+    stream_.async_read_some(buffer_.prepare(4096),
+                            [self = shared_from_this()](beast::error_code ec, size_t n) {
+                              if (ec) return self->Close();
+                              self->buffer_.commit(n);
+                              self->ReadHeader();
+                            });
+  }
+
+  void ReadHeader() {
+    NewParser();
+    stream_.expires_after(limits().header_timeout);
+    http::async_read_header(stream_, buffer_, *parser_,
+                            beast::bind_front_handler(&Session::OnHeader, shared_from_this()));
+  }
+
+  void OnHeader(beast::error_code ec, size_t bytes) {
+    if (ec || parser_->is_done()) return OnRead(ec, bytes);
+    stream_.expires_after(limits().io_timeout);
     http::async_read(stream_, buffer_, *parser_,
                      beast::bind_front_handler(&Session::OnRead, shared_from_this()));
   }
@@ -125,12 +192,16 @@ class Session : public std::enable_shared_from_this<Session> {
     if (ec) return Close();  // timeout, reset, or closed by Stop()
 
     const auto& req = parser_->get();
-    unsigned version = req.version();
-    bool keep_alive = req.keep_alive();
+    // Answered as HTTP/1.0 or 1.1 whatever version the request line claims.
+    unsigned version = req.version() == 10 ? 10 : 11;
+    bool keep_alive = req.keep_alive() && !reserved_;
     bool head = req.method() == http::verb::head;
-    if (reject_) return Reply(503, "too many connections\n", version, false);
     if (req.method() != http::verb::get && !head) {
+      if (reserved_) return Reply(503, "too many connections\n", version, false);
       return Respond({405, "", "method not allowed\n"}, version, keep_alive, false, "GET, HEAD");
+    }
+    if (reserved_ && !IsPriority(limits(), {req.target().data(), req.target().size()})) {
+      return Reply(503, "too many connections\n", version, false);
     }
     HttpResponse res;
     try {
@@ -168,7 +239,7 @@ class Session : public std::enable_shared_from_this<Session> {
     res_ = {};
     if (ec) return Close();
     if (!keep_alive) return LingeringClose();
-    Read();
+    AwaitNextRequest();
   }
 
   void LingeringClose() {
@@ -194,7 +265,8 @@ class Session : public std::enable_shared_from_this<Session> {
   http::response<http::string_body> res_;  // the one write in flight
   ServerState* const state_;
   const uint64_t id_;
-  const bool reject_;  // over the cap: answer 503 and close
+  const std::string address_;  // the client's IP address
+  const bool reserved_;
 };
 
 std::string EndpointString(const tcp::endpoint& ep) {
@@ -228,19 +300,55 @@ struct HttpServer::Impl {
 
   // Runs on the acceptor's strand. A socket that is not admitted is closed by its destructor.
   void Admit(tcp::socket socket) {
-    std::shared_ptr<Session> session;
+    beast::error_code ec;
+    const tcp::endpoint peer = socket.remote_endpoint(ec);
+    if (ec) return;  // reset before it was admitted
+    std::string address = peer.address().to_string();
+    std::shared_ptr<Session> session, evicted;
     {
       std::lock_guard lock(state.mu);
       if (state.stopping) return;
-      size_t max = state.limits.max_connections;
-      bool reject = state.serving >= max;
-      if (reject && state.sessions.size() - state.serving >= max) return;
-      if (!reject) ++state.serving;
-      uint64_t id = state.next_id++;
-      session = std::make_shared<Session>(std::move(socket), &state, id, reject);
+      const HttpServerLimits& limits = state.limits;
+      auto count = state.by_address.find(address);
+      const bool ordinary =
+          state.serving < limits.max_connections &&
+          (count == state.by_address.end() || count->second < limits.max_connections_per_address);
+      if (!ordinary) {
+        if (limits.reserved_connections == 0) return;
+        if (state.reserved.size() >= limits.reserved_connections) {
+          evicted = TakeReservedSlot();
+        }
+      }
+      const uint64_t id = state.next_id++;
+      session = std::make_shared<Session>(std::move(socket), &state, id, address, !ordinary);
       state.sessions.emplace(id, session);
+      if (ordinary) {
+        ++state.serving;
+        ++state.by_address[address];
+      } else {
+        state.reserved.emplace(id, Reserved{session, address});
+        ++state.reserved_by_address[address];
+      }
+    }
+    if (evicted) {
+      net::any_io_executor ex = evicted->executor();
+      net::post(ex, [evicted = std::move(evicted)] { evicted->Close(); });
     }
     session->Start();
+  }
+
+  // Frees the reserved slot of the oldest connection of the address that holds the most; returns
+  // that connection, to be closed (null if it is already going). REQUIRES: state.mu held and
+  // state.reserved not empty.
+  std::shared_ptr<Session> TakeReservedSlot() {
+    auto most = std::max_element(state.reserved_by_address.begin(), state.reserved_by_address.end(),
+                                 [](const auto& a, const auto& b) { return a.second < b.second; });
+    auto victim = std::find_if(state.reserved.begin(), state.reserved.end(),
+                               [&](const auto& r) { return r.second.address == most->first; });
+    std::shared_ptr<Session> session = victim->second.session.lock();
+    Decrement(state.reserved_by_address, victim->second.address);
+    state.reserved.erase(victim);
+    return session;
   }
 
   // Declared first so that it outlives the sessions that ioc's handlers own.
@@ -266,8 +374,9 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& address
   if (threads < 1) {
     return InvalidArgument("HTTP server on " + address + ": threads must be at least 1");
   }
-  if (limits.max_connections < 1) {
-    return InvalidArgument("HTTP server on " + address + ": max_connections must be at least 1");
+  if (limits.max_connections < 1 || limits.max_connections_per_address < 1) {
+    return InvalidArgument("HTTP server on " + address +
+                           ": max_connections and max_connections_per_address must be at least 1");
   }
   std::string host, port;
   RETURN_IF_ERROR(ParseAddress(address, &host, &port));

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "formats/status.h"
 
@@ -29,12 +30,29 @@ struct HttpServerLimits {
   size_t max_body_bytes = 64 * 1024;
   // Request line plus headers; larger is answered 431 and the connection is closed.
   size_t max_header_bytes = 16 * 1024;
-  // Time allowed to receive one whole request, and to write one response; also how long an idle
-  // keep-alive connection is kept. On expiry the connection is closed without a response.
+  // Time to receive a request line and headers, from the request's first byte (from the accept
+  // for a connection's first request): a client that sends them slowly holds its slot no longer.
+  std::chrono::milliseconds header_timeout{5'000};
+  // Time to receive a request's body once its headers are in, and to write one response.
   std::chrono::milliseconds io_timeout{10'000};
-  // Connections served at once. Up to as many more are accepted only to be answered 503 and closed
-  // (given at most 1 s to send their request); beyond that, new connections are closed at once.
+  // How long an idle keep-alive connection waits for its next request's first byte.
+  std::chrono::milliseconds keep_alive_timeout{10'000};
+  // On expiry of any of these the connection is closed without a response.
+
+  // Connections served at once, all client addresses together, and from one address.
   size_t max_connections = 64;
+  size_t max_connections_per_address = 16;
+
+  // Connections over those limits take one of `reserved_connections` slots. Their request (it gets
+  // `reserved_timeout` to arrive) is served when it is a GET or HEAD of one of `priority_paths`
+  // (health probes) and answered 503 otherwise, and the connection is then closed. When every
+  // reserved slot is taken, a new connection takes the slot of the oldest connection of the
+  // address that holds the most: clients from one address, however many connections they open
+  // and leave idle, cannot keep another address's probe out. Zero reserved slots: connections
+  // over the limits are closed at once.
+  std::vector<std::string> priority_paths;  // e.g. "/healthz"; compared without the query
+  size_t reserved_connections = 16;
+  std::chrono::milliseconds reserved_timeout{1'000};
 };
 
 // Serves every connection until Stop(). Methods other than GET/HEAD get 405 with an Allow header;

@@ -2,6 +2,7 @@
 // serves DataService (+ health and reflection) on every listen address, /metrics, /healthz and /
 // on the metrics address, and drains on SIGINT/SIGTERM: new streams are refused, every stream
 // ends with UNAVAILABLE after its write in flight, and the process exits 0.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <memory>
@@ -14,6 +15,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <tbb/global_control.h>
 
 #include "formats/file.h"
@@ -21,6 +23,7 @@
 #include "server/data_service.h"
 #include "server/http_server.h"
 #include "server/job_registry.h"
+#include "server/memory_limit.h"
 #include "server/server_config.h"
 #include "server/status_pages.h"
 
@@ -76,6 +79,26 @@ Result<v1::ServerConfig> LoadConfig(const ServeFlags& f) {
   return loaded;
 }
 
+// The largest request gRPC reads. A legitimate StreamRequest is under 1 KiB (a dataset name, a job
+// name of at most 128 bytes, a position and a dozen numbers); the other requests are smaller.
+// Larger requests are refused with RESOURCE_EXHAUSTED.
+constexpr int kMaxRequestBytes = 64 << 10;
+// Threads gRPC may run synchronous handlers on (reflection); our own services never block one.
+constexpr int kGrpcMaxThreads = 32;
+
+// What gRPC's transport may hold in read buffers and per-call state, all connections together,
+// before it refuses streams ("Buffers full", RESOURCE_EXHAUSTED) or closes connections: a
+// thirty-second of the server's budget, within [8 MiB, 256 MiB]. gRPC 1.51 buffers a whole
+// request before it checks its size (and our handler checks the token after that), so without a
+// quota unauthenticated clients sending large requests make the server hold all of them (16 x 64
+// MiB: 857 MiB peak RSS). The quota is not a hard bound: the transport frees memory after the
+// fact, and 32 clients sending 200 MiB each still took a server with an 8 MiB quota to ~100 MiB
+// peak. Outgoing batches are not charged to it (gRPC sends our pooled buffers by reference).
+size_t GrpcMemoryQuota(int64_t memory_budget_bytes) {
+  return static_cast<size_t>(
+      std::clamp<int64_t>(memory_budget_bytes / 32, int64_t{8} << 20, int64_t{256} << 20));
+}
+
 // The gRPC server on every listen address, serving `service`; *ports gets the bound TCP ports.
 // Null (and the reason printed) when an address cannot be listened on.
 std::unique_ptr<grpc::Server> StartGrpc(const v1::ServerConfig& config, DataService* service,
@@ -91,7 +114,11 @@ std::unique_ptr<grpc::Server> StartGrpc(const v1::ServerConfig& config, DataServ
   builder.RegisterService(service);
   builder.SetMaxSendMessageSize(
       static_cast<int>(std::min<int64_t>(config.max_batch_bytes(), INT32_MAX)));
-  builder.SetMaxReceiveMessageSize(1 << 20);  // requests are small
+  builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
+  grpc::ResourceQuota quota("sluice-serve");
+  quota.Resize(GrpcMemoryQuota(config.memory_budget_bytes()));
+  quota.SetMaxThreads(kGrpcMaxThreads);
+  builder.SetResourceQuota(quota);
   // gRPC binds with SO_REUSEPORT by default: a second server on a port in use would start and
   // silently take half the connections. A port in use must be an error.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -115,7 +142,7 @@ std::unique_ptr<grpc::Server> StartGrpc(const v1::ServerConfig& config, DataServ
 
 // What the server listens on and serves, as the lines scripts wait for ("listening on ...").
 void PrintStarted(const v1::ServerConfig& config, const std::vector<int>& ports,
-                  const HttpServer* http) {
+                  const HttpServer* http, const MemoryLimit& limit) {
   for (int i = 0; i < config.listen_size(); ++i) {
     std::string address = config.listen(i);
     if (!address.starts_with("unix:")) {
@@ -134,8 +161,9 @@ void PrintStarted(const v1::ServerConfig& config, const std::vector<int>& ports,
     names += fmt::format("{}{} ({} files)", names.empty() ? "" : ", ", d.name(),
                          d.pipeline().files_size());
   }
-  std::printf("sluice serve: datasets: %s; %d decode threads, memory budget %s\n", names.c_str(),
-              config.threads(), FormatBytes(config.memory_budget_bytes()).c_str());
+  std::printf("sluice serve: datasets: %s; %d decode threads, memory budget %s (memory limit %s)\n",
+              names.c_str(), config.threads(), FormatBytes(config.memory_budget_bytes()).c_str(),
+              limit.ToString().c_str());
   std::fflush(stdout);
 }
 
@@ -171,11 +199,16 @@ int Serve(const ServeFlags& f) {
   std::unique_ptr<grpc::Server> server = StartGrpc(config, &service, &ports);
   if (!server) return 2;
 
-  StatusPages pages(&registry);
+  const MemoryLimit limit = DetectMemoryLimit();
+  StatusPages pages(&registry, limit);
   std::unique_ptr<HttpServer> http;
   if (!config.metrics_address().empty()) {
+    // Health probes are answered even when slow or idle clients hold every connection.
+    HttpServerLimits limits;
+    limits.priority_paths = {"/healthz"};
     Result<std::unique_ptr<HttpServer>> started = HttpServer::Start(
-        config.metrics_address(), [&pages](const HttpRequest& r) { return pages.Handle(r); });
+        config.metrics_address(), [&pages](const HttpRequest& r) { return pages.Handle(r); },
+        /*threads=*/1, limits);
     if (!started.ok()) {
       std::fprintf(stderr, "sluice serve: %s\n", started.status().message().c_str());
       server->Shutdown();
@@ -183,7 +216,7 @@ int Serve(const ServeFlags& f) {
     }
     http = std::move(*started);
   }
-  PrintStarted(config, ports, http.get());
+  PrintStarted(config, ports, http.get(), limit);
 
   const int signal_number = WaitForSignal();
   std::printf("sluice serve: %s, draining\n", signal_number == SIGINT ? "SIGINT" : "SIGTERM");

@@ -150,7 +150,9 @@ Result<int64_t> CheckDataset(const v1::ServerConfig& server, v1::DatasetConfig* 
     return Bad(ds + ".pipeline.memory_budget_bytes",
                fmt::format("{} is negative", p->memory_budget_bytes()));
   }
-  if (p->memory_budget_bytes() == 0) p->set_memory_budget_bytes(kDefaultDatasetMemoryBudget);
+  if (p->memory_budget_bytes() == 0) {
+    p->set_memory_budget_bytes(std::min(kDefaultDatasetMemoryBudget, server.memory_budget_bytes()));
+  }
   if (p->memory_budget_bytes() > server.memory_budget_bytes()) {
     return Bad(ds + ".pipeline.memory_budget_bytes",
                fmt::format("{} is over the server's memory_budget_bytes {}",
@@ -188,11 +190,17 @@ Result<int64_t> CheckDataset(const v1::ServerConfig& server, v1::DatasetConfig* 
 }
 
 // Applies the defaults of the server-wide limits and checks them.
-Status CheckServerLimits(v1::ServerConfig* c) {
+Status CheckServerLimits(v1::ServerConfig* c, const MemoryLimit& limit) {
   if (c->memory_budget_bytes() < 0) {
     return Bad("memory_budget_bytes", fmt::format("{} is negative", c->memory_budget_bytes()));
   }
-  if (c->memory_budget_bytes() == 0) c->set_memory_budget_bytes(kDefaultServerMemoryBudget);
+  if (c->memory_budget_bytes() == 0) c->set_memory_budget_bytes(DefaultMemoryBudget(limit));
+  if (limit.source != MemoryLimitSource::kUnknown && c->memory_budget_bytes() > limit.bytes) {
+    return Bad("memory_budget_bytes",
+               fmt::format("{} is over this process's memory limit, {}; leave it unset for half "
+                           "the limit",
+                           FormatBytes(c->memory_budget_bytes()), limit.ToString()));
+  }
   if (c->max_streams() < 0)
     return Bad("max_streams", fmt::format("{} is under 1", c->max_streams()));
   if (c->max_streams() == 0) c->set_max_streams(kDefaultMaxStreams);
@@ -264,6 +272,10 @@ Result<v1::ServerConfig> QuickServerConfig(const std::vector<std::string>& file_
 }
 
 Result<v1::ServerConfig> ValidateServerConfig(v1::ServerConfig c) {
+  return ValidateServerConfig(std::move(c), DetectMemoryLimit());
+}
+
+Result<v1::ServerConfig> ValidateServerConfig(v1::ServerConfig c, const MemoryLimit& limit) {
   if (c.listen().empty()) c.add_listen(kDefaultListen);
   std::set<std::string> listen;
   for (int i = 0; i < c.listen_size(); ++i) {
@@ -277,7 +289,7 @@ Result<v1::ServerConfig> ValidateServerConfig(v1::ServerConfig c) {
     RETURN_IF_ERROR(CheckHostPort("metrics_address", c.metrics_address()));
   }
 
-  RETURN_IF_ERROR(CheckServerLimits(&c));
+  RETURN_IF_ERROR(CheckServerLimits(&c, limit));
 
   const v1::TlsConfig& tls = c.tls();
   if (tls.cert_file().empty() != tls.key_file().empty()) {

@@ -10,14 +10,17 @@
 #include <vector>
 
 #include "formats/status.h"
+#include "server/memory_limit.h"
 #include "sluice/v1/server_config.pb.h"
 
 namespace sluice {
 
 inline constexpr char kDefaultListen[] = "127.0.0.1:50051";
+// The server's memory budget when the machine's memory limit cannot be read; otherwise the default
+// is half the limit (DefaultMemoryBudget).
 inline constexpr int64_t kDefaultServerMemoryBudget = int64_t{8} << 30;
-// A dataset's pipeline budget unless its config says otherwise: less than the library's 4 GiB so
-// that eight jobs fit the server's default budget.
+// A dataset's pipeline budget unless its config says otherwise (and at most the server's budget):
+// less than the library's 4 GiB so that eight jobs fit a server budget of 8 GiB.
 inline constexpr int64_t kDefaultDatasetMemoryBudget = int64_t{1} << 30;
 inline constexpr int kDefaultMaxStreams = 64;
 inline constexpr int64_t kDefaultMaxBatchBytes = int64_t{256} << 20;
@@ -38,8 +41,10 @@ Result<v1::ServerConfig> QuickServerConfig(const std::vector<std::string>& file_
                                            const std::string& name = "train", int port = 50051,
                                            const std::string& metrics_address = "");
 
-// Applies the defaults the proto's comments give and checks the whole config. On success:
-//  - listen, memory_budget_bytes, max_streams, max_batch_bytes, threads and job_linger_seconds
+// Applies the defaults the proto's comments give and checks the whole config against `limit`, the
+// memory this process may use (DetectMemoryLimit() unless given). On success:
+//  - memory_budget_bytes is DefaultMemoryBudget(limit) (half the limit) unless configured;
+//  - listen, max_streams, max_batch_bytes, threads and job_linger_seconds
 //    hold their effective values;
 //  - every dataset's limits hold their effective values, and its pipeline has batch_size,
 //    image_height, image_width and memory_budget_bytes set;
@@ -48,7 +53,10 @@ Result<v1::ServerConfig> QuickServerConfig(const std::vector<std::string>& file_
 // Errors name the dataset and field, e.g. `datasets["train"].pipeline.batch_size: 5000 is over
 // limits.max_batch_size 1024`: InvalidArgument; NotFound for a pattern or file that does not
 // exist; FailedPrecondition for one that cannot be read; ResourceExhausted when a dataset's
-// memory budget cannot hold its batch pool (ResolveOptions).
+// memory budget cannot hold its batch pool (ResolveOptions). A configured memory_budget_bytes
+// over the limit is InvalidArgument naming the limit and where it came from: the kernel would
+// kill the server before the budget refused anything.
+Result<v1::ServerConfig> ValidateServerConfig(v1::ServerConfig config, const MemoryLimit& limit);
 Result<v1::ServerConfig> ValidateServerConfig(v1::ServerConfig config);
 
 // The bearer token clients must send: token_file's contents with surrounding whitespace trimmed;

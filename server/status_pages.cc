@@ -16,8 +16,10 @@ double BusyFraction(const v1::StageStats& s, double wall) {
 
 }  // namespace
 
-StatusPages::StatusPages(const JobRegistry* registry)
-    : registry_(registry), last_scrape_(std::chrono::steady_clock::now()) {}
+StatusPages::StatusPages(const JobRegistry* registry, MemoryLimit limit)
+    : registry_(registry),
+      limit_(std::move(limit)),
+      last_scrape_(std::chrono::steady_clock::now()) {}
 
 HttpResponse StatusPages::Handle(const HttpRequest& request) {
   const std::string path = request.target.substr(0, request.target.find('?'));
@@ -159,6 +161,13 @@ std::string StatusPages::Metrics() {
   const std::map<std::string, double> rates = ScrapeRates(stats);
   PrometheusWriter w;
   WriteServerGauges(stats, w);
+  w.Family("sluice_memory_limit_bytes",
+           "The memory this process may use (cgroup limit or physical memory, the smaller); the "
+           "default memory budget is half of it.",
+           MetricType::kGauge);
+  w.Sample("sluice_memory_limit_bytes",
+           L{{"source", MemoryLimitSourceName(limit_.source)}, {"file", limit_.file}},
+           static_cast<double>(limit_.bytes));
   WriteDatasetMetrics(stats, rates, w);
   WriteJobMetrics(stats, w);
   return w.Take();
@@ -167,11 +176,12 @@ std::string StatusPages::Metrics() {
 std::string StatusPages::StatusText() {
   v1::Stats stats;
   registry_->FillStats("", &stats);
-  std::string out = fmt::format(
-      "sluice serve — up {:.0f} s, {} of {} streams, memory reserved {} of {} MiB{}\n\n",
-      stats.uptime_seconds(), stats.active_streams(), stats.max_streams(),
-      stats.memory_reserved_bytes() >> 20, stats.memory_budget_bytes() >> 20,
-      draining_ ? ", DRAINING" : "");
+  std::string out =
+      fmt::format("sluice serve — up {:.0f} s, {} of {} streams, memory reserved {} of {} MiB{}\n",
+                  stats.uptime_seconds(), stats.active_streams(), stats.max_streams(),
+                  stats.memory_reserved_bytes() >> 20, stats.memory_budget_bytes() >> 20,
+                  draining_ ? ", DRAINING" : "");
+  out += fmt::format("memory limit {}\n\n", limit_.ToString());
   out += fmt::format("{:<16} {:>8} {:>14} {:>12} {:>10}\n", "dataset", "streams", "images",
                      "GB served", "skipped");
   for (const v1::DatasetStats& d : stats.datasets()) {

@@ -11,14 +11,16 @@
 
 #include "server/http_server.h"
 #include "server/job_registry.h"
+#include "server/memory_limit.h"
 #include "sluice/v1/server_config.pb.h"
 
 namespace sluice {
 
 class StatusPages {
  public:
-  // registry outlives this.
-  explicit StatusPages(const JobRegistry* registry);
+  // registry outlives this. limit: the memory limit the server found at start (shown on / and
+  // as sluice_memory_limit_bytes).
+  StatusPages(const JobRegistry* registry, MemoryLimit limit);
 
   HttpResponse Handle(const HttpRequest& request);
 
@@ -32,6 +34,7 @@ class StatusPages {
   std::map<std::string, double> ScrapeRates(const v1::Stats& stats);
 
   const JobRegistry* registry_;
+  const MemoryLimit limit_;
   std::atomic<bool> draining_{false};
 
   // Images served per dataset at the previous scrape, for an images/s over the last interval.

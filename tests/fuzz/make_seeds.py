@@ -147,6 +147,7 @@ def main():
         write("stream_request", "request-%d" % i, r.SerializeToString())
 
     shared_segment_seeds()
+    http_seeds()
 
 
 def shared_segment_seeds():
@@ -178,6 +179,50 @@ def shared_segment_seeds():
     write("shared_segment", "client-resize",
           b"\x01\x01" + b"\x00" + b"\x03\x01\x01" + b"\x00" + b"\x04" + u32(4096) +
           b"\x05" + u32(7) + b"\x05" + u32(0) + b"\x02\x02\x01" + b"\x00")
+
+
+def http_seeds():
+    """What a client may write on the metrics port: one connection's bytes each."""
+    get = b"GET /metrics HTTP/1.1\r\nHost: localhost:9100\r\nUser-Agent: Prometheus/2.45\r\n" \
+          b"Accept: text/plain;version=0.0.4\r\n\r\n"
+    seeds = {
+        "get": get,
+        "healthz-kubelet": b"GET /healthz HTTP/1.1\r\nHost: 10.0.0.5:9100\r\n"
+                           b"User-Agent: kube-probe/1.29\r\nAccept: */*\r\nConnection: close\r\n\r\n",
+        "head": b"HEAD / HTTP/1.1\r\nHost: x\r\n\r\n",
+        "http10": b"GET /healthz?x=1 HTTP/1.0\r\n\r\n",
+        "http10-keep-alive": b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /metrics HTTP/1.0\r\n\r\n",
+        "pipelined": get + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nHEAD /echo?a HTTP/1.1\r\nHost: x\r\n\r\n",
+        "truncated-request-line": b"GET /metr",
+        "truncated-headers": b"GET /metrics HTTP/1.1\r\nHost: loc",
+        "truncated-body": b"GET /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc",
+        "oversized-header": b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 3000 + b"\r\n\r\n",
+        "oversized-body": b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 2000\r\n\r\n" + b"b" * 2000,
+        "chunked": b"GET /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   b"4\r\nabcd\r\n3;ext=1\r\nefg\r\n0\r\nTrailer: t\r\n\r\n",
+        "chunked-bad-size": b"GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        "content-length-twice": b"GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+        "length-and-chunked": b"GET / HTTP/1.1\r\nContent-Length: 3\r\n"
+                              b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        "post": b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
+        "odd-methods": b"PROPFIND / HTTP/1.1\r\n\r\nBREW /pot HTTP/1.1\r\n\r\n",
+        "lowercase-method": b"get / HTTP/1.1\r\n\r\n",
+        "connect-authority": b"CONNECT localhost:9100 HTTP/1.1\r\nHost: localhost:9100\r\n\r\n",
+        "absolute-target": b"GET http://localhost:9100/healthz HTTP/1.1\r\nHost: y\r\n\r\n",
+        "asterisk-options": b"OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n",
+        "expect-continue": b"GET /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                           b"Content-Length: 2\r\n\r\nok",
+        "obs-fold": b"GET / HTTP/1.1\r\nHost: x\r\nX-A: one\r\n two\r\n\r\n",
+        "bare-lf": b"GET /healthz HTTP/1.1\nHost: x\n\n",
+        "nul-in-target": b"GET /heal\x00thz HTTP/1.1\r\n\r\n",
+        "http-2-preface": b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+        "version-9": b"GET / HTTP/9.9\r\n\r\n",
+        "handler-throws": b"GET /throw HTTP/1.1\r\n\r\nGET /status99 HTTP/1.1\r\n\r\n",
+        "big-response-then-close": b"GET /big HTTP/1.1\r\nConnection: close\r\n\r\n",
+        "tls-client-hello": bytes.fromhex("16030100a5010000a10303") + bytes(32) + b"\x00\x00\x02\x13\x01",
+    }
+    for name, data in seeds.items():
+        write("http_request", name, data)
 
 
 if __name__ == "__main__":

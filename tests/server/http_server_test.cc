@@ -34,6 +34,13 @@ class TestClient {
     tcp::resolver resolver(ioc_);
     net::connect(socket_, resolver.resolve(host, std::to_string(port)));
   }
+  // Connects to 127.0.0.1:port from the loopback address `source` (e.g. "127.0.0.2"): another
+  // client address, as the server sees it.
+  TestClient(int port, const char* source) : socket_(ioc_) {
+    socket_.open(tcp::v4());
+    socket_.bind({net::ip::make_address(source), 0});
+    socket_.connect({net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)});
+  }
 
   beast::error_code WriteRaw(const std::string& data) {
     return Await([&](auto done) { net::async_write(socket_, net::buffer(data), done); });
@@ -260,13 +267,87 @@ TEST_CASE("StalledPartialRequestDoesNotBlockOtherClients") {
   CHECK(Clock::now() - start < 1s);
 }
 
-TEST_CASE("StalledRequestIsClosedAfterIoTimeout") {
+TEST_CASE("StalledRequestIsClosedAfterHeaderTimeout") {
   HttpServerLimits limits;
-  limits.io_timeout = 200ms;
+  limits.header_timeout = 200ms;
   auto server = StartOrDie(Route, limits);
   TestClient stalled(server->port());
   REQUIRE_FALSE(stalled.WriteRaw("GET /metrics HTTP/1.1\r\nHo"));
   CHECK(stalled.PeerCloses(3s));
+  TestClient silent(server->port());  // connected, never sends a byte
+  CHECK(silent.PeerCloses(3s));
+}
+
+TEST_CASE("IdleKeepAliveWaitsLongerThanTheHeaderTimeout") {
+  HttpServerLimits limits;
+  limits.header_timeout = 100ms;
+  limits.keep_alive_timeout = 5s;
+  auto server = StartOrDie(Route, limits);
+  TestClient client(server->port());
+  CHECK(client.Get("/metrics").result_int() == 200);
+  std::this_thread::sleep_for(400ms);  // idle between requests: the keep-alive timeout applies
+  CHECK(client.Get("/metrics").result_int() == 200);
+}
+
+TEST_CASE("SlowBodyGetsTheIoTimeoutOnceHeadersAreIn") {
+  HttpServerLimits limits;
+  limits.header_timeout = 100ms;
+  limits.io_timeout = 5s;
+  auto server = StartOrDie(Route, limits);
+  TestClient client(server->port());
+  REQUIRE_FALSE(client.WriteRaw("GET /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nab"));
+  std::this_thread::sleep_for(400ms);
+  REQUIRE_FALSE(client.WriteRaw("cd"));
+  Response res;
+  REQUIRE_FALSE(client.Read(&res));
+  CHECK(res.result_int() == 200);
+}
+
+TEST_CASE("OneAddressCannotTakeEveryConnection") {
+  HttpServerLimits limits;
+  limits.max_connections = 8;
+  limits.max_connections_per_address = 2;
+  limits.reserved_connections = 0;
+  auto server = StartOrDie(Route, limits);
+  TestClient a(server->port()), b(server->port());
+  CHECK(a.Get("/metrics").result_int() == 200);
+  CHECK(b.Get("/metrics").result_int() == 200);
+  TestClient third(server->port());  // over 127.0.0.1's share, no reserved slot: closed
+  CHECK(third.PeerCloses());
+  TestClient other(server->port(), "127.0.0.2");
+  CHECK(other.Get("/metrics").result_int() == 200);
+}
+
+TEST_CASE("HealthProbeIsServedWhileStalledConnectionsHoldEverySlot") {
+  HttpServerLimits limits;
+  limits.max_connections = 4;
+  limits.max_connections_per_address = 2;
+  limits.reserved_connections = 4;
+  limits.priority_paths = {"/healthz"};
+  auto server = StartOrDie(
+      [](const HttpRequest& r) -> HttpResponse {
+        if (r.target.rfind("/healthz", 0) == 0) return {200, "", "ok\n"};
+        return Route(r);
+      },
+      limits);
+  // 130 connections from two addresses, each with half a request line, left hanging.
+  std::vector<std::unique_ptr<TestClient>> stalled;
+  for (int i = 0; i < 130; ++i) {
+    stalled.push_back(
+        std::make_unique<TestClient>(server->port(), i % 2 == 0 ? "127.0.0.1" : "127.0.0.3"));
+    REQUIRE_FALSE(stalled.back()->WriteRaw("GET /metr"));
+  }
+  for (const char* source : {"127.0.0.1", "127.0.0.2", "127.0.0.3"}) {
+    INFO(source);
+    TestClient probe(server->port(), source);
+    Response res = probe.Get("/healthz?verbose=1");
+    CHECK(res.result_int() == 200);
+    CHECK(res.body() == "ok\n");
+    CHECK_FALSE(res.keep_alive());
+  }
+  // Anything else over the limits is refused.
+  TestClient scrape(server->port(), "127.0.0.1");
+  CHECK(scrape.Get("/metrics").result_int() == 503);
 }
 
 TEST_CASE("ConnectionsOverTheCapGet503") {

@@ -4,6 +4,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -60,7 +61,7 @@ TEST_CASE("GoodConfigLoadsWithDefaultsWrittenIn") {
   REQUIRE(c.ok());
   CHECK(c->listen_size() == 2);
   CHECK(c->listen(0) == dir.file("sluice.sock").insert(0, "unix:"));
-  CHECK(c->memory_budget_bytes() == int64_t{8} << 30);
+  CHECK(c->memory_budget_bytes() == DefaultMemoryBudget(DetectMemoryLimit()));
   CHECK(c->max_streams() == 64);
   CHECK(c->max_batch_bytes() == int64_t{256} << 20);
   CHECK(c->job_linger_seconds() == 30);
@@ -72,7 +73,7 @@ TEST_CASE("GoodConfigLoadsWithDefaultsWrittenIn") {
   CHECK(d.pipeline().batch_size() == 256);
   CHECK(d.pipeline().image_height() == 64);
   CHECK(d.pipeline().image_width() == 64);
-  CHECK(d.pipeline().memory_budget_bytes() == int64_t{1} << 30);
+  CHECK(d.pipeline().memory_budget_bytes() == std::min(int64_t{1} << 30, c->memory_budget_bytes()));
   CHECK(d.pipeline().mode() == v1::MODE_EVAL);
   CHECK(d.limits().max_batch_size() == 512);
   CHECK(d.limits().min_image_size() == 32);
@@ -215,10 +216,9 @@ TEST_CASE("EachBadFieldIsNamed") {
         ds + ".pipeline.image_width: 2000 is over limits.max_image_size 1024"}},
       {"prefetch: 100",
        {"", StatusCode::kInvalidArgument, ds + ".pipeline: prefetch = 100 is outside [1, 64]"}},
-      {"memory_budget_bytes: 17179869184",
+      {"memory_budget_bytes: 1125899906842624",
        {"", StatusCode::kInvalidArgument,
-        ds + ".pipeline.memory_budget_bytes: 16 GiB is over the server's memory_budget_bytes "
-             "8 GiB"}},
+        ds + ".pipeline.memory_budget_bytes: 1024 TiB is over the server's memory_budget_bytes"}},
       {"memory_budget_bytes: 1000000",
        {"", StatusCode::kResourceExhausted, ds + ".pipeline: memory_budget_bytes = 1000000"}},
   };
@@ -337,6 +337,61 @@ TEST_CASE("FormatBytesKeepsWholeUnitsWhole") {
   CHECK(FormatBytes(int64_t{256} << 20) == "256 MiB");
   CHECK(FormatBytes(BatchMessageBytes(1024, 1024, 1024)) == "3.0 GiB");
   CHECK(BatchMessageBytes(2, 4, 5) == 2 * 4 * 5 * 3 + 2 * 10 + 128);
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// A config of one dataset, validated against a given memory limit.
+Result<v1::ServerConfig> ValidateWithLimit(const TempDir& dir, const std::string& server_text,
+                                           const MemoryLimit& limit) {
+  v1::ServerConfig config;
+  REQUIRE(google::protobuf::TextFormat::ParseFromString(InDir(dir, server_text + kTrain), &config));
+  return ValidateServerConfig(std::move(config), limit);
+}
+
+TEST_CASE("DefaultBudgetIsHalfTheMemoryLimit") {
+  TempDir dir;
+  WriteShards(dir);
+  const MemoryLimit pod{int64_t{4} << 30, MemoryLimitSource::kCgroupV2,
+                        "/sys/fs/cgroup/kubepods/pod1/memory.max"};
+  Result<v1::ServerConfig> c = ValidateWithLimit(dir, "", pod);
+  INFO(c.status().ToString());
+  REQUIRE(c.ok());
+  CHECK(c->memory_budget_bytes() == int64_t{2} << 30);
+  CHECK(c->datasets(0).pipeline().memory_budget_bytes() == int64_t{1} << 30);
+
+  SECTION("a small container's dataset default is the whole server budget") {
+    const MemoryLimit small{int64_t{1} << 30, MemoryLimitSource::kCgroupV1,
+                            "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+    Result<v1::ServerConfig> s = ValidateWithLimit(dir, "", small);
+    INFO(s.status().ToString());
+    REQUIRE(s.ok());
+    CHECK(s->memory_budget_bytes() == int64_t{512} << 20);
+    CHECK(s->datasets(0).pipeline().memory_budget_bytes() == int64_t{512} << 20);
+  }
+  SECTION("an unknown limit keeps the fixed default") {
+    Result<v1::ServerConfig> u = ValidateWithLimit(dir, "", MemoryLimit{});
+    REQUIRE(u.ok());
+    CHECK(u->memory_budget_bytes() == kDefaultServerMemoryBudget);
+  }
+}
+
+TEST_CASE("ConfiguredBudgetOverTheMemoryLimitIsRefusedNamingTheLimit") {
+  TempDir dir;
+  WriteShards(dir);
+  const MemoryLimit pod{int64_t{4} << 30, MemoryLimitSource::kCgroupV2,
+                        "/sys/fs/cgroup/kubepods/pod1/memory.max"};
+  Result<v1::ServerConfig> over = ValidateWithLimit(dir, "memory_budget_bytes: 8589934592\n", pod);
+  CHECK(over.status().code() == StatusCode::kInvalidArgument);
+  CHECK(over.status().message() ==
+        "memory_budget_bytes: 8 GiB is over this process's memory limit, 4 GiB (cgroup v2 "
+        "/sys/fs/cgroup/kubepods/pod1/memory.max); leave it unset for half the limit");
+  // Up to the limit itself is the operator's call.
+  CHECK(ValidateWithLimit(dir, "memory_budget_bytes: 4294967296\n", pod).ok());
 }
 
 }  // namespace

@@ -1,0 +1,222 @@
+// What a client that does not play by the rules can do to a real `sluice serve`: flood it with
+// large requests without a token, send two tokens, hold the metrics port with half-sent requests.
+// None of it may take the server's memory past its budget or make /healthz fail.
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+#include "sluice/v1/service.grpc.pb.h"
+#include "tests/server/http_test_client.h"
+#include "tests/server/serve_fixture.h"
+
+namespace sluice {
+namespace {
+
+using serve_testing::Connect;
+using serve_testing::Fixture;
+using serve_testing::Got;
+using serve_testing::ReadAll;
+using serve_testing::Request;
+using testing::ServerProcess;
+using testing::TempDir;
+
+constexpr char kToken[] = "s3cret-token";
+
+// "token_file: ..." for a Fixture, the file written into keys.
+std::string TokenConfig(const TempDir& keys) {
+  testing::WriteAll(keys.file("token"), std::string(kToken) + "\n");
+  return "token_file: \"" + keys.file("token") + "\"\n";
+}
+
+// Peak resident set size of a process (VmHWM), in bytes.
+int64_t PeakRssBytes(pid_t pid) {
+  const std::string status = testing::ReadAll("/proc/" + std::to_string(pid) + "/status");
+  const size_t at = status.find("VmHWM:");
+  long kib = -1;
+  if (at != std::string::npos) std::sscanf(status.c_str() + at, "VmHWM: %ld", &kib);
+  return int64_t{kib} * 1024;
+}
+
+// One StreamBatches call with `request` as its raw message, on its own connection, without a
+// token; reads the stream to its end. The ByteBuffer's slices are shared, not copied, so many
+// calls can send one large request.
+grpc::Status RawStreamCall(const std::string& address, const grpc::ByteBuffer& request, int id) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection per call
+  args.SetInt("sluice.test.flood_id", id);
+  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  grpc::GenericStub stub(channel);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto call = stub.PrepareCall(&context, "/sluice.v1.DataService/StreamBatches", &cq);
+  void* tag = nullptr;
+  bool ok = false;
+  call->StartCall(reinterpret_cast<void*>(1));
+  cq.Next(&tag, &ok);
+  if (ok) {
+    call->WriteLast(request, grpc::WriteOptions(), reinterpret_cast<void*>(2));
+    cq.Next(&tag, &ok);
+  }
+  grpc::ByteBuffer response;
+  while (ok) {
+    call->Read(&response, reinterpret_cast<void*>(3));
+    cq.Next(&tag, &ok);
+  }
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(4));
+  cq.Next(&tag, &ok);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  return status;
+}
+
+TEST_CASE("UnauthenticatedFloodOfLargeRequestsStaysWithinTheBudget") {
+  TempDir keys;
+  constexpr int64_t kBudget = int64_t{128} << 20;
+  Fixture f(2, 8, TokenConfig(keys) + "memory_budget_bytes: " + std::to_string(kBudget) + "\n");
+  ServerProcess server(f.Args());
+  REQUIRE(server.running());
+
+  // A well-formed StreamRequest of 64 MiB (its job name), sent by 16 clients at once: 1 GiB in
+  // flight against a 128 MiB budget.
+  v1::StreamRequest big = Request();
+  big.set_job_name(std::string(size_t{64} << 20, 'j'));
+  std::string bytes = big.SerializeAsString();
+  big.Clear();
+  grpc::Slice slice(bytes);
+  bytes.clear();
+  bytes.shrink_to_fit();
+  const grpc::ByteBuffer request(&slice, 1);
+
+  constexpr int kClients = 16;
+  std::vector<grpc::Status> results(kClients);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back(
+        [&, i] { results[static_cast<size_t>(i)] = RawStreamCall(server.address(), request, i); });
+  }
+  for (std::thread& t : clients) t.join();
+
+  // Refused as too large ("Received message larger than max", or the transport's "Buffers full"),
+  // or cut with the connection gRPC closes to get its memory back; never served.
+  for (const grpc::Status& s : results) {
+    INFO(s.error_code() << " " << s.error_message());
+    CHECK((s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ||
+           s.error_code() == grpc::StatusCode::UNAVAILABLE));
+  }
+  const int64_t peak = PeakRssBytes(server.pid());
+  INFO("peak RSS " << (peak >> 20) << " MiB, budget " << (kBudget >> 20) << " MiB");
+  CHECK(peak > 0);
+  CHECK(peak <= kBudget + kBudget / 10);
+
+  // An honest client is served as before.
+  auto client = Connect(server.address(), kToken);
+  auto stream = client->Stream(Request());
+  REQUIRE(stream.ok());
+  Got g = ReadAll(**stream);
+  CHECK(g.status.ok());
+  CHECK(g.labels.size() == 16);
+}
+
+TEST_CASE("LargestLegitimateRequestIsServed") {
+  Fixture f(2, 8);
+  ServerProcess server(f.Args());
+  REQUIRE(server.running());
+  v1::StreamRequest r = Request();
+  r.set_job_name(std::string(128, 'j'));  // request_policy's longest job name
+  r.set_batch_size(8);
+  r.set_image_height(32);
+  r.set_image_width(40);
+  r.set_seed(~uint64_t{0});
+  r.set_epochs(1);
+  r.mutable_shard()->set_index(0);
+  r.mutable_shard()->set_count(1);
+  r.set_drop_remainder(false);
+  auto client = Connect(server.address());
+  auto stream = client->Stream(r);
+  REQUIRE(stream.ok());
+  Got g = ReadAll(**stream);
+  CHECK(g.status.ok());
+  CHECK(g.labels.size() == 16);
+}
+
+grpc::Status CallWithHeaders(const std::string& address, const std::vector<std::string>& auth) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  auto stub = v1::DataService::NewStub(channel);
+  grpc::ClientContext context;
+  for (const std::string& a : auth) context.AddMetadata("authorization", a);
+  auto reader = stub->StreamBatches(&context, Request());
+  v1::Batch b;
+  while (reader->Read(&b)) {
+  }
+  return reader->Finish();
+}
+
+TEST_CASE("TwoAuthorizationHeadersAreRefusedWhicheverComesFirst") {
+  TempDir keys;
+  Fixture f(2, 8, TokenConfig(keys));
+  ServerProcess server(f.Args());
+  REQUIRE(server.running());
+  const std::string good = std::string("Bearer ") + kToken;
+  for (const auto& headers : std::vector<std::vector<std::string>>{
+           {good, "Bearer nope"}, {"Bearer nope", good}, {good, good}}) {
+    grpc::Status s = CallWithHeaders(server.address(), headers);
+    CHECK(s.error_code() == grpc::StatusCode::UNAUTHENTICATED);
+    CHECK(s.error_message().find("more than one authorization header") != std::string::npos);
+  }
+  CHECK(CallWithHeaders(server.address(), {good}).ok());
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+using testing::HttpGet;
+using testing::MetricsPort;
+using testing::RawConnection;
+
+TEST_CASE("HealthzAnswersWhileSlowClientsHoldEveryMetricsConnection") {
+  Fixture f(2, 8, "metrics_address: \"127.0.0.1:0\"\n");
+  ServerProcess server(f.Args());
+  REQUIRE(server.running());
+  const int port = MetricsPort(server.output());
+  REQUIRE(port > 0);
+  // 130 connections that send half a request line and stall: more than every ordinary and
+  // reserved slot together, from the address the probes come from and from another.
+  std::vector<RawConnection> stalled;
+  for (int i = 0; i < 130; ++i) {
+    stalled.emplace_back(port, i % 2 == 0 ? "127.0.0.1" : "127.0.0.3");
+    REQUIRE(stalled.back().fd() >= 0);
+    REQUIRE(stalled.back().Send("GET /metr"));
+  }
+  // Probes for longer than the header timeout: the stalled clients' slots expire and they do not
+  // get them back, and probes never wait behind them.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(6);
+  int probes = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    for (const char* source : {"127.0.0.1", "127.0.0.2"}) {
+      INFO("probe " << probes << " from " << source);
+      std::optional<std::string> res = HttpGet(port, "/healthz", source);
+      REQUIRE(res);
+      CHECK(res->starts_with("HTTP/1.1 200"));
+      ++probes;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  CHECK(probes >= 40);
+}
+
+}  // namespace
+}  // namespace sluice

@@ -110,7 +110,7 @@ TEST_CASE("TheRecordIndexGivesLazyFramesUntilTheWindowClosesThenReadsTheRest") {
     ++window.produced;
     if (w.lazy_length > 0) {
       CHECK(w.lazy_length == shards.index[0][w.record].length);
-      MaterializeLazyRecord(options.files[0], &stats, &w);
+      MaterializeLazyRecord(options.files[0], UINT64_MAX, &stats, &w);
       CHECK(w.lazy_length == 0);
     } else {
       CHECK(got.size() >= 6);

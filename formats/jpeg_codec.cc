@@ -97,8 +97,10 @@ Status JpegDecoder::Decode(std::string_view data, Image* out, int64_t max_pixels
     const int64_t pixel_bytes = width * height * 3 + (cmyk ? width * 4 : 0);
     Status allowed = (*gate)(libjpeg_bytes + pixel_bytes);
     if (!allowed.ok()) {
+      const bool progressive = cinfo->progressive_mode != FALSE;
       jpeg_abort_decompress(cinfo);
-      return allowed;
+      return allowed.WithContext(std::to_string(width) + "x" + std::to_string(height) +
+                                 (progressive ? " progressive" : " baseline") + " JPEG");
     }
   }
   LimitDecompressMemory(cinfo, libjpeg_bytes);

@@ -265,8 +265,10 @@ Status JpegRoiDecoder::DecodeCrop(std::string_view jpeg, const CropWindow& crop,
                               (cmyk ? int64_t{cinfo->output_width} * 4 : 0);
     Status allowed = (*gate)(libjpeg_bytes + row_bytes);
     if (!allowed.ok()) {
+      const bool progressive = cinfo->progressive_mode != FALSE;
       jpeg_abort_decompress(cinfo);
-      return allowed;
+      return allowed.WithContext(Dimensions(width, height) +
+                                 (progressive ? " progressive" : " baseline") + " JPEG");
     }
   }
   LimitDecompressMemory(cinfo, libjpeg_bytes);

@@ -85,7 +85,9 @@ class PipelineIterator : public Iterator, private BatcherSink {
     stats_.decode_parallelism_max = options.threads;
     stats_.queue_capacity = options.prefetch;
     stats_.pool(Pool::kReadBuffers).limit = kReadBytesPerOpenFile * options.cycle_length;
-    stats_.pool(Pool::kRecordsInFlight).limit = options.records_budget_bytes;
+    // The window's share; the record the source holds while it waits is the rest.
+    stats_.pool(Pool::kRecordsInFlight).limit =
+        options.records_budget_bytes - options.max_record_bytes;
     MakeCaches();
     io_pool_ = std::make_unique<IoPool>(std::min(options.cycle_length, kMaxIoThreads));
     source_ = std::make_unique<RecordSource>(options_, &stats_, record_cache_.get(),

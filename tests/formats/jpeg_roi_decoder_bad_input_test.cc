@@ -63,7 +63,7 @@ TEST_CASE("DecodeMemoryGateRefusalStopsTheDecodeBeforeAllocating") {
   Status s = decoder.DecodeCrop(bomb, {0, 0, 4000, 4000}, 600, 600, false, big.data(), 1800,
                                 kDefaultMaxPixels, nullptr, &refuse);
   CHECK(s.code() == StatusCode::kResourceExhausted);
-  CHECK(s.message() == "no room for " + std::to_string(asked));
+  CHECK(s.message() == "9000x9000 baseline JPEG: no room for " + std::to_string(asked));
   // The crop at 1/4 scale: 1000x1000 RGB rows at least.
   CHECK(asked >= 1000 * 1000 * 3);
   CHECK(std::all_of(big.begin(), big.end(), [](uint8_t v) { return v == 0x5A; }));

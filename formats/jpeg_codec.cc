@@ -15,9 +15,13 @@ namespace {
 using jpeg_internal::ChooseRgbOutput;
 using jpeg_internal::CreateDecompress;
 using jpeg_internal::ErrorManager;
+using jpeg_internal::EstimateDecompressFrame;
 using jpeg_internal::InitErrorManager;
 using jpeg_internal::kRowBatch;
+using jpeg_internal::LimitDecompressMemory;
 using jpeg_internal::MakeRowTarget;
+using jpeg_internal::MemoryLimitError;
+using jpeg_internal::OverMemoryLimit;
 using jpeg_internal::Phase;
 using jpeg_internal::ProgressMonitor;
 using jpeg_internal::ReadHeaderFrame;
@@ -63,7 +67,8 @@ struct JpegDecoder::State {
 JpegDecoder::JpegDecoder() : state_(std::make_unique<State>()) {}
 JpegDecoder::~JpegDecoder() = default;
 
-Status JpegDecoder::Decode(std::string_view data, Image* out, int64_t max_pixels) {
+Status JpegDecoder::Decode(std::string_view data, Image* out, int64_t max_pixels,
+                           const DecodeMemoryGate* gate) {
   // Names what the data is instead ("PNG image, not JPEG"), without walking the markers.
   if (SniffImageFormat(data) != "JPEG") return ReadJpegHeader(data).status();
   State& s = *state_;
@@ -86,11 +91,28 @@ Status JpegDecoder::Decode(std::string_view data, Image* out, int64_t max_pixels
   RETURN_IF_ERROR(ChooseRgbOutput(cinfo, &cmyk));
   cinfo->dct_method = JDCT_ISLOW;
 
+  int64_t libjpeg_bytes = 0;
+  if (!EstimateDecompressFrame(cinfo, &s.err, &libjpeg_bytes)) return invalid();
+  if (gate != nullptr) {
+    const int64_t pixel_bytes = width * height * 3 + (cmyk ? width * 4 : 0);
+    Status allowed = (*gate)(libjpeg_bytes + pixel_bytes);
+    if (!allowed.ok()) {
+      const bool progressive = cinfo->progressive_mode != FALSE;
+      jpeg_abort_decompress(cinfo);
+      return allowed.WithContext(std::to_string(width) + "x" + std::to_string(height) +
+                                 (progressive ? " progressive" : " baseline") + " JPEG");
+    }
+  }
+  LimitDecompressMemory(cinfo, libjpeg_bytes);
+
   out->Resize(static_cast<int>(width), static_cast<int>(height));
   const RowTarget target =
       MakeRowTarget(cinfo, cmyk, static_cast<JDIMENSION>(width), out->pixels.data(),
                     static_cast<size_t>(width) * 3, /*first_row=*/0, &s.cmyk_row);
-  if (!DecodeRows(cinfo, &s.err, target)) return invalid();
+  if (!DecodeRows(cinfo, &s.err, target)) {
+    if (OverMemoryLimit(s.err)) return MemoryLimitError(libjpeg_bytes);
+    return invalid();
+  }
   return Status::OK();
 }
 

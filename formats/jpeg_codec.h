@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -16,6 +17,13 @@ namespace sluice {
 
 inline constexpr int64_t kDefaultMaxPixels = 100'000'000;
 
+// Asked by a decoder once it has read an image's header and before it allocates anything for the
+// image, with its estimate of all the decode allocates: libjpeg's buffers (for a progressive or
+// other multi-scan file, the DCT coefficients of the whole image) and the decoded pixels. OK lets
+// the decode go ahead; an error refuses the image with that status. Either way libjpeg is held to
+// its part of the estimate: it fails rather than allocate its whole-image buffers past it.
+using DecodeMemoryGate = std::function<Status(int64_t estimated_bytes)>;
+
 // Decodes any JPEG (gray, YCbCr, RGB, CMYK, YCCK; baseline or progressive) into interleaved RGB.
 // A header over max_pixels is refused before any allocation. Corrupt data is InvalidArgument with
 // libjpeg's message. Reusable: keep one per thread to avoid re-creating libjpeg state.
@@ -26,7 +34,8 @@ class JpegDecoder {
   JpegDecoder(const JpegDecoder&) = delete;
   JpegDecoder& operator=(const JpegDecoder&) = delete;
 
-  Status Decode(std::string_view data, Image* out, int64_t max_pixels = kDefaultMaxPixels);
+  Status Decode(std::string_view data, Image* out, int64_t max_pixels = kDefaultMaxPixels,
+                const DecodeMemoryGate* gate = nullptr);
 
  private:
   struct State;

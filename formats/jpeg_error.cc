@@ -68,6 +68,43 @@ bool ReadHeaderFrame(j_decompress_ptr cinfo, ErrorManager* err, const uint8_t* d
   return true;
 }
 
+bool EstimateDecompressFrame(j_decompress_ptr cinfo, ErrorManager* err, int64_t* bytes) {
+  if (setjmp(err->jump)) {
+    jpeg_abort_decompress(cinfo);
+    return false;
+  }
+  jpeg_calc_output_dimensions(cinfo);
+  const bool whole_image = jpeg_has_multiple_scans(cinfo) || cinfo->buffered_image;
+  // Tables (Huffman, quantisation, range limits, IDCT) and the pools' slop, all small.
+  int64_t total = int64_t{256} << 10;
+  auto round_up = [](int64_t a, int64_t b) { return (a + b - 1) / b * b; };
+  for (int i = 0; i < cinfo->num_components; ++i) {
+    const jpeg_component_info& c = cinfo->comp_info[i];
+    if (whole_image) {
+      total += round_up(c.width_in_blocks, c.h_samp_factor) *
+               round_up(c.height_in_blocks, c.v_samp_factor) * static_cast<int64_t>(sizeof(JBLOCK));
+    }
+    // The main buffer's row groups, context rows included (at most four iMCU rows), and the
+    // upsampler's and colour converter's rows, at the output scale.
+    const int64_t scaled_width = int64_t{c.width_in_blocks} * c.DCT_scaled_size;
+    total += 4 * scaled_width * c.v_samp_factor * c.DCT_scaled_size;
+    total += 2 * int64_t{cinfo->output_width} * cinfo->max_v_samp_factor * c.DCT_scaled_size;
+  }
+  *bytes = total;
+  return true;
+}
+
+void LimitDecompressMemory(j_decompress_ptr cinfo, int64_t bytes) {
+  cinfo->mem->max_memory_to_use = static_cast<long>(bytes);  // NOLINT(google-runtime-int)
+}
+
+bool OverMemoryLimit(const ErrorManager& err) { return err.pub.msg_code == JERR_NO_BACKING_STORE; }
+
+Status MemoryLimitError(int64_t limit) {
+  return ResourceExhausted("libjpeg needed more than the " + std::to_string(limit) +
+                           " bytes estimated from the header");
+}
+
 Status ChooseRgbOutput(j_decompress_ptr cinfo, bool* cmyk) {
   *cmyk = false;
   switch (cinfo->jpeg_color_space) {

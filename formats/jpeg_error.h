@@ -58,6 +58,23 @@ inline constexpr int kRowBatch = 16;
 bool CreateDecompress(j_decompress_ptr cinfo, ErrorManager* err);
 bool ReadHeaderFrame(j_decompress_ptr cinfo, ErrorManager* err, const uint8_t* data, size_t size);
 
+// After the header, with the scale set: computes the output size (jpeg_calc_output_dimensions)
+// and estimates what libjpeg allocates to decompress the image at that scale: for a file with more
+// than one scan (progressive, or baseline with non-interleaved scans) the DCT coefficients of the
+// whole image, whatever the crop and scale (8 bytes per pixel and component at 4:4:4); its row
+// buffers, generously; and its tables. False after a libjpeg error, the object reset.
+bool EstimateDecompressFrame(j_decompress_ptr cinfo, ErrorManager* err, int64_t* bytes);
+
+// Holds libjpeg to `bytes` for the decompression about to start. libjpeg-turbo's jmemnobs.c
+// checks max_memory_to_use only when it places its virtual arrays (the whole-image coefficient
+// buffers): past the limit it asks for a backing store, which jmemnobs refuses with
+// JERR_NO_BACKING_STORE before allocating them. Its other buffers are a few rows each.
+void LimitDecompressMemory(j_decompress_ptr cinfo, int64_t bytes);
+// Whether the error in err was libjpeg refusing to allocate past LimitDecompressMemory's limit.
+bool OverMemoryLimit(const ErrorManager& err);
+// ResourceExhausted for that case, naming the limit.
+Status MemoryLimitError(int64_t limit);
+
 // After the header: asks for RGB output — libjpeg converts gray, YCbCr and RGB itself; CMYK and
 // YCCK come out CMYK (*cmyk = true) for the caller to convert. Any other colour space is
 // InvalidArgument, with the decompression aborted.

@@ -14,8 +14,12 @@ namespace {
 using jpeg_internal::ChooseRgbOutput;
 using jpeg_internal::CreateDecompress;
 using jpeg_internal::ErrorManager;
+using jpeg_internal::EstimateDecompressFrame;
 using jpeg_internal::InitErrorManager;
+using jpeg_internal::LimitDecompressMemory;
 using jpeg_internal::MakeRowTarget;
+using jpeg_internal::MemoryLimitError;
+using jpeg_internal::OverMemoryLimit;
 using jpeg_internal::Phase;
 using jpeg_internal::ProgressMonitor;
 using jpeg_internal::ReadHeaderFrame;
@@ -223,7 +227,8 @@ Result<JpegHeader> JpegRoiDecoder::ReadHeader(std::string_view jpeg, int64_t max
 
 Status JpegRoiDecoder::DecodeCrop(std::string_view jpeg, const CropWindow& crop, int out_width,
                                   int out_height, bool flip, uint8_t* out, size_t out_stride,
-                                  int64_t max_pixels, RoiDecodeStats* stats) {
+                                  int64_t max_pixels, RoiDecodeStats* stats,
+                                  const DecodeMemoryGate* gate) {
   if (out_width <= 0 || out_height <= 0 || out == nullptr ||
       out_stride < static_cast<size_t>(out_width) * 3) {
     return InvalidArgument("bad output of " + Dimensions(out_width, out_height) + " with stride " +
@@ -251,25 +256,46 @@ Status JpegRoiDecoder::DecodeCrop(std::string_view jpeg, const CropWindow& crop,
   cinfo->scale_num = 1;
   cinfo->scale_denom = static_cast<unsigned int>(plan.denom);
 
+  int64_t libjpeg_bytes = 0;
+  if (!EstimateDecompressFrame(cinfo, &s.err, &libjpeg_bytes)) return s.Invalid();
+  if (gate != nullptr) {
+    // libjpeg widens the crop leftwards to an iMCU boundary (at most 32 scaled columns) and by a
+    // column of upsampling margin on each side.
+    const int64_t row_bytes = (int64_t{plan.width} + 34) * 3 * plan.height +
+                              (cmyk ? int64_t{cinfo->output_width} * 4 : 0);
+    Status allowed = (*gate)(libjpeg_bytes + row_bytes);
+    if (!allowed.ok()) {
+      const bool progressive = cinfo->progressive_mode != FALSE;
+      jpeg_abort_decompress(cinfo);
+      return allowed.WithContext(Dimensions(width, height) +
+                                 (progressive ? " progressive" : " baseline") + " JPEG");
+    }
+  }
+  LimitDecompressMemory(cinfo, libjpeg_bytes);
+  auto failed = [&] {
+    return OverMemoryLimit(s.err) ? MemoryLimitError(libjpeg_bytes) : s.Invalid();
+  };
+
   JDIMENSION xoffset = 0;
   JDIMENSION columns = 0;
   if (!StartCropFrame(cinfo, &s.err, plan.x, plan.x + plan.width, &xoffset, &columns)) {
-    return s.Invalid();
+    return failed();
   }
 
   const size_t stride = static_cast<size_t>(columns) * 3;
   s.rows.resize(stride * plan.height);
   const RowTarget target = MakeRowTarget(cinfo, cmyk, columns, s.rows.data(), stride,
                                          static_cast<JDIMENSION>(plan.y), &s.cmyk_row);
-  if (!ReadRowsFrame(cinfo, &s.err, static_cast<JDIMENSION>(plan.y),
-                     static_cast<JDIMENSION>(plan.height), target)) {
-    return s.Invalid();
+  const bool read = ReadRowsFrame(cinfo, &s.err, static_cast<JDIMENSION>(plan.y),
+                                  static_cast<JDIMENSION>(plan.height), target);
+  if (read) {
+    const ImageView decoded{s.rows.data(), static_cast<int>(columns), plan.height, stride};
+    const ImageView window =
+        decoded.Crop(plan.x - static_cast<int>(xoffset), 0, plan.width, plan.height);
+    Resize(window, out, out_width, out_height, out_stride, /*flip_horizontal=*/flip);
   }
-
-  const ImageView decoded{s.rows.data(), static_cast<int>(columns), plan.height, stride};
-  const ImageView window =
-      decoded.Crop(plan.x - static_cast<int>(xoffset), 0, plan.width, plan.height);
-  Resize(window, out, out_width, out_height, out_stride, /*flip_horizontal=*/flip);
+  if (s.rows.capacity() > kKeptRowsBytes) std::vector<uint8_t>().swap(s.rows);
+  if (!read) return failed();
   if (stats != nullptr) {
     stats->scale_denom = plan.denom;
     stats->rows_decoded = plan.y + plan.height;

@@ -48,9 +48,17 @@ class JpegRoiDecoder {
   // At a DCT scale of 1/d (d > 1) the crop's edges snap to the nearest multiple of d source
   // pixels: within d/2 of the exact window, which is under half an output pixel since the scaled
   // crop is at least the output size. At full scale the window is exact.
+  // gate, when given, is asked before anything is allocated for the image (DecodeMemoryGate);
+  // libjpeg is held to its estimate either way. Decoded rows over kKeptRowsBytes are not kept
+  // for the next image.
   Status DecodeCrop(std::string_view jpeg, const CropWindow& crop, int out_width, int out_height,
                     bool flip, uint8_t* out, size_t out_stride,
-                    int64_t max_pixels = kDefaultMaxPixels, RoiDecodeStats* stats = nullptr);
+                    int64_t max_pixels = kDefaultMaxPixels, RoiDecodeStats* stats = nullptr,
+                    const DecodeMemoryGate* gate = nullptr);
+
+  // The decoded rows a decoder keeps between images: an ordinary crop's (up to ~800x800 at the
+  // chosen scale), not a huge image's, which no budget counts once its decode is over.
+  static constexpr size_t kKeptRowsBytes = size_t{2} << 20;
 
  private:
   struct State;

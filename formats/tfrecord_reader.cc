@@ -129,10 +129,68 @@ Result<size_t> TFRecordReader::Fill(size_t n) {
   return limit_;
 }
 
+Result<size_t> TFRecordReader::Stream(size_t n, char* to, uint32_t* crc) {
+  size_t done = 0;
+  while (done < n) {
+    const char* from = nullptr;
+    size_t got = 0;
+    if (pos_ < limit_) {
+      got = std::min(n - done, limit_ - pos_);
+      from = buf_.data() + pos_;
+      pos_ += got;
+    } else if (file_eof_) {
+      break;
+    } else if (lender_ != nullptr) {
+      if (lent_.empty()) {
+        RETURN_IF_ERROR(lender_->Lend(&lent_));
+        if (lent_.empty()) {
+          file_eof_ = true;
+          break;
+        }
+      }
+      got = std::min(n - done, lent_.size());
+      from = lent_.data();
+      lent_.remove_prefix(got);
+    } else if (to != nullptr) {
+      RETURN_IF_ERROR(file_->Read(n - done, to + done, &got));
+      from = to + done;
+    } else {
+      // Nowhere to put them: through the buffer, which is empty here.
+      RETURN_IF_ERROR(file_->Read(buf_.size(), buf_.data(), &limit_));
+      pos_ = 0;
+      if (limit_ == 0) file_eof_ = true;
+      continue;
+    }
+    if (got == 0) {
+      file_eof_ = true;
+      break;
+    }
+    if (crc != nullptr) *crc = crc32c::Extend(*crc, from, got);
+    if (to != nullptr && from != to + done) std::memcpy(to + done, from, got);
+    done += got;
+  }
+  return done;
+}
+
 Status TFRecordReader::ReadRecord(std::string_view* record, bool* end_of_file) {
+  return Next(record, nullptr, end_of_file);
+}
+
+Status TFRecordReader::ReadRecordInto(std::string* record, bool* end_of_file) {
+  std::string_view view;
+  return Next(&view, record, end_of_file);
+}
+
+Status TFRecordReader::Next(std::string_view* record, std::string* copy, bool* end_of_file) {
   *end_of_file = false;
   if (!final_status_.ok()) return final_status_;
   record_offset_ = offset_;
+  const size_t buffer_bytes = std::max(options_.buffer_bytes, kMinBufferBytes);
+  if (buf_.size() > buffer_bytes && pos_ == limit_) {
+    // Grown for the last record, whose view is now void: not kept for the next ones.
+    std::vector<char>(buffer_bytes).swap(buf_);
+    pos_ = limit_ = 0;
+  }
 
   auto where = [&] {
     std::string w = name() + ":" + std::to_string(record_offset_);
@@ -172,6 +230,41 @@ Status TFRecordReader::ReadRecord(std::string_view* record, bool* end_of_file) {
   }
 
   const size_t frame = kTFRecordHeaderBytes + static_cast<size_t>(length) + kTFRecordFooterBytes;
+  const bool refused = length > options_.max_held_record_bytes;
+  if (refused || (copy != nullptr && frame > buf_.size())) {
+    // Streamed: the payload goes to *copy, or nowhere when refused, never through a grown buffer.
+    Skip(kTFRecordHeaderBytes);
+    char* to = nullptr;
+    if (!refused) {
+      copy->resize(length);
+      to = copy->data();
+    }
+    uint32_t crc = 0;
+    Result<size_t> got = Stream(length, to, refused ? nullptr : &crc);
+    if (!got.ok()) return fail(got.status());
+    if (*got < length) return truncated(frame, kTFRecordHeaderBytes + *got);
+    const char* footer = nullptr;
+    avail = Peek(kTFRecordFooterBytes, &footer);
+    if (!avail.ok()) return fail(avail.status());
+    if (*avail < kTFRecordFooterBytes) {
+      return truncated(frame, kTFRecordHeaderBytes + length + *avail);
+    }
+    const uint32_t stored = DecodeFixed32(footer);
+    Skip(kTFRecordFooterBytes);
+    offset_ += frame;
+    if (refused) {
+      return ResourceExhausted("record at " + where() + " of " + std::to_string(length) +
+                               " bytes is over the limit of " +
+                               std::to_string(options_.max_held_record_bytes) +
+                               " bytes that the memory budget allows one record");
+    }
+    if (crc32c::Unmask(stored) != crc) {
+      return DataLoss("corrupted record at " + where() + " (data checksum mismatch)");
+    }
+    *record = *copy;
+    return Status::OK();
+  }
+
   const char* start = nullptr;
   avail = Peek(frame, &start);
   if (!avail.ok()) return fail(avail.status());
@@ -184,7 +277,12 @@ Status TFRecordReader::ReadRecord(std::string_view* record, bool* end_of_file) {
   if (crc32c::Unmask(stored) != crc32c::Value(data, length)) {
     return DataLoss("corrupted record at " + where() + " (data checksum mismatch)");
   }
-  *record = std::string_view(data, length);
+  if (copy != nullptr) {
+    copy->assign(data, length);
+    *record = *copy;
+  } else {
+    *record = std::string_view(data, length);
+  }
   return Status::OK();
 }
 

@@ -40,6 +40,10 @@ struct TFRecordReaderOptions {
   size_t buffer_bytes = 4 << 20;
   // A length above this is refused as corrupt before anything is allocated for it.
   uint64_t max_record_bytes = uint64_t{1} << 31;
+  // A record longer than this (and not over max_record_bytes) is intact but too large to hold:
+  // ReadRecord reads through it in buffer-sized pieces, holding none of it, and refuses it (see
+  // ReadRecord). The memory budget sets it (pipeline/options.h max_record_bytes).
+  uint64_t max_held_record_bytes = UINT64_MAX;
   // Open() passes the opened stream (after inflation, for a compressed file) through this before
   // reading it, e.g. to read it ahead on other threads (pipeline/read_ahead_file.h). The wrapper
   // must deliver the same bytes and errors in the same order.
@@ -71,8 +75,15 @@ class TFRecordReader {
   //  - DataLoss "corrupted record at F:O (length checksum mismatch | length N over the limit)" and
   //    DataLoss "truncated record at F:O (...)": nothing after can be trusted; every later call
   //    returns the same status (see can_continue()).
+  //  - ResourceExhausted "record at F:O of N bytes is over the limit of M bytes": longer than
+  //    max_held_record_bytes; its payload was read through, not held, and the next call reads the
+  //    record after it (its data checksum is not checked).
   //  - I/O errors from the file, also final.
   Status ReadRecord(std::string_view* record, bool* end_of_file);
+  // ReadRecord, with the record copied into *record (its capacity reused). A record larger than
+  // the read buffer goes from the file straight into *record instead of being assembled in the
+  // buffer first, so it is held once, and the buffer keeps its size.
+  Status ReadRecordInto(std::string* record, bool* end_of_file);
 
   // Offset (in the uncompressed stream) of the record last returned or reported as corrupt.
   uint64_t record_offset() const { return record_offset_; }
@@ -88,6 +99,12 @@ class TFRecordReader {
   Result<size_t> Peek(size_t n, const char** at);
   // Consumes n bytes that Peek made available.
   void Skip(size_t n);
+  // Consumes the next n bytes without making them contiguous: copies them to `to` unless it is
+  // null, and folds them into *crc unless it is null. Returns how many there were (< n only at
+  // the end of the file). Holds no more than the buffer does, however large n is.
+  Result<size_t> Stream(size_t n, char* to, uint32_t* crc);
+  // ReadRecord and ReadRecordInto: the record is a view, and also copied to *copy when not null.
+  Status Next(std::string_view* record, std::string* copy, bool* end_of_file);
   // Makes at least n bytes available at buf_[pos_]; returns the number available (< n at EOF).
   Result<size_t> Fill(size_t n);
 

@@ -5,10 +5,12 @@
 #include <limits>
 
 namespace sluice {
-Augmenter::Augmenter(const ResolvedOptions& options, DecodedCache* cache, PipelineStats* stats)
+Augmenter::Augmenter(const ResolvedOptions& options, DecodedCache* cache, PipelineStats* stats,
+                     DecodeBudget* decode_budget)
     : options_(options),
       cache_(cache),
       stats_(stats),
+      decode_budget_(decode_budget),
       scanner_(options.image_key, options.label_key),
       roi_(options.fast_idct) {}
 
@@ -52,6 +54,12 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* out) {
   }
   w->label = static_cast<int32_t>(label);
 
+  // Held until the decode is over: its estimate of libjpeg's buffers and the decoded pixels.
+  DecodeReservation reservation(decode_budget_);
+  const DecodeMemoryGate gate = [&reservation](int64_t bytes) {
+    return reservation.Reserve(bytes);
+  };
+
   if (cache_ != nullptr) {
     // Decode the whole image once, shrink it to the cache size, and crop from that — the same
     // path later epochs take from the cache, so every epoch sees the same source pixels.
@@ -61,9 +69,10 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* out) {
     Status s = parsed;
     if (s.ok()) {
       stats_->jpeg_decodes.fetch_add(1, std::memory_order_relaxed);
-      s = full_.Decode(jpeg, &decoded_, options_.max_pixels);
+      s = full_.Decode(jpeg, &decoded_, options_.max_pixels, &gate);
     }
     if (!s.ok()) {
+      ReleaseLargeImage();
       entry.error = s.message();
       cache_->Insert(w->file, w->record, std::move(entry));
       return s;
@@ -75,6 +84,7 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* out) {
     entry.pixels.reset(new uint8_t[static_cast<size_t>(entry.bytes())]);
     Resize(decoded_.view(), entry.pixels.get(), entry.width, entry.height,
            static_cast<size_t>(entry.width) * 3);
+    ReleaseLargeImage();
     CropFrom(ImageView{entry.pixels.get(), entry.width, entry.height,
                        static_cast<size_t>(entry.width) * 3},
              rng, out);
@@ -94,7 +104,14 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* out) {
     crop = CenterCrop(header.width, header.height, options_.width, options_.height);
   }
   return roi_.DecodeCrop(jpeg, crop, options_.width, options_.height, flip, out,
-                         static_cast<size_t>(options_.width) * 3, options_.max_pixels);
+                         static_cast<size_t>(options_.width) * 3, options_.max_pixels,
+                         /*stats=*/nullptr, &gate);
+}
+
+void Augmenter::ReleaseLargeImage() {
+  if (decoded_.pixels.capacity() > JpegRoiDecoder::kKeptRowsBytes) {
+    decoded_ = Image();
+  }
 }
 
 void Augmenter::Apply(WorkItem* w) {

@@ -13,6 +13,7 @@
 #include "formats/jpeg_codec.h"
 #include "formats/jpeg_roi_decoder.h"
 #include "pipeline/caches.h"
+#include "pipeline/decode_budget.h"
 #include "pipeline/options.h"
 #include "pipeline/transform.h"
 #include "pipeline/work_item.h"
@@ -21,8 +22,10 @@ namespace sluice {
 
 class Augmenter final : public Transform {
  public:
-  // cache: the DECODED cache, or null.
-  Augmenter(const ResolvedOptions& options, DecodedCache* cache, PipelineStats* stats);
+  // cache: the DECODED cache, or null. Every decode reserves its estimated memory in
+  // decode_budget first (shared by the pipeline's Augmenters; it outlives this).
+  Augmenter(const ResolvedOptions& options, DecodedCache* cache, PipelineStats* stats,
+            DecodeBudget* decode_budget);
 
   // Writes w's image into w->buffer slot w->slot and sets w->label; on failure sets w->status
   // (naming file and offset) and leaves the slot partly written.
@@ -33,10 +36,13 @@ class Augmenter final : public Transform {
   // Crops (and maybe flips) from an already decoded image into out.
   void CropFrom(const ImageView& image, AugmentRng& rng, uint8_t* out) const;
   AugmentRng RngFor(const WorkItem& w) const;
+  // Frees decoded_ when it holds more than an ordinary image: no budget counts it between decodes.
+  void ReleaseLargeImage();
 
   const ResolvedOptions& options_;
   DecodedCache* cache_;
   PipelineStats* stats_;
+  DecodeBudget* decode_budget_;
   ExampleScanner scanner_;
   RandomResizedCropParams crop_params_;
   JpegRoiDecoder roi_;

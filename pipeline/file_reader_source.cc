@@ -25,6 +25,7 @@ bool FileReaderSource::OpenReader(WorkItem* w) {
   ro.compression = ctx_.options->compression;
   ro.buffer_bytes = kReadBufferBytes;
   ro.start_offset = start_offset_;
+  ro.max_held_record_bytes = static_cast<uint64_t>(ctx_.options->max_record_bytes);
   if (ctx_.io_pool != nullptr) {
     // The read-ahead's chunks account themselves; the reader's buffer is added below.
     ro.wrap_stream = [this](std::unique_ptr<SequentialFile> stream) {
@@ -52,15 +53,18 @@ bool FileReaderSource::Read(WorkItem* w) {
   if (done_) return false;
   if (!reader_ && !OpenReader(w)) return true;  // w names the file that would not open
   for (;;) {
+    const uint64_t index = next_record_;
+    const bool mine = ctx_.shard.Mine(index);
+    // A record of this shard goes straight into the item (held once however large); another
+    // shard's is only looked at in the reader's buffer.
     std::string_view record;
     bool eof = false;
-    Status s = reader_->ReadRecord(&record, &eof);
+    Status s = mine ? reader_->ReadRecordInto(&w->owned, &eof) : reader_->ReadRecord(&record, &eof);
     if (s.ok() && eof) {
       Finish();
       return false;
     }
-    const uint64_t index = next_record_++;
-    const bool mine = ctx_.shard.Mine(index);
+    ++next_record_;
     if (!s.ok()) {
       clean_ = false;
       const uint64_t offset = reader_->record_offset();
@@ -69,6 +73,7 @@ bool FileReaderSource::Read(WorkItem* w) {
         if (done_) return false;
         continue;
       }
+      std::string().swap(w->owned);  // whatever a damaged record left there
       w->kind = WorkKind::kBadRecord;
       w->status = s;
       w->record = index;
@@ -78,10 +83,9 @@ bool FileReaderSource::Read(WorkItem* w) {
     if (!mine) continue;
     w->record = index;
     w->offset = reader_->record_offset();
-    w->owned.assign(record.data(), record.size());
     w->bytes = w->owned;
     ctx_.CountRead();
-    ctx_.stats->stage(Stage::kRead).bytes.fetch_add(record.size(), std::memory_order_relaxed);
+    ctx_.stats->stage(Stage::kRead).bytes.fetch_add(w->owned.size(), std::memory_order_relaxed);
     if (caching_) Keep(index, w->offset, w->owned);
     return true;
   }

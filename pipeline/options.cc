@@ -24,8 +24,9 @@ Status Take(Tunable t, int64_t given, T* out) {
   return Take(t, given, Spec(t).default_value, out);
 }
 
-// Sets records_budget_bytes to what the budget leaves after the batch pool, the cache and the read
-// buffers; ResourceExhausted when that is under a sixteenth of the budget.
+// Sets records_budget_bytes, max_record_bytes and decode_budget_bytes from what the budget leaves
+// after the batch pool, the cache and the read buffers; ResourceExhausted when that is under a
+// sixteenth of the budget.
 Status SplitMemoryBudget(ResolvedOptions* options) {
   ResolvedOptions& r = *options;
   // The batch pool is the one fixed cost: every batch being filled, waiting in the prefetch queue
@@ -33,8 +34,13 @@ Status SplitMemoryBudget(ResolvedOptions* options) {
   int64_t pool_bytes = static_cast<int64_t>(r.batch_image_bytes()) * (r.prefetch + kBatchPoolExtra);
   int64_t cache_bytes = r.cache == CacheKind::kNone ? 0 : r.cache_budget_bytes;
   int64_t read_bytes = kReadBytesPerOpenFile * r.cycle_length;
-  r.records_budget_bytes = r.memory_budget_bytes - pool_bytes - cache_bytes - read_bytes;
-  if (r.records_budget_bytes < r.memory_budget_bytes / 16) {
+  const int64_t rest = r.memory_budget_bytes - pool_bytes - cache_bytes - read_bytes;
+  // A quarter for decoding: a 12-megapixel progressive photo needs ~40 MB of coefficients, so the
+  // default dataset budget decodes several at once, and a small budget refuses bombs early.
+  r.decode_budget_bytes = rest / 4;
+  r.records_budget_bytes = rest - r.decode_budget_bytes;
+  r.max_record_bytes = r.records_budget_bytes / 2;
+  if (rest < r.memory_budget_bytes / 16) {
     return ResourceExhausted(
         "memory_budget_bytes = " + std::to_string(r.memory_budget_bytes) + " cannot hold " +
         std::to_string(r.prefetch + kBatchPoolExtra) + " batches of " +

@@ -51,9 +51,17 @@ struct ResolvedOptions {
   bool autotune = true;
   uint64_t seed = 0;
   int64_t memory_budget_bytes = 0;
-  // What the budget leaves for records between the reader and the batcher (after the batch pool,
-  // the read buffers and the cache). At least one record is always let through.
+  // What the budget leaves, after the batch pool, the read buffers and the cache, splits into:
+  //  - records_budget_bytes for records between the reader and the batcher: the in-flight window
+  //    (records_budget_bytes - max_record_bytes) and the record the source holds while it waits
+  //    for room there;
+  //  - max_record_bytes, the largest record held at all: a longer one is refused from its length
+  //    field before its payload is read (TFRecordReaderOptions::max_held_record_bytes);
+  //  - decode_budget_bytes for the decoders' own memory (libjpeg's buffers, the decoded rows),
+  //    reserved per image from its header by every decode thread together (DecodeBudget).
   int64_t records_budget_bytes = 0;
+  int64_t max_record_bytes = 0;
+  int64_t decode_budget_bytes = 0;
 
   size_t image_bytes() const { return static_cast<size_t>(height) * width * 3; }
   size_t batch_image_bytes() const { return image_bytes() * batch_size; }

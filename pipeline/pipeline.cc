@@ -17,6 +17,7 @@
 #include "pipeline/batch_pool.h"
 #include "pipeline/batcher.h"
 #include "pipeline/caches.h"
+#include "pipeline/decode_budget.h"
 #include "pipeline/in_flight_window.h"
 #include "pipeline/io_pool.h"
 #include "pipeline/notification.h"
@@ -42,7 +43,8 @@ class Loans : public BatchRecycler {
  public:
   Loans(const ResolvedOptions& o, PipelineStats* stats, std::function<void()> on_pool_wait)
       : pool(o, &stats->pool(Pool::kBatchPool), std::move(on_pool_wait)),
-        window(static_cast<int64_t>(o.prefetch + 2) * o.batch_size, o.records_budget_bytes) {}
+        window(static_cast<int64_t>(o.prefetch + 2) * o.batch_size,
+               o.records_budget_bytes - o.max_record_bytes) {}
 
   void Recycle(BatchBuffer* buffer, uint64_t items) override {
     pool.BatchReturned();
@@ -83,14 +85,16 @@ class PipelineIterator : public Iterator, private BatcherSink {
     stats_.decode_parallelism_max = options.threads;
     stats_.queue_capacity = options.prefetch;
     stats_.pool(Pool::kReadBuffers).limit = kReadBytesPerOpenFile * options.cycle_length;
-    stats_.pool(Pool::kRecordsInFlight).limit = options.records_budget_bytes;
+    // The window's share; the record the source holds while it waits is the rest.
+    stats_.pool(Pool::kRecordsInFlight).limit =
+        options.records_budget_bytes - options.max_record_bytes;
     MakeCaches();
     io_pool_ = std::make_unique<IoPool>(std::min(options.cycle_length, kMaxIoThreads));
     source_ = std::make_unique<RecordSource>(options_, &stats_, record_cache_.get(),
                                              decoded_cache_.get(), io_pool_.get());
     // One Transform per decode thread: the fused decode and augment (Augmenter).
     TransformFactory make_transform = [this]() -> std::unique_ptr<Transform> {
-      return std::make_unique<Augmenter>(options_, decoded_cache_.get(), &stats_);
+      return std::make_unique<Augmenter>(options_, decoded_cache_.get(), &stats_, &decode_budget_);
     };
     transforms_.emplace(make_transform);
     arena_.execute([this] { BuildGraph(); });
@@ -271,6 +275,8 @@ class PipelineIterator : public Iterator, private BatcherSink {
   std::shared_ptr<Loans> loans_;
   std::unique_ptr<RecordCache> record_cache_;
   std::unique_ptr<DecodedCache> decoded_cache_;
+  // Shared by the transforms (declared after it, so destroyed first).
+  DecodeBudget decode_budget_{options_.decode_budget_bytes, &stats_.pool(Pool::kDecode)};
   // Reads the cycle's files ahead; outlives source_, whose open files have tasks on it.
   std::unique_ptr<IoPool> io_pool_;
   std::unique_ptr<RecordSource> source_;

@@ -62,36 +62,36 @@ void RecordIndexSource::Finish() {
   ctx_.FileReadCleanly(file_, next_record_);
 }
 
-void MaterializeLazyRecord(const std::string& path, PipelineStats* stats, WorkItem* w) {
+void MaterializeLazyRecord(const std::string& path, uint64_t max_record_bytes, PipelineStats* stats,
+                           WorkItem* w) {
   const uint64_t length = w->lazy_length;
   w->lazy_length = 0;
   StageTimer timer(stats->stage(Stage::kRead));
-  Result<std::string> frame = ReadFileRange(path, w->offset, length);
-  Status s = frame.status();
-  std::string_view record;
-  std::unique_ptr<TFRecordReader> reader;
+  // The frame, read from its offset as the file's reader would (both CRCs checked, a record over
+  // the limit refused from its length field), into the item: held once.
+  TFRecordReaderOptions ro;
+  ro.compression = Compression::kNone;
+  ro.start_offset = w->offset;
+  ro.buffer_bytes = std::min<uint64_t>(length, kReadBufferBytes);
+  ro.max_held_record_bytes = max_record_bytes;
+  Result<std::unique_ptr<TFRecordReader>> reader = TFRecordReader::Open(path, ro);
+  Status s = reader.status();
   if (s.ok()) {
-    // The frame alone, parsed (both CRCs checked) as the reader would at its offset in the file.
-    TFRecordReaderOptions ro;
-    ro.compression = Compression::kNone;
-    ro.start_offset = w->offset;
-    ro.buffer_bytes = length;
-    reader = std::make_unique<TFRecordReader>(NewMemoryFile(path, std::move(*frame)), ro);
     bool eof = false;
-    s = reader->ReadRecord(&record, &eof);
+    s = (*reader)->ReadRecordInto(&w->owned, &eof);
     if (s.ok() && eof) {
       s = DataLoss("truncated record at " + path + ":" + std::to_string(w->offset) +
                    " (the record index promises a frame there)");
     }
   }
   if (!s.ok()) {
+    std::string().swap(w->owned);
     w->kind = WorkKind::kBadRecord;
     w->status = s;
     return;
   }
-  w->owned.assign(record.data(), record.size());
   w->bytes = w->owned;
-  stats->stage(Stage::kRead).bytes.fetch_add(record.size(), std::memory_order_relaxed);
+  stats->stage(Stage::kRead).bytes.fetch_add(w->owned.size(), std::memory_order_relaxed);
 }
 
 }  // namespace sluice

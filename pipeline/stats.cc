@@ -26,6 +26,7 @@ std::string_view PoolName(Pool p) {
     case Pool::kRecordCache: return "record_cache";
     case Pool::kDecodedCache: return "decoded_cache";
     case Pool::kBatchPool: return "batch_pool";
+    case Pool::kDecode: return "decode";
     case Pool::kCount: break;
   }
   return "?";

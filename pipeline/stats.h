@@ -56,8 +56,9 @@ struct PoolCounters {
 };
 
 enum class Stage { kRead, kShuffle, kDecode, kBatch, kConsumer, kCount };
+// kDecode: what the decode threads have reserved for images being decoded (DecodeBudget).
 enum class Pool { kReadBuffers, kRecordsInFlight, kShuffleBuffer, kRecordCache, kDecodedCache,
-                  kBatchPool, kCount };
+                  kBatchPool, kDecode, kCount };
 
 std::string_view StageName(Stage s);
 std::string_view PoolName(Pool p);

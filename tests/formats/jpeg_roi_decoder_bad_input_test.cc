@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -43,6 +44,41 @@ TEST_CASE("ImageOverMaxPixelsIsRefusedBeforeDecoding") {
   CHECK(decoder.ReadHeader(jpeg, 40 * 30 - 1).status().code() == StatusCode::kInvalidArgument);
   CHECK(decoder.DecodeCrop(jpeg, {0, 0, 40, 30}, 8, 8, false, out.data(), 24, 40 * 30).ok());
   CHECK(decoder.ReadHeader(jpeg, 40 * 30).ok());
+}
+
+// A baseline bomb (a huge frame over little data) is asked for its memory from the header: the
+// gate sees the estimate of the decoded crop's rows and libjpeg's, and its refusal is the result,
+// before anything is allocated or written. An ordinary image passes the same gate and decodes.
+TEST_CASE("DecodeMemoryGateRefusalStopsTheDecodeBeforeAllocating") {
+  JpegRoiDecoder decoder;
+  std::vector<uint8_t> out(8 * 8 * 3, 0x5A);
+  const std::string bomb = testing::WithFrameSize(TexturedJpeg(16, 16, {2, 2}), 9000, 9000);
+  int64_t asked = 0;
+  const DecodeMemoryGate refuse = [&asked](int64_t bytes) {
+    asked = bytes;
+    return ResourceExhausted("no room for " + std::to_string(bytes));
+  };
+  // At full scale (an 8x8 output of a 4000x4000 crop would pick 1/8; ask for 600x600).
+  std::vector<uint8_t> big(600 * 600 * 3, 0x5A);
+  Status s = decoder.DecodeCrop(bomb, {0, 0, 4000, 4000}, 600, 600, false, big.data(), 1800,
+                                kDefaultMaxPixels, nullptr, &refuse);
+  CHECK(s.code() == StatusCode::kResourceExhausted);
+  CHECK(s.message() == "9000x9000 baseline JPEG: no room for " + std::to_string(asked));
+  // The crop at 1/4 scale: 1000x1000 RGB rows at least.
+  CHECK(asked >= 1000 * 1000 * 3);
+  CHECK(std::all_of(big.begin(), big.end(), [](uint8_t v) { return v == 0x5A; }));
+
+  int64_t allowed = 0;
+  const DecodeMemoryGate allow = [&allowed](int64_t bytes) {
+    allowed = bytes;
+    return Status::OK();
+  };
+  const std::string jpeg = TexturedJpeg(40, 30, {2, 2});
+  s = decoder.DecodeCrop(jpeg, {0, 0, 40, 30}, 8, 8, false, out.data(), 24, kDefaultMaxPixels,
+                         nullptr, &allow);
+  REQUIRE(s.ok());
+  CHECK(allowed > 40 * 30 * 3);
+  CHECK(allowed < 1 << 20);
 }
 
 TEST_CASE("CropOutsideTheImageOrBadOutputIsInvalidArgument") {

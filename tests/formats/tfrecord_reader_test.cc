@@ -175,13 +175,18 @@ struct Trace {
   bool in_place = false;            // some record was a view into the lender's bytes
 };
 
-// Reads to the end or a final error, stepping past data checksum mismatches.
-Trace TraceReader(TFRecordReader* reader, const std::string* lender_bytes) {
+enum class Api { kView, kInto };
+
+// Reads to the end or a final error, stepping past data checksum mismatches and refused records.
+Trace TraceReader(TFRecordReader* reader, const std::string* lender_bytes, Api api = Api::kView) {
   Trace t;
+  std::string copy;
   for (int i = 0; i < 100000; ++i) {
     std::string_view record;
     bool eof = false;
-    Status s = reader->ReadRecord(&record, &eof);
+    Status s =
+        api == Api::kView ? reader->ReadRecord(&record, &eof) : reader->ReadRecordInto(&copy, &eof);
+    if (api == Api::kInto) record = copy;
     if (!s.ok()) {
       t.errors.push_back(s.message() + " @" + std::to_string(reader->record_offset()));
       if (!reader->can_continue()) return t;
@@ -218,8 +223,12 @@ TEST_CASE("LendingStreamGivesTheSameRecordsAndErrorsAsCopying") {
     std::string contents;
     int64_t fail_at;
   };
+  const size_t big = shard.size() - kOverhead - 4 - 20000 - kOverhead;  // record 121's frame
   const std::vector<Case> cases = {
       {"clean", shard, -1},
+      {"truncated in a large record", shard.substr(0, big + kTFRecordHeaderBytes + 5000), -1},
+      {"truncated in a large record's footer", shard.substr(0, big + kOverhead + 20000 - 2), -1},
+      {"I/O error in a large record", shard, static_cast<int64_t>(big) + 7000},
       {"data checksum", bad_data, -1},
       {"length checksum", bad_length, -1},
       {"truncated in a header", shard.substr(0, shard.size() - 28), -1},
@@ -250,6 +259,66 @@ TEST_CASE("LendingStreamGivesTheSameRecordsAndErrorsAsCopying") {
         CHECK(got.ended == want.ended);
         CHECK(lending.offset() == copying.offset());
         if (loans[0] >= 4096 && !got.records.empty()) CHECK(got.in_place);
+      }
+      // ReadRecordInto, which streams a record larger than the buffer into the string instead,
+      // gives the same, copying or lending.
+      TFRecordReader into(NewMemoryFile("mem", c.contents, c.fail_at), options);
+      const Trace copied = TraceReader(&into, nullptr, Api::kInto);
+      INFO(c.what << ", buffer " << buffer << ", into a string");
+      CHECK(copied.records == want.records);
+      CHECK(copied.offsets == want.offsets);
+      CHECK(copied.errors == want.errors);
+      CHECK(copied.ended == want.ended);
+      for (const auto& loans : loan_patterns) {
+        TFRecordReader lent_into(std::make_unique<LendingMemoryFile>(c.contents, loans, c.fail_at),
+                                 options);
+        const Trace got = TraceReader(&lent_into, nullptr, Api::kInto);
+        CHECK(got.records == want.records);
+        CHECK(got.errors == want.errors);
+        CHECK(lent_into.offset() == copying.offset());
+      }
+    }
+  }
+}
+
+// With max_held_record_bytes under the 20000-byte record, that record alone turns into a
+// ResourceExhausted naming its offset, size and the limit; the reader steps over it without
+// holding it and reads on, through either API and any stream. Damage inside it stays final.
+TEST_CASE("RecordOverTheHeldLimitIsRefusedFromItsLengthAndReadingGoesOn") {
+  std::vector<std::string> records = {"first", RandomBytes(20000, 9), "last"};
+  const std::string shard = Shard(records);
+  const size_t big = records[0].size() + kOverhead;
+  const std::string refused = "record at mem:" + std::to_string(big) +
+                              " of 20000 bytes is over the limit of 10000 bytes that the memory "
+                              "budget allows one record @" +
+                              std::to_string(big);
+  const std::string cut = shard.substr(0, big + kTFRecordHeaderBytes + 5000);
+  for (size_t buffer : {size_t{16}, size_t{4096}, size_t{1} << 20}) {
+    TFRecordReaderOptions options;
+    options.buffer_bytes = buffer;
+    options.max_held_record_bytes = 10000;
+    for (Api api : {Api::kView, Api::kInto}) {
+      for (const std::vector<size_t>& loans :
+           std::vector<std::vector<size_t>>{{}, {1}, {100, 7, 3000}, {1 << 20}}) {
+        INFO("buffer " << buffer << ", api " << static_cast<int>(api) << ", loans "
+                       << loans.size());
+        auto open = [&](const std::string& contents) -> std::unique_ptr<SequentialFile> {
+          if (loans.empty()) return NewMemoryFile("mem", contents);
+          return std::make_unique<LendingMemoryFile>(contents, loans, -1);
+        };
+        TFRecordReader reader(open(shard), options);
+        const Trace t = TraceReader(&reader, nullptr, api);
+        CHECK(t.records == std::vector<std::string>{"first", "last"});
+        CHECK(t.errors == std::vector<std::string>{refused});
+        CHECK(t.ended);
+        CHECK(reader.offset() == shard.size());
+
+        TFRecordReader truncated(open(cut), options);
+        const Trace tt = TraceReader(&truncated, nullptr, api);
+        CHECK(tt.records == std::vector<std::string>{"first"});
+        REQUIRE(tt.errors.size() == 1);
+        CHECK(tt.errors[0].find("truncated record at mem:" + std::to_string(big)) == 0);
+        CHECK_FALSE(truncated.can_continue());
       }
     }
   }

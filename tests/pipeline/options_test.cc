@@ -30,6 +30,28 @@ TEST_CASE("DefaultsAreAppliedAndGlobsExpanded") {
   CHECK(r->mode == PipelineMode::kTrain);
 }
 
+// What the budget leaves after the batch pool and read buffers: a quarter for decoding, the rest
+// for records, of which the largest record held may take half (the other half is the in-flight
+// window it waits on), so records and decoders together stay within the budget.
+TEST_CASE("MemoryBudgetSplitsIntoRecordsTheLargestRecordAndDecoding") {
+  TempDir dir;
+  testing::WriteTestShards(dir, 2, 1);
+  v1::PipelineOptions o;
+  o.add_files(dir.file("shard-*.tfrecord"));
+  o.set_batch_size(8);
+  o.set_image_height(32);
+  o.set_image_width(40);
+  o.set_memory_budget_bytes(64 << 20);
+  auto r = ResolveOptions(o);
+  REQUIRE(r.ok());
+  const int64_t rest = (64 << 20) - 8 * 32 * 40 * 3 * (2 + kBatchPoolExtra) -
+                       2 * kReadBytesPerOpenFile;
+  CHECK(r->decode_budget_bytes == rest / 4);
+  CHECK(r->records_budget_bytes == rest - rest / 4);
+  CHECK(r->max_record_bytes == r->records_budget_bytes / 2);
+  CHECK(r->decode_budget_bytes + r->records_budget_bytes == rest);
+}
+
 TEST_CASE("BadValuesNameTheirField") {
   TempDir dir;
   testing::WriteTestShards(dir, 1, 1);

@@ -110,7 +110,7 @@ TEST_CASE("TheRecordIndexGivesLazyFramesUntilTheWindowClosesThenReadsTheRest") {
     ++window.produced;
     if (w.lazy_length > 0) {
       CHECK(w.lazy_length == shards.index[0][w.record].length);
-      MaterializeLazyRecord(options.files[0], &stats, &w);
+      MaterializeLazyRecord(options.files[0], UINT64_MAX, &stats, &w);
       CHECK(w.lazy_length == 0);
     } else {
       CHECK(got.size() >= 6);
@@ -119,6 +119,56 @@ TEST_CASE("TheRecordIndexGivesLazyFramesUntilTheWindowClosesThenReadsTheRest") {
     got.push_back({w.record, w.offset, w.lazy_length, std::string(w.bytes)});
   }
   CHECK(got == want);
+}
+
+// A record over max_record_bytes is a bad record naming file, offset and both sizes, whether the
+// file's reader meets it or a lazy frame from the record index is read, and the reader goes on
+// with the next record.
+TEST_CASE("RecordOverTheLimitIsABadRecordFromTheReaderAndTheIndexAlike") {
+  TempDir dir;
+  const std::string path = dir.file("shard-0.tfrecord");
+  std::vector<IndexEntry> entries;
+  {
+    auto writer = TFRecordWriter::Create(path);
+    REQUIRE(writer.ok());
+    for (const std::string& r : {std::string("a"), std::string(5000, 'b'), std::string("c")}) {
+      REQUIRE((*writer)->Write(r).ok());
+    }
+    entries = (*writer)->index();
+    REQUIRE((*writer)->Close().ok());
+  }
+  ResolvedOptions options = Resolved(dir);
+  options.max_record_bytes = 1000;
+  PipelineStats stats;
+  SourceContext ctx{&options, &stats, nullptr, nullptr, nullptr, RecordShard{}};
+  const std::string refused = path + ":" + std::to_string(entries[1].offset) +
+                              " of 5000 bytes is over the limit of 1000 bytes";
+
+  FileReaderSource reader(ctx, 0, /*fill_cache=*/false);
+  std::vector<std::string> got;
+  for (;;) {
+    WorkItem w;
+    if (!reader.Read(&w)) break;
+    if (w.kind == WorkKind::kBadRecord) {
+      CHECK(w.status.code() == StatusCode::kResourceExhausted);
+      CHECK_THAT(w.status.message(), Catch::Contains(refused));
+      CHECK(w.offset == entries[1].offset);
+      CHECK(w.held_bytes() == 0);
+      got.push_back("refused");
+    } else {
+      got.emplace_back(w.bytes);
+    }
+  }
+  CHECK(got == std::vector<std::string>{"a", "refused", "c"});
+
+  WorkItem lazy;
+  lazy.offset = entries[1].offset;
+  lazy.lazy_length = entries[1].length;
+  MaterializeLazyRecord(path, 1000, &stats, &lazy);
+  CHECK(lazy.kind == WorkKind::kBadRecord);
+  CHECK(lazy.status.code() == StatusCode::kResourceExhausted);
+  CHECK_THAT(lazy.status.message(), Catch::Contains(refused));
+  CHECK(lazy.held_bytes() == 0);
 }
 
 TEST_CASE("AnIndexOfAnotherVersionOfTheFileIsNotUsed") {

@@ -1,0 +1,44 @@
+// The decoders' share of the budget: an image over the whole share is refused at once, naming
+// both numbers; reservations that do not fit together wait for each other and never exceed it.
+#include "pipeline/decode_budget.h"
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <thread>
+#include <vector>
+
+namespace sluice {
+namespace {
+
+TEST_CASE("ReservationOverTheWholeShareIsRefusedNamingBothNumbers") {
+  PoolCounters pool;
+  DecodeBudget budget(1000, &pool);
+  Status s = budget.Reserve(1001);
+  CHECK(s.code() == StatusCode::kResourceExhausted);
+  CHECK_THAT(s.message(), Catch::Contains("1001") && Catch::Contains("1000"));
+  CHECK(pool.bytes == 0);
+  CHECK(pool.limit == 1000);
+}
+
+TEST_CASE("ConcurrentReservationsWaitForEachOtherWithinTheShare") {
+  PoolCounters pool;
+  DecodeBudget budget(1000, &pool);
+  std::atomic<int> refused{0};  // Catch's macros are for the test's thread only
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&] {
+      for (int k = 0; k < 200; ++k) {
+        DecodeReservation r(&budget);
+        if (!r.Reserve(300 + 100 * (k % 5)).ok()) ++refused;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  CHECK(refused == 0);
+  CHECK(pool.bytes == 0);
+  CHECK(pool.peak > 0);
+  CHECK(pool.peak <= 1000);
+}
+
+}  // namespace
+}  // namespace sluice

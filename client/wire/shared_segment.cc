@@ -319,10 +319,10 @@ Result<std::shared_ptr<SharedSegment>> SharedSegment::Open(
   // Never more than the slots asked for need: a sparse terabyte is not mapped (nor page-locked).
   const uint64_t most = BytesFor(expected.slots, expected.max_slot_bytes);
   if (total < kPage || total > most) {
-    return DataLoss(what + " is " + std::to_string(total) + " bytes, not between one page and the " +
-                    std::to_string(most) + " that " + std::to_string(expected.slots) +
-                    " slots of at most " + std::to_string(expected.max_slot_bytes) +
-                    " bytes need");
+    return DataLoss(what + " is " + std::to_string(total) +
+                    " bytes, not between one page and the " + std::to_string(most) + " that " +
+                    std::to_string(expected.slots) + " slots of at most " +
+                    std::to_string(expected.max_slot_bytes) + " bytes need");
   }
   void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (base == MAP_FAILED) return Errno(errno, "map shared segment", path);

@@ -41,9 +41,14 @@ struct Field {
 // named and then only state words; the client writes only attach and state words; each side
 // treats what the other may write as untrusted.
 inline constexpr Field kHeaderFields[] = {
-    {"magic", 0, 8},        {"slots", 8, 4},      {"zero", 12, 4},
-    {"slot_bytes", 16, 8},  {"total_bytes", 24, 8}, {"id", 32, kIdBytes},
-    {"attach", 48, kAttachKeyBytes}, {"state", 64, 4 * kMaxSlots},
+    {"magic", 0, 8},
+    {"slots", 8, 4},
+    {"zero", 12, 4},
+    {"slot_bytes", 16, 8},
+    {"total_bytes", 24, 8},
+    {"id", 32, kIdBytes},
+    {"attach", 48, kAttachKeyBytes},
+    {"state", 64, 4 * kMaxSlots},
 };
 
 // A slot's state word. Each has one writer at a time: the server fills a slot it loads as free

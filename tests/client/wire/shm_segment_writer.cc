@@ -74,8 +74,8 @@ int Write(int slots, uint64_t slot_bytes, const std::vector<int>& full) {
       "{\"name\": \"%s\", \"attach_key\": \"%s\", \"slots\": %d, \"slot_bytes\": %llu, "
       "\"total_bytes\": %llu}\n",
       segment->name().c_str(), segment->attach_key().c_str(), segment->slots(),
-              static_cast<unsigned long long>(segment->slot_bytes()),
-              static_cast<unsigned long long>(segment->total_bytes()));
+      static_cast<unsigned long long>(segment->slot_bytes()),
+      static_cast<unsigned long long>(segment->total_bytes()));
   std::fflush(stdout);
   std::string line;
   std::getline(std::cin, line);

@@ -67,7 +67,7 @@ TEST_CASE("HostileSharedMemoryClientCannotResizeTheSegmentAndEndsOnlyItsOwnStrea
   Got first = ReadAll(**honest, 1);
   REQUIRE(first.status.ok());
   REQUIRE(first.metas.size() == 1);
-  const bool first_shared = (*honest)->shared_memory_batches() == 1;
+  const bool first_shared = (*honest)->shared_memory_batches() > 0;  // it reads ahead
   if (!first_shared) WARN("the honest stream did not attach in time: it gets ordinary batches");
 
   // The hostile client: asks for shared memory, opens the segment it is named as the protocol

@@ -162,10 +162,9 @@ std::shared_ptr<SharedSegment> ServerStream::OpenSegment(const grpc::ClientConte
       request.batch_size(), request.image_height(), request.image_width());
   // Not mapped (a server in another pid namespace, or a segment that fails a check): the key is
   // never written, so the server sends ordinary batches once its attach deadline passes.
-  Result<std::shared_ptr<SharedSegment>> opened =
-      SharedSegment::Open(std::string(name->second.data(), name->second.size()),
-                          std::string(key->second.data(), key->second.size()), expected,
-                          options_.allocator);
+  Result<std::shared_ptr<SharedSegment>> opened = SharedSegment::Open(
+      std::string(name->second.data(), name->second.size()),
+      std::string(key->second.data(), key->second.size()), expected, options_.allocator);
   return opened.ok() ? std::move(*opened) : nullptr;
 }
 

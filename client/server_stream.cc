@@ -150,12 +150,21 @@ v1::StreamRequest ServerStream::NextRequest() const {
   return request;
 }
 
-std::shared_ptr<SharedSegment> ServerStream::OpenSegment(const grpc::ClientContext& context) const {
+std::shared_ptr<SharedSegment> ServerStream::OpenSegment(const grpc::ClientContext& context,
+                                                         const v1::StreamRequest& request) const {
   const auto& metadata = context.GetServerInitialMetadata();
-  auto it = metadata.find(kSharedSegmentKey);
-  if (it == metadata.end()) return nullptr;
-  Result<std::shared_ptr<SharedSegment>> opened =
-      SharedSegment::Open(std::string(it->second.data(), it->second.size()), options_.allocator);
+  auto name = metadata.find(kSharedSegmentKey);
+  auto key = metadata.find(kSharedAttachKey);
+  if (name == metadata.end() || key == metadata.end()) return nullptr;
+  SharedSegment::Expected expected;
+  expected.slots = request.shared_memory_slots();
+  expected.max_slot_bytes = SharedSegment::MaxSlotBytesFor(
+      request.batch_size(), request.image_height(), request.image_width());
+  // Not mapped (a server in another pid namespace, or a segment that fails a check): the key is
+  // never written, so the server sends ordinary batches once its attach deadline passes.
+  Result<std::shared_ptr<SharedSegment>> opened = SharedSegment::Open(
+      std::string(name->second.data(), name->second.size()),
+      std::string(key->second.data(), key->second.size()), expected, options_.allocator);
   return opened.ok() ? std::move(*opened) : nullptr;
 }
 
@@ -174,7 +183,7 @@ Status ServerStream::RunOnce(const std::shared_ptr<grpc::Channel>& channel, bool
   Status decode_error;
   if (StartCall(call.get(), &cq, request)) {
     std::shared_ptr<SharedSegment> segment;
-    if (request.shared_memory()) segment = OpenSegment(context);
+    if (request.shared_memory()) segment = OpenSegment(context, request);
     decode_error = ReadBatches(call.get(), &cq, &context, segment, progressed);
   }
   grpc::Status status;

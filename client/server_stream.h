@@ -65,7 +65,8 @@ class ServerStream {
   v1::StreamRequest NextRequest() const;
   // The segment a server that agreed to shared memory named in its initial metadata; null when
   // it named none or this process cannot map it (the server then sends ordinary batches).
-  std::shared_ptr<SharedSegment> OpenSegment(const grpc::ClientContext& context) const;
+  std::shared_ptr<SharedSegment> OpenSegment(const grpc::ClientContext& context,
+                                             const v1::StreamRequest& request) const;
   // Reads batches into ready_ until the call ends, the pool closes or a batch is bad (the call
   // is then cancelled and the error returned).
   Status ReadBatches(Call* call, grpc::CompletionQueue* cq, grpc::ClientContext* context,

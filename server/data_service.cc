@@ -69,12 +69,13 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
         [this] {
           // Attached: the name is no longer needed (the mappings stay), and a client that
           // opens it later finds nothing or another file. Not: ordinary batches, and the
-          // segment's memory goes back now rather than with the stream.
+          // segment's memory goes back now rather than with the stream, whoever maps it.
           segment_->Retract();
           if (segment_->attached()) {
             registry_->CountSharedMemoryStream(1);
             shared_ = true;
           } else {
+            segment_->Discard();
             segment_.reset();
             registry_->ReleaseSharedMemory(reserved_);
             reserved_ = 0;
@@ -104,6 +105,10 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
 
   void OnWriteDone(bool ok) override {
     out_.Clear();
+    // A batch that never went out leaves its slot to the server, not to a client that never
+    // learns of it (the segment could otherwise not drain once the stream ends).
+    if (!ok && pending_slot_ >= 0) segment_->Unfill(pending_slot_);
+    pending_slot_ = -1;
     bool cancelled;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -138,8 +143,14 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
       // After Cancel the watcher's ready() is not running and will not run: reserved_ and
       // shared_ are settled.
       watcher_->Cancel(this);
-      if (reserved_ > 0) registry_->ReleaseSharedMemory(reserved_);
-      if (shared_) registry_->CountSharedMemoryStream(-1);
+      if (shared_) {
+        registry_->CountSharedMemoryStream(-1);
+        Linger(std::move(segment_), reserved_, registry_, watcher_);
+      } else if (reserved_ > 0) {
+        // Offered, not yet attached: nothing of it is in use by the client.
+        segment_->Discard();
+        registry_->ReleaseSharedMemory(reserved_);
+      }
     }
     job_->Detach(this);
     registry_->Close(std::move(job_));
@@ -187,6 +198,23 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
     job_->Want(this);
   }
 
+  // A segment whose stream has ended keeps its reservation until the client is done with every
+  // slot (or unmapped it): its pages are the server's (its fallocate, its memory cgroup), and a
+  // client's mapping would keep them however the stream ended. Then they are punched out and the
+  // reservation released. A client that never frees its slots keeps the reservation charged, so
+  // max_shared_memory_bytes still bounds what such clients hold (later streams fall back to the
+  // socket). The watcher's entry is the lingering set: it holds the segment until then.
+  static void Linger(std::shared_ptr<SharedSegment> segment, int64_t reserved,
+                     JobRegistry* registry, SlotWatcher* watcher) {
+    SharedSegment* owner = segment.get();
+    watcher->Watch(
+        owner, [owner] { return owner->Drained(); },
+        [segment = std::move(segment), reserved, registry] {
+          segment->Discard();
+          registry->ReleaseSharedMemory(reserved);
+        });
+  }
+
   // Copies the images into a free slot (WantNext waited for one) and sends the rest of the
   // batch with the slot's number; the batch's pooled buffer goes back at once. Whatever the
   // client does to the segment meanwhile, the copy cannot fault: its size is sealed.
@@ -208,20 +236,23 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
     const BatchMeta meta = MetaOf(batch);
     grpc::Slice slice(EncodeSharedBatch(meta, batch.labels(), static_cast<uint32_t>(slot)));
     grpc::ByteBuffer message(&slice, 1);
-    Write(&message, meta);
+    if (!Write(&message, meta, slot)) segment_->Unfill(slot);
   }
 
-  // Starts writing *message (taking it), counted as served when the write completes. A stream
-  // finished meanwhile writes nothing: *message keeps the bytes and gives them back with it.
-  void Write(grpc::ByteBuffer* message, const BatchMeta& meta) {
+  // Starts writing *message (taking it), counted as served when the write completes; `slot`:
+  // the shared-memory slot it names, or -1. A stream finished meanwhile writes nothing (false):
+  // *message keeps the bytes and gives them back with it.
+  bool Write(grpc::ByteBuffer* message, const BatchMeta& meta, int slot = -1) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (finished_) return;
+      if (finished_) return false;
       writing_ = true;
       pending_ = meta;
+      pending_slot_ = slot;
       out_.Swap(message);
     }
     StartWrite(&out_);
+    return true;
   }
 
   JobRegistry* const registry_;
@@ -237,6 +268,7 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
   std::atomic<bool> shared_{false};
   grpc::ByteBuffer out_;  // the write in flight
   BatchMeta pending_;  // of the write in flight, counted as served when it completes
+  int pending_slot_ = -1;  // the slot the write in flight names, or -1
   std::mutex mu_;
   bool writing_ = false;   // guarded by mu_
   bool finished_ = false;  // Finish called or about to be; guarded by mu_
@@ -356,6 +388,7 @@ std::shared_ptr<SharedSegment> DataService::SharedSegmentFor(grpc::CallbackServe
     return nullptr;
   }
   context.AddInitialMetadata(kSharedSegmentKey, (*segment)->name());
+  context.AddInitialMetadata(kSharedAttachKey, (*segment)->attach_key());
   return std::move(*segment);
 }
 

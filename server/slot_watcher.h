@@ -1,5 +1,5 @@
 // Waits, for shared-memory streams, on conditions another process changes: a client attaching
-// to its segment, or freeing a slot. Such changes wake nobody (they are stores into shared
+// to its segment, freeing a slot, or (once the stream ended) being done with every slot. Such changes wake nobody (they are stores into shared
 // memory), so one thread polls every watched condition while there are any — every 200 µs after
 // a change, backing off to every 2 ms while nothing changes — and sleeps while there are none. A
 // stream's write reactor must not block, so it hands its wait to the watcher and continues in

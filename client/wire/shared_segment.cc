@@ -1,14 +1,16 @@
 #include "client/wire/shared_segment.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstddef>
-#include <cstdio>
 #include <cstring>
 #include <initializer_list>
 #include <iterator>
@@ -28,7 +30,7 @@ struct SharedSegment::Header {
   uint64_t slot_bytes;
   uint64_t total_bytes;
   uint8_t id[shm_layout::kIdBytes];
-  std::atomic<uint32_t> attached;
+  std::atomic<uint64_t> attach[2];
   std::atomic<uint32_t> state[kMaxSlots];
 };
 
@@ -41,6 +43,8 @@ constexpr unsigned kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
 static_assert(kSeals == shm_layout::kRequiredSeals);
 static_assert(sizeof(std::atomic<uint32_t>) == 4 && std::atomic<uint32_t>::is_always_lock_free,
               "slot states must be lock-free to be shared between processes");
+static_assert(sizeof(std::atomic<uint64_t>) == 8 && std::atomic<uint64_t>::is_always_lock_free,
+              "the attach words must be lock-free to be shared between processes");
 
 // Whether the table's field `index` is at offset and of size.
 constexpr bool FieldIs(size_t index, size_t offset, size_t size) {
@@ -68,14 +72,32 @@ Status Errno(int error, std::string_view op, const std::string& name) {
   }
 }
 
-std::string Hex(const uint8_t* bytes, size_t n) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
+// `s`, 2 * n lowercase hex digits, as n bytes.
+bool ParseHex(std::string_view s, uint8_t* out, size_t n) {
+  if (s.size() != 2 * n) return false;
   for (size_t i = 0; i < n; ++i) {
-    out += kDigits[bytes[i] >> 4];
-    out += kDigits[bytes[i] & 15];
+    uint8_t byte = 0;
+    for (char c : s.substr(2 * i, 2)) {
+      byte = static_cast<uint8_t>(byte << 4);
+      if (c >= '0' && c <= '9') {
+        byte |= static_cast<uint8_t>(c - '0');
+      } else if (c >= 'a' && c <= 'f') {
+        byte |= static_cast<uint8_t>(c - 'a' + 10);
+      } else {
+        return false;
+      }
+    }
+    out[i] = byte;
   }
-  return out;
+  return true;
+}
+
+void RandomBytes(uint8_t* out, size_t n) {
+  std::random_device rd;
+  for (size_t i = 0; i < n; i += 4) {
+    const uint32_t r = rd();
+    std::memcpy(out + i, &r, std::min<size_t>(4, n - i));
+  }
 }
 
 // A name's parts: "/proc/<pid>/fd/<fd>#<id>", every part in canonical form.
@@ -104,22 +126,7 @@ bool ParseName(std::string_view s, ParsedName* out) {
   s.remove_prefix(kFd.size());
   if (!ParseNumber(&s, &out->fd) || !s.starts_with('#')) return false;
   s.remove_prefix(1);
-  if (s.size() != 2 * kIdBytes) return false;
-  for (size_t i = 0; i < kIdBytes; ++i) {
-    uint8_t byte = 0;
-    for (char c : s.substr(2 * i, 2)) {
-      byte = static_cast<uint8_t>(byte << 4);
-      if (c >= '0' && c <= '9') {
-        byte |= static_cast<uint8_t>(c - '0');
-      } else if (c >= 'a' && c <= 'f') {
-        byte |= static_cast<uint8_t>(c - 'a' + 10);
-      } else {
-        return false;
-      }
-    }
-    out->id[i] = byte;
-  }
-  return true;
+  return ParseHex(s, out->id, kIdBytes);
 }
 
 // A memfd that may be sealed; MFD_NOEXEC_SEAL where the kernel knows it (vm.memfd_noexec=2
@@ -131,10 +138,26 @@ int NewMemfd() {
   return memfd_create(shm_layout::kMemfdName, flags);
 }
 
+// The seals on fd are exactly those Create adds (and F_SEAL_EXEC, which MFD_NOEXEC_SEAL sets).
+bool SealedAsCreated(int fd) {
+  const int seals = fcntl(fd, F_GET_SEALS);
+  return seals >= 0 && (static_cast<unsigned>(seals) & ~shm_layout::kHarmlessSeals) == kSeals;
+}
+
 }  // namespace
 
+std::string ToHex(std::span<const uint8_t> bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (uint8_t b : bytes) {
+    out += kDigits[b >> 4];
+    out += kDigits[b & 15];
+  }
+  return out;
+}
+
 SharedSegment::SharedSegment(std::string name, UniqueFd fd, void* base, uint64_t total_bytes,
-                             int slots, uint64_t slot_bytes,
+                             int slots, uint64_t slot_bytes, std::string attach_key, bool creator,
                              std::shared_ptr<BufferAllocator> adopter)
     : name_(std::move(name)),
       base_(base),
@@ -142,12 +165,20 @@ SharedSegment::SharedSegment(std::string name, UniqueFd fd, void* base, uint64_t
       adopter_(std::move(adopter)),
       slots_(slots),
       slot_bytes_(slot_bytes),
+      attach_key_(std::move(attach_key)),
+      creator_(creator),
       fd_(std::move(fd)) {
+  uint8_t key[shm_layout::kAttachKeyBytes] = {};
+  ParseHex(attach_key_, key, sizeof(key));  // checked by Create and Open
+  std::memcpy(key_words_, key, sizeof(key));
   if (adopter_ != nullptr) adopter_->Adopt(base_, total_bytes_);
 }
 
 SharedSegment::~SharedSegment() {
   Retract();
+  if (!creator_) {
+    for (auto& word : header()->attach) word.store(0, std::memory_order_release);
+  }
   if (adopter_ != nullptr) adopter_->Unadopt(base_, total_bytes_);
   munmap(base_, total_bytes_);
 }
@@ -156,6 +187,14 @@ SharedSegment::Header* SharedSegment::header() const { return static_cast<Header
 
 uint64_t SharedSegment::BytesFor(int slots, uint64_t slot_bytes) {
   return kPage + RoundUp(slot_bytes) * static_cast<uint64_t>(slots);
+}
+
+uint64_t SharedSegment::MaxSlotBytesFor(int batch_size, int image_height, int image_width) {
+  if (image_width == 0) image_width = image_height;
+  if (batch_size <= 0 || image_height <= 0 || image_width <= 0) return shm_layout::kMaxSlotBytes;
+  const uint64_t bytes = uint64_t{3} * static_cast<uint64_t>(batch_size) *
+                         static_cast<uint64_t>(image_height) * static_cast<uint64_t>(image_width);
+  return std::min(bytes, shm_layout::kMaxSlotBytes);
 }
 
 Result<std::shared_ptr<SharedSegment>> SharedSegment::Create(int slots, uint64_t slot_bytes) {
@@ -167,7 +206,7 @@ Result<std::shared_ptr<SharedSegment>> SharedSegment::Create(int slots, uint64_t
   static_assert(FieldIs(3, offsetof(Header, slot_bytes), sizeof(Header::slot_bytes)));
   static_assert(FieldIs(4, offsetof(Header, total_bytes), sizeof(Header::total_bytes)));
   static_assert(FieldIs(5, offsetof(Header, id), sizeof(Header::id)));
-  static_assert(FieldIs(6, offsetof(Header, attached), sizeof(Header::attached)));
+  static_assert(FieldIs(6, offsetof(Header, attach), sizeof(Header::attach)));
   static_assert(FieldIs(7, offsetof(Header, state), sizeof(Header::state)));
   static_assert(std::size(shm_layout::kHeaderFields) == 8);
   if (slots < 1 || slots > kMaxSlots || slot_bytes == 0) {
@@ -177,8 +216,22 @@ Result<std::shared_ptr<SharedSegment>> SharedSegment::Create(int slots, uint64_t
   const uint64_t slot = RoundUp(slot_bytes);
   const uint64_t total = BytesFor(slots, slot_bytes);
   const std::string what = "shared segment (" + std::to_string(total) + " bytes)";
+  // Any process of this user can open the memfd through /proc from here on: it is sized and
+  // sealed first, and what it is checked, before anything relies on its size.
   UniqueFd fd(NewMemfd());
   if (!fd.valid()) return Errno(errno, "create", what);
+  if (ftruncate(fd.get(), static_cast<off_t>(total)) != 0) return Errno(errno, "size", what);
+  if (fcntl(fd.get(), F_ADD_SEALS, kSeals) != 0) return Errno(errno, "seal", what);
+  if (!SealedAsCreated(fd.get())) {
+    return FailedPrecondition(what + ": resealed by another process before it was sealed");
+  }
+  struct stat st {};
+  if (fstat(fd.get(), &st) != 0) return Errno(errno, "stat", what);
+  if (static_cast<uint64_t>(st.st_size) != total) {
+    return FailedPrecondition(what + ": resized to " + std::to_string(st.st_size) +
+                              " bytes by another process before it was sealed");
+  }
+  // Pages reserved within the sealed size: no memory fails here, not with SIGBUS on a write.
   if (const int e = posix_fallocate(fd.get(), 0, static_cast<off_t>(total)); e != 0) {
     return Errno(e, "reserve space of", what);
   }
@@ -190,58 +243,86 @@ Result<std::shared_ptr<SharedSegment>> SharedSegment::Create(int slots, uint64_t
   h->zero = 0;
   h->slot_bytes = slot;
   h->total_bytes = total;
-  std::random_device rd;
-  for (size_t i = 0; i < kIdBytes; i += 4) {
-    const uint32_t r = rd();
-    std::memcpy(h->id + i, &r, 4);
-  }
-  h->attached.store(0, std::memory_order_relaxed);
+  RandomBytes(h->id, kIdBytes);
+  for (auto& word : h->attach) word.store(0, std::memory_order_relaxed);
   for (auto& s : h->state) s.store(shm_layout::kSlotFree, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
-  if (fcntl(fd.get(), F_ADD_SEALS, kSeals) != 0) {
-    const int e = errno;
-    munmap(base, total);
-    return Errno(e, "seal", what);
-  }
+  uint8_t key[shm_layout::kAttachKeyBytes];
+  RandomBytes(key, sizeof(key));
   const std::string name = "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(fd.get()) +
-                           "#" + Hex(h->id, kIdBytes);
-  return std::shared_ptr<SharedSegment>(
-      new SharedSegment(name, std::move(fd), base, total, slots, slot));
+                           "#" + ToHex({h->id, kIdBytes});
+  return std::shared_ptr<SharedSegment>(new SharedSegment(name, std::move(fd), base, total, slots,
+                                                          slot, ToHex(key), /*creator=*/true));
 }
 
 Result<std::shared_ptr<SharedSegment>> SharedSegment::Open(
-    const std::string& name, std::shared_ptr<BufferAllocator> adopter) {
+    const std::string& name, const std::string& attach_key, const Expected& expected,
+    std::shared_ptr<BufferAllocator> adopter) {
   ParsedName parsed;
   if (!ParseName(name, &parsed)) {
     return InvalidArgument("'" + name + "' is not a sluice shared segment name");
   }
+  uint8_t key[shm_layout::kAttachKeyBytes];
+  if (!ParseHex(attach_key, key, sizeof(key))) {
+    return InvalidArgument("shared segment " + name + ": the attach key is not " +
+                           std::to_string(2 * sizeof(key)) + " lowercase hex digits");
+  }
+  if (expected.slots < 1 || expected.slots > kMaxSlots || expected.max_slot_bytes == 0) {
+    return InvalidArgument("shared segment " + name + ": asked for " +
+                           std::to_string(expected.slots) + " slots of " +
+                           std::to_string(expected.max_slot_bytes) + " bytes");
+  }
   // The path is built here from the numbers, never taken from the server as given.
   const std::string path =
       "/proc/" + std::to_string(parsed.pid) + "/fd/" + std::to_string(parsed.fd);
-  // What the link points at, before opening it: a descriptor the server has since reused for
-  // a file, socket or device is not opened at all.
+  // Resolved once (O_PATH opens nothing yet): what the link points at is checked, and then that
+  // same file reopened through this process's own descriptor, so a descriptor the server reuses
+  // meanwhile for a file, socket or device is never opened.
+  const UniqueFd link_fd(open(path.c_str(), O_PATH | O_CLOEXEC));
+  if (!link_fd.valid()) return Errno(errno, "look up shared segment", path);
+  const std::string own = "/proc/self/fd/" + std::to_string(link_fd.get());
   char target[256];
-  const ssize_t n = readlink(path.c_str(), target, sizeof(target) - 1);
+  const ssize_t n = readlink(own.c_str(), target, sizeof(target) - 1);
   if (n < 0) return Errno(errno, "look up shared segment", path);
   const std::string_view link(target, static_cast<size_t>(n));
   if (!link.starts_with(std::string("/memfd:") + shm_layout::kMemfdName + " ")) {
     return DataLoss("shared segment " + name + " names '" + std::string(link) +
                     "', not a sluice segment");
   }
-  UniqueFd fd(open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
+  UniqueFd fd(open(own.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
   if (!fd.valid()) return Errno(errno, "open shared segment", path);
+  const std::string what = "shared segment " + name;
   // Sealed against resizing before anything is mapped: the server can then never shrink it
   // under this mapping (SIGBUS here), nor anyone else.
   const int seals = fcntl(fd.get(), F_GET_SEALS);
   if (seals < 0 || (static_cast<unsigned>(seals) & kSeals) != kSeals) {
-    return DataLoss("shared segment " + name + " is not a memfd sealed against resizing");
+    return DataLoss(what + " is not a memfd sealed against resizing");
   }
   struct stat st {};
   if (fstat(fd.get(), &st) != 0) return Errno(errno, "stat shared segment", path);
+  if (!S_ISREG(st.st_mode)) return DataLoss(what + " is not a regular file");
+  if (st.st_uid != geteuid()) {
+    return DataLoss(what + " belongs to uid " + std::to_string(st.st_uid) + ", not this user's " +
+                    std::to_string(geteuid()));
+  }
+  // A hugetlbfs memfd (MFD_HUGETLB) would be mapped in huge pages, page-locked whole by an
+  // adopter, and fail to fault on a pool running dry: only tmpfs pages.
+  struct statfs fs {};
+  if (fstatfs(fd.get(), &fs) != 0) return Errno(errno, "statfs shared segment", path);
+  if (static_cast<uint64_t>(fs.f_type) != TMPFS_MAGIC) {
+    char type[17];
+    const auto end = std::to_chars(type, type + sizeof(type), static_cast<uint64_t>(fs.f_type), 16);
+    return DataLoss(what + " is not on tmpfs (file system type 0x" + std::string(type, end.ptr) +
+                    ")");
+  }
   const uint64_t total = static_cast<uint64_t>(st.st_size);
-  if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || total < kPage) {
-    return DataLoss("shared segment " + name + " is " + std::to_string(total) +
-                    " bytes, or not this user's");
+  // Never more than the slots asked for need: a sparse terabyte is not mapped (nor page-locked).
+  const uint64_t most = BytesFor(expected.slots, expected.max_slot_bytes);
+  if (total < kPage || total > most) {
+    return DataLoss(what + " is " + std::to_string(total) +
+                    " bytes, not between one page and the " + std::to_string(most) + " that " +
+                    std::to_string(expected.slots) + " slots of at most " +
+                    std::to_string(expected.max_slot_bytes) + " bytes need");
   }
   void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (base == MAP_FAILED) return Errno(errno, "map shared segment", path);
@@ -252,25 +333,49 @@ Result<std::shared_ptr<SharedSegment>> SharedSegment::Open(
   std::memcpy(magic, h->magic, sizeof(magic));
   std::memcpy(id, h->id, sizeof(id));
   const uint32_t slots = h->slots;
+  const uint32_t zero = h->zero;
   const uint64_t slot_bytes = h->slot_bytes;
   const uint64_t header_total = h->total_bytes;
-  const bool valid = std::memcmp(magic, kMagic, sizeof(kMagic)) == 0 && slots >= 1 &&
-                     slots <= kMaxSlots && slot_bytes > 0 && slot_bytes % kPage == 0 &&
-                     header_total == total && slot_bytes <= (total - kPage) / slots;
-  if (!valid || std::memcmp(id, parsed.id, kIdBytes) != 0) {
+  std::string malformed;
+  if (std::memcmp(magic, kMagic, sizeof(kMagic)) != 0) {
+    malformed = "magic is not " + std::string(kMagic, sizeof(kMagic));
+  } else if (slots != static_cast<uint32_t>(expected.slots)) {
+    malformed = "slots is " + std::to_string(slots) + ", not the " +
+                std::to_string(expected.slots) + " asked for";
+  } else if (zero != 0) {
+    malformed = "zero is " + std::to_string(zero);
+  } else if (slot_bytes == 0 || slot_bytes % kPage != 0 ||
+             slot_bytes > RoundUp(expected.max_slot_bytes)) {
+    malformed = "slot_bytes is " + std::to_string(slot_bytes) + ", not a multiple of " +
+                std::to_string(kPage) + " between " + std::to_string(kPage) + " and " +
+                std::to_string(RoundUp(expected.max_slot_bytes));
+  } else if (header_total != total || header_total != BytesFor(expected.slots, slot_bytes)) {
+    malformed = "total_bytes is " + std::to_string(header_total) + ", but the file is " +
+                std::to_string(total) + " bytes and a header and " + std::to_string(slots) +
+                " slots of " + std::to_string(slot_bytes) + " bytes are " +
+                std::to_string(BytesFor(expected.slots, slot_bytes));
+  }
+  if (!malformed.empty() || std::memcmp(id, parsed.id, kIdBytes) != 0) {
     munmap(base, total);
-    return DataLoss("shared segment " + name +
-                    (valid ? " has another id: a later segment in a reused descriptor"
-                           : " has a malformed header"));
+    return DataLoss(what + (malformed.empty()
+                                ? " has another id: a later segment in a reused descriptor"
+                                : ": header field " + malformed));
   }
   // Attached before adopting: page-locking a large mapping takes time the server is waiting.
-  h->attached.store(1, std::memory_order_release);
-  return std::shared_ptr<SharedSegment>(new SharedSegment(
-      name, UniqueFd(), base, total, static_cast<int>(slots), slot_bytes, std::move(adopter)));
+  uint64_t words[2];
+  std::memcpy(words, key, sizeof(words));
+  h->attach[0].store(words[0], std::memory_order_release);
+  h->attach[1].store(words[1], std::memory_order_release);
+  return std::shared_ptr<SharedSegment>(
+      new SharedSegment(name, UniqueFd(), base, total, static_cast<int>(slots), slot_bytes,
+                        attach_key, /*creator=*/false, std::move(adopter)));
 }
 
 bool SharedSegment::attached() const {
-  return header()->attached.load(std::memory_order_acquire) != 0;
+  // Each word read once, as whatever anyone wrote there: only the key counts.
+  const uint64_t first = header()->attach[0].load(std::memory_order_acquire);
+  const uint64_t second = header()->attach[1].load(std::memory_order_acquire);
+  return first == key_words_[0] && second == key_words_[1];
 }
 
 void SharedSegment::Retract() {
@@ -308,6 +413,27 @@ void SharedSegment::MarkFull(int slot) {
   full_.fetch_or(uint64_t{1} << slot, std::memory_order_relaxed);
   header()->state[slot].store(shm_layout::kSlotFull, std::memory_order_release);
 }
+
+void SharedSegment::Unfill(int slot) {
+  header()->state[slot].store(shm_layout::kSlotFree, std::memory_order_relaxed);
+  full_.fetch_and(~(uint64_t{1} << slot), std::memory_order_relaxed);
+}
+
+bool SharedSegment::Drained() {
+  if (!attached()) return true;
+  uint64_t full = full_.load(std::memory_order_relaxed);
+  for (int s = 0; s < slots_; ++s) {
+    const uint64_t bit = uint64_t{1} << s;
+    if ((full & bit) != 0 &&
+        header()->state[s].load(std::memory_order_acquire) == shm_layout::kSlotFree) {
+      full &= ~bit;
+    }
+  }
+  full_.store(full, std::memory_order_relaxed);
+  return full == 0;
+}
+
+void SharedSegment::Discard() { madvise(base_, total_bytes_, MADV_REMOVE); }
 
 Result<std::span<const uint8_t>> SharedSegment::Full(uint32_t slot, uint64_t length) const {
   if (slot >= static_cast<uint32_t>(slots_) || length > slot_bytes_) {

@@ -62,6 +62,17 @@ TEST_CASE("SameHostStreamGoesThroughSharedMemoryWithTheSameBytesAndLeavesNoDescr
   }
   REQUIRE(inline_batches.size() == kBatches);
   CHECK(shared_batches == inline_batches);
+  // Stream and batches gone: the client unmapped the segment (clearing its attach key), so the
+  // server punched its pages out and released its reservation.
+  auto client = Connect(s.server, 2, 4, nullptr, /*shared_memory=*/false);
+  int64_t left = -1;
+  for (int i = 0; i < 1000 && left != 0; ++i) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    Result<v1::Stats> stats = client->GetStats();
+    REQUIRE(stats.ok());
+    left = stats->shared_memory_bytes();
+  }
+  CHECK(left == 0);
 }
 
 TEST_CASE("HeldSharedMemoryBatchesAreNotOverwrittenWhileTheServerWaitsForASlot") {

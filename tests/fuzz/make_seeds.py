@@ -154,15 +154,24 @@ def shared_segment_seeds():
     """Inputs of shared_segment_fuzz.cc: a mode byte (even: hostile server, odd: hostile client),
     then what that mode reads (see the target)."""
     u32 = lambda v: struct.pack("<I", v)
-    # Hostile server, a real segment of 3 slots of 5000 bytes: slot 0 set full, then announced.
+    # Hostile server, a real segment of 4 slots of 5000 bytes (8192 each), the client asking for
+    # 4 of at most 8192: slot 0 set full, then announced.
     announce = b"\x00" + u32(1) + b"\x00\x00" + b"\x01\x00" + u32(100) + b"\x02" + u32(0) + \
         struct.pack("<Q", 1 << 40)
-    write("shared_segment", "server-real", b"\x00\x00\x03" + u32(5000) + b"\x00" + announce)
+    asks = b"\x03" + u32(8191)
+    write("shared_segment", "server-real",
+          b"\x00\x00\x03" + u32(5000) + b"\x00" + asks + announce)
     # The same with its slot count and id overwritten.
     write("shared_segment", "server-real-patched",
           b"\x00\x00\x03" + u32(5000) + b"\x02" + b"\x08\x03\xff\xff\xff\xff" +
-          b"\x20\x0f" + bytes(range(16)) + announce)
-    # A memfd the server made: well-formed header, sealed or not, named with its id or another.
+          b"\x20\x0f" + bytes(range(16)) + asks + announce)
+    # The client asking for fewer slots, and for smaller ones, than the server made.
+    write("shared_segment", "server-real-fewer-slots",
+          b"\x00\x00\x03" + u32(5000) + b"\x00" + b"\x02" + u32(8191) + announce)
+    write("shared_segment", "server-real-smaller-slots",
+          b"\x00\x00\x03" + u32(5000) + b"\x00" + b"\x03" + u32(4095) + announce)
+    # A memfd the server made: well-formed header (2 slots of a page), sealed or not, named with
+    # its id or another; a zero attach key; the client asking for 2 slots of at most a page.
     header = bytearray(128)
     header[8] = 1
     for name, seals, id_bytes in (("sealed", 7, b"\x00"), ("unsealed", 0, b"\x00"),
@@ -170,15 +179,17 @@ def shared_segment_seeds():
                                   ("other-id", 7, b"\x01" + bytes(range(1, 17)))):
         write("shared_segment", "server-memfd-" + name,
               b"\x00\x01\x01" + u32(0) + bytes(header) + b"\x00" + bytes([seals]) + id_bytes +
-              announce)
+              bytes(16) + b"\x01" + u32(4095) + announce)
     # Hostile client: fills, honest frees, a word neither free nor full.
     write("shared_segment", "client-protocol",
           b"\x01\x02" + b"\x00\x00" + b"\x02\x00\x00" + b"\x00" +
           b"\x01" + u32(0xDEADBEEF) + bytes([13]) + b"\x00")
-    # Hostile client: holes, truncation and resealing, attached words, full on an unfilled slot.
+    # Hostile client: holes, truncation and resealing, attach fields (the key, the key one byte
+    # off, zeros), full on an unfilled slot.
     write("shared_segment", "client-resize",
           b"\x01\x01" + b"\x00" + b"\x03\x01\x01" + b"\x00" + b"\x04" + u32(4096) +
-          b"\x05" + u32(7) + b"\x05" + u32(0) + b"\x02\x02\x01" + b"\x00")
+          b"\x05\x00\x03\x00" + b"\x05\x00\x05\x01" + b"\x05\x01" + bytes(16) +
+          b"\x02\x02\x01" + b"\x00")
 
 
 def http_seeds():

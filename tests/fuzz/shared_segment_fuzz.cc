@@ -2,16 +2,18 @@
 //
 // A hostile server (mode byte even): the segment the client is named is either a real one whose
 // header the input then overwrites, or a memfd the input makes itself (its size, bytes, seals and
-// the id it is named with). The client's Open either refuses it or yields a geometry that fits
-// the file, and only when it is sealed against resizing (so the server can no longer shrink it:
-// the fuzzer tries); every (slot, length) the input announces is then refused by Full() or is a
-// span that lies in the mapping and is read to its end.
+// the id it is named with), and the client asks for some number of slots of some size. The
+// client's Open either refuses it or yields the slots asked for, a geometry that fits the file
+// and no larger than asked, and only when it is sealed against resizing (so the server can no
+// longer shrink it: the fuzzer tries); every (slot, length) the input announces is then refused
+// by Full() or is a span that lies in the mapping and is read to its end.
 //
 // A hostile client (mode byte odd): the input interleaves the server's FindFree, SlotData and
 // MarkFull with the client's writes of any value to any header word, honest frees, holes punched
 // into the file and attempts to truncate or reseal it. The server's view must never leave its
 // own geometry, FindFree must report a broken protocol exactly when a state word holds what the
-// protocol never puts there (checked against a model), and nothing may fault.
+// protocol never puts there (checked against a model), `attached` must hold exactly when the
+// attach field holds the key, and nothing may fault.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -33,6 +35,15 @@ namespace sluice {
 namespace {
 
 constexpr uint64_t kPage = shm_layout::kHeaderBytes;
+
+// MFD_NOEXEC_SEAL where the headers know it (vm.memfd_noexec=2 refuses memfds without it).
+unsigned NoexecSeal() {
+#ifdef MFD_NOEXEC_SEAL
+  return MFD_NOEXEC_SEAL;
+#else
+  return 0;
+#endif
+}
 
 // Reads the input front to back; zeros once it runs out.
 class Input {
@@ -57,25 +68,23 @@ class Input {
 size_t StateOffset(int slot) {
   return shm_layout::kHeaderFields[7].offset + 4 * static_cast<size_t>(slot);
 }
-size_t AttachedOffset() { return shm_layout::kHeaderFields[6].offset; }
+size_t AttachOffset() { return shm_layout::kHeaderFields[6].offset; }
 
 std::string PathOf(const std::string& name) { return name.substr(0, name.find('#')); }
 
-std::string Hex(const uint8_t* bytes, size_t n) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < n; ++i) {
-    out += kDigits[bytes[i] >> 4];
-    out += kDigits[bytes[i] & 15];
-  }
-  return out;
-}
-
 // The client's side of whatever the input made: Open's verdict, then the announced slots.
-void ClientReads(Input& in, const std::string& name, int server_fd) {
-  Result<std::shared_ptr<SharedSegment>> opened = SharedSegment::Open(name);
+void ClientReads(Input& in, const std::string& name, const std::string& key, int server_fd) {
+  SharedSegment::Expected expected;
+  expected.slots = 1 + in.Byte() % 8;
+  expected.max_slot_bytes = 1 + in.U32() % (4 * kPage);
+  Result<std::shared_ptr<SharedSegment>> opened = SharedSegment::Open(name, key, expected);
   if (!opened.ok()) return;
   const std::shared_ptr<SharedSegment>& client = *opened;
+  FUZZ_CHECK(client->slots() == expected.slots, "%d slots, %d asked for", client->slots(),
+             expected.slots);
+  FUZZ_CHECK(
+      client->total_bytes() <= SharedSegment::BytesFor(expected.slots, expected.max_slot_bytes),
+      "%llu bytes, more than asked for", static_cast<unsigned long long>(client->total_bytes()));
   // Accepted only when sealed: the size the client mapped can no longer change.
   const int seals = fcntl(server_fd, F_GET_SEALS);
   FUZZ_CHECK(seals >= 0 && (static_cast<unsigned>(seals) & shm_layout::kRequiredSeals) ==
@@ -135,13 +144,17 @@ void HostileServer(Input& in) {
     }
     const UniqueFd fd(open(PathOf(server->name()).c_str(), O_RDWR));
     FUZZ_CHECK(fd.valid(), "open %s", server->name().c_str());
-    ClientReads(in, server->name(), fd.get());
+    ClientReads(in, server->name(), server->attach_key(), fd.get());
     return;
   }
   // A memfd the hostile server made itself.
   const bool right_name = in.Byte() % 4 != 0;
-  UniqueFd fd(
-      memfd_create(right_name ? shm_layout::kMemfdName : "other", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  UniqueFd fd(memfd_create(right_name ? shm_layout::kMemfdName : "other",
+                           MFD_CLOEXEC | MFD_ALLOW_SEALING | NoexecSeal()));
+  if (!fd.valid() && errno == EINVAL) {
+    fd = UniqueFd(memfd_create(right_name ? shm_layout::kMemfdName : "other",
+                               MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  }
   FUZZ_CHECK(fd.valid(), "memfd_create");
   uint64_t total = in.U32() % (8 * kPage + 1);
   uint8_t header[128] = {};
@@ -167,9 +180,11 @@ void HostileServer(Input& in) {
   } else {
     in.Bytes(id, sizeof(id));
   }
-  const std::string name = "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(fd.get()) +
-                           "#" + Hex(id, sizeof(id));
-  ClientReads(in, name, fd.get());
+  const std::string name =
+      "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(fd.get()) + "#" + ToHex(id);
+  uint8_t key[shm_layout::kAttachKeyBytes];
+  in.Bytes(key, sizeof(key));
+  ClientReads(in, name, ToHex(key), fd.get());
 }
 
 void HostileClient(Input& in) {
@@ -248,10 +263,20 @@ void HostileClient(Input& in) {
                    "a seal added");
         break;
       }
-      case 5: {  // the attached word, whatever it holds, is only read as set or not
-        const uint32_t value = in.U32();
-        std::memcpy(base + AttachedOffset(), &value, 4);
-        FUZZ_CHECK(server->attached() == (value != 0), "attached %u", value);
+      case 5: {  // the attach field: attached exactly when it holds the key, whatever else
+        uint8_t key[shm_layout::kAttachKeyBytes];
+        if (in.Byte() % 2 == 0) {
+          for (size_t i = 0; i < sizeof(key); ++i) {
+            key[i] =
+                static_cast<uint8_t>(std::stoi(server->attach_key().substr(2 * i, 2), nullptr, 16));
+          }
+          key[in.Byte() % sizeof(key)] ^= in.Byte();  // the key, or one byte off it
+        } else {
+          in.Bytes(key, sizeof(key));
+        }
+        std::memcpy(base + AttachOffset(), key, sizeof(key));
+        FUZZ_CHECK(server->attached() == (ToHex(key) == server->attach_key()), "attached %s",
+                   ToHex(key).c_str());
         break;
       }
     }

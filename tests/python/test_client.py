@@ -69,6 +69,22 @@ def test_shared_memory_stream_equals_the_socket_stream_and_gives_its_slots_back(
     assert shared == socket
     stats = client.stats()
     assert _wait_for(lambda: client.stats().shared_memory_streams == 0), stats
+    # Every slot given back (the loop's last batch too) and the segment closed (the attach key
+    # cleared): the server punches its pages out and releases the reservation.
+    del images
+    assert _wait_for(lambda: client.stats().shared_memory_bytes == 0), client.stats()
+
+
+def test_a_stream_closed_while_a_batch_is_held_keeps_its_segment_accounted_until_released(client):
+    with client.stream("train", batch_size=16, seed=5, epochs=1, shared_memory=True) as stream:
+        images, _, _ = next(iter(stream))
+    assert _wait_for(lambda: client.stats().shared_memory_streams == 0)
+    # The held batch still maps its slot: the segment stays counted in max_shared_memory_bytes.
+    assert client.stats().shared_memory_bytes > 0
+    first = bytes(images[0, 0, 0])
+    assert bytes(images[0, 0, 0]) == first  # still readable, not punched out under it
+    del images
+    assert _wait_for(lambda: client.stats().shared_memory_bytes == 0), client.stats()
 
 
 def test_holding_more_than_max_held_shared_batches_raises_instead_of_waiting(client):

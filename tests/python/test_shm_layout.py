@@ -1,6 +1,7 @@
 """The Python reader of shared-memory segments (sluice._shm) against the one description of their
 layout, client/wire/shared_segment_layout.h, as printed by a helper built from it
 (tests/client/wire/shm_segment_writer.cc), and against a segment the C++ SharedSegment wrote."""
+import errno
 import gc
 import json
 import os
@@ -56,6 +57,9 @@ def test_constants_match_the_layout(layout):
     assert _shm._MEMFD_NAME == layout["memfd_name"]
     assert _shm._REQUIRED_SEALS == layout["required_seals"]
     assert _shm._ID_BYTES == layout["id_bytes"]
+    assert _shm.ATTACH_KEY_KEY == layout["attach_key_key"]
+    assert _shm._ATTACH_KEY_BYTES == layout["attach_key_bytes"]
+    assert _shm._MAX_SLOT_BYTES == layout["max_slot_bytes"]
     assert _shm._HEADER.format.startswith("<"), "the layout is little-endian"
 
 
@@ -63,10 +67,21 @@ def test_header_fields_match_the_layout(layout):
     fields = {name: (offset, size) for name, offset, size in layout["fields"]}
     names = ["magic", "slots", "zero", "slot_bytes", "total_bytes", "id"]
     assert [fields[n] for n in names] == header_fields()
-    assert (_shm._ATTACHED, 4) == fields["attached"]
+    assert (_shm._ATTACH, _shm._ATTACH_KEY_BYTES) == fields["attach"]
     assert (_shm._STATE, 4 * _shm._MAX_SLOTS) == fields["state"]
     # Nothing in the layout that the reader does not account for.
-    assert set(fields) == set(names) | {"attached", "state"}
+    assert set(fields) == set(names) | {"attach", "state"}
+
+
+def memfd(name, flags):
+    """os.memfd_create with MFD_NOEXEC_SEAL where the kernel knows it (vm.memfd_noexec=2 refuses
+    memfds without it), without where it does not (EINVAL)."""
+    try:
+        return os.memfd_create(name, flags | getattr(os, "MFD_NOEXEC_SEAL", 0x0008))
+    except OSError as e:
+        if e.errno != errno.EINVAL:
+            raise
+        return os.memfd_create(name, flags)
 
 
 class Token:
@@ -84,7 +99,14 @@ def test_reads_a_segment_the_cpp_side_wrote(writer, layout):
                             stdout=subprocess.PIPE, text=True)
     try:
         created = json.loads(proc.stdout.readline())
-        segment = _shm.Segment(created["name"])
+        with pytest.raises(SluiceError) as error:  # more slots than the writer made
+            _shm.Segment(created["name"], created["attach_key"], 4, 5000)
+        assert error.value.code == grpc.StatusCode.DATA_LOSS
+        assert "header field slots is 3" in str(error.value)
+        with pytest.raises(SluiceError) as error:  # smaller slots than the writer's
+            _shm.Segment(created["name"], created["attach_key"], 3, 4096)
+        assert "is %d bytes, not between one page" % created["total_bytes"] in str(error.value)
+        segment = _shm.Segment(created["name"], created["attach_key"], 3, 5000)
         assert (segment.slots, segment.slot_bytes) == (created["slots"], created["slot_bytes"])
         assert segment.slot_bytes % layout["header_bytes"] == 0
         length = created["slot_bytes"]
@@ -107,12 +129,14 @@ def test_reads_a_segment_the_cpp_side_wrote(writer, layout):
         # server reused for a later segment.
         other_id = created["name"][:-1] + ("0" if created["name"][-1] != "0" else "1")
         with pytest.raises(SluiceError) as error:
-            _shm.Segment(other_id)
+            _shm.Segment(other_id, created["attach_key"], 3, 5000)
         assert error.value.code == grpc.StatusCode.DATA_LOSS
         assert "another id" in str(error.value)
+        # Closed with a batch still held: the key stays until that batch is released too.
+        segment.close()
         out, _ = proc.communicate("done\n", timeout=60)
         left = json.loads(out)
-        assert left["attached"] == 1
+        assert left["attached"] is True
         assert left["state"] == [layout["slot_free"], layout["slot_free"], layout["slot_full"]]
         del kept
     finally:
@@ -125,7 +149,7 @@ def test_reads_a_segment_the_cpp_side_wrote(writer, layout):
 def test_refuses_a_segment_not_sealed_against_resizing(writer, layout):
     """A memfd with a well-formed header but no seals: whoever holds it could truncate it under
     this process's mapping (SIGBUS), so it is never mapped."""
-    fd = os.memfd_create(layout["memfd_name"], os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    fd = memfd(layout["memfd_name"], os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         total = 2 * _shm._PAGE
         os.ftruncate(fd, total)
@@ -133,7 +157,7 @@ def test_refuses_a_segment_not_sealed_against_resizing(writer, layout):
         os.pwrite(fd, _shm._HEADER.pack(_shm._MAGIC, 1, 0, _shm._PAGE, total, segment_id), 0)
         name = "/proc/%d/fd/%d#%s" % (os.getpid(), fd, segment_id.hex())
         with pytest.raises(SluiceError) as error:
-            _shm.Segment(name)
+            _shm.Segment(name, "0" * 32, 1, _shm._PAGE)
         assert error.value.code == grpc.StatusCode.DATA_LOSS
         assert "sealed" in str(error.value)
     finally:
@@ -145,5 +169,8 @@ def test_refuses_names_that_are_not_segment_names():
                  "/proc/1/fd/03#" + "0" * 32, "/proc/1/fd/3#" + "0" * 31,
                  "/proc/1/fd/3#" + "A" * 32, "/proc/1/fd/3/../4#" + "0" * 32):
         with pytest.raises(SluiceError) as error:
-            _shm.Segment(name)
+            _shm.Segment(name, "0" * 32, 2)
         assert error.value.code == grpc.StatusCode.INVALID_ARGUMENT, name
+    with pytest.raises(SluiceError) as error:
+        _shm.Segment("/proc/1/fd/3#" + "0" * 32, "not a key", 2)
+    assert error.value.code == grpc.StatusCode.INVALID_ARGUMENT

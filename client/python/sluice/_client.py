@@ -340,16 +340,21 @@ class _Reader:
         return False
 
     @staticmethod
-    def _map_segment(call):
+    def _map_segment(call, request):
         """The segment a server that agreed to shared memory names, mapped; None when it did not
-        or when this process cannot map it (the server then sends ordinary batches)."""
-        for key, value in call.initial_metadata() or ():
-            if key == _shm.SEGMENT_KEY:
-                try:
-                    return _shm.Segment(value if isinstance(value, str) else value.decode())
-                except (OSError, SluiceError):
-                    return None
-        return None
+        or when this process cannot map it (the attach key is then never written, and the server
+        sends ordinary batches once its attach deadline passes)."""
+        metadata = {key: value if isinstance(value, str) else value.decode()
+                    for key, value in call.initial_metadata() or ()}
+        if _shm.SEGMENT_KEY not in metadata or _shm.ATTACH_KEY_KEY not in metadata:
+            return None
+        try:
+            return _shm.Segment(metadata[_shm.SEGMENT_KEY], metadata[_shm.ATTACH_KEY_KEY],
+                                request.shared_memory_slots,
+                                _shm.max_slot_bytes(request.batch_size, request.image_height,
+                                                    request.image_width))
+        except (OSError, SluiceError):
+            return None
 
     def _run(self):
         try:
@@ -384,8 +389,9 @@ class _Reader:
                         return None
                     call = method(request, metadata=client._metadata)
                     self._call = call
+                segment = None
                 try:
-                    segment = self._map_segment(call) if request.shared_memory else None
+                    segment = self._map_segment(call, request) if request.shared_memory else None
                     for message in call:
                         token = _Token(self.held)
                         batch, skipped = decode_batch(message, segment, token)
@@ -423,6 +429,8 @@ class _Reader:
                 finally:
                     with self._lock:
                         self._call = None
+                    if segment is not None:
+                        segment.close()
         finally:
             channel.close()
 

@@ -2,11 +2,15 @@
 // names (or what a reused descriptor holds), and the server's checks of what a client writes.
 #include "client/wire/shared_segment.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -19,6 +23,25 @@ namespace {
 // The path part of a name ("/proc/<pid>/fd/<fd>"), and the descriptor a client gets from it.
 std::string PathOf(const std::string& name) { return name.substr(0, name.find('#')); }
 int OpenAsClient(const std::string& name) { return open(PathOf(name).c_str(), O_RDWR); }
+
+// The client's Open of what `server` created, as the server named it and with what was asked.
+Result<std::shared_ptr<SharedSegment>> OpenAs(const SharedSegment& server) {
+  return SharedSegment::Open(server.name(), server.attach_key(),
+                             {server.slots(), server.slot_bytes()});
+}
+Result<std::shared_ptr<SharedSegment>> OpenName(const std::string& name, int slots = 2) {
+  return SharedSegment::Open(name, std::string(32, '0'), {slots, 4096});
+}
+
+// A memfd as tests make them: MFD_NOEXEC_SEAL where the kernel knows it (vm.memfd_noexec=2
+// refuses memfds without it), plain where it does not (EINVAL).
+int TestMemfd(unsigned flags) {
+#ifdef MFD_NOEXEC_SEAL
+  const int fd = memfd_create(shm_layout::kMemfdName, flags | MFD_NOEXEC_SEAL);
+  if (fd >= 0 || errno != EINVAL) return fd;
+#endif
+  return memfd_create(shm_layout::kMemfdName, flags);
+}
 
 // A client's mapping of the whole segment.
 struct ClientMapping {
@@ -46,7 +69,7 @@ TEST_CASE("SlotsGoFreeFullFreeBetweenCreatorAndOpener") {
   CHECK(server->slot_bytes() == 4096);  // rounded up to pages
   CHECK_FALSE(server->attached());
   CHECK(server->name().starts_with("/proc/" + std::to_string(getpid()) + "/fd/"));
-  auto opened = SharedSegment::Open(server->name());
+  auto opened = OpenAs(*server);
   REQUIRE(opened.ok());
   std::shared_ptr<SharedSegment> client = *opened;
   CHECK(server->attached());
@@ -68,7 +91,8 @@ TEST_CASE("SlotsGoFreeFullFreeBetweenCreatorAndOpener") {
   // Retracted: new opens fail, both mappings still work.
   const std::string name = server->name();
   server->Retract();
-  CHECK(SharedSegment::Open(name).status().code() == StatusCode::kNotFound);
+  CHECK(SharedSegment::Open(name, server->attach_key(), {3, 4096}).status().code() ==
+        StatusCode::kNotFound);
   server->MarkFull(2);
   CHECK(client->Full(2, 1).ok());
 }
@@ -81,11 +105,11 @@ TEST_CASE("ALateClientIsRefusedTheLaterSegmentInTheSameDescriptor") {
   auto second = SharedSegment::Create(2, 4096);  // the lowest free descriptor: the same number
   REQUIRE(second.ok());
   REQUIRE(PathOf((*second)->name()) == PathOf(name));
-  const Status s = SharedSegment::Open(name).status();
+  const Status s = OpenName(name).status();
   CHECK(s.code() == StatusCode::kDataLoss);
   CHECK_THAT(s.message(), Catch::Contains("another id"));
   CHECK_FALSE((*second)->attached());
-  CHECK(SharedSegment::Open((*second)->name()).ok());
+  CHECK(OpenAs(**second).ok());
 }
 
 TEST_CASE("OpenRefusesNamesAndDescriptorsThatAreNotSealedSegments") {
@@ -95,7 +119,7 @@ TEST_CASE("OpenRefusesNamesAndDescriptorsThatAreNotSealedSegments") {
       "/proc/1/fd/3#" + zeros.substr(1), "/proc/1/fd/3/../4#" + zeros, "other"};
   for (const std::string& name : names) {
     INFO(name);
-    CHECK(SharedSegment::Open(name).status().code() == StatusCode::kInvalidArgument);
+    CHECK(OpenName(name).status().code() == StatusCode::kInvalidArgument);
   }
   const std::string pid = std::to_string(getpid());
 
@@ -104,12 +128,12 @@ TEST_CASE("OpenRefusesNamesAndDescriptorsThatAreNotSealedSegments") {
   testing::WriteAll(dir.file("data"), std::string(8192, 'x'));
   const UniqueFd file(open(dir.file("data").c_str(), O_RDONLY));
   const std::string file_name = "/proc/" + pid + "/fd/" + std::to_string(file.get()) + "#" + zeros;
-  const Status not_memfd = SharedSegment::Open(file_name).status();
+  const Status not_memfd = OpenName(file_name).status();
   CHECK(not_memfd.code() == StatusCode::kDataLoss);
   CHECK_THAT(not_memfd.message(), Catch::Contains("not a sluice segment"));
 
   // A memfd of the right name and a well-formed header, but not sealed: refused before mapping.
-  const UniqueFd memfd(memfd_create(shm_layout::kMemfdName, MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  const UniqueFd memfd(TestMemfd(MFD_CLOEXEC | MFD_ALLOW_SEALING));
   REQUIRE(memfd.valid());
   auto created = SharedSegment::Create(1, 4096);
   REQUIRE(created.ok());
@@ -117,7 +141,7 @@ TEST_CASE("OpenRefusesNamesAndDescriptorsThatAreNotSealedSegments") {
   REQUIRE(pwrite(memfd.get(), (*created)->SlotData(0) - 4096, 4096, 0) == 4096);
   const std::string id = (*created)->name().substr((*created)->name().find('#'));
   const Status unsealed =
-      SharedSegment::Open("/proc/" + pid + "/fd/" + std::to_string(memfd.get()) + id).status();
+      OpenName("/proc/" + pid + "/fd/" + std::to_string(memfd.get()) + id, 1).status();
   CHECK(unsealed.code() == StatusCode::kDataLoss);
   CHECK_THAT(unsealed.message(), Catch::Contains("sealed"));
 }
@@ -171,17 +195,204 @@ TEST_CASE("ServerEndsOnStateWordsTheProtocolNeverWritesAndIgnoresTheRestOfTheHea
     // The header fields before the words scribbled over, too: the server never reads them.
     std::memset(client.base, 0xff, shm_layout::kHeaderFields[6].offset);
     *client.word(StateOffset(c.slot)) = c.value;
-    Result<int> free = server->FindFree();
+    Result<int> found = server->FindFree();
     if (c.broken) {
-      CHECK(free.status().code() == StatusCode::kFailedPrecondition);
-      CHECK_THAT(free.status().message(), Catch::Contains("slot " + std::to_string(c.slot)));
+      CHECK(found.status().code() == StatusCode::kFailedPrecondition);
+      CHECK_THAT(found.status().message(), Catch::Contains("slot " + std::to_string(c.slot)));
     } else {
-      REQUIRE(free.ok());
-      CHECK(*free == 0);
+      REQUIRE(found.ok());
+      CHECK(*found == 0);
     }
     CHECK(server->slots() == 2);
     CHECK(server->slot_bytes() == 4096);
   }
+}
+
+TEST_CASE("ASegmentTruncatedWhileBeingCreatedIsRefusedNeverASigbus") {
+  // Another process of this user opens every sluice memfd this one has, as soon as it appears in
+  // /proc, and shrinks it to a page. Each Create either refuses the segment or seals it first:
+  // the kernel then refuses the truncation (EPERM), and a write to the last slot cannot fault.
+  const pid_t parent = getpid();
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    const std::string dir = "/proc/" + std::to_string(parent) + "/fd";
+    const std::string prefix = std::string("/memfd:") + shm_layout::kMemfdName;
+    for (;;) {
+      DIR* d = opendir(dir.c_str());
+      if (d == nullptr) _exit(0);
+      while (dirent* e = readdir(d)) {
+        const std::string path = dir + "/" + e->d_name;
+        char target[256];
+        const ssize_t n = readlink(path.c_str(), target, sizeof(target) - 1);
+        if (n <= 0 || std::string_view(target, static_cast<size_t>(n)).rfind(prefix, 0) != 0) {
+          continue;
+        }
+        const int fd = open(path.c_str(), O_RDWR);
+        if (fd < 0) continue;
+        (void)!ftruncate(fd, 4096);
+        close(fd);
+      }
+      closedir(d);
+    }
+  }
+  int created = 0;
+  int refused = 0;
+  for (int i = 0; i < 40; ++i) {
+    auto segment = SharedSegment::Create(4, 4 << 20);
+    if (!segment.ok()) {
+      CHECK(segment.status().code() == StatusCode::kFailedPrecondition);
+      ++refused;
+      continue;
+    }
+    ++created;
+    std::memset((*segment)->SlotData(3), 1, (*segment)->slot_bytes());
+  }
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  INFO(created << " created, " << refused << " refused");
+  CHECK(created + refused == 40);
+}
+
+TEST_CASE("OnlyTheClientSentTheAttachKeyAttaches") {
+  auto created = SharedSegment::Create(2, 4096);
+  REQUIRE(created.ok());
+  std::shared_ptr<SharedSegment> server = *created;
+  CHECK(server->attach_key().size() == 2 * shm_layout::kAttachKeyBytes);
+  CHECK(server->name().find(server->attach_key()) == std::string::npos);
+  {
+    // Nowhere in the segment either: a process that opens it cannot learn it there.
+    const UniqueFd fd(OpenAsClient(server->name()));
+    REQUIRE(fd.valid());
+    const ClientMapping other(fd.get(), server->total_bytes());
+    const std::string bytes(reinterpret_cast<const char*>(other.base), shm_layout::kHeaderBytes);
+    CHECK(bytes.find(server->attach_key()) == std::string::npos);
+    // What another process writes into `attach` (the old protocol's 1, anything) is not attached.
+    const size_t attach = shm_layout::kHeaderFields[6].offset;
+    *other.word(attach) = 1;
+    CHECK_FALSE(server->attached());
+    std::memset(other.base + attach, 0xa5, shm_layout::kAttachKeyBytes);
+    CHECK_FALSE(server->attached());
+  }
+  // A client with another key maps it but does not attach; the one sent the key does.
+  std::string wrong = server->attach_key();
+  wrong[0] = wrong[0] == '0' ? '1' : '0';
+  auto stranger =
+      SharedSegment::Open(server->name(), wrong, {server->slots(), server->slot_bytes()});
+  REQUIRE(stranger.ok());
+  CHECK_FALSE(server->attached());
+  CHECK(SharedSegment::Open(server->name(), "not hex", {2, 4096}).status().code() ==
+        StatusCode::kInvalidArgument);
+  auto client = OpenAs(*server);
+  REQUIRE(client.ok());
+  CHECK(server->attached());
+}
+
+TEST_CASE("ASegmentDrainsWhenEveryFilledSlotIsFreedOrTheClientUnmapsIt") {
+  auto created = SharedSegment::Create(3, 4096);
+  REQUIRE(created.ok());
+  std::shared_ptr<SharedSegment> server = *created;
+  auto opened = OpenAs(*server);
+  REQUIRE(opened.ok());
+  std::shared_ptr<SharedSegment> client = std::move(*opened);
+  server->MarkFull(0);
+  server->MarkFull(1);
+  std::memset(server->SlotData(1), 9, 4096);
+  CHECK_FALSE(server->Drained());
+  client->Free(0);
+  CHECK_FALSE(server->Drained());
+  // A slot whose batch was never sent is the server's to take back.
+  server->Unfill(1);
+  CHECK(server->Drained());
+
+  // A client that holds a slot until it unmaps the segment: drained once it has.
+  server->MarkFull(2);
+  CHECK_FALSE(server->Drained());
+  const UniqueFd fd(OpenAsClient(server->name()));
+  REQUIRE(fd.valid());
+  const ClientMapping other(fd.get(), server->total_bytes());
+  client.reset();
+  CHECK(server->Drained());
+  // Discarded: the pages are gone, a mapping that stays reads zeros.
+  CHECK(other.base[shm_layout::kHeaderBytes + 4096] == 9);
+  server->Discard();
+  CHECK(other.base[shm_layout::kHeaderBytes + 4096] == 0);
+  CHECK(other.base[0] == 0);
+}
+
+// A sealed memfd of `size` bytes whose header says what the fields hold; its name.
+struct ForgedSegment {
+  ForgedSegment(uint64_t size, uint32_t slots, uint64_t slot_bytes, uint64_t total,
+                const char* magic = "SLSHM003", uint32_t zero = 0, unsigned flags = 0)
+      : fd(TestMemfd(MFD_CLOEXEC | MFD_ALLOW_SEALING | flags)) {
+    if (!fd.valid()) return;
+    REQUIRE(ftruncate(fd.get(), static_cast<off_t>(size)) == 0);
+    uint8_t header[64] = {};
+    std::memcpy(header, magic, 8);
+    std::memcpy(header + 8, &slots, 4);
+    std::memcpy(header + 12, &zero, 4);
+    std::memcpy(header + 16, &slot_bytes, 8);
+    std::memcpy(header + 24, &total, 8);
+    std::memset(header + 32, 0xab, shm_layout::kIdBytes);
+    // (hugetlbfs has no write(): its header stays zeros, never read.)
+    if ((flags & MFD_HUGETLB) == 0) {
+      REQUIRE(pwrite(fd.get(), header, sizeof(header), 0) == static_cast<ssize_t>(sizeof(header)));
+    }
+    REQUIRE(fcntl(fd.get(), F_ADD_SEALS, shm_layout::kRequiredSeals) == 0);
+    name = "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(fd.get()) + "#" +
+           ToHex(std::span<const uint8_t>(header + 32, shm_layout::kIdBytes));
+  }
+  UniqueFd fd;
+  std::string name;
+};
+
+TEST_CASE("OpenRefusesGeometryTheClientDidNotAskForNamingTheField") {
+  constexpr uint64_t kPage = shm_layout::kHeaderBytes;
+  const uint64_t two = SharedSegment::BytesFor(2, kPage);
+  struct Case {
+    const char* what;
+    uint64_t size;
+    uint32_t slots;
+    uint64_t slot_bytes;
+    uint64_t total;
+    const char* magic;
+    uint32_t zero;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"a sparse terabyte", uint64_t{1} << 40, 2, kPage, uint64_t{1} << 40, "SLSHM003", 0,
+       "bytes, not between one page and the"},
+      {"less than a page", 100, 2, kPage, 100, "SLSHM003", 0, "not between one page"},
+      {"another magic", two, 2, kPage, two, "SLSHM002", 0, "header field magic"},
+      {"more slots than asked for", SharedSegment::BytesFor(1, kPage) + kPage, 1, 2 * kPage,
+       SharedSegment::BytesFor(1, kPage) + kPage, "SLSHM003", 0, "header field slots is 1"},
+      {"zero that is not", two, 2, kPage, two, "SLSHM003", 7, "header field zero is 7"},
+      {"slots larger than asked for", SharedSegment::BytesFor(1, 3 * kPage) - kPage, 2,
+       kPage * 3 / 2, SharedSegment::BytesFor(1, 3 * kPage) - kPage, "SLSHM003", 0,
+       "header field slot_bytes is 6144"},
+      {"total_bytes that is not the file's size", two, 2, kPage, two - kPage, "SLSHM003", 0,
+       "header field total_bytes is"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    ForgedSegment forged(c.size, c.slots, c.slot_bytes, c.total, c.magic, c.zero);
+    REQUIRE(forged.fd.valid());
+    const Status s =
+        SharedSegment::Open(forged.name, std::string(32, '0'), {2, 2 * kPage}).status();
+    CHECK(s.code() == StatusCode::kDataLoss);
+    CHECK_THAT(s.message(), Catch::Contains(c.message));
+  }
+  // A hugetlbfs memfd, where this host has huge pages to give one: not tmpfs, not mapped.
+  ForgedSegment huge(2 << 20, 2, kPage, 2 << 20, "SLSHM003", 0, MFD_HUGETLB);
+  if (huge.fd.valid()) {
+    const Status s = SharedSegment::Open(huge.name, std::string(32, '0'), {2, 1 << 20}).status();
+    CHECK(s.code() == StatusCode::kDataLoss);
+    CHECK_THAT(s.message(), Catch::Contains("not on tmpfs"));
+  } else {
+    WARN("no hugetlbfs memfd on this host (" << std::strerror(errno) << "): not checked");
+  }
+  CHECK(SharedSegment::MaxSlotBytesFor(8, 32, 0) == 8 * 32 * 32 * 3);
+  CHECK(SharedSegment::MaxSlotBytesFor(0, 32, 32) == shm_layout::kMaxSlotBytes);
 }
 
 TEST_CASE("SameHostPeersAndTargetsAreUnixSocketsAndLoopback") {

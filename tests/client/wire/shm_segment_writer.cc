@@ -5,9 +5,9 @@
 //     prints the layout of client/wire/shared_segment_layout.h as one JSON object.
 //   shm_segment_writer write SLOTS SLOT_BYTES FULL_SLOT...
 //     creates a segment with SharedSegment::Create, fills each FULL_SLOT with bytes
-//     (slot * 31 + i) % 251 and marks it full, prints {"name", "slots", "slot_bytes",
-//     "total_bytes"} as one JSON line, then waits for a line on stdin and prints
-//     {"attached", "state"}: the words the reader left in the header.
+//     (slot * 31 + i) % 251 and marks it full, prints {"name", "attach_key", "slots",
+//     "slot_bytes", "total_bytes"} as one JSON line, then waits for a line on stdin and prints
+//     {"attached", "state"}: whether the reader wrote the attach key, and the state words it left.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -42,6 +42,9 @@ int PrintLayout() {
               static_cast<unsigned long long>(shm_layout::kHeaderBytes), shm_layout::kMaxSlots);
   std::printf("\"slot_free\": %u, \"slot_full\": %u, \"segment_key\": \"%s\", ",
               shm_layout::kSlotFree, shm_layout::kSlotFull, shm_layout::kSegmentKey);
+  std::printf("\"attach_key_key\": \"%s\", \"attach_key_bytes\": %zu, \"max_slot_bytes\": %llu, ",
+              shm_layout::kAttachKeyKey, shm_layout::kAttachKeyBytes,
+              static_cast<unsigned long long>(shm_layout::kMaxSlotBytes));
   std::printf("\"memfd_name\": \"%s\", \"required_seals\": %u, \"id_bytes\": %zu, \"fields\": [",
               shm_layout::kMemfdName, shm_layout::kRequiredSeals, shm_layout::kIdBytes);
   const char* separator = "";
@@ -67,17 +70,19 @@ int Write(int slots, uint64_t slot_bytes, const std::vector<int>& full) {
     }
     segment->MarkFull(slot);
   }
-  std::printf("{\"name\": \"%s\", \"slots\": %d, \"slot_bytes\": %llu, \"total_bytes\": %llu}\n",
-              segment->name().c_str(), segment->slots(),
-              static_cast<unsigned long long>(segment->slot_bytes()),
-              static_cast<unsigned long long>(segment->total_bytes()));
+  std::printf(
+      "{\"name\": \"%s\", \"attach_key\": \"%s\", \"slots\": %d, \"slot_bytes\": %llu, "
+      "\"total_bytes\": %llu}\n",
+      segment->name().c_str(), segment->attach_key().c_str(), segment->slots(),
+      static_cast<unsigned long long>(segment->slot_bytes()),
+      static_cast<unsigned long long>(segment->total_bytes()));
   std::fflush(stdout);
   std::string line;
   std::getline(std::cin, line);
   // What the reader left, read through the layout table (the reader has finished: it wrote
   // the line only after).
   const uint8_t* base = segment->SlotData(0) - shm_layout::kHeaderBytes;
-  std::printf("{\"attached\": %u, \"state\": [", Word(base, FieldOffset("attached")));
+  std::printf("{\"attached\": %s, \"state\": [", segment->attached() ? "true" : "false");
   for (int s = 0; s < segment->slots(); ++s) {
     std::printf("%s%u", s == 0 ? "" : ", ",
                 Word(base, FieldOffset("state") + sizeof(uint32_t) * static_cast<size_t>(s)));

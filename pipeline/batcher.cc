@@ -179,6 +179,7 @@ void Batcher::EndEpoch(int64_t epoch) {
   }
   const uint64_t seen = epoch_images_ + epoch_skipped_;
   const bool nothing_usable = epoch_images_ == 0 && epoch_skipped_ > 0 && !partial_epoch_;
+  const bool no_records = seen == 0 && !partial_epoch_;
   const bool too_many_skips =
       epoch_skipped_ * 100 > static_cast<uint64_t>(options_.skip_warn_percent) * seen;
   std::string reasons;
@@ -201,7 +202,16 @@ void Batcher::EndEpoch(int64_t epoch) {
   epoch_reasons_.clear();
   epoch_other_reasons_ = 0;
   stats_->epochs_done.fetch_add(1, std::memory_order_relaxed);
-  if (nothing_usable) {
+  if (no_records) {
+    // Empty files, or a shard that got none of them: a stream of nothing, as above.
+    const std::string shard = options_.shard_count > 1
+                                  ? " (shard " + std::to_string(options_.shard_index) + " of " +
+                                        std::to_string(options_.shard_count) + ")"
+                                  : "";
+    Fail(FailedPrecondition("epoch " + std::to_string(epoch) + " has no records: the " +
+                            std::to_string(options_.files.size()) + " files" + shard +
+                            " hold none"));
+  } else if (nothing_usable) {
     // Whatever the number of epochs: a stream of nothing is a mistake (wrong keys, wrong files)
     // the user must hear of, and repeating forever would skip the same records forever.
     Fail(Status(last_error_.code(), "no record of epoch " + std::to_string(epoch) +

@@ -29,7 +29,7 @@ class BatcherSink {
   // skipped: records skipped since the previous batch (possibly in the epoch before).
   virtual void EmitBatch(BatchBuffer* buffer, int size, BatchPosition position,
                          uint64_t skipped) = 0;
-  // The stream fails (policy FAIL, max_errors exceeded, or an epoch with records and not one
+  // The stream fails (policy FAIL, max_errors exceeded, an epoch with no record or not one
   // usable). Called at most once. skipped: records skipped since the last batch, which no batch
   // will carry.
   virtual void EmitError(Status status, uint64_t skipped) = 0;

@@ -194,6 +194,26 @@ TEST_CASE("EpochOfOnlyBadRecordsEndsOrFailsButNeverHangs") {
   }
 }
 
+TEST_CASE("FilesWithoutRecordsFailTheStreamInsteadOfEndingEmpty") {
+  TempDir dir;
+  testing::WriteAll(dir.file("shard-0.tfrecord"), "");
+  testing::WriteAll(dir.file("shard-1.tfrecord"), "");
+  auto o = BaseOptions(dir);
+  for (int64_t epochs : {1, 0}) {
+    CAPTURE(epochs);
+    o.set_epochs(epochs);
+    auto c = RunToEnd(o);
+    CHECK(c.status.code() == StatusCode::kFailedPrecondition);
+    CHECK(c.status.message() == "epoch 0 has no records: the 2 files hold none");
+  }
+  // Resuming after an epoch's last record is no empty epoch.
+  WriteTestShards(dir, 1, 8);
+  o.set_epochs(1);
+  auto rest = RunToEnd(o, nullptr, true, BatchPosition{0, 1, 8});
+  CHECK(rest.status.ok());
+  CHECK(rest.positions.empty());
+}
+
 // Skips that no batch follows: after the last full batch with drop_remainder, and at the end of
 // a stream whose last records are bad. Every skip reaches a batch's skipped() or the end.
 TEST_CASE("SkipsAfterTheLastBatchAreReportedAtTheEndOfTheStream") {

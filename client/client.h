@@ -112,6 +112,9 @@ class BatchStream {
   virtual int64_t reconnects() const = 0;
   // Batches received so far whose images came through shared memory.
   virtual int64_t shared_memory_batches() const = 0;
+  // Records the servers skipped after their streams' last batches (which no batch's
+  // meta.skipped_records carries), known as each server's stream ends. Any thread.
+  virtual uint64_t skipped_after_last_batch() const = 0;
   // Servers (resolved targets) this stream reads from.
   virtual int servers() const = 0;
 };

@@ -62,6 +62,12 @@ int64_t FanInStream::reconnects() const {
   return n;
 }
 
+uint64_t FanInStream::skipped_after_last_batch() const {
+  uint64_t n = 0;
+  for (const auto& s : streams_) n += s->skipped_after_last_batch();
+  return n;
+}
+
 int64_t FanInStream::shared_memory_batches() const {
   int64_t n = 0;
   for (const auto& s : streams_) n += s->shared_batches();

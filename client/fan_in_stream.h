@@ -35,6 +35,7 @@ class FanInStream : public BatchStream {
   Status Take(ReceivedBatch* batch, bool* end_of_sequence) override;
   int64_t reconnects() const override;
   int64_t shared_memory_batches() const override;
+  uint64_t skipped_after_last_batch() const override;
   int servers() const override { return static_cast<int>(streams_.size()); }
 
  private:

@@ -1,6 +1,7 @@
 #include "client/server_stream.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <span>
@@ -199,6 +200,15 @@ Status ServerStream::RunOnce(const std::shared_ptr<grpc::Channel>& channel, bool
   while (cq.Next(&tag, &ok)) {
   }
   if (!decode_error.ok()) return decode_error.WithContext(target_);
+  if (status.ok()) {
+    const auto& trailing = context.GetServerTrailingMetadata();
+    auto it = trailing.find(kSkippedRecordsKey);
+    uint64_t skipped = 0;
+    if (it != trailing.end()) {
+      std::from_chars(it->second.data(), it->second.data() + it->second.size(), skipped);
+    }
+    skipped_after_last_batch_.fetch_add(skipped);
+  }
   return FromGrpc(status);
 }
 

@@ -51,6 +51,7 @@ class ServerStream {
   bool started();
   int64_t reconnects() const { return reconnects_.load(); }
   int64_t shared_batches() const { return shared_batches_.load(); }
+  uint64_t skipped_after_last_batch() const { return skipped_after_last_batch_.load(); }
 
  private:
   using Call = grpc::GenericClientAsyncReaderWriter;
@@ -84,6 +85,8 @@ class ServerStream {
   const std::shared_ptr<BufferPool> pool_;
   std::atomic<int64_t> reconnects_{0};
   std::atomic<int64_t> shared_batches_{0};
+  // From the trailing metadata of the call that ended the stream (kSkippedRecordsKey).
+  std::atomic<uint64_t> skipped_after_last_batch_{0};
 
   std::mutex mu_;
   std::condition_variable cv_;

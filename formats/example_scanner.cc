@@ -1,7 +1,9 @@
 #include "formats/example_scanner.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace sluice {
 namespace {
@@ -373,6 +375,31 @@ Status FeatureScanner::Find(std::string_view record, std::string_view key, Featu
   });
 }
 
+std::string DescribeKeys(std::string_view record) {
+  constexpr size_t kMaxKeys = 16;
+  constexpr size_t kMaxKeyChars = 64;
+  std::vector<std::string_view> keys;
+  bool more = false;
+  // A malformed record still shows the keys before the damage.
+  (void)ForEachFeature(record, [&](std::string_view key, const FeatureView&) {
+    if (std::find(keys.begin(), keys.end(), key) != keys.end()) return;
+    if (keys.size() == kMaxKeys) {
+      more = true;
+      return;
+    }
+    keys.push_back(key);
+  });
+  if (keys.empty()) return "(none)";
+  std::string out;
+  for (std::string_view key : keys) {
+    if (!out.empty()) out += ", ";
+    for (char c : key.substr(0, kMaxKeyChars)) out += (c >= ' ' && c <= '~') ? c : '?';
+    if (key.size() > kMaxKeyChars) out += "...";
+  }
+  if (more) out += ", ...";
+  return out;
+}
+
 Status ExampleScanner::Scan(std::string_view record, std::string_view* image,
                             int64_t* label) const {
   FeatureView image_feature, label_feature;
@@ -386,8 +413,14 @@ Status ExampleScanner::Scan(std::string_view record, std::string_view* image,
       have_label = true;
     }
   }));
-  if (!have_image) return InvalidArgument("feature '" + image_key_ + "' missing from record");
-  if (!have_label) return InvalidArgument("feature '" + label_key_ + "' missing from record");
+  if (!have_image) {
+    return InvalidArgument("feature '" + image_key_ +
+                           "' missing from record; its keys: " + DescribeKeys(record));
+  }
+  if (!have_label) {
+    return InvalidArgument("feature '" + label_key_ +
+                           "' missing from record; its keys: " + DescribeKeys(record));
+  }
   ASSIGN_OR_RETURN(*image, image_feature.FirstBytes(image_key_));
   ASSIGN_OR_RETURN(*label, label_feature.FirstInt64(label_key_));
   return Status::OK();

@@ -85,6 +85,11 @@ Status ForEachFeature(std::string_view record, Fn&& fn) {
   return FeatureScanner::ForEach(record, adapter);
 }
 
+// The distinct feature keys of a record in wire order, comma-separated, for error messages: at
+// most 16, each cut at 64 characters, non-printable bytes as '?'; "(none)" when it has none.
+// Walks the record once more, so only error paths call it.
+std::string DescribeKeys(std::string_view record);
+
 // Pulls the image bytes and integer label a training pipeline needs from each record.
 // Thread-safe (immutable after construction).
 class ExampleScanner {
@@ -93,8 +98,9 @@ class ExampleScanner {
       : image_key_(std::move(image_key)), label_key_(std::move(label_key)) {}
 
   // *image views the first value of the image feature (bytes_list), *label is the first value of
-  // the label feature (int64_list). InvalidArgument naming the key when either is missing, empty
-  // or of another kind; DataLoss when the record is malformed.
+  // the label feature (int64_list). InvalidArgument naming the key when either is missing (with
+  // the record's keys, DescribeKeys), empty or of another kind; DataLoss when the record is
+  // malformed.
   Status Scan(std::string_view record, std::string_view* image, int64_t* label) const;
 
   const std::string& image_key() const { return image_key_; }

@@ -190,13 +190,12 @@ Result<std::unique_ptr<SequentialFile>> OpenSequentialFile(const std::string& pa
   return std::unique_ptr<SequentialFile>(new PosixSequentialFile(path, std::move(fd)));
 }
 
-Result<std::string> ReadFileRange(const std::string& path, uint64_t offset, size_t n) {
-  ASSIGN_OR_RETURN(UniqueFd fd, OpenForRead(path));
-  std::string out(n, '\0');
+Result<UniqueFd> OpenForPositionalReads(const std::string& path) { return OpenForRead(path); }
+
+Status ReadFully(int fd, const std::string& path, uint64_t offset, size_t n, char* out) {
   size_t filled = 0;
   while (filled < n) {
-    ssize_t r = ::pread(fd.get(), out.data() + filled, n - filled,
-                        static_cast<off_t>(offset + filled));
+    ssize_t r = ::pread(fd, out + filled, n - filled, static_cast<off_t>(offset + filled));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return ErrnoStatus(errno, "read", path);
     if (r == 0) {
@@ -205,6 +204,13 @@ Result<std::string> ReadFileRange(const std::string& path, uint64_t offset, size
     }
     filled += static_cast<size_t>(r);
   }
+  return Status::OK();
+}
+
+Result<std::string> ReadFileRange(const std::string& path, uint64_t offset, size_t n) {
+  ASSIGN_OR_RETURN(UniqueFd fd, OpenForRead(path));
+  std::string out(n, '\0');
+  RETURN_IF_ERROR(ReadFully(fd.get(), path, offset, n, out.data()));
   return out;
 }
 

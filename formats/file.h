@@ -64,6 +64,9 @@ Result<std::unique_ptr<SequentialFile>> OpenSequentialFile(const std::string& pa
 // Reads n bytes at offset (pread). A file that ends before them is DataLoss naming path and
 // offset.
 Result<std::string> ReadFileRange(const std::string& path, uint64_t offset, size_t n);
+// The same on a file opened once (OpenForPositionalReads) for many small reads; out holds n bytes.
+Result<UniqueFd> OpenForPositionalReads(const std::string& path);
+Status ReadFully(int fd, const std::string& path, uint64_t offset, size_t n, char* out);
 
 // An in-memory SequentialFile over `contents`. When fail_at_offset is set, a read that reaches that
 // offset returns an I/O error there (fault injection for tests).

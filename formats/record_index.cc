@@ -1,7 +1,9 @@
 #include "formats/record_index.h"
 
 #include <charconv>
+#include <cstring>
 
+#include "formats/crc32c.h"
 #include "formats/file.h"
 #include "formats/tfrecord_reader.h"
 
@@ -84,6 +86,32 @@ Status WriteRecordIndex(const std::string& path, const std::vector<IndexEntry>& 
 Result<std::vector<IndexEntry>> ReadRecordIndex(const std::string& path) {
   ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
   return ParseRecordIndex(text, path);
+}
+
+Result<IndexedFrameChecker> IndexedFrameChecker::Open(const std::string& shard_path) {
+  ASSIGN_OR_RETURN(UniqueFd fd, OpenForPositionalReads(shard_path));
+  return IndexedFrameChecker(shard_path, std::move(fd));
+}
+
+Status IndexedFrameChecker::Check(const IndexEntry& entry, size_t line) {
+  const std::string where = IndexPathFor(path_) + ":" + std::to_string(line) + " (record at " +
+                            std::to_string(entry.offset) + ", " + std::to_string(entry.length) +
+                            " bytes)";
+  char header[kTFRecordHeaderBytes];
+  Status read = ReadFully(fd_.get(), path_, entry.offset, sizeof(header), header);
+  if (!read.ok()) return DataLoss("record index " + where + ": " + read.message());
+  uint64_t length;
+  uint32_t masked_crc;
+  std::memcpy(&length, header, sizeof(length));  // little-endian, as the frame stores it
+  std::memcpy(&masked_crc, header + sizeof(length), sizeof(masked_crc));
+  if (crc32c::Unmask(masked_crc) != crc32c::Value(header, sizeof(length))) {
+    return DataLoss("record index " + where + ": no intact frame header there");
+  }
+  if (length != entry.length - kMinFrameBytes) {
+    return DataLoss("record index " + where + ": the frame there is " +
+                    std::to_string(length + kMinFrameBytes) + " bytes");
+  }
+  return Status::OK();
 }
 
 Result<std::vector<IndexEntry>> BuildRecordIndex(const std::string& shard_path) {

@@ -7,8 +7,10 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "formats/file.h"
 #include "formats/status.h"
 
 namespace sluice {
@@ -28,6 +30,23 @@ Result<std::vector<IndexEntry>> ParseRecordIndex(std::string_view text, const st
 
 Status WriteRecordIndex(const std::string& path, const std::vector<IndexEntry>& entries);
 Result<std::vector<IndexEntry>> ReadRecordIndex(const std::string& path);
+
+// Checks, one entry at a time as a reader trusts them, that an uncompressed shard's frames are
+// where its index says: the frame header at the entry's offset (the data length and its masked
+// CRC32C) must be intact and describe a frame of exactly the entry's length. An index can tile
+// the file and still lie (two entries merged into one, one split in two); this catches that at the
+// first entry it touches, for the cost of a 12-byte read. Not thread-safe.
+class IndexedFrameChecker {
+ public:
+  static Result<IndexedFrameChecker> Open(const std::string& shard_path);
+  // DataLoss naming the index path, the entry (1-based line) and what the frame holds instead.
+  Status Check(const IndexEntry& entry, size_t line);
+
+ private:
+  IndexedFrameChecker(std::string path, UniqueFd fd) : path_(std::move(path)), fd_(std::move(fd)) {}
+  std::string path_;
+  UniqueFd fd_;
+};
 
 // Scans a shard (any compression) and returns its index. Any corrupt record is an error naming its
 // offset: an index must only describe a shard that reads cleanly.

@@ -48,8 +48,19 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* out) {
   Status parsed = scanner_.Scan(w->bytes, &jpeg, &label);
   if (parsed.ok()) {
     label += options_.label_offset;
-    if (label < std::numeric_limits<int32_t>::min() || label > std::numeric_limits<int32_t>::max()) {
-      parsed = InvalidArgument("label " + std::to_string(label) + " does not fit in int32");
+    // A label no loss function can take: negative (an offset applied twice, a -1 "unlabelled"
+    // marker) or, where the dataset says how many classes it has, past the last class. The
+    // first clause is the same for every such record (Batcher groups skips by it).
+    if (label < 0) {
+      parsed = InvalidArgument("label is negative; " + std::to_string(label) + " = feature '" +
+                               options_.label_key + "' + label_offset " +
+                               std::to_string(options_.label_offset));
+    } else if (options_.num_classes > 0 && label >= options_.num_classes) {
+      parsed =
+          InvalidArgument("label is not below num_classes " + std::to_string(options_.num_classes) +
+                          "; it is " + std::to_string(label));
+    } else if (label > std::numeric_limits<int32_t>::max()) {
+      parsed = InvalidArgument("label does not fit in int32; it is " + std::to_string(label));
     }
   }
   w->label = static_cast<int32_t>(label);

@@ -77,7 +77,8 @@ class Batch {
   int height() const { return buffer_->height; }
   int width() const { return buffer_->width; }
   BatchPosition position() const { return position_; }
-  // Records skipped (corrupt or undecodable) while this batch was filled.
+  // Records skipped (corrupt or unusable) since the previous batch of the run, so possibly at
+  // the end of the epoch before; those after the last batch: Iterator::SkippedAfterLastBatch.
   uint64_t skipped() const { return skipped_; }
 
   std::span<const uint8_t> images() const {

@@ -1,8 +1,27 @@
 #include "pipeline/batcher.h"
 
+#include <algorithm>
 #include <cstring>
+#include <string_view>
 
 namespace sluice {
+namespace {
+
+// Distinct skip reasons an epoch keeps apart; later new ones are counted together.
+constexpr size_t kMaxReasons = 8;
+constexpr size_t kMaxReasonChars = 160;
+
+// What went wrong with a record, alike for every record it happened to: the message without the
+// "file:offset: " context in front and without the per-record details after the first "; ".
+std::string ReasonOf(const WorkItem& w, const std::string& path) {
+  std::string_view m = w.status.message();
+  const std::string context = path + ":" + std::to_string(w.offset) + ": ";
+  if (m.starts_with(context)) m.remove_prefix(context.size());
+  m = m.substr(0, m.find("; "));
+  return std::string(m.substr(0, kMaxReasonChars));
+}
+
+}  // namespace
 
 Batcher::Batcher(const ResolvedOptions& options, PipelineStats* stats, BatcherSink* sink,
                  BatchPosition start)
@@ -11,7 +30,8 @@ Batcher::Batcher(const ResolvedOptions& options, PipelineStats* stats, BatcherSi
       sink_(sink),
       batch_size_(static_cast<uint64_t>(options.batch_size)),
       out_index_(start.index),
-      end_record_(start.end_record) {}
+      end_record_(start.end_record),
+      partial_epoch_(start.end_record > 0) {}
 
 void Batcher::Add(const WorkItem& w) {
   StageTimer timer(stats_->stage(Stage::kBatch));
@@ -61,7 +81,37 @@ void Batcher::Fail(Status status) {
     dst_ = nullptr;
     filled_ = 0;
   }
-  sink_->EmitError(std::move(status));
+  sink_->EmitError(std::move(status), skipped_);
+}
+
+void Batcher::CountReason(const WorkItem& w) {
+  std::string reason = ReasonOf(w, options_.files[w.file]);
+  for (auto& [r, n] : epoch_reasons_) {
+    if (r == reason) {
+      ++n;
+      return;
+    }
+  }
+  if (epoch_reasons_.size() < kMaxReasons) {
+    epoch_reasons_.emplace_back(std::move(reason), 1);
+  } else {
+    ++epoch_other_reasons_;
+  }
+}
+
+std::string Batcher::TopReasons() const {
+  auto reasons = epoch_reasons_;
+  std::stable_sort(reasons.begin(), reasons.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::string out;
+  for (size_t i = 0; i < reasons.size() && i < 3; ++i) {
+    if (!out.empty()) out += "; ";
+    out += std::to_string(reasons[i].second) + "x " + reasons[i].first;
+  }
+  uint64_t rest = epoch_other_reasons_;
+  for (size_t i = 3; i < reasons.size(); ++i) rest += reasons[i].second;
+  if (rest > 0) out += "; " + std::to_string(rest) + "x other reasons";
+  return out;
 }
 
 void Batcher::Skip(const WorkItem& w) {
@@ -71,6 +121,7 @@ void Batcher::Skip(const WorkItem& w) {
   last_error_ = w.status;
   stats_->skipped.fetch_add(1, std::memory_order_relaxed);
   stats_->AddError(w.status.message());
+  CountReason(w);
   // A skipped record holds nothing: its place in the window is free again now.
   sink_->DropItems(1);
   const bool too_many =
@@ -112,7 +163,10 @@ void Batcher::EndEpoch(int64_t epoch) {
   if (dst_ != nullptr) {
     if (!options_.drop_remainder) {
       sink_->EmitBatch(dst_, filled_, BatchPosition{epoch, out_index_, end_record_}, skipped_);
+      skipped_ = 0;
     } else {
+      // The dropped records were usable: they are no skips. Skips while filling them stay in
+      // skipped_ for the next batch (or the stream's end) to report.
       sink_->DropBuffer(dst_);
       sink_->DropItems(static_cast<uint64_t>(filled_));
     }
@@ -123,22 +177,47 @@ void Batcher::EndEpoch(int64_t epoch) {
   for (BatchBuffer* b : inputs_) {
     if (b != nullptr) sink_->DropBuffer(b);
   }
-  const bool nothing_usable = epoch_images_ == 0 && epoch_skipped_ > 0;
+  const uint64_t seen = epoch_images_ + epoch_skipped_;
+  const bool nothing_usable = epoch_images_ == 0 && epoch_skipped_ > 0 && !partial_epoch_;
+  const bool no_records = seen == 0 && !partial_epoch_;
+  const bool too_many_skips =
+      epoch_skipped_ * 100 > static_cast<uint64_t>(options_.skip_warn_percent) * seen;
+  std::string reasons;
+  if (too_many_skips || nothing_usable) reasons = TopReasons();
+  if (too_many_skips) {
+    sink_->Warn(options_.name + ": epoch " + std::to_string(epoch) + " skipped " +
+                std::to_string(epoch_skipped_) + " of " + std::to_string(seen) + " records (" +
+                std::to_string(epoch_skipped_ * 100 / seen) + "%, over skip_warn_percent " +
+                std::to_string(options_.skip_warn_percent) + "%): " + reasons);
+  }
   inputs_.clear();
   base_ = 0;
   dst_ = nullptr;
   filled_ = 0;
-  skipped_ = 0;
   out_index_ = 0;
   end_record_ = 0;
   epoch_images_ = 0;
   epoch_skipped_ = 0;
+  partial_epoch_ = false;
+  epoch_reasons_.clear();
+  epoch_other_reasons_ = 0;
   stats_->epochs_done.fetch_add(1, std::memory_order_relaxed);
-  if (nothing_usable && options_.epochs == 0) {
-    // Repeating forever would skip the same records forever.
+  if (no_records) {
+    // Empty files, or a shard that got none of them: a stream of nothing, as above.
+    const std::string shard = options_.shard_count > 1
+                                  ? " (shard " + std::to_string(options_.shard_index) + " of " +
+                                        std::to_string(options_.shard_count) + ")"
+                                  : "";
+    Fail(FailedPrecondition("epoch " + std::to_string(epoch) + " has no records: the " +
+                            std::to_string(options_.files.size()) + " files" + shard +
+                            " hold none"));
+  } else if (nothing_usable) {
+    // Whatever the number of epochs: a stream of nothing is a mistake (wrong keys, wrong files)
+    // the user must hear of, and repeating forever would skip the same records forever.
     Fail(Status(last_error_.code(), "no record of epoch " + std::to_string(epoch) +
-                                        " could be used; the last error: " +
-                                        last_error_.message()));
+                                        " could be used (all " + std::to_string(seen) +
+                                        " skipped): " + reasons +
+                                        "; the last: " + last_error_.message()));
   }
 }
 

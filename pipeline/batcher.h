@@ -9,6 +9,9 @@
 
 #include <cstdint>
 #include <deque>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "formats/status.h"
 #include "pipeline/batch.h"
@@ -23,11 +26,15 @@ class BatcherSink {
  public:
   virtual ~BatcherSink() = default;
   // A finished batch of `size` images in buffer; it accounts for `size` in-flight records.
+  // skipped: records skipped since the previous batch (possibly in the epoch before).
   virtual void EmitBatch(BatchBuffer* buffer, int size, BatchPosition position,
                          uint64_t skipped) = 0;
-  // The stream fails (policy FAIL, max_errors exceeded, or an epoch of nothing but bad records
-  // when repeating forever). Called at most once.
-  virtual void EmitError(Status status) = 0;
+  // The stream fails (policy FAIL, max_errors exceeded, an epoch with no record or not one
+  // usable). Called at most once. skipped: records skipped since the last batch, which no batch
+  // will carry.
+  virtual void EmitError(Status status, uint64_t skipped) = 0;
+  // A line the operator must see (an epoch whose skips pass skip_warn_percent).
+  virtual void Warn(const std::string& line) = 0;
   // A buffer that will not become a batch.
   virtual void DropBuffer(BatchBuffer* buffer) = 0;
   // Records accounted to no batch (skipped, dropped remainder, markers).
@@ -45,6 +52,9 @@ class Batcher {
   void Add(const WorkItem& w);
 
   bool failed() const { return failed_; }
+  // Records skipped since the last batch: after the last epoch, what the stream's end must
+  // report since no batch carries them.
+  uint64_t unreported_skips() const { return skipped_; }
 
  private:
   void AddRecord(const WorkItem& w);
@@ -53,6 +63,10 @@ class Batcher {
   // Gives back input buffers before `index` that hold no batch.
   void PassInputsBefore(uint64_t index);
   void Fail(Status status);
+  // Counts a skip's reason for the epoch's summary, among a few distinct ones.
+  void CountReason(const WorkItem& w);
+  // "44× reason; 3× other" for the epoch's most common reasons.
+  std::string TopReasons() const;
 
   const ResolvedOptions& options_;
   PipelineStats* stats_;
@@ -66,11 +80,16 @@ class Batcher {
   // The batch being filled: the input buffer of its first image, and how many it holds.
   BatchBuffer* dst_ = nullptr;
   int filled_ = 0;
-  uint64_t skipped_ = 0;        // skipped while filling it
+  uint64_t skipped_ = 0;        // skipped since the last batch went out, whatever its epoch
   int64_t out_index_ = 0;       // its index within the epoch
   int64_t end_record_ = 0;      // epoch_index + 1 of the last item seen in this epoch
   uint64_t epoch_images_ = 0;   // placed in this epoch
   uint64_t epoch_skipped_ = 0;
+  // The run's first epoch starts at start.end_record > 0: records before it were not seen.
+  bool partial_epoch_ = false;
+  // This epoch's skips by reason (the error's first clause, without file and offset); bounded.
+  std::vector<std::pair<std::string, uint64_t>> epoch_reasons_;
+  uint64_t epoch_other_reasons_ = 0;  // skips whose reason did not fit in epoch_reasons_
   uint64_t errors_ = 0;         // over the whole stream
   Status last_error_;
   bool failed_ = false;

@@ -120,6 +120,9 @@ Result<ResolvedOptions> ResolveOptions(const v1::PipelineOptions& o) {
   r.error_policy = o.error_policy() == v1::ERROR_POLICY_FAIL ? ErrorPolicy::kFail
                                                              : ErrorPolicy::kSkip;
   RETURN_IF_ERROR(Take(Tunable::kMaxErrors, o.max_errors(), &r.max_errors));
+  RETURN_IF_ERROR(Take(Tunable::kSkipWarnPercent, o.skip_warn_percent(), &r.skip_warn_percent));
+  RETURN_IF_ERROR(CheckRange("num_classes", o.num_classes(), 0, INT32_MAX));
+  r.num_classes = o.num_classes();
   RETURN_IF_ERROR(Take(Tunable::kMaxPixels, o.max_pixels(), &r.max_pixels));
   r.fast_idct = !o.accurate_idct();
   r.autotune = !o.no_autotune();

@@ -45,6 +45,8 @@ struct ResolvedOptions {
   int shard_count = 1;
   ErrorPolicy error_policy = ErrorPolicy::kSkip;
   int64_t max_errors = 0;
+  int skip_warn_percent = 10;  // of an epoch's records; more skips are logged loudly
+  int num_classes = 0;         // labels must be below it; 0: only negative labels are refused
   int64_t max_pixels = 0;
   bool fast_idct = true;
   // Tune the decode parallelism between 1 and `threads` at run time (pipeline/autotuner.h).
@@ -62,6 +64,8 @@ struct ResolvedOptions {
   int64_t records_budget_bytes = 0;
   int64_t max_record_bytes = 0;
   int64_t decode_budget_bytes = 0;
+  // How logs name this pipeline (a server sets "dataset 'D', job 'J'"); not from PipelineOptions.
+  std::string name = "pipeline";
 
   size_t image_bytes() const { return static_cast<size_t>(height) * width * 3; }
   size_t batch_image_bytes() const { return image_bytes() * batch_size; }

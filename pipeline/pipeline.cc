@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -169,6 +170,7 @@ class PipelineIterator : public Iterator, private BatcherSink {
   }
 
   StatsSnapshot Stats() const override { return stats_.Snapshot(); }
+  uint64_t SkippedAfterLastBatch() const override { return skipped_after_last_; }
 
  private:
   void MakeCaches() {
@@ -187,6 +189,7 @@ class PipelineIterator : public Iterator, private BatcherSink {
   }
 
   Status Deliver(Ready r, Batch* batch, bool* end_of_sequence) {
+    skipped_after_last_ = r.skipped;
     if (!r.error.ok()) {
       final_ = r.error;
       return final_;
@@ -237,7 +240,9 @@ class PipelineIterator : public Iterator, private BatcherSink {
   void RunSource() {
     loop_->Run();
     arena_.execute([this] { graph_->wait_for_all(); });
-    if (!stop_ && !batcher_.failed()) queue_.Push(Ready{Batch(), Status::OK(), true});
+    if (!stop_ && !batcher_.failed()) {
+      queue_.Push(Ready{Batch(), Status::OK(), true, batcher_.unreported_skips()});
+    }
   }
 
   // Ends the run early: wakes the source wherever it waits.
@@ -258,9 +263,12 @@ class PipelineIterator : public Iterator, private BatcherSink {
     loans_->pool.BatchLent();
     queue_.Push(Ready{Batch(loans_, buffer, size, position, skipped), Status::OK(), false});
   }
-  void EmitError(Status status) override {
+  void EmitError(Status status, uint64_t skipped) override {
     RequestStop();
-    queue_.Push(Ready{Batch(), std::move(status), false});
+    queue_.Push(Ready{Batch(), std::move(status), false, skipped});
+  }
+  void Warn(const std::string& line) override {
+    std::fprintf(stderr, "sluice: WARNING: %s\n", line.c_str());
   }
   void DropBuffer(BatchBuffer* buffer) override { loans_->pool.Release(buffer); }
   void DropItems(uint64_t items) override { loans_->window.ReleaseItems(items); }
@@ -298,6 +306,7 @@ class PipelineIterator : public Iterator, private BatcherSink {
   Status final_;                                    // consumer only
   std::optional<Clock::time_point> polling_since_;  // consumer only (TryGetNext)
   bool ended_ = false;                              // consumer only
+  uint64_t skipped_after_last_ = 0;                 // consumer only
 
   std::unique_ptr<DecodeAutotuner> autotuner_;  // null when off or with one thread
 };

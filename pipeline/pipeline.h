@@ -34,6 +34,9 @@ class Iterator {
   // becomes ready. Set it before the first TryGetNext; it stays until the iterator is gone.
   virtual void SetReadyCallback(std::function<void()> callback) = 0;
   virtual StatsSnapshot Stats() const = 0;
+  // Records skipped after the last batch handed out, which no batch's skipped() carries: set once
+  // GetNext or TryGetNext has returned the end or an error, 0 before. Consumer only.
+  virtual uint64_t SkippedAfterLastBatch() const = 0;
 };
 
 class Pipeline {

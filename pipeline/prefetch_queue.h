@@ -20,6 +20,8 @@ struct Ready {
   Batch batch;
   Status error;
   bool end = false;
+  // With the end or an error: records skipped after the last batch, which no batch carries.
+  uint64_t skipped = 0;
 };
 
 class PrefetchQueue {

@@ -1,6 +1,7 @@
 #include "pipeline/record_index_source.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <string_view>
 #include <utility>
 
@@ -25,8 +26,10 @@ std::unique_ptr<RecordIndexSource> RecordIndexSource::Open(const SourceContext& 
         ReadFileRange(path, 0, std::min<uint64_t>(*size, kTFRecordHeaderBytes));
     if (!head.ok() || DetectCompression(*head) != Compression::kNone) return nullptr;
   }
+  Result<IndexedFrameChecker> checker = IndexedFrameChecker::Open(path);
+  if (!checker.ok()) return nullptr;
   return std::unique_ptr<RecordIndexSource>(
-      new RecordIndexSource(ctx, file, window, std::move(*index)));
+      new RecordIndexSource(ctx, file, window, std::move(*index), std::move(*checker)));
 }
 
 bool RecordIndexSource::Read(WorkItem* w) {
@@ -34,7 +37,17 @@ bool RecordIndexSource::Read(WorkItem* w) {
   if (done_) return false;
   if (window_->open()) {
     while (index_pos_ < index_.size()) {
-      const IndexEntry& e = index_[index_pos_++];
+      const IndexEntry& e = index_[index_pos_];
+      // Records of other shards are numbered by their entries too: each one is checked.
+      Status s = checker_.Check(e, index_pos_ + 1);
+      if (!s.ok()) {
+        ctx_.stats->index_fallbacks.fetch_add(1, std::memory_order_relaxed);
+        std::fprintf(stderr, "sluice: WARNING: %s; reading %s from offset %llu on instead\n",
+                     s.message().c_str(), ctx_.options->files[file_].c_str(),
+                     static_cast<unsigned long long>(e.offset));
+        return ReadRest(w);
+      }
+      ++index_pos_;
       const uint64_t record = next_record_++;
       if (!ctx_.shard.Mine(record)) continue;
       w->record = record;
@@ -51,6 +64,10 @@ bool RecordIndexSource::Read(WorkItem* w) {
     Finish();
     return false;
   }
+  return ReadRest(w);
+}
+
+bool RecordIndexSource::ReadRest(WorkItem* w) {
   rest_ = std::make_unique<FileReaderSource>(ctx_, file_, /*fill_cache=*/false,
                                              FileStart{index_[index_pos_].offset, next_record_});
   std::vector<IndexEntry>().swap(index_);
@@ -82,6 +99,11 @@ void MaterializeLazyRecord(const std::string& path, uint64_t max_record_bytes, P
     if (s.ok() && eof) {
       s = DataLoss("truncated record at " + path + ":" + std::to_string(w->offset) +
                    " (the record index promises a frame there)");
+    } else if (s.ok() && reader->offset() != w->offset + length) {
+      // The frame changed since its entry was checked (a file rewritten under the stream).
+      s = DataLoss("record at " + path + ":" + std::to_string(w->offset) + " is " +
+                   std::to_string(reader->offset() - w->offset) + " bytes, its index entry " +
+                   std::to_string(length));
     }
   }
   if (!s.ok()) {

@@ -26,7 +26,9 @@ struct LazyWindow {
 class RecordIndexSource final : public Source {
  public:
   // Null when the index cannot stand in for the file: compressed, no index, or an index of
-  // another version of the file. window is read on every Read and outlives this.
+  // another version of the file. window is read on every Read and outlives this. An entry that
+  // does not match its frame (IndexedFrameChecker) is logged with the index path and line,
+  // counted (PipelineStats::index_fallbacks), and the file is read from that entry's offset on.
   static std::unique_ptr<RecordIndexSource> Open(const SourceContext& ctx, uint32_t file,
                                                  const LazyWindow* window);
 
@@ -34,14 +36,23 @@ class RecordIndexSource final : public Source {
 
  private:
   RecordIndexSource(const SourceContext& ctx, uint32_t file, const LazyWindow* window,
-                    std::vector<IndexEntry> index)
-      : ctx_(ctx), file_(file), window_(window), index_(std::move(index)) {}
+                    std::vector<IndexEntry> index, IndexedFrameChecker checker)
+      : ctx_(ctx),
+        file_(file),
+        window_(window),
+        index_(std::move(index)),
+        checker_(std::move(checker)) {}
   void Finish();
+  // Reads the file from entry index_pos_ on (record next_record_), as FileReaderSource would.
+  bool ReadRest(WorkItem* w);
 
   const SourceContext& ctx_;
   const uint32_t file_;
   const LazyWindow* window_;
   std::vector<IndexEntry> index_;
+  // Every entry is checked against its frame before it is trusted: a lying index falls back to
+  // reading the file from the first entry that does not match, so no record is lost or doubled.
+  IndexedFrameChecker checker_;
   size_t index_pos_ = 0;
   uint64_t next_record_ = 0;
   bool done_ = false;

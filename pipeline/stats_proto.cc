@@ -45,6 +45,7 @@ constexpr Field<StatsSnapshot> kJobFields[] = {
     {"batches", &StatsSnapshot::batches},
     {"images", &StatsSnapshot::images},
     {"skipped_records", &StatsSnapshot::skipped},
+    {"record_index_fallbacks", &StatsSnapshot::index_fallbacks},
     {"wall_seconds", &StatsSnapshot::wall_seconds},
     {"queue_fill", &StatsSnapshot::queue_fill},
     {"queue_capacity", &StatsSnapshot::queue_capacity},

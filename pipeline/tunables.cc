@@ -29,6 +29,9 @@ constexpr TunableSpec kTunables[] = {
     {Tunable::kMemoryBudget, "memory_budget_bytes", kDefaultMemoryBudget, 1, INT64_MAX},
     // A decoded image's pixels: the bound on what one corrupt or hostile header makes us allocate.
     {Tunable::kMaxPixels, "max_pixels", kDefaultMaxPixels, 1, INT64_MAX},
+    // Skips above this share of an epoch's records are logged loudly (100: only an epoch of
+    // nothing but skips, which fails anyway).
+    {Tunable::kSkipWarnPercent, "skip_warn_percent", 10, 1, 100},
 };
 static_assert(std::size(kTunables) == static_cast<size_t>(Tunable::kCount));
 

@@ -28,6 +28,7 @@ enum class Tunable {
   kDecodedShortSide,
   kMemoryBudget,
   kMaxPixels,
+  kSkipWarnPercent,
   kCount
 };
 

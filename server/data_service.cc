@@ -45,9 +45,10 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
  public:
   // segment: the stream's shared-memory segment, already named in the initial metadata and
   // reserved in the registry; null for ordinary batches.
-  BatchWriter(JobRegistry* registry, std::shared_ptr<Job> job,
+  BatchWriter(grpc::CallbackServerContext* context, JobRegistry* registry, std::shared_ptr<Job> job,
               std::shared_ptr<SharedSegment> segment, SlotWatcher* watcher)
-      : registry_(registry),
+      : context_(context),
+        registry_(registry),
         job_(std::move(job)),
         counters_(&registry->counters(job_->dataset())),
         offered_(segment != nullptr),
@@ -86,7 +87,10 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
 
   void OnEvent(JobEvent event) override {
     if (event.end || !event.error.ok()) {
-      FinishOnce(ToGrpc(event.error));
+      // Skips after the job's last batch ride on no batch: counted here and told to the client
+      // in the trailing metadata.
+      counters_->skipped.fetch_add(event.skipped, std::memory_order_relaxed);
+      FinishOnce(ToGrpc(event.error), event.skipped);
       return;
     }
     if (shared_) {
@@ -158,12 +162,14 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
   }
 
  private:
-  void FinishOnce(grpc::Status status) {
+  // skipped: records skipped after the stream's last batch, for its trailing metadata.
+  void FinishOnce(grpc::Status status, uint64_t skipped = 0) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (finished_) return;
       finished_ = true;
     }
+    if (skipped > 0) context_->AddTrailingMetadata(kSkippedRecordsKey, std::to_string(skipped));
     Finish(std::move(status));
   }
 
@@ -255,6 +261,7 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
     return true;
   }
 
+  grpc::CallbackServerContext* const context_;  // the call's; outlives the reactor
   JobRegistry* const registry_;
   std::shared_ptr<Job> job_;
   DatasetCounters* const counters_;
@@ -364,7 +371,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* DataService::StreamBatches(
   if (!job.ok()) return new RefusedStream(job.status());
   std::shared_ptr<SharedSegment> segment;
   if (request.shared_memory()) segment = SharedSegmentFor(*context, request, (*job)->options());
-  return new BatchWriter(registry_, std::move(*job), std::move(segment), &watcher_);
+  return new BatchWriter(context, registry_, std::move(*job), std::move(segment), &watcher_);
 }
 
 std::shared_ptr<SharedSegment> DataService::SharedSegmentFor(grpc::CallbackServerContext& context,

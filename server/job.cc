@@ -1,12 +1,13 @@
 #include "server/job.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace sluice {
 
 Job::Job(std::string name, std::string dataset, std::string options_key, bool shared,
          std::unique_ptr<Pipeline> pipeline, std::unique_ptr<Iterator> iterator,
-         int64_t memory_budget, std::function<void()> on_destroyed)
+         int64_t memory_budget, std::function<void(const StatsSnapshot& last)> on_destroyed)
     : name_(std::move(name)),
       dataset_(std::move(dataset)),
       options_key_(std::move(options_key)),
@@ -26,8 +27,9 @@ Job::~Job() {
     cv_.wait(lock, [this] { return in_callbacks_ == 0 && !pumping_; });
   }
   stash_.reset();
+  const StatsSnapshot last = iterator_->Stats();
   iterator_.reset();  // joins the pipeline's threads; no callback can start after this
-  if (on_destroyed_) on_destroyed_();
+  if (on_destroyed_) on_destroyed_(last);
 }
 
 void Job::OnPipelineReady() {
@@ -105,6 +107,7 @@ void Job::Pump() {
         event.emplace();
         event->end = final_->ok();
         event->error = *final_;
+        event->skipped = std::exchange(unreported_skips_, 0);
       } else if (stash_) {
         event = std::move(stash_);
         stash_.reset();
@@ -125,6 +128,7 @@ void Job::Pump() {
         e.error = s;
         std::lock_guard<std::mutex> lock(mu_);
         if (!final_) final_ = s;  // a Stop() meanwhile keeps its status
+        e.skipped = std::exchange(unreported_skips_, 0) + iterator_->SkippedAfterLastBatch();
       }
       event = std::move(e);
     }
@@ -132,7 +136,11 @@ void Job::Pump() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (waiting_.empty()) {  // the consumer detached meanwhile: keep it for the next one
-        if (!event->end && event->error.ok()) stash_ = std::move(event);
+        if (!event->end && event->error.ok()) {
+          stash_ = std::move(event);
+        } else {
+          unreported_skips_ += event->skipped;  // final_ makes the next consumer's event
+        }
         continue;
       }
       c = waiting_.front();

@@ -26,6 +26,9 @@ struct JobEvent {
   Batch batch;
   bool end = false;
   Status error;
+  // With the end or an error: records the job skipped after its last batch, which no batch
+  // carries. Given to one consumer of the job only, so that counting them once counts them all.
+  uint64_t skipped = 0;
 };
 
 class JobConsumer {
@@ -39,10 +42,11 @@ class JobConsumer {
 class Job {
  public:
   // name: the job_name, or a generated one for a private job. memory_budget: what the job
-  // reserved from the server's budget; on_destroyed gives it back, last thing in ~Job.
+  // reserved from the server's budget; on_destroyed gives it back, last thing in ~Job, and takes
+  // the pipeline's last stats (taken as it stops; the counters that outlive jobs add them up).
   Job(std::string name, std::string dataset, std::string options_key, bool shared,
-      std::unique_ptr<Pipeline> pipeline, std::unique_ptr<Iterator> iterator,
-      int64_t memory_budget, std::function<void()> on_destroyed);
+      std::unique_ptr<Pipeline> pipeline, std::unique_ptr<Iterator> iterator, int64_t memory_budget,
+      std::function<void(const StatsSnapshot& last)> on_destroyed);
   // Stops the pipeline and waits for its threads; may take tens of milliseconds, so it is not
   // run on a gRPC thread (see JobRegistry).
   ~Job();
@@ -80,7 +84,7 @@ class Job {
   const std::string options_key_;
   const bool shared_;
   const int64_t memory_budget_;
-  const std::function<void()> on_destroyed_;
+  const std::function<void(const StatsSnapshot& last)> on_destroyed_;
   std::unique_ptr<Pipeline> pipeline_;
   std::unique_ptr<Iterator> iterator_;  // TryGetNext only by the thread holding pumping_
 
@@ -93,6 +97,7 @@ class Job {
   bool again_ = false;                    // the pipeline became ready while pumping; guarded by mu_
   std::optional<JobEvent> stash_;         // from the pipeline, no consumer yet; guarded by mu_
   std::optional<Status> final_;           // OK = end of stream; guarded by mu_
+  uint64_t unreported_skips_ = 0;  // the iterator's skips after its last batch; guarded by mu_
   bool closing_ = false;                  // guarded by mu_
   int in_callbacks_ = 0;                  // pipeline ready callbacks running; guarded by mu_
 };

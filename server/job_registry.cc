@@ -59,7 +59,9 @@ Result<std::shared_ptr<Job>> JobRegistry::StartJob(const std::string& name,
                                                    const std::string& options_key, bool shared,
                                                    const v1::PipelineOptions& options,
                                                    BatchPosition start) {
-  ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> pipeline, Pipeline::Create(options));
+  ASSIGN_OR_RETURN(ResolvedOptions resolved, ResolveOptions(options));
+  resolved.name = "dataset '" + dataset + "', job '" + name + "'";
+  std::unique_ptr<Pipeline> pipeline = Pipeline::FromResolved(std::move(resolved));
   const int64_t budget = pipeline->options().memory_budget_bytes;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -79,7 +81,9 @@ Result<std::shared_ptr<Job>> JobRegistry::StartJob(const std::string& name,
     return iterator.status();
   }
   return std::make_shared<Job>(name, dataset, options_key, shared, std::move(pipeline),
-                               std::move(*iterator), budget, [this, budget] {
+                               std::move(*iterator), budget,
+                               [this, budget, &c = counters(dataset)](const StatsSnapshot& last) {
+                                 c.index_fallbacks.fetch_add(last.index_fallbacks);
                                  std::lock_guard<std::mutex> lock(mu_);
                                  reserved_ -= budget;
                                });
@@ -245,6 +249,7 @@ void JobRegistry::FillStats(const std::string& dataset, v1::Stats* out) const {
     d->set_bytes_served(c->bytes.load());
     d->set_batches_served(c->batches.load());
     d->set_skipped_records(c->skipped.load());
+    d->set_record_index_fallbacks(c->index_fallbacks.load());
     d->set_active_streams(c->active_streams.load());
     d->set_streams_started(c->streams_started.load());
   }

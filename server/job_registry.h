@@ -27,6 +27,7 @@ struct DatasetCounters {
   std::atomic<uint64_t> bytes{0};
   std::atomic<uint64_t> batches{0};
   std::atomic<uint64_t> skipped{0};
+  std::atomic<uint64_t> index_fallbacks{0};  // of finished jobs (JobStats has the running ones')
   std::atomic<uint64_t> streams_started{0};
   std::atomic<int> active_streams{0};
 };

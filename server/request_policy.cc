@@ -204,6 +204,8 @@ Result<v1::PipelineOptions> PipelineForRequest(const v1::ServerConfig& config,
                     Echo(r.job_name()), kMaxJobName));
   }
   RETURN_IF_ERROR(CheckStartPosition(r, o));
+  // Labels past the dataset's classes are bad records, as negative ones are.
+  if (o.num_classes() == 0) o.set_num_classes(dataset.num_classes());
 
   const int64_t bytes = BatchMessageBytes(o.batch_size(), height, width);
   if (bytes > config.max_batch_bytes()) {

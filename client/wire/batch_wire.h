@@ -21,6 +21,10 @@ class ByteBuffer;
 
 namespace sluice {
 
+// Trailing metadata of a stream whose job skipped records after its last batch: their number, in
+// decimal (service.proto, Batch.skipped_records).
+inline constexpr const char* kSkippedRecordsKey = "sluice-skipped-records";
+
 struct BatchMeta {
   int64_t epoch = 0;
   int64_t index = 0;

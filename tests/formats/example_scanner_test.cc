@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <random>
@@ -291,7 +292,11 @@ TEST_CASE("MissingOrWronglyTypedFeatureNamesTheKey") {
 
   Status missing = ExampleScanner("image/encoded", "image/class/label").Scan(record, &image, &label);
   CHECK(missing.code() == StatusCode::kInvalidArgument);
-  CHECK(missing.message() == "feature 'image/class/label' missing from record");
+  // Protobuf writes map entries in no fixed order.
+  CHECK((missing.message() ==
+             "feature 'image/class/label' missing from record; its keys: image/encoded, label" ||
+         missing.message() ==
+             "feature 'image/class/label' missing from record; its keys: label, image/encoded"));
 
   Status wrong = ExampleScanner("image/encoded", "label").Scan(record, &image, &label);
   CHECK(wrong.code() == StatusCode::kInvalidArgument);
@@ -386,6 +391,22 @@ TEST_CASE("EmptyRecordIsAnExampleWithoutFeatures") {
   int count = 0;
   REQUIRE(ForEachFeature("", [&](std::string_view, const FeatureView&) { ++count; }).ok());
   CHECK(count == 0);
+}
+
+TEST_CASE("DescribeKeysIsBoundedAndPrintable") {
+  v1::Example ex;
+  auto& map = *ex.mutable_features()->mutable_feature();
+  for (int i = 0; i < 20; ++i) map["k" + std::to_string(i)].mutable_int64_list()->add_value(i);
+  const std::string many = DescribeKeys(ex.SerializeAsString());
+  CHECK(std::count(many.begin(), many.end(), ',') == 16);  // 16 keys, then ", ..."
+  CHECK(many.ends_with(", ..."));
+
+  v1::Example odd;
+  (*odd.mutable_features()->mutable_feature())[std::string("a\x01") + std::string(100, 'b')]
+      .mutable_int64_list();
+  const std::string one = DescribeKeys(odd.SerializeAsString());
+  CHECK(one == "a?" + std::string(62, 'b') + "...");
+  CHECK(DescribeKeys("") == "(none)");
 }
 
 }  // namespace

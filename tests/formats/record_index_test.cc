@@ -119,5 +119,43 @@ TEST_CASE("BuildRecordIndexRefusesAShardWithACorruptRecord") {
   CHECK(missing.status().code() == StatusCode::kNotFound);
 }
 
+// Entries that tile the file and still lie: each is caught at the entry it touches, by the frame
+// header found at its offset, and named by the index's path and line.
+TEST_CASE("FrameCheckerCatchesMergedSplitAndDamagedEntriesNamingTheLine") {
+  TempDir dir;
+  std::string shard;
+  AppendTFRecordFrame("first", &shard);   // {0, 21}
+  AppendTFRecordFrame("second", &shard);  // {21, 22}
+  AppendTFRecordFrame("third", &shard);   // {43, 21}
+  testing::WriteAll(dir.file("s"), shard);
+  auto checker = IndexedFrameChecker::Open(dir.file("s"));
+  REQUIRE(checker.ok());
+  const std::string idx = dir.file("s") + ".idx";
+  struct Case {
+    const char* what;
+    IndexEntry entry;
+    std::string message;  // empty: the entry is right
+  } cases[] = {
+      {"true", {21, 22}, ""},
+      {"merged", {21, 43}, idx + ":2 (record at 21, 43 bytes): the frame there is 22 bytes"},
+      {"split", {0, 16}, idx + ":2 (record at 0, 16 bytes): the frame there is 21 bytes"},
+      {"not at a frame", {5, 16}, idx + ":2 (record at 5, 16 bytes): no intact frame header there"},
+      {"past the end", {64, 16}, idx + ":2 (record at 64, 16 bytes): "},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    Status s = checker->Check(c.entry, 2);
+    if (c.message.empty()) {
+      CHECK(s.ok());
+    } else {
+      CHECK(s.code() == StatusCode::kDataLoss);
+      CHECK_THAT(s.message(), Catch::StartsWith("record index " + c.message));
+    }
+  }
+  shard[21 + 8] ^= 1;  // the second frame's length CRC
+  testing::WriteAll(dir.file("s"), shard);
+  CHECK_THAT(checker->Check({21, 22}, 2).message(), Catch::Contains("no intact frame header"));
+}
+
 }  // namespace
 }  // namespace sluice

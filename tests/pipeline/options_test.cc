@@ -28,6 +28,8 @@ TEST_CASE("DefaultsAreAppliedAndGlobsExpanded") {
   CHECK(r->decoded_short_side == 256);
   CHECK(r->error_policy == ErrorPolicy::kSkip);
   CHECK(r->mode == PipelineMode::kTrain);
+  CHECK(r->skip_warn_percent == 10);
+  CHECK(r->num_classes == 0);
 }
 
 // What the budget leaves after the batch pool and read buffers: a quarter for decoding, the rest
@@ -64,6 +66,8 @@ TEST_CASE("BadValuesNameTheirField") {
       {"shard.index", [](auto& o) { o.mutable_shard()->set_count(2), o.mutable_shard()->set_index(2); }},
       {"prefetch", [](auto& o) { o.set_prefetch(1000); }},
       {"interleave.cycle_length", [](auto& o) { o.mutable_interleave()->set_cycle_length(5000); }},
+      {"skip_warn_percent", [](auto& o) { o.set_skip_warn_percent(101); }},
+      {"num_classes", [](auto& o) { o.set_num_classes(-1); }},
   };
   for (const auto& c : cases) {
     v1::PipelineOptions o;

@@ -182,13 +182,99 @@ TEST_CASE("EpochOfOnlyBadRecordsEndsOrFailsButNeverHangs") {
   o.set_batch_size(8);
   o.set_prefetch(1);
   o.set_epochs(2);
-  auto finite = RunToEnd(o, nullptr, /*keep_images=*/false);
-  CHECK(finite.status.ok());  // two epochs of nothing: end of sequence
-  CHECK(finite.positions.empty());
-  o.set_epochs(0);
-  auto forever = RunToEnd(o, nullptr, /*keep_images=*/false);
-  CHECK(forever.status.code() == StatusCode::kInvalidArgument);
-  CHECK(forever.status.message().find("no record of epoch 0 could be used") == 0);
+  // Finite or not, an epoch of nothing is the user's mistake to hear of, not an empty success.
+  for (int64_t epochs : {1, 2, 0}) {
+    CAPTURE(epochs);
+    o.set_epochs(epochs);
+    auto c = RunToEnd(o, nullptr, /*keep_images=*/false);
+    CHECK(c.status.code() == StatusCode::kInvalidArgument);
+    CHECK(c.status.message().find("no record of epoch 0 could be used (all 100 skipped): 100x ") ==
+          0);
+    CHECK(c.positions.empty());
+  }
+}
+
+TEST_CASE("FilesWithoutRecordsFailTheStreamInsteadOfEndingEmpty") {
+  TempDir dir;
+  testing::WriteAll(dir.file("shard-0.tfrecord"), "");
+  testing::WriteAll(dir.file("shard-1.tfrecord"), "");
+  auto o = BaseOptions(dir);
+  for (int64_t epochs : {1, 0}) {
+    CAPTURE(epochs);
+    o.set_epochs(epochs);
+    auto c = RunToEnd(o);
+    CHECK(c.status.code() == StatusCode::kFailedPrecondition);
+    CHECK(c.status.message() == "epoch 0 has no records: the 2 files hold none");
+  }
+  // Resuming after an epoch's last record is no empty epoch.
+  WriteTestShards(dir, 1, 8);
+  o.set_epochs(1);
+  auto rest = RunToEnd(o, nullptr, true, BatchPosition{0, 1, 8});
+  CHECK(rest.status.ok());
+  CHECK(rest.positions.empty());
+}
+
+// Skips that no batch follows: after the last full batch with drop_remainder, and at the end of
+// a stream whose last records are bad. Every skip reaches a batch's skipped() or the end.
+TEST_CASE("SkipsAfterTheLastBatchAreReportedAtTheEndOfTheStream") {
+  TempDir dir;
+  // 44 records, the last 4 bad: 40 good = 5 full batches of 8, then 4 skips.
+  WriteMixedShard(dir, 44, [](int i) { return i < 40; });
+  auto o = BaseOptions(dir);
+  o.mutable_shuffle()->set_buffer_size(0);
+  for (bool drop : {false, true}) {
+    for (int64_t epochs : {1, 3}) {
+      CAPTURE(drop, epochs);
+      o.set_drop_remainder(drop);
+      o.set_epochs(epochs);
+      auto it = testing::StartIterator(o);
+      uint64_t in_batches = 0;
+      std::vector<uint64_t> per_batch;
+      for (;;) {
+        Batch b;
+        bool end = false;
+        REQUIRE(it->GetNext(&b, &end).ok());
+        if (end) break;
+        in_batches += b.skipped();
+        per_batch.push_back(b.skipped());
+      }
+      CHECK(per_batch.size() == static_cast<size_t>(5 * epochs));
+      // An epoch's tail skips ride on the next epoch's first batch; the last epoch's on the end.
+      for (int64_t e = 1; e < epochs; ++e) CHECK(per_batch[5 * e] == 4);
+      CHECK(it->SkippedAfterLastBatch() == 4);
+      CHECK(in_batches + it->SkippedAfterLastBatch() == static_cast<uint64_t>(4 * epochs));
+      CHECK(it->Stats().skipped == static_cast<uint64_t>(4 * epochs));
+    }
+  }
+}
+
+TEST_CASE("NegativeLabelsAndLabelsPastNumClassesAreSkippedNamingFileAndOffset") {
+  TempDir dir;
+  WriteTestShards(dir, 1, 30);  // labels 0..29
+  auto o = BaseOptions(dir);
+  o.set_label_offset(-1);  // record 0 gets -1
+  o.set_num_classes(20);   // records 21..29 get 20..28
+  StatsSnapshot stats;
+  auto c = RunToEnd(o, &stats);
+  REQUIRE(c.status.ok());
+  std::vector<int32_t> expected = Iota(20);
+  CHECK(Sorted(c.labels_by_epoch[0]) == expected);
+  CHECK(stats.skipped == 10);
+  bool negative = false, past = false;
+  for (const std::string& e : stats.recent_errors) {
+    negative |= e.find(
+                    "shard-0.tfrecord:0: label is negative; -1 = feature "
+                    "'image/class/label' + label_offset -1") != std::string::npos;
+    past |= e.find(": label is not below num_classes 20; it is 28") != std::string::npos;
+  }
+  CHECK(negative);
+  CHECK(past);
+
+  o.set_error_policy(v1::ERROR_POLICY_FAIL);
+  o.mutable_shuffle()->set_buffer_size(0);  // record 0 comes first
+  auto fail = RunToEnd(o);
+  CHECK(fail.status.code() == StatusCode::kInvalidArgument);
+  CHECK(fail.status.message().find("shard-0.tfrecord:0: label is negative") != std::string::npos);
 }
 
 }  // namespace

@@ -183,5 +183,31 @@ TEST_CASE("ResumingWithRecordIndexesReadsOnlyTheRecordsItUses") {
   }
 }
 
+// An index whose entries 10 and 11 are merged into one still tiles the file, so it passes the
+// size check; trusted, it would make a resumed stream lose a record.
+TEST_CASE("MergedIndexEntriesFallBackToReadingTheFileWithNoRecordLostOrDoubled") {
+  TempDir dir;
+  auto shards = WriteTestShards(dir, 1, 60);
+  std::vector<IndexEntry> merged = shards.index[0];
+  merged[10].length += merged[11].length;
+  merged.erase(merged.begin() + 11);
+  REQUIRE(WriteRecordIndex(IndexPathFor(shards.paths[0]), merged).ok());
+  auto o = BaseOptions(dir);
+  o.mutable_shuffle()->set_buffer_size(0);
+  const auto full = RunToEnd(o);
+  REQUIRE(full.status.ok());
+  // Resume after the third batch (24 records), past the merged entry.
+  StatsSnapshot stats;
+  const BatchPosition p = full.positions[2];
+  const auto rest = RunToEnd(o, &stats, true, BatchPosition{p.epoch, p.index + 1, p.end_record});
+  REQUIRE(rest.status.ok());
+  std::vector<int32_t> labels(full.labels_by_epoch[0].begin(),
+                              full.labels_by_epoch[0].begin() + 24);
+  labels.insert(labels.end(), rest.labels_by_epoch[0].begin(), rest.labels_by_epoch[0].end());
+  CHECK(Sorted(labels) == Iota(60));
+  CHECK(stats.index_fallbacks == 1);
+  CHECK(stats.skipped == 0);
+}
+
 }  // namespace
 }  // namespace sluice

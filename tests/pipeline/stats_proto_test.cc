@@ -19,6 +19,7 @@ StatsSnapshot Distinct() {
   s.batches = 3;
   s.images = 40;
   s.skipped = 5;
+  s.index_fallbacks = 16;
   s.queue_fill = 6;
   s.queue_capacity = 7;
   s.decode_parallelism = 8;
@@ -68,6 +69,7 @@ TEST_CASE("SnapshotRoundTripsThroughTheWire") {
   CHECK(back.batches == s.batches);
   CHECK(back.images == s.images);
   CHECK(back.skipped == s.skipped);
+  CHECK(back.index_fallbacks == s.index_fallbacks);
   CHECK(back.queue_fill == s.queue_fill);
   CHECK(back.queue_capacity == s.queue_capacity);
   CHECK(back.decode_parallelism == s.decode_parallelism);

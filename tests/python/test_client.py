@@ -8,6 +8,7 @@ the rest in build/venv (TensorFlow); in a venv without torch or TensorFlow those
 """
 import gc
 import hashlib
+import struct
 import subprocess
 import sys
 import threading
@@ -211,6 +212,34 @@ def test_resume_after_a_server_restart_loses_and_repeats_nothing(sluice_bin, dat
             assert stream.reconnects >= 1
         assert len(got) == len(expected) == 12 * -(-IMAGES // 32)
         assert got == expected
+    finally:
+        s.stop()
+
+
+def test_skips_after_the_last_batch_reach_skipped_records_at_the_end(sluice_bin, data_dir,
+                                                                    tmp_path):
+    # 44 records of a synth shard, the last 4 with a damaged byte (their data CRC fails): with
+    # drop_remainder the stream ends after 2 batches of 16, and those 4 skips ride on no batch.
+    data = (tmp_path / "data")
+    data.mkdir()
+    frames = []
+    shard = sorted(data_dir.glob("train-*.tfrecord"))[0].read_bytes()
+    pos = 0
+    while len(frames) < 44:
+        (length,) = struct.unpack_from("<Q", shard, pos)
+        frame = bytearray(shard[pos:pos + 12 + length + 4])
+        if len(frames) >= 40:
+            frame[12 + 5] ^= 0x20
+        frames.append(bytes(frame))
+        pos += 12 + length + 4
+    (data / "train-0.tfrecord").write_bytes(b"".join(frames))
+    s = Server(sluice_bin, tmp_path, data)
+    try:
+        with sluice.Client(s.target) as c:
+            stream = c.stream("ordered", drop_remainder=True)
+            batches = list(stream)
+            assert [len(labels) for _, labels, _ in batches] == [16, 16]
+            assert stream.skipped_records == 4
     finally:
         s.stop()
 

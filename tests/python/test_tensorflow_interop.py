@@ -3,6 +3,8 @@ shards Sluice writes (synth, convert; plain, GZIP, ZLIB) parse in tf.data."""
 import json
 import os
 import struct
+import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -136,3 +138,83 @@ def test_tensorflow_parses_converted_image_folder(tmp_path, run_sluice):
     assert gray_img.shape == (40, 30, 3)
     assert int(names["dog/gray.jpg"]["image/class/label"]) == 1
     assert (out / "labels.txt").read_text() == "cat\ndog\n"
+
+
+# Real TensorFlow files whose Examples lack Sluice's default keys: an object-detection shard
+# (labels per box, under image/object/class/label), MNIST as tensorflow_datasets writes it
+# (image, label) and the TFX penguin example (numeric columns, no image).
+def _detection_example(rng):
+    img = rng.integers(0, 256, size=(24, 32, 3), dtype=np.uint8)
+    return tf.train.Example(features=tf.train.Features(feature={
+        "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(
+            value=[tf.io.encode_jpeg(img).numpy()])),
+        "image/format": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"jpeg"])),
+        "image/object/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[1, 3])),
+        "image/object/bbox/xmin": tf.train.Feature(float_list=tf.train.FloatList(value=[.1, .5])),
+        "image/object/bbox/xmax": tf.train.Feature(float_list=tf.train.FloatList(value=[.4, .9])),
+    }))
+
+
+def _mnist_example(rng):
+    img = rng.integers(0, 256, size=(28, 28, 1), dtype=np.uint8)
+    return tf.train.Example(features=tf.train.Features(feature={
+        "image": tf.train.Feature(bytes_list=tf.train.BytesList(
+            value=[tf.io.encode_png(img).numpy()])),
+        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(rng.integers(10))])),
+    }))
+
+
+def _penguin_example(rng):
+    floats = lambda v: tf.train.Feature(float_list=tf.train.FloatList(value=[v]))
+    return tf.train.Example(features=tf.train.Features(feature={
+        "species": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(rng.integers(3))])),
+        "culmen_length_mm": floats(float(rng.uniform(30, 60))),
+        "flipper_length_mm": floats(float(rng.uniform(170, 230))),
+        "body_mass_g": floats(float(rng.uniform(2700, 6300))),
+    }))
+
+
+def _serve(sluice_bin, tmp_path, files):
+    conf = tmp_path / "sluice.textproto"
+    conf.write_text(f'listen: "127.0.0.1:0"\ndatasets {{ name: "d" pipeline {{ files: "{files}" '
+                    f'batch_size: 4 image_height: 32 epochs: 1 threads: 1 }} }}\n')
+    log = open(tmp_path / "serve.log", "w")
+    proc = subprocess.Popen([sluice_bin, "serve", "--config", str(conf)], stdout=log,
+                            stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and proc.poll() is None:
+        text = (tmp_path / "serve.log").read_text()
+        if "listening on 127.0.0.1:" in text:
+            return proc, "127.0.0.1:" + text.split("listening on 127.0.0.1:")[1].split()[0]
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("sluice serve did not start:\n" + (tmp_path / "serve.log").read_text())
+
+
+@pytest.mark.parametrize("kind,missing,keys", [
+    ("detection", "image/class/label", ["image/object/class/label", "image/object/bbox/xmin"]),
+    ("mnist", "image/encoded", ["image", "label"]),
+    ("penguin", "image/encoded", ["species", "culmen_length_mm"]),
+])
+def test_serving_examples_without_the_keys_fails_naming_the_keys_they_hold(
+        tmp_path, sluice_bin, run_sluice, kind, missing, keys):
+    make = {"detection": _detection_example, "mnist": _mnist_example,
+            "penguin": _penguin_example}[kind]
+    rng = np.random.default_rng(5)
+    with tf.io.TFRecordWriter(str(tmp_path / f"{kind}.tfrecord")) as writer:
+        for _ in range(12):
+            writer.write(make(rng).SerializeToString())
+    proc, address = _serve(sluice_bin, tmp_path, tmp_path / "*.tfrecord")
+    try:
+        out = run_sluice("profile", "--target", address, "--dataset", "d", "--batches", 2,
+                         check=False)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert out.returncode == 1
+    assert "no record of epoch 0 could be used (all 12 skipped): 12x feature " \
+           f"'{missing}' missing from record" in out.stderr, out.stderr
+    for key in keys:
+        assert key in out.stderr, out.stderr
+    log = (tmp_path / "serve.log").read_text()
+    assert "WARNING: dataset 'd', job 'private-" in log and "skipped 12 of 12 records" in log

@@ -32,7 +32,9 @@ class ServerProcess {
     argv.push_back(nullptr);
     pid_ = fork();
     if (pid_ == 0) {
+      // output() holds both: the "listening on" lines and the server's warnings on stderr.
       dup2(out[1], 1);
+      dup2(out[1], 2);
       close(out[0]);
       close(out[1]);
       execv(bin.c_str(), argv.data());
@@ -41,6 +43,8 @@ class ServerProcess {
     close(out[1]);
     out_ = out[0];
     fcntl(out_, F_SETFL, O_NONBLOCK);
+    // Room for a long run's warnings between output() calls: a full pipe would stall the server.
+    fcntl(out_, F_SETPIPE_SZ, 1 << 20);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     while (std::chrono::steady_clock::now() < deadline) {
       Drain(100);

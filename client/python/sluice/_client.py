@@ -243,7 +243,8 @@ class BatchStream:
 
     @property
     def skipped_records(self):
-        """Corrupt or undecodable records the server skipped in the batches received so far."""
+        """Corrupt or unusable records the server skipped in this stream so far: those of the
+        batches received, and at the end of the stream those after its last batch."""
         return self._reader.skipped_records
 
     def close(self):
@@ -406,6 +407,10 @@ class _Reader:
                         backoff = client.reconnect_initial
                         if not self._put(batch):
                             return None
+                    # Skips after the last batch ride on no batch: the trailers carry them.
+                    for key, value in call.trailing_metadata() or ():
+                        if key == "sluice-skipped-records":
+                            self.skipped_records += int(value)
                     return _END
                 except grpc.RpcError as e:
                     if self._stop.is_set():

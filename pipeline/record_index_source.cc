@@ -99,10 +99,10 @@ void MaterializeLazyRecord(const std::string& path, uint64_t max_record_bytes, P
     if (s.ok() && eof) {
       s = DataLoss("truncated record at " + path + ":" + std::to_string(w->offset) +
                    " (the record index promises a frame there)");
-    } else if (s.ok() && reader->offset() != w->offset + length) {
+    } else if (s.ok() && (*reader)->offset() != w->offset + length) {
       // The frame changed since its entry was checked (a file rewritten under the stream).
       s = DataLoss("record at " + path + ":" + std::to_string(w->offset) + " is " +
-                   std::to_string(reader->offset() - w->offset) + " bytes, its index entry " +
+                   std::to_string((*reader)->offset() - w->offset) + " bytes, its index entry " +
                    std::to_string(length));
     }
   }

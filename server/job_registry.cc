@@ -83,11 +83,11 @@ Result<std::shared_ptr<Job>> JobRegistry::StartJob(const std::string& name,
   auto job = std::make_shared<Job>(
       name, dataset, options_key, shared, std::move(pipeline), std::move(*iterator), budget,
       [this, budget, &c = counters(dataset)](const Job* gone, const StatsSnapshot& last) {
-        c.index_fallbacks.fetch_add(last.index_fallbacks);
         std::lock_guard<std::mutex> lock(mu_);
-        // In one critical section with FillStats: its skips move from the running job to the
-        // dataset's counter, neither missing nor counted twice.
+        // In one critical section with FillStats: its counts move from the running job to the
+        // dataset's counters, neither missing nor counted twice.
         c.skipped.fetch_add(last.skipped);
+        c.index_fallbacks.fetch_add(last.index_fallbacks);
         std::erase(live_, gone);
         reserved_ -= budget;
       });
@@ -255,7 +255,6 @@ void JobRegistry::FillStats(const std::string& dataset, v1::Stats* out) const {
     d->set_images_served(c->images.load());
     d->set_bytes_served(c->bytes.load());
     d->set_batches_served(c->batches.load());
-    d->set_record_index_fallbacks(c->index_fallbacks.load());
     d->set_active_streams(c->active_streams.load());
     d->set_streams_started(c->streams_started.load());
   }
@@ -263,13 +262,19 @@ void JobRegistry::FillStats(const std::string& dataset, v1::Stats* out) const {
   // the reaper, never on a gRPC thread.
   std::lock_guard<std::mutex> lock(mu_);
   for (v1::DatasetStats& d : *out->mutable_datasets()) {
-    // Every record the pipelines skipped: finished jobs' (added as each is destroyed, under mu_)
-    // and running ones', whether or not a batch or trailer ever told a client of them.
-    uint64_t skipped = counters_.at(d.name())->skipped.load();
+    // Every record the pipelines skipped and every index fallback: finished jobs' (added as
+    // each is destroyed, under mu_) and running ones', whether or not a client heard of them.
+    const DatasetCounters& c = *counters_.at(d.name());
+    uint64_t skipped = c.skipped.load();
+    uint64_t fallbacks = c.index_fallbacks.load();
     for (const Job* j : live_) {
-      if (j->dataset() == d.name()) skipped += j->Stats().skipped;
+      if (j->dataset() != d.name()) continue;
+      const StatsSnapshot s = j->Stats();
+      skipped += s.skipped;
+      fallbacks += s.index_fallbacks;
     }
     d.set_skipped_records(skipped);
+    d.set_record_index_fallbacks(fallbacks);
   }
   out->set_memory_reserved_bytes(reserved_);
   for (const auto& [key, e] : jobs_) {

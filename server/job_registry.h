@@ -29,7 +29,7 @@ struct DatasetCounters {
   // Records skipped by finished jobs' pipelines (FillStats adds the running ones'), whether or
   // not a batch or a trailer told a client of them; under JobRegistry's mutex.
   std::atomic<uint64_t> skipped{0};
-  std::atomic<uint64_t> index_fallbacks{0};  // of finished jobs (JobStats has the running ones')
+  std::atomic<uint64_t> index_fallbacks{0};  // the same for record index fallbacks
   std::atomic<uint64_t> streams_started{0};
   std::atomic<int> active_streams{0};
 };

@@ -366,12 +366,14 @@ TEST_CASE("AResumedStreamOverATamperedIndexDeliversEveryRecordOnceAndCountsTheFa
   REQUIRE(!end);
   std::vector<int32_t> labels = head.labels;
   labels.insert(labels.end(), b.labels.begin(), b.labels.end());
-  // While the resumed job runs, its stats show the fallback.
+  // The dataset's count holds it whether the resumed job still runs or (its batches all read
+  // ahead by the client) has ended; a running job shows it in its own stats too.
   auto stats = client->GetStats("train");
   REQUIRE(stats.ok());
+  CHECK(stats->datasets(0).record_index_fallbacks() == 1);
   uint64_t fallbacks = 0;
   for (const v1::JobStats& j : stats->jobs()) fallbacks += j.record_index_fallbacks();
-  CHECK(fallbacks == 1);
+  CHECK(fallbacks <= 1);
   Got tail = ReadAll(**rest);
   REQUIRE(tail.status.ok());
   labels.insert(labels.end(), tail.labels.begin(), tail.labels.end());

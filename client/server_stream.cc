@@ -101,7 +101,8 @@ void ServerStream::Run() {
   std::shared_ptr<grpc::Channel> channel = MakeChannel(target_, options_);
   for (;;) {
     bool progressed = false;
-    Status s = RunOnce(channel, &progressed);
+    uint64_t trailing_skipped = 0;
+    Status s = RunOnce(channel, &progressed, &trailing_skipped);
     if (progressed) {
       last_progress = std::chrono::steady_clock::now();
       backoff = options_.reconnect_initial;
@@ -117,6 +118,9 @@ void ServerStream::Run() {
     const bool retry =
         transient && std::chrono::steady_clock::now() - last_progress < options_.reconnect_deadline;
     if (!retry) {
+      // A resumed call would skip those records again and say so itself: only the call that
+      // ends the stream (its end, or an error this client does not retry) adds its trailer.
+      skipped_after_last_batch_.fetch_add(trailing_skipped);
       Finish(s.ok() ? Status::OK()
                     : s.WithContext(target_ + (transient ? " (gave up reconnecting)" : "")));
       return;
@@ -169,7 +173,8 @@ std::shared_ptr<SharedSegment> ServerStream::OpenSegment(const grpc::ClientConte
   return opened.ok() ? std::move(*opened) : nullptr;
 }
 
-Status ServerStream::RunOnce(const std::shared_ptr<grpc::Channel>& channel, bool* progressed) {
+Status ServerStream::RunOnce(const std::shared_ptr<grpc::Channel>& channel, bool* progressed,
+                             uint64_t* trailing_skipped) {
   grpc::GenericStub stub(channel);
   grpc::CompletionQueue cq;
   grpc::ClientContext context;
@@ -200,14 +205,10 @@ Status ServerStream::RunOnce(const std::shared_ptr<grpc::Channel>& channel, bool
   while (cq.Next(&tag, &ok)) {
   }
   if (!decode_error.ok()) return decode_error.WithContext(target_);
-  if (status.ok()) {
-    const auto& trailing = context.GetServerTrailingMetadata();
-    auto it = trailing.find(kSkippedRecordsKey);
-    uint64_t skipped = 0;
-    if (it != trailing.end()) {
-      std::from_chars(it->second.data(), it->second.data() + it->second.size(), skipped);
-    }
-    skipped_after_last_batch_.fetch_add(skipped);
+  const auto& trailing = context.GetServerTrailingMetadata();
+  auto it = trailing.find(kSkippedRecordsKey);
+  if (it != trailing.end()) {
+    std::from_chars(it->second.data(), it->second.data() + it->second.size(), *trailing_skipped);
   }
   return FromGrpc(status);
 }

@@ -60,7 +60,10 @@ class ServerStream {
   void Run();
   void Finish(Status s);
   // One call. Returns its final status; *progressed when a batch arrived.
-  Status RunOnce(const std::shared_ptr<grpc::Channel>& channel, bool* progressed);
+  // *trailing_skipped: the call's trailing count of records skipped after its last batch (0
+  // when absent); Run() adds it only for a call it does not resume.
+  Status RunOnce(const std::shared_ptr<grpc::Channel>& channel, bool* progressed,
+                 uint64_t* trailing_skipped);
   // The request of the next call: resumed where the last one stopped, asking for shared memory
   // when the server is on this host.
   v1::StreamRequest NextRequest() const;

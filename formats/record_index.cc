@@ -1,5 +1,8 @@
 #include "formats/record_index.h"
 
+#include <fcntl.h>
+
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 
@@ -89,26 +92,62 @@ Result<std::vector<IndexEntry>> ReadRecordIndex(const std::string& path) {
 }
 
 Result<IndexedFrameChecker> IndexedFrameChecker::Open(const std::string& shard_path) {
+  ASSIGN_OR_RETURN(uint64_t size, GetFileSize(shard_path));
   ASSIGN_OR_RETURN(UniqueFd fd, OpenForPositionalReads(shard_path));
-  return IndexedFrameChecker(shard_path, std::move(fd));
+  return IndexedFrameChecker(shard_path, std::move(fd), size);
+}
+
+Status IndexedFrameChecker::Check(const std::vector<IndexEntry>& index, size_t i) {
+  if (i + kAdviseAhead / 2 >= advised_until_) {
+    const size_t end = std::min(index.size(), i + kAdviseAhead);
+    for (size_t j = std::max(advised_until_, i + 1); j < end; ++j) {
+      // Small frames' headers come in windows read whole; hinting them would be one syscall each
+      // for pages the next window reads anyway.
+      if (index[j].length < kWindowBytes) continue;
+      ::posix_fadvise(fd_.get(), static_cast<off_t>(index[j].offset), kTFRecordHeaderBytes,
+                      POSIX_FADV_WILLNEED);
+    }
+    advised_until_ = std::max(advised_until_, end);
+  }
+  return Check(index[i], i + 1);
 }
 
 Status IndexedFrameChecker::Check(const IndexEntry& entry, size_t line) {
-  const std::string where = IndexPathFor(path_) + ":" + std::to_string(line) + " (record at " +
-                            std::to_string(entry.offset) + ", " + std::to_string(entry.length) +
-                            " bytes)";
-  char header[kTFRecordHeaderBytes];
-  Status read = ReadFully(fd_.get(), path_, entry.offset, sizeof(header), header);
-  if (!read.ok()) return DataLoss("record index " + where + ": " + read.message());
+  // Only on failure: a resumed stream checks every record it passes over.
+  auto where = [&] {
+    return IndexPathFor(path_) + ":" + std::to_string(line) + " (record at " +
+           std::to_string(entry.offset) + ", " + std::to_string(entry.length) + " bytes)";
+  };
+  const char* header;
+  if (entry.offset >= window_offset_ &&
+      entry.offset - window_offset_ + kTFRecordHeaderBytes <= window_.size()) {
+    header = window_.data() + (entry.offset - window_offset_);
+  } else {
+    // A small frame: the window holds the headers of the frames after it too. A large one: the
+    // next header is past any window, so only this one is read.
+    size_t n = kTFRecordHeaderBytes;
+    if (entry.length < kWindowBytes && entry.offset < file_size_) {
+      n = static_cast<size_t>(std::min<uint64_t>(kWindowBytes, file_size_ - entry.offset));
+      n = std::max(n, kTFRecordHeaderBytes);
+    }
+    window_.resize(n);
+    window_offset_ = entry.offset;
+    Status read = ReadFully(fd_.get(), path_, entry.offset, n, window_.data());
+    if (!read.ok()) {
+      window_.clear();
+      return DataLoss("record index " + where() + ": " + read.message());
+    }
+    header = window_.data();
+  }
   uint64_t length;
   uint32_t masked_crc;
   std::memcpy(&length, header, sizeof(length));  // little-endian, as the frame stores it
   std::memcpy(&masked_crc, header + sizeof(length), sizeof(masked_crc));
   if (crc32c::Unmask(masked_crc) != crc32c::Value(header, sizeof(length))) {
-    return DataLoss("record index " + where + ": no intact frame header there");
+    return DataLoss("record index " + where() + ": no intact frame header there");
   }
   if (length != entry.length - kMinFrameBytes) {
-    return DataLoss("record index " + where + ": the frame there is " +
+    return DataLoss("record index " + where() + ": the frame there is " +
                     std::to_string(length + kMinFrameBytes) + " bytes");
   }
   return Status::OK();

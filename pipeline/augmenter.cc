@@ -47,11 +47,15 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* out) {
   int64_t label = 0;
   Status parsed = scanner_.Scan(w->bytes, &jpeg, &label);
   if (parsed.ok()) {
-    label += options_.label_offset;
+    const int64_t stored = label;
     // A label no loss function can take: negative (an offset applied twice, a -1 "unlabelled"
     // marker) or, where the dataset says how many classes it has, past the last class. The
     // first clause is the same for every such record (Batcher groups skips by it).
-    if (label < 0) {
+    if (__builtin_add_overflow(stored, options_.label_offset, &label)) {
+      parsed = InvalidArgument("label does not fit in int64; feature '" + options_.label_key +
+                               "' " + std::to_string(stored) + " + label_offset " +
+                               std::to_string(options_.label_offset) + " overflows");
+    } else if (label < 0) {
       parsed = InvalidArgument("label is negative; " + std::to_string(label) + " = feature '" +
                                options_.label_key + "' + label_offset " +
                                std::to_string(options_.label_offset));
@@ -59,6 +63,16 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* out) {
       parsed =
           InvalidArgument("label is not below num_classes " + std::to_string(options_.num_classes) +
                           "; it is " + std::to_string(label));
+      // However few they are: labels 1..num_classes (TF-slim's ImageNet) lose one class silently.
+      if (!stats_->label_range_warned.exchange(true)) {
+        stats_->Warn(options_.name + ": " + options_.files[w->file] + ":" +
+                     std::to_string(w->offset) + " has label " + std::to_string(label) +
+                     " (feature '" + options_.label_key + "' " + std::to_string(stored) +
+                     " + label_offset " + std::to_string(options_.label_offset) +
+                     "), not below num_classes " + std::to_string(options_.num_classes) +
+                     "; records with such labels are skipped (this is logged once). If the "
+                     "labels run from 1 to num_classes, set label_offset: -1");
+      }
     } else if (label > std::numeric_limits<int32_t>::max()) {
       parsed = InvalidArgument("label does not fit in int32; it is " + std::to_string(label));
     }

@@ -1,6 +1,8 @@
 #include "pipeline/batcher.h"
 
 #include <algorithm>
+#include <cctype>
+#include <chrono>
 #include <cstring>
 #include <string_view>
 
@@ -11,14 +13,46 @@ namespace {
 constexpr size_t kMaxReasons = 8;
 constexpr size_t kMaxReasonChars = 160;
 
-// What went wrong with a record, alike for every record it happened to: the message without the
-// "file:offset: " context in front and without the per-record details after the first "; ".
-std::string ReasonOf(const WorkItem& w, const std::string& path) {
+// At most one skip warning per this long, naming the epochs over the share since the last one:
+// with epochs: 0 a bad dataset would otherwise log every epoch forever.
+constexpr auto kSkipWarnInterval = std::chrono::minutes(1);
+
+// What went wrong with a record, as shown: the message without the "file:offset: " context in
+// front and without the per-record details after the first "; ".
+std::string ShownReason(const WorkItem& w, const std::string& path) {
   std::string_view m = w.status.message();
   const std::string context = path + ":" + std::to_string(w.offset) + ": ";
   if (m.starts_with(context)) m.remove_prefix(context.size());
   m = m.substr(0, m.find("; "));
   return std::string(m.substr(0, kMaxReasonChars));
+}
+
+// What groups skips: the status code and the shown reason with what differs from record to
+// record taken out — paths (any word with a '/') become "<file>", numbers (decimal or 0x hex)
+// "N" — so "corrupted record at /a/b:12 (…)" and "…/a/c:99 (…)" are one reason.
+std::string GroupOf(StatusCode code, std::string_view shown) {
+  std::string key = std::to_string(static_cast<int>(code)) + ":";
+  size_t i = 0;
+  while (i < shown.size()) {
+    if (i == 0 || shown[i - 1] == ' ') {
+      const size_t end = std::min(shown.find(' ', i), shown.size());
+      if (shown.substr(i, end - i).find('/') != std::string_view::npos) {
+        key += "<file>";
+        i = end;
+        continue;
+      }
+    }
+    const char c = shown[i];
+    if (c < '0' || c > '9') {
+      key += c;
+      ++i;
+      continue;
+    }
+    if (c == '0' && i + 1 < shown.size() && (shown[i + 1] == 'x' || shown[i + 1] == 'X')) i += 2;
+    while (i < shown.size() && std::isxdigit(static_cast<unsigned char>(shown[i]))) ++i;
+    key += 'N';
+  }
+  return key;
 }
 
 }  // namespace
@@ -85,15 +119,16 @@ void Batcher::Fail(Status status) {
 }
 
 void Batcher::CountReason(const WorkItem& w) {
-  std::string reason = ReasonOf(w, options_.files[w.file]);
-  for (auto& [r, n] : epoch_reasons_) {
-    if (r == reason) {
-      ++n;
+  std::string shown = ShownReason(w, options_.files[w.file]);
+  const std::string group = GroupOf(w.status.code(), shown);
+  for (Reason& r : epoch_reasons_) {
+    if (r.group == group) {
+      ++r.count;
       return;
     }
   }
   if (epoch_reasons_.size() < kMaxReasons) {
-    epoch_reasons_.emplace_back(std::move(reason), 1);
+    epoch_reasons_.push_back(Reason{group, std::move(shown), 1});
   } else {
     ++epoch_other_reasons_;
   }
@@ -102,14 +137,14 @@ void Batcher::CountReason(const WorkItem& w) {
 std::string Batcher::TopReasons() const {
   auto reasons = epoch_reasons_;
   std::stable_sort(reasons.begin(), reasons.end(),
-                   [](const auto& a, const auto& b) { return a.second > b.second; });
+                   [](const Reason& a, const Reason& b) { return a.count > b.count; });
   std::string out;
   for (size_t i = 0; i < reasons.size() && i < 3; ++i) {
     if (!out.empty()) out += "; ";
-    out += std::to_string(reasons[i].second) + "x " + reasons[i].first;
+    out += std::to_string(reasons[i].count) + "x " + reasons[i].example;
   }
   uint64_t rest = epoch_other_reasons_;
-  for (size_t i = 3; i < reasons.size(); ++i) rest += reasons[i].second;
+  for (size_t i = 3; i < reasons.size(); ++i) rest += reasons[i].count;
   if (rest > 0) out += "; " + std::to_string(rest) + "x other reasons";
   return out;
 }
@@ -149,6 +184,7 @@ void Batcher::AddRecord(const WorkItem& w) {
   ++epoch_images_;
   if (static_cast<uint64_t>(filled_) == batch_size_) {
     sink_->EmitBatch(dst_, filled_, BatchPosition{w.epoch, out_index_++, end_record_}, skipped_);
+    ++epoch_batches_;
     // If dst_ is still among the inputs it must not be dropped when passed: mark it gone.
     for (BatchBuffer*& b : inputs_) {
       if (b == dst_) b = nullptr;
@@ -159,10 +195,47 @@ void Batcher::AddRecord(const WorkItem& w) {
   }
 }
 
+std::string Batcher::NoRecordsCause() const {
+  const uint64_t files = options_.files.size();
+  const std::string of_files = std::to_string(files) + (files == 1 ? " file" : " files");
+  if (options_.shard_count <= 1) return "the " + of_files + " hold none";
+  const std::string shard = "shard " + std::to_string(options_.shard_index) + " of " +
+                            std::to_string(options_.shard_count) + " holds no records: ";
+  const std::string rule =
+      " % " + std::to_string(options_.shard_count) + " == " + std::to_string(options_.shard_index);
+  if (files >= static_cast<uint64_t>(options_.shard_count)) {
+    return shard + "the files it takes (file i with i" + rule + ", of the dataset's " + of_files +
+           ") are empty";
+  }
+  return shard + "the dataset has fewer files than shards, so each shard takes from every file " +
+         "the records r with r" + rule + ", and none of the " + of_files + " holds more than " +
+         std::to_string(options_.shard_index) + " records";
+}
+
+void Batcher::WarnSkips(int64_t epoch, uint64_t seen, const std::string& reasons) {
+  const auto now = std::chrono::steady_clock::now();
+  if (last_skip_warning_ && now - *last_skip_warning_ < kSkipWarnInterval) {
+    ++unwarned_epochs_;
+    return;
+  }
+  std::string since;
+  if (unwarned_epochs_ > 0) {
+    since = " (and " + std::to_string(unwarned_epochs_) +
+            " more epochs over it since the last warning, not logged: at most one a minute)";
+  }
+  stats_->Warn(options_.name + ": epoch " + std::to_string(epoch) + " skipped " +
+               std::to_string(epoch_skipped_) + " of " + std::to_string(seen) + " records (" +
+               std::to_string(epoch_skipped_ * 100 / seen) + "%, over skip_warn_percent " +
+               std::to_string(options_.skip_warn_percent) + "%): " + reasons + since);
+  last_skip_warning_ = now;
+  unwarned_epochs_ = 0;
+}
+
 void Batcher::EndEpoch(int64_t epoch) {
   if (dst_ != nullptr) {
     if (!options_.drop_remainder) {
       sink_->EmitBatch(dst_, filled_, BatchPosition{epoch, out_index_, end_record_}, skipped_);
+      ++epoch_batches_;
       skipped_ = 0;
     } else {
       // The dropped records were usable: they are no skips. Skips while filling them stay in
@@ -180,16 +253,14 @@ void Batcher::EndEpoch(int64_t epoch) {
   const uint64_t seen = epoch_images_ + epoch_skipped_;
   const bool nothing_usable = epoch_images_ == 0 && epoch_skipped_ > 0 && !partial_epoch_;
   const bool no_records = seen == 0 && !partial_epoch_;
+  // Usable records, but too few for one batch: with drop_remainder the epoch yields nothing.
+  const bool no_batch = epoch_images_ > 0 && epoch_batches_ == 0 && !partial_epoch_;
+  const uint64_t usable = epoch_images_;
   const bool too_many_skips =
       epoch_skipped_ * 100 > static_cast<uint64_t>(options_.skip_warn_percent) * seen;
   std::string reasons;
   if (too_many_skips || nothing_usable) reasons = TopReasons();
-  if (too_many_skips) {
-    sink_->Warn(options_.name + ": epoch " + std::to_string(epoch) + " skipped " +
-                std::to_string(epoch_skipped_) + " of " + std::to_string(seen) + " records (" +
-                std::to_string(epoch_skipped_ * 100 / seen) + "%, over skip_warn_percent " +
-                std::to_string(options_.skip_warn_percent) + "%): " + reasons);
-  }
+  if (too_many_skips) WarnSkips(epoch, seen, reasons);
   inputs_.clear();
   base_ = 0;
   dst_ = nullptr;
@@ -198,19 +269,22 @@ void Batcher::EndEpoch(int64_t epoch) {
   end_record_ = 0;
   epoch_images_ = 0;
   epoch_skipped_ = 0;
+  epoch_batches_ = 0;
   partial_epoch_ = false;
   epoch_reasons_.clear();
   epoch_other_reasons_ = 0;
   stats_->epochs_done.fetch_add(1, std::memory_order_relaxed);
   if (no_records) {
-    // Empty files, or a shard that got none of them: a stream of nothing, as above.
-    const std::string shard = options_.shard_count > 1
-                                  ? " (shard " + std::to_string(options_.shard_index) + " of " +
-                                        std::to_string(options_.shard_count) + ")"
-                                  : "";
-    Fail(FailedPrecondition("epoch " + std::to_string(epoch) + " has no records: the " +
-                            std::to_string(options_.files.size()) + " files" + shard +
-                            " hold none"));
+    // Empty files, or a shard that got none of them: a stream of nothing, as below.
+    Fail(FailedPrecondition("epoch " + std::to_string(epoch) +
+                            " has no records: " + NoRecordsCause()));
+  } else if (no_batch) {
+    // Finite or not, a stream that never yields is no success: with epochs: 0 it would decode
+    // the same records forever.
+    Fail(FailedPrecondition(
+        "epoch " + std::to_string(epoch) + " yields no batch: its " + std::to_string(usable) +
+        " usable records < batch_size " + std::to_string(batch_size_) + " with drop_remainder" +
+        (seen > usable ? " (" + std::to_string(seen - usable) + " more skipped)" : "")));
   } else if (nothing_usable) {
     // Whatever the number of epochs: a stream of nothing is a mistake (wrong keys, wrong files)
     // the user must hear of, and repeating forever would skip the same records forever.

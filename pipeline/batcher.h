@@ -8,7 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <chrono>
 #include <deque>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,8 +35,6 @@ class BatcherSink {
   // usable). Called at most once. skipped: records skipped since the last batch, which no batch
   // will carry.
   virtual void EmitError(Status status, uint64_t skipped) = 0;
-  // A line the operator must see (an epoch whose skips pass skip_warn_percent).
-  virtual void Warn(const std::string& line) = 0;
   // A buffer that will not become a batch.
   virtual void DropBuffer(BatchBuffer* buffer) = 0;
   // Records accounted to no batch (skipped, dropped remainder, markers).
@@ -67,6 +67,10 @@ class Batcher {
   void CountReason(const WorkItem& w);
   // "44× reason; 3× other" for the epoch's most common reasons.
   std::string TopReasons() const;
+  // Logs an epoch whose skips passed skip_warn_percent, at most once per kSkipWarnInterval.
+  void WarnSkips(int64_t epoch, uint64_t seen, const std::string& reasons);
+  // Why an epoch saw no record at all: the files, or the shard's share of them, are empty.
+  std::string NoRecordsCause() const;
 
   const ResolvedOptions& options_;
   PipelineStats* stats_;
@@ -85,11 +89,21 @@ class Batcher {
   int64_t end_record_ = 0;      // epoch_index + 1 of the last item seen in this epoch
   uint64_t epoch_images_ = 0;   // placed in this epoch
   uint64_t epoch_skipped_ = 0;
+  uint64_t epoch_batches_ = 0;  // emitted in this epoch
   // The run's first epoch starts at start.end_record > 0: records before it were not seen.
   bool partial_epoch_ = false;
-  // This epoch's skips by reason (the error's first clause, without file and offset); bounded.
-  std::vector<std::pair<std::string, uint64_t>> epoch_reasons_;
+  // This epoch's skips by reason: grouped by status code and message without paths and numbers,
+  // shown by the first record's message (its first clause, without file and offset); bounded.
+  struct Reason {
+    std::string group;
+    std::string example;
+    uint64_t count = 0;
+  };
+  std::vector<Reason> epoch_reasons_;
   uint64_t epoch_other_reasons_ = 0;  // skips whose reason did not fit in epoch_reasons_
+  // The last skip-share warning, and epochs over the share since then that were not logged.
+  std::optional<std::chrono::steady_clock::time_point> last_skip_warning_;
+  uint64_t unwarned_epochs_ = 0;
   uint64_t errors_ = 0;         // over the whole stream
   Status last_error_;
   bool failed_ = false;

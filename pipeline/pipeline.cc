@@ -267,9 +267,6 @@ class PipelineIterator : public Iterator, private BatcherSink {
     RequestStop();
     queue_.Push(Ready{Batch(), std::move(status), false, skipped});
   }
-  void Warn(const std::string& line) override {
-    std::fprintf(stderr, "sluice: WARNING: %s\n", line.c_str());
-  }
   void DropBuffer(BatchBuffer* buffer) override { loans_->pool.Release(buffer); }
   void DropItems(uint64_t items) override { loans_->window.ReleaseItems(items); }
 

@@ -1,7 +1,6 @@
 #include "pipeline/record_index_source.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <string_view>
 #include <utility>
 
@@ -39,12 +38,11 @@ bool RecordIndexSource::Read(WorkItem* w) {
     while (index_pos_ < index_.size()) {
       const IndexEntry& e = index_[index_pos_];
       // Records of other shards are numbered by their entries too: each one is checked.
-      Status s = checker_.Check(e, index_pos_ + 1);
+      Status s = checker_.Check(index_, index_pos_);
       if (!s.ok()) {
         ctx_.stats->index_fallbacks.fetch_add(1, std::memory_order_relaxed);
-        std::fprintf(stderr, "sluice: WARNING: %s; reading %s from offset %llu on instead\n",
-                     s.message().c_str(), ctx_.options->files[file_].c_str(),
-                     static_cast<unsigned long long>(e.offset));
+        ctx_.stats->Warn(s.message() + "; reading " + ctx_.options->files[file_] + " from offset " +
+                         std::to_string(e.offset) + " on instead");
         return ReadRest(w);
       }
       ++index_pos_;

@@ -1,5 +1,7 @@
 #include "pipeline/stats.h"
 
+#include <cstdio>
+
 namespace sluice {
 namespace {
 constexpr size_t kErrorsKept = 16;
@@ -33,6 +35,10 @@ std::string_view PoolName(Pool p) {
 }
 
 PipelineStats::PipelineStats() : start_(std::chrono::steady_clock::now()) {}
+
+void PipelineStats::Warn(const std::string& line) const {
+  std::fprintf(stderr, "sluice: WARNING: %s\n", line.c_str());
+}
 
 void PipelineStats::AddError(std::string message) {
   std::lock_guard<std::mutex> lock(errors_mu_);

@@ -126,6 +126,10 @@ class PipelineStats {
   int decode_parallelism_max = 0;
 
   void AddError(std::string message);  // keeps the last few for display
+  // Writes "sluice: WARNING: <line>" to stderr: the one way the pipeline warns. Any thread.
+  void Warn(const std::string& line) const;
+  // Set by the first label out of [0, num_classes) of the run: it is warned of once.
+  std::atomic<bool> label_range_warned{false};
   StatsSnapshot Snapshot() const;
 
  private:

@@ -85,18 +85,13 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
         });
   }
 
-  void OnEvent(JobEvent event) override {
+  bool OnEvent(JobEvent event) override {
     if (event.end || !event.error.ok()) {
-      // Skips after the job's last batch ride on no batch: counted here and told to the client
-      // in the trailing metadata.
-      counters_->skipped.fetch_add(event.skipped, std::memory_order_relaxed);
-      FinishOnce(ToGrpc(event.error), event.skipped);
-      return;
+      // Skips after the job's last batch ride on no batch: told to the client in the trailing
+      // metadata (GetStats counts them from the pipeline).
+      return FinishOnce(ToGrpc(event.error), event.skipped);
     }
-    if (shared_) {
-      WriteShared(std::move(event.batch));
-      return;
-    }
+    if (shared_) return WriteShared(std::move(event.batch));
     Batch* batch = new Batch(std::move(event.batch));
     const BatchMeta meta = MetaOf(*batch);
     grpc::Slice slices[2] = {
@@ -104,7 +99,7 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
         grpc::Slice(const_cast<uint8_t*>(batch->images().data()), batch->images().size(),
                     &DestroyBatch, batch)};
     grpc::ByteBuffer message(slices, 2);
-    Write(&message, meta);
+    return Write(&message, meta);
   }
 
   void OnWriteDone(bool ok) override {
@@ -126,7 +121,6 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
     counters_->batches.fetch_add(1, std::memory_order_relaxed);
     counters_->images.fetch_add(static_cast<uint64_t>(pending_.n), std::memory_order_relaxed);
     counters_->bytes.fetch_add(pending_.image_bytes(), std::memory_order_relaxed);
-    counters_->skipped.fetch_add(pending_.skipped_records, std::memory_order_relaxed);
     WantNext();
   }
 
@@ -162,15 +156,17 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
   }
 
  private:
-  // skipped: records skipped after the stream's last batch, for its trailing metadata.
-  void FinishOnce(grpc::Status status, uint64_t skipped = 0) {
+  // skipped: records skipped after the stream's last batch, for its trailing metadata. False
+  // when the stream had already finished (nothing is sent).
+  bool FinishOnce(grpc::Status status, uint64_t skipped = 0) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (finished_) return;
+      if (finished_) return false;
       finished_ = true;
     }
     if (skipped > 0) context_->AddTrailingMetadata(kSkippedRecordsKey, std::to_string(skipped));
     Finish(std::move(status));
+    return true;
   }
 
   // The job's next batch, once a shared-memory stream has a free slot to put it in (the client
@@ -223,26 +219,29 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
 
   // Copies the images into a free slot (WantNext waited for one) and sends the rest of the
   // batch with the slot's number; the batch's pooled buffer goes back at once. Whatever the
-  // client does to the segment meanwhile, the copy cannot fault: its size is sealed.
-  void WriteShared(Batch batch) {
+  // client does to the segment meanwhile, the copy cannot fault: its size is sealed. False when
+  // the batch was not written (the stream ends).
+  bool WriteShared(Batch batch) {
     Result<int> found = segment_->FindFree();
     if (!found.ok()) {
       FinishOnce(ToGrpc(found.status()));
-      return;
+      return false;
     }
     const int slot = *found;
     const size_t image_bytes = batch.images().size();
     if (slot < 0 || image_bytes > segment_->slot_bytes()) {
       FinishOnce(ToGrpc(Internal("shared-memory stream: no free slot of " +
                                  std::to_string(image_bytes) + " bytes")));
-      return;
+      return false;
     }
     std::memcpy(segment_->SlotData(slot), batch.images().data(), image_bytes);
     segment_->MarkFull(slot);
     const BatchMeta meta = MetaOf(batch);
     grpc::Slice slice(EncodeSharedBatch(meta, batch.labels(), static_cast<uint32_t>(slot)));
     grpc::ByteBuffer message(&slice, 1);
-    if (!Write(&message, meta, slot)) segment_->Unfill(slot);
+    if (Write(&message, meta, slot)) return true;
+    segment_->Unfill(slot);
+    return false;
   }
 
   // Starts writing *message (taking it), counted as served when the write completes; `slot`:

@@ -7,7 +7,8 @@ namespace sluice {
 
 Job::Job(std::string name, std::string dataset, std::string options_key, bool shared,
          std::unique_ptr<Pipeline> pipeline, std::unique_ptr<Iterator> iterator,
-         int64_t memory_budget, std::function<void(const StatsSnapshot& last)> on_destroyed)
+         int64_t memory_budget,
+         std::function<void(const Job* job, const StatsSnapshot& last)> on_destroyed)
     : name_(std::move(name)),
       dataset_(std::move(dataset)),
       options_key_(std::move(options_key)),
@@ -27,9 +28,21 @@ Job::~Job() {
     cv_.wait(lock, [this] { return in_callbacks_ == 0 && !pumping_; });
   }
   stash_.reset();
-  const StatsSnapshot last = iterator_->Stats();
-  iterator_.reset();  // joins the pipeline's threads; no callback can start after this
-  if (on_destroyed_) on_destroyed_(last);
+  std::unique_ptr<Iterator> iterator;
+  {
+    // Stats() may be called up to on_destroyed_ (the registry counts running jobs' skips until
+    // it hands them to the dataset's counters), so it must not see the iterator go.
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    last_stats_ = iterator_->Stats();
+    iterator = std::move(iterator_);
+  }
+  iterator.reset();  // joins the pipeline's threads; no callback can start after this
+  if (on_destroyed_) on_destroyed_(this, last_stats_);
+}
+
+StatsSnapshot Job::Stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return iterator_ ? iterator_->Stats() : last_stats_;
 }
 
 void Job::OnPipelineReady() {
@@ -147,10 +160,12 @@ void Job::Pump() {
       waiting_.pop_front();
       delivering_ = c;
     }
-    c->OnEvent(std::move(*event));
+    const uint64_t skipped = event->skipped;
+    const bool taken = c->OnEvent(std::move(*event));
     {
       std::lock_guard<std::mutex> lock(mu_);
       delivering_ = nullptr;
+      if (!taken) unreported_skips_ += skipped;  // told with the next consumer's end, if any
     }
     cv_.notify_all();
   }

@@ -36,17 +36,21 @@ class JobConsumer {
   virtual ~JobConsumer() = default;
   // The answer to one Want(): called exactly once per Want (unless the consumer detaches first),
   // on whatever thread makes the event available — possibly inside Want() itself. Must not block.
-  virtual void OnEvent(JobEvent event) = 0;
+  // Returns whether the consumer took the event; false when its stream has already ended (it may
+  // still be waiting until it detaches), and then the job keeps the event's skipped count for
+  // another consumer's end.
+  virtual bool OnEvent(JobEvent event) = 0;
 };
 
 class Job {
  public:
   // name: the job_name, or a generated one for a private job. memory_budget: what the job
   // reserved from the server's budget; on_destroyed gives it back, last thing in ~Job, and takes
-  // the pipeline's last stats (taken as it stops; the counters that outlive jobs add them up).
+  // the job and the pipeline's last stats (taken as it stops; the counters that outlive jobs add
+  // them up). Stats() still answers during on_destroyed.
   Job(std::string name, std::string dataset, std::string options_key, bool shared,
       std::unique_ptr<Pipeline> pipeline, std::unique_ptr<Iterator> iterator, int64_t memory_budget,
-      std::function<void(const StatsSnapshot& last)> on_destroyed);
+      std::function<void(const Job* job, const StatsSnapshot& last)> on_destroyed);
   // Stops the pipeline and waits for its threads; may take tens of milliseconds, so it is not
   // run on a gRPC thread (see JobRegistry).
   ~Job();
@@ -71,7 +75,8 @@ class Job {
   int64_t memory_budget() const { return memory_budget_; }
   const ResolvedOptions& options() const { return pipeline_->options(); }
   int consumers() const;
-  StatsSnapshot Stats() const { return iterator_->Stats(); }
+  // The pipeline's stats; once the job is being destroyed, those taken as it stopped. Any thread.
+  StatsSnapshot Stats() const;
 
  private:
   // Hands ready events to waiting consumers until one side runs out. Any thread; never blocks
@@ -84,9 +89,12 @@ class Job {
   const std::string options_key_;
   const bool shared_;
   const int64_t memory_budget_;
-  const std::function<void(const StatsSnapshot& last)> on_destroyed_;
+  const std::function<void(const Job* job, const StatsSnapshot& last)> on_destroyed_;
   std::unique_ptr<Pipeline> pipeline_;
-  std::unique_ptr<Iterator> iterator_;  // TryGetNext only by the thread holding pumping_
+  // TryGetNext only by the thread holding pumping_; reset (under stats_mu_) by ~Job.
+  std::unique_ptr<Iterator> iterator_;
+  mutable std::mutex stats_mu_;  // taken alone, never while mu_ is held
+  StatsSnapshot last_stats_;     // Stats() once iterator_ is gone; guarded by stats_mu_
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

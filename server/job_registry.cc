@@ -80,13 +80,20 @@ Result<std::shared_ptr<Job>> JobRegistry::StartJob(const std::string& name,
     reserved_ -= budget;
     return iterator.status();
   }
-  return std::make_shared<Job>(name, dataset, options_key, shared, std::move(pipeline),
-                               std::move(*iterator), budget,
-                               [this, budget, &c = counters(dataset)](const StatsSnapshot& last) {
-                                 c.index_fallbacks.fetch_add(last.index_fallbacks);
-                                 std::lock_guard<std::mutex> lock(mu_);
-                                 reserved_ -= budget;
-                               });
+  auto job = std::make_shared<Job>(
+      name, dataset, options_key, shared, std::move(pipeline), std::move(*iterator), budget,
+      [this, budget, &c = counters(dataset)](const Job* gone, const StatsSnapshot& last) {
+        std::lock_guard<std::mutex> lock(mu_);
+        // In one critical section with FillStats: its counts move from the running job to the
+        // dataset's counters, neither missing nor counted twice.
+        c.skipped.fetch_add(last.skipped);
+        c.index_fallbacks.fetch_add(last.index_fallbacks);
+        std::erase(live_, gone);
+        reserved_ -= budget;
+      });
+  std::lock_guard<std::mutex> lock(mu_);
+  live_.push_back(job.get());
+  return job;
 }
 
 Result<std::shared_ptr<Job>> JobRegistry::Open(const std::string& dataset,
@@ -248,14 +255,27 @@ void JobRegistry::FillStats(const std::string& dataset, v1::Stats* out) const {
     d->set_images_served(c->images.load());
     d->set_bytes_served(c->bytes.load());
     d->set_batches_served(c->batches.load());
-    d->set_skipped_records(c->skipped.load());
-    d->set_record_index_fallbacks(c->index_fallbacks.load());
     d->set_active_streams(c->active_streams.load());
     d->set_streams_started(c->streams_started.load());
   }
   // Under the lock, without taking references: the last reference to a job must be dropped by
   // the reaper, never on a gRPC thread.
   std::lock_guard<std::mutex> lock(mu_);
+  for (v1::DatasetStats& d : *out->mutable_datasets()) {
+    // Every record the pipelines skipped and every index fallback: finished jobs' (added as
+    // each is destroyed, under mu_) and running ones', whether or not a client heard of them.
+    const DatasetCounters& c = *counters_.at(d.name());
+    uint64_t skipped = c.skipped.load();
+    uint64_t fallbacks = c.index_fallbacks.load();
+    for (const Job* j : live_) {
+      if (j->dataset() != d.name()) continue;
+      const StatsSnapshot s = j->Stats();
+      skipped += s.skipped;
+      fallbacks += s.index_fallbacks;
+    }
+    d.set_skipped_records(skipped);
+    d.set_record_index_fallbacks(fallbacks);
+  }
   out->set_memory_reserved_bytes(reserved_);
   for (const auto& [key, e] : jobs_) {
     if (dataset.empty() || e.job->dataset() == dataset) FillJobStats(*e.job, out->add_jobs());

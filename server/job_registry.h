@@ -26,8 +26,10 @@ struct DatasetCounters {
   std::atomic<uint64_t> images{0};
   std::atomic<uint64_t> bytes{0};
   std::atomic<uint64_t> batches{0};
+  // Records skipped by finished jobs' pipelines (FillStats adds the running ones'), whether or
+  // not a batch or a trailer told a client of them; under JobRegistry's mutex.
   std::atomic<uint64_t> skipped{0};
-  std::atomic<uint64_t> index_fallbacks{0};  // of finished jobs (JobStats has the running ones')
+  std::atomic<uint64_t> index_fallbacks{0};  // the same for record index fallbacks
   std::atomic<uint64_t> streams_started{0};
   std::atomic<int> active_streams{0};
 };
@@ -90,6 +92,8 @@ class JobRegistry {
   std::map<std::string, Entry> jobs_;         // by dataset + "/" + name; guarded by mu_
   // References to drop on the reaper's thread (only the last one destroys); guarded by mu_.
   std::vector<std::shared_ptr<Job>> doomed_;
+  // Every job not yet destroyed, whether in jobs_ or on its way out; guarded by mu_.
+  std::vector<const Job*> live_;
   int64_t reserved_ = 0;                              // guarded by mu_
   uint64_t next_private_ = 0;                         // guarded by mu_
   bool stopping_ = false;                             // guarded by mu_

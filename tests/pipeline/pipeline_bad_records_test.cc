@@ -117,6 +117,52 @@ std::vector<int32_t> WriteMixedShard(const TempDir& dir, int n, GoodFn good) {
   return labels;
 }
 
+TEST_CASE("SkipReasonsGroupByCodeAndMessageWithoutPathsAndNumbers") {
+  // Three records of each: corrupted (their data checksums fail), too large for max_pixels (each
+  // of another size), not a JPEG (each with other first bytes, which its header check names). Each
+  // kind is one reason, whatever offsets, paths, sizes and bytes its messages name.
+  TempDir dir;
+  const std::string path = dir.file("shard-0.tfrecord");
+  std::vector<uint64_t> offsets;
+  {
+    auto writer = TFRecordWriter::Create(path);
+    REQUIRE(writer.ok());
+    const std::string small = testing::IdJpeg(1);
+    std::vector<std::string> jpegs = {small, small, small};
+    for (int i = 0; i < 3; ++i) jpegs.push_back(testing::IdJpeg(2, 200 + 10 * i, 150 + 10 * i));
+    for (const char* bytes : {"abcd", "wxyz", "1234"}) jpegs.push_back(bytes);
+    uint64_t offset = 0;
+    for (size_t i = 0; i < jpegs.size(); ++i) {
+      const std::string ex =
+          EncodeImageExample({jpegs[i], static_cast<int64_t>(i), "c", 48, 64, "x"});
+      offsets.push_back(offset);
+      offset += 16 + ex.size();
+      REQUIRE((*writer)->Write(ex).ok());
+    }
+    REQUIRE((*writer)->Close().ok());
+  }
+  std::string data = testing::ReadAll(path);
+  for (int i = 0; i < 3; ++i) data[offsets[i] + 12 + 3] ^= 0x20;
+  testing::WriteAll(path, data);
+  auto o = BaseOptions(dir);
+  o.set_max_pixels(10000);
+  o.set_epochs(1);
+  auto c = RunToEnd(o);
+  INFO(c.status.ToString());
+  const std::string& m = c.status.message();
+  REQUIRE(m.starts_with("no record of epoch 0 could be used (all 9 skipped): 3x "));
+  const std::string reasons = m.substr(0, m.find("; the last: "));
+  size_t groups = 0;
+  for (size_t at = reasons.find("3x "); at != std::string::npos; at = reasons.find("3x ", at + 1)) {
+    ++groups;
+  }
+  CHECK(groups == 3);
+  CHECK(reasons.find("other reasons") == std::string::npos);
+  CHECK(reasons.find("x corrupted record at " + path + ":") != std::string::npos);
+  CHECK(reasons.find("x image of ") != std::string::npos);
+  CHECK(reasons.find("x not a JPEG image (starts with 0x") != std::string::npos);
+}
+
 TEST_CASE("AlternatingBadRecordsNeitherExhaustBuffersNorLoseRecords") {
   TempDir dir;
   auto good = WriteMixedShard(dir, 2000, [](int i) { return i % 2 == 0; });
@@ -212,6 +258,45 @@ TEST_CASE("FilesWithoutRecordsFailTheStreamInsteadOfEndingEmpty") {
   auto rest = RunToEnd(o, nullptr, true, BatchPosition{0, 1, 8});
   CHECK(rest.status.ok());
   CHECK(rest.positions.empty());
+}
+
+TEST_CASE("AShardThatGetsNoRecordFailsNamingWhy") {
+  TempDir dir;
+  WriteTestShards(dir, 1, 4);  // records 0..3: shard 5 of 8 (records 5, 13, ...) gets none
+  auto o = BaseOptions(dir);
+  o.mutable_shard()->set_count(8);
+  o.mutable_shard()->set_index(5);
+  auto c = RunToEnd(o);
+  CHECK(c.status.code() == StatusCode::kFailedPrecondition);
+  CHECK(c.status.message() ==
+        "epoch 0 has no records: shard 5 of 8 holds no records: the dataset has fewer files than "
+        "shards, so each shard takes from every file the records r with r % 8 == 5, and none of "
+        "the 1 file holds more than 5 records");
+}
+
+TEST_CASE("FewerUsableRecordsThanABatchWithDropRemainderFailInsteadOfYieldingNothing") {
+  TempDir dir;
+  WriteMixedShard(dir, 7, [](int i) { return i != 3; });  // 6 usable, 1 bad
+  auto o = BaseOptions(dir);
+  o.set_batch_size(8);
+  o.set_drop_remainder(true);
+  // epochs: 1 used to end OK with no batch; epochs: 0 decoded the same records forever.
+  for (int64_t epochs : {1, 0}) {
+    CAPTURE(epochs);
+    o.set_epochs(epochs);
+    auto c = RunToEnd(o);
+    CHECK(c.status.code() == StatusCode::kFailedPrecondition);
+    CHECK(c.status.message() ==
+          "epoch 0 yields no batch: its 6 usable records < batch_size 8 with drop_remainder "
+          "(1 more skipped)");
+    CHECK(c.positions.empty());
+  }
+  // Without drop_remainder the same epoch is one short batch.
+  o.set_drop_remainder(false);
+  o.set_epochs(1);
+  auto c = RunToEnd(o);
+  REQUIRE(c.status.ok());
+  CHECK(c.sizes == std::vector<int>{6});
 }
 
 // Skips that no batch follows: after the last full batch with drop_remainder, and at the end of

@@ -98,7 +98,9 @@ struct Collected {
   std::vector<BatchPosition> positions;
   std::vector<int> sizes;
   std::string image_bytes;  // all images, concatenated
-  uint64_t skipped = 0;
+  uint64_t skipped = 0;                    // the batches' skipped(), summed
+  std::vector<uint64_t> skipped_by_batch;  // each batch's skipped()
+  uint64_t skipped_after_last = 0;         // Iterator::SkippedAfterLastBatch() at the end
   Status status;
 };
 
@@ -129,10 +131,12 @@ inline Collected RunToEnd(const v1::PipelineOptions& options, StatsSnapshot* sta
     c.positions.push_back(pos);
     c.sizes.push_back(b.size());
     c.skipped += b.skipped();
+    c.skipped_by_batch.push_back(b.skipped());
     if (keep_images) {
       c.image_bytes.append(reinterpret_cast<const char*>(b.images().data()), b.images().size());
     }
   }
+  c.skipped_after_last = (*it)->SkippedAfterLastBatch();
   if (stats) *stats = (*it)->Stats();
   return c;
 }

@@ -216,10 +216,8 @@ def test_resume_after_a_server_restart_loses_and_repeats_nothing(sluice_bin, dat
         s.stop()
 
 
-def test_skips_after_the_last_batch_reach_skipped_records_at_the_end(sluice_bin, data_dir,
-                                                                    tmp_path):
-    # 44 records of a synth shard, the last 4 with a damaged byte (their data CRC fails): with
-    # drop_remainder the stream ends after 2 batches of 16, and those 4 skips ride on no batch.
+def _write_shard_with_bad_tail(data_dir, tmp_path):
+    """44 records of a synth shard, the last 4 with a damaged byte (their data CRC fails)."""
     data = (tmp_path / "data")
     data.mkdir()
     frames = []
@@ -233,12 +231,42 @@ def test_skips_after_the_last_batch_reach_skipped_records_at_the_end(sluice_bin,
         frames.append(bytes(frame))
         pos += 12 + length + 4
     (data / "train-0.tfrecord").write_bytes(b"".join(frames))
-    s = Server(sluice_bin, tmp_path, data)
+    return data
+
+
+def test_skips_after_the_last_batch_reach_skipped_records_at_the_end(sluice_bin, data_dir,
+                                                                    tmp_path):
+    # With drop_remainder the stream ends after 2 batches of 16, and the 4 skips ride on no batch.
+    s = Server(sluice_bin, tmp_path, _write_shard_with_bad_tail(data_dir, tmp_path))
     try:
         with sluice.Client(s.target) as c:
             stream = c.stream("ordered", drop_remainder=True)
             batches = list(stream)
             assert [len(labels) for _, labels, _ in batches] == [16, 16]
+            assert stream.skipped_records == 4
+    finally:
+        s.stop()
+
+
+class _FailAfterThreeErrors(Server):
+    def config(self):
+        return super().config().replace("mode: MODE_EVAL", "mode: MODE_EVAL max_errors: 3")
+
+
+def test_skips_before_an_error_that_ends_the_stream_reach_skipped_records(sluice_bin, data_dir,
+                                                                           tmp_path):
+    # The 4th bad record passes max_errors: the stream fails after 2 batches, its trailer holding
+    # the 4 skips since the last batch. An error the client does not retry ends the stream, so the
+    # trailer counts (a retried one would not: the resumed stream skips those records again).
+    s = _FailAfterThreeErrors(sluice_bin, tmp_path, _write_shard_with_bad_tail(data_dir, tmp_path))
+    try:
+        with sluice.Client(s.target) as c:
+            stream = c.stream("ordered")
+            got = []
+            with pytest.raises(sluice.SluiceError, match="more than max_errors = 3"):
+                for _, labels, _ in stream:
+                    got.append(len(labels))
+            assert got == [16, 16]
             assert stream.skipped_records == 4
     finally:
         s.stop()

@@ -340,6 +340,12 @@ class _Reader:
                 pass
         return False
 
+    def _add_trailing_skips(self, call):
+        """Adds the records the server skipped after the call's last batch (its trailers)."""
+        for key, value in call.trailing_metadata() or ():
+            if key == "sluice-skipped-records":
+                self.skipped_records += int(value)
+
     @staticmethod
     def _map_segment(call, request):
         """The segment a server that agreed to shared memory names, mapped; None when it did not
@@ -408,9 +414,7 @@ class _Reader:
                         if not self._put(batch):
                             return None
                     # Skips after the last batch ride on no batch: the trailers carry them.
-                    for key, value in call.trailing_metadata() or ():
-                        if key == "sluice-skipped-records":
-                            self.skipped_records += int(value)
+                    self._add_trailing_skips(call)
                     return _END
                 except grpc.RpcError as e:
                     if self._stop.is_set():
@@ -425,8 +429,12 @@ class _Reader:
                             backoff = min(backoff * 2, client.reconnect_max)
                             self.reconnects += 1
                             continue
+                        # A call that is not resumed: its trailer counts (a resumed one would
+                        # skip those records again and say so itself).
+                        self._add_trailing_skips(e)
                         return SluiceError.from_rpc_error(
                             e, client.target, " (gave up reconnecting after %.0f s)" % waited)
+                    self._add_trailing_skips(e)
                     return SluiceError.from_rpc_error(e, client.target)
                 except SluiceError as e:
                     call.cancel()

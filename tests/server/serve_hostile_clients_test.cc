@@ -4,10 +4,12 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -307,21 +309,82 @@ TEST_CASE("HealthzAnswersWhileSlowClientsHoldEveryMetricsConnection") {
     REQUIRE(stalled.back().fd() >= 0);
     REQUIRE(stalled.back().Send("GET /metr"));
   }
-  // Probes for longer than the header timeout: the stalled clients' slots expire and they do not
-  // get them back, and probes never wait behind them.
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(6);
-  int probes = 0;
-  while (std::chrono::steady_clock::now() < until) {
+  // Probes for longer than the header timeout (5 s): the stalled clients' slots expire and they do
+  // not get them back, and probes never wait behind them. A fixed number of probes, each paced,
+  // so that a slow machine only makes the loop longer.
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 24; ++i) {
     for (const char* source : {"127.0.0.1", "127.0.0.2"}) {
-      INFO("probe " << probes << " from " << source);
+      INFO("probe " << i << " from " << source);
       std::optional<std::string> res = HttpGet(port, "/healthz", source);
       REQUIRE(res);
       CHECK(res->starts_with("HTTP/1.1 200"));
-      ++probes;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
-  CHECK(probes >= 40);
+  CHECK(std::chrono::steady_clock::now() - start > std::chrono::seconds(5));
+}
+
+TEST_CASE("HealthzAnswersWhileClientsFromManyAddressesChurnTheReservedSlots") {
+  Fixture f(2, 8, "metrics_address: \"127.0.0.1:0\"\n");
+  ServerProcess server(f.Args());
+  REQUIRE(server.running());
+  const int port = MetricsPort(server.output());
+  REQUIRE(port > 0);
+  // Every ordinary slot held with half a request line, 16 from each of four addresses.
+  std::vector<RawConnection> stalled;
+  for (int i = 0; i < 64; ++i) {
+    const std::string source = "127.0.1." + std::to_string(i % 4 + 1);
+    stalled.emplace_back(port, source.c_str());
+    REQUIRE(stalled.back().fd() >= 0);
+    REQUIRE(stalled.back().Send("GET /metr"));
+  }
+  // Two clients open connections from 64 addresses, as fast as they can, each sending half a
+  // request line; each keeps its last 100 open. One address's slots are never the most, so only
+  // what became of earlier connections tells them from the probes.
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::condition_variable cv;
+  int opened = 0;  // guarded by mu
+  // Stops and joins the churners however the test ends.
+  struct Churners {
+    std::atomic<bool>* stop;
+    std::vector<std::thread> threads;
+    ~Churners() {
+      *stop = true;
+      for (std::thread& t : threads) t.join();
+    }
+  } churners{&stop, {}};
+  for (int t = 0; t < 2; ++t) {
+    churners.threads.emplace_back([&, t] {
+      std::deque<RawConnection> open;
+      for (int i = t; !stop; i += 2) {
+        const std::string source = "127.0.2." + std::to_string(i % 64 + 1);
+        RawConnection c(port, source.c_str());
+        if (c.fd() >= 0 && c.Send("GET /me")) open.push_back(std::move(c));
+        if (open.size() > 100) open.pop_front();
+        std::lock_guard lock(mu);
+        ++opened;
+        cv.notify_all();
+      }
+    });
+  }
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return opened >= 64; });  // more than the reserved slots, several times
+  }
+  // Each probe sends its request 50 ms after connecting, as one across a slow network would,
+  // while the churners' connections pass it by.
+  for (int i = 0; i < 40; ++i) {
+    INFO("probe " << i);
+    RawConnection probe(port, "127.0.0.2");
+    REQUIRE(probe.fd() >= 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    REQUIRE(probe.Send("GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"));
+    std::optional<std::string> res = probe.ReadToClose();
+    REQUIRE(res);
+    CHECK(res->starts_with("HTTP/1.1 200"));
+  }
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include "formats/file.h"
 #include "server/commands.h"
 #include "server/data_service.h"
+#include "server/format_bytes.h"
 #include "server/http_server.h"
 #include "server/job_registry.h"
 #include "server/memory_limit.h"
@@ -44,7 +45,8 @@ struct ServeFlags {
 // Applies --shard I/N to every dataset: each worker of a fleet started with the same
 // configuration serves its own part (whole files when there are at least N). A dataset that
 // already names a shard {w, m} is subdivided: {w + m·I, m·N}.
-Result<v1::ServerConfig> ApplyShard(v1::ServerConfig config, const std::string& shard) {
+Result<v1::ServerConfig> ApplyShard(v1::ServerConfig config, const std::string& shard,
+                                    const MemoryLimit& limit) {
   int index = 0, count = 0;
   char tail = 0;
   if (std::sscanf(shard.c_str(), "%d/%d%c", &index, &count, &tail) != 2 || count < 1 ||
@@ -58,7 +60,7 @@ Result<v1::ServerConfig> ApplyShard(v1::ServerConfig config, const std::string& 
     s->set_index(w + m * index);
     s->set_count(m * count);
   }
-  return ValidateServerConfig(std::move(config));
+  return ValidateServerConfig(std::move(config), limit);
 }
 
 // TLS when configured, else plaintext; either way a call without the token (when one is set) is
@@ -72,12 +74,14 @@ std::shared_ptr<grpc::ServerCredentials> Credentials(const v1::ServerConfig& con
   return TokenCheckedCredentials(token, cert.ok() ? *cert : "", key.ok() ? *key : "");
 }
 
-// The config from --config or the quick flags, with --shard applied; errors as the message.
-Result<v1::ServerConfig> LoadConfig(const ServeFlags& f) {
+// The config from --config or the quick flags, with --shard applied, checked against `limit`;
+// errors as the message.
+Result<v1::ServerConfig> LoadConfig(const ServeFlags& f, const MemoryLimit& limit,
+                                    std::vector<std::string>* warnings) {
   Result<v1::ServerConfig> loaded =
-      !f.config_file.empty() ? LoadServerConfig(f.config_file)
-                             : QuickServerConfig(f.files, f.name, f.port, f.metrics_address);
-  if (loaded.ok() && !f.shard.empty()) loaded = ApplyShard(std::move(*loaded), f.shard);
+      !f.config_file.empty() ? LoadServerConfig(f.config_file, limit, warnings)
+                             : QuickServerConfig(limit, f.files, f.name, f.port, f.metrics_address);
+  if (loaded.ok() && !f.shard.empty()) loaded = ApplyShard(std::move(*loaded), f.shard, limit);
   return loaded;
 }
 
@@ -184,11 +188,15 @@ int WaitForSignal() {
 }
 
 int Serve(const ServeFlags& f) {
-  Result<v1::ServerConfig> loaded = LoadConfig(f);
+  const MemoryLimit limit = DetectMemoryLimit();
+  std::vector<std::string> warnings;
+  Result<v1::ServerConfig> loaded = LoadConfig(f, limit, &warnings);
   if (!loaded.ok()) {
     std::fprintf(stderr, "sluice serve: %s\n", loaded.status().message().c_str());
     return 2;
   }
+  // With the start-up lines (stdout), where whoever reads those sees them.
+  for (const std::string& w : warnings) std::printf("sluice serve: warning: %s\n", w.c_str());
   const v1::ServerConfig config = std::move(*loaded);
   Result<std::string> token = ReadToken(config);
   if (!token.ok()) {
@@ -205,7 +213,6 @@ int Serve(const ServeFlags& f) {
   std::unique_ptr<grpc::Server> server = StartGrpc(config, *token, &service, &ports);
   if (!server) return 2;
 
-  const MemoryLimit limit = DetectMemoryLimit();
   StatusPages pages(&registry, limit);
   std::unique_ptr<HttpServer> http;
   if (!config.metrics_address().empty()) {

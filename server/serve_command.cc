@@ -216,12 +216,13 @@ int Serve(const ServeFlags& f) {
   StatusPages pages(&registry, limit);
   std::unique_ptr<HttpServer> http;
   if (!config.metrics_address().empty()) {
-    // Health probes are answered even when slow or idle clients hold every connection.
+    // Health probes are answered even when slow or idle clients hold every connection, and
+    // (two threads) while a /metrics or / page is being rendered.
     HttpServerLimits limits;
     limits.priority_paths = {"/healthz"};
     Result<std::unique_ptr<HttpServer>> started = HttpServer::Start(
         config.metrics_address(), [&pages](const HttpRequest& r) { return pages.Handle(r); },
-        /*threads=*/1, limits);
+        /*threads=*/2, limits);
     if (!started.ok()) {
       std::fprintf(stderr, "sluice serve: %s\n", started.status().message().c_str());
       server->Shutdown();

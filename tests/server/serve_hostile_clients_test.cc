@@ -54,7 +54,8 @@ int64_t PeakRssBytes(pid_t pid) {
 // One StreamBatches call with `request` as its raw message, on its own connection, without a
 // token; reads the stream to its end. The ByteBuffer's slices are shared, not copied, so many
 // calls can send one large request.
-grpc::Status RawStreamCall(const std::string& address, const grpc::ByteBuffer& request, int id) {
+grpc::Status RawStreamCall(const std::string& address, const grpc::ByteBuffer& request, int id,
+                           const std::string& method = "/sluice.v1.DataService/StreamBatches") {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection per call
   args.SetInt("sluice.test.flood_id", id);
@@ -63,7 +64,7 @@ grpc::Status RawStreamCall(const std::string& address, const grpc::ByteBuffer& r
   grpc::CompletionQueue cq;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-  auto call = stub.PrepareCall(&context, "/sluice.v1.DataService/StreamBatches", &cq);
+  auto call = stub.PrepareCall(&context, method, &cq);
   void* tag = nullptr;
   bool ok = false;
   call->StartCall(reinterpret_cast<void*>(1));
@@ -208,6 +209,20 @@ TEST_CASE("UnauthenticatedFloodIsRefusedFromItsHeadersWhileAnOpenStreamReadsThro
   INFO("peak RSS " << (peak >> 20) << " MiB, budget " << (kBudget >> 20) << " MiB");
   CHECK(peak > 0);
   CHECK(peak <= kBudget + kBudget / 10);
+}
+
+TEST_CASE("WithATokenEveryServiceRefusesCallsWithoutIt") {
+  TempDir keys;
+  Fixture f(2, 8, TokenConfig(keys));
+  ServerProcess server(f.Args());
+  REQUIRE(server.running());
+  const grpc::ByteBuffer request = HugeRequest();
+  for (const char* method : {"/grpc.health.v1.Health/Check", "/sluice.v1.DataService/GetStats",
+                             "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"}) {
+    INFO(method);
+    const grpc::Status s = RawStreamCall(server.address(), request, 0, method);
+    CHECK(s.error_code() == grpc::StatusCode::UNAUTHENTICATED);
+  }
 }
 
 TEST_CASE("FloodOfLargeRequestsWithoutATokenConfiguredStaysWithinTheBudget") {

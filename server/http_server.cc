@@ -37,13 +37,17 @@ constexpr size_t kMaxLingerBytes = 256 * 1024;
 // Pause before accepting again after an accept error such as EMFILE, which would otherwise repeat
 // at once and spin.
 constexpr std::chrono::milliseconds kAcceptRetryDelay{50};
+// Bound on ServerState::strikes.
+constexpr size_t kMaxStrikeKeys = 4096;
 
 class Session;
 
 // A connection holding one of the reserved slots.
 struct Reserved {
   std::weak_ptr<Session> session;
-  std::string address;
+  std::string address;  // ClientKey
+  // Its whole priority request is in and is being answered: its slot is not taken from it.
+  bool answering = false;
 };
 
 // What connections share with the server. Outlives every Session (see HttpServer::Impl).
@@ -57,15 +61,29 @@ struct ServerState {
   std::unordered_map<uint64_t, std::weak_ptr<Session>> sessions;  // GUARDED_BY(mu); all of them
   // Connections in the ordinary slots, all together and per client address.
   size_t serving = 0;                                  // GUARDED_BY(mu)
-  std::unordered_map<std::string, size_t> by_address;  // GUARDED_BY(mu); no zero counts
-  // Connections in the reserved slots, oldest first (ids grow), and how many per address.
-  std::map<uint64_t, Reserved> reserved;                        // GUARDED_BY(mu)
-  std::unordered_map<std::string, size_t> reserved_by_address;  // GUARDED_BY(mu); no zeros
+  std::unordered_map<std::string, size_t> by_address;  // GUARDED_BY(mu); by ClientKey, no zeros
+  // Connections in the reserved slots, oldest first (ids grow).
+  std::map<uint64_t, Reserved> reserved;  // GUARDED_BY(mu)
+  // Per ClientKey, reserved connections that ended without a priority request: what tells many
+  // addresses each churning a slot or two from a probe that comes from one of them now and then.
+  // Cleared whole at kMaxStrikeKeys keys.
+  std::unordered_map<std::string, uint64_t> strikes;  // GUARDED_BY(mu)
 };
 
 void Decrement(std::unordered_map<std::string, size_t>& counts, const std::string& key) {
   auto it = counts.find(key);
   if (it != counts.end() && --it->second == 0) counts.erase(it);
+}
+
+// What connections are counted per: an IPv4 address (IPv4-mapped IPv6 ones included), or an IPv6
+// /64, which one host usually holds whole and can draw any number of addresses from.
+std::string ClientKey(const net::ip::address& a) {
+  if (a.is_v4()) return a.to_string();
+  const net::ip::address_v6 v6 = a.to_v6();
+  if (v6.is_v4_mapped()) return net::ip::make_address_v4(net::ip::v4_mapped, v6).to_string();
+  net::ip::address_v6::bytes_type bytes = v6.to_bytes();
+  std::fill(bytes.begin() + 8, bytes.end(), 0);
+  return net::ip::address_v6(bytes).to_string() + "/64";
 }
 
 bool IsPriority(const HttpServerLimits& limits, std::string_view target) {
@@ -118,8 +136,12 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!reserved_) {
       --state_->serving;
       Decrement(state_->by_address, address_);
-    } else if (state_->reserved.erase(id_) > 0) {  // not already taken by a newer connection
-      Decrement(state_->reserved_by_address, address_);
+    } else {
+      state_->reserved.erase(id_);  // unless already taken by a newer connection
+      if (!answered_) {
+        if (state_->strikes.size() >= kMaxStrikeKeys) state_->strikes.clear();
+        ++state_->strikes[address_];
+      }
     }
   }
 
@@ -203,6 +225,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (reserved_ && !IsPriority(limits(), {req.target().data(), req.target().size()})) {
       return Reply(503, "too many connections\n", version, false);
     }
+    if (reserved_) SetAnswering(true);
     HttpResponse res;
     try {
       res =
@@ -237,9 +260,18 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void OnWrite(bool keep_alive, beast::error_code ec, size_t /*bytes*/) {
     res_ = {};
+    if (reserved_) SetAnswering(false);
     if (ec) return Close();
     if (!keep_alive) return LingeringClose();
     AwaitNextRequest();
+  }
+
+  // A reserved connection's slot cannot be taken from it while it answers a priority request.
+  void SetAnswering(bool answering) {
+    std::lock_guard lock(state_->mu);
+    answered_ = true;
+    auto it = state_->reserved.find(id_);
+    if (it != state_->reserved.end()) it->second.answering = answering;
   }
 
   void LingeringClose() {
@@ -265,8 +297,9 @@ class Session : public std::enable_shared_from_this<Session> {
   http::response<http::string_body> res_;  // the one write in flight
   ServerState* const state_;
   const uint64_t id_;
-  const std::string address_;  // the client's IP address
+  const std::string address_;  // the client's ClientKey
   const bool reserved_;
+  bool answered_ = false;  // a reserved connection's priority request was read; GUARDED_BY(mu)
 };
 
 std::string EndpointString(const tcp::endpoint& ep) {
@@ -303,7 +336,7 @@ struct HttpServer::Impl {
     beast::error_code ec;
     const tcp::endpoint peer = socket.remote_endpoint(ec);
     if (ec) return;  // reset before it was admitted
-    std::string address = peer.address().to_string();
+    std::string address = ClientKey(peer.address());
     std::shared_ptr<Session> session, evicted;
     {
       std::lock_guard lock(state.mu);
@@ -315,8 +348,8 @@ struct HttpServer::Impl {
           (count == state.by_address.end() || count->second < limits.max_connections_per_address);
       if (!ordinary) {
         if (limits.reserved_connections == 0) return;
-        if (state.reserved.size() >= limits.reserved_connections) {
-          evicted = TakeReservedSlot();
+        if (state.reserved.size() >= limits.reserved_connections && !TakeReservedSlot(&evicted)) {
+          return;
         }
       }
       const uint64_t id = state.next_id++;
@@ -327,7 +360,6 @@ struct HttpServer::Impl {
         ++state.by_address[address];
       } else {
         state.reserved.emplace(id, Reserved{session, address});
-        ++state.reserved_by_address[address];
       }
     }
     if (evicted) {
@@ -337,18 +369,30 @@ struct HttpServer::Impl {
     session->Start();
   }
 
-  // Frees the reserved slot of the oldest connection of the address that holds the most; returns
-  // that connection, to be closed (null if it is already going). REQUIRES: state.mu held and
-  // state.reserved not empty.
-  std::shared_ptr<Session> TakeReservedSlot() {
-    auto most = std::max_element(state.reserved_by_address.begin(), state.reserved_by_address.end(),
-                                 [](const auto& a, const auto& b) { return a.second < b.second; });
-    auto victim = std::find_if(state.reserved.begin(), state.reserved.end(),
-                               [&](const auto& r) { return r.second.address == most->first; });
-    std::shared_ptr<Session> session = victim->second.session.lock();
-    Decrement(state.reserved_by_address, victim->second.address);
+  // Frees a reserved slot for a new connection: that of the oldest connection, not answering a
+  // priority request, among those of the addresses with the most such connections plus strikes;
+  // *evicted gets that connection, to be closed (null if it is already going). False when every
+  // reserved connection is answering one. REQUIRES: state.mu held.
+  bool TakeReservedSlot(std::shared_ptr<Session>* evicted) {
+    std::unordered_map<std::string, uint64_t> score;
+    for (const auto& [id, r] : state.reserved) {
+      if (r.answering) continue;
+      auto [it, added] = score.try_emplace(r.address, 0);
+      if (added) {
+        auto strikes = state.strikes.find(r.address);
+        if (strikes != state.strikes.end()) it->second = strikes->second;
+      }
+      ++it->second;
+    }
+    uint64_t most = 0;
+    for (const auto& [address, n] : score) most = std::max(most, n);
+    auto victim = std::find_if(state.reserved.begin(), state.reserved.end(), [&](const auto& r) {
+      return !r.second.answering && score[r.second.address] == most;
+    });
+    if (victim == state.reserved.end()) return false;
+    *evicted = victim->second.session.lock();
     state.reserved.erase(victim);
-    return session;
+    return true;
   }
 
   // Declared first so that it outlives the sessions that ioc's handlers own.

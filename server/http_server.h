@@ -46,16 +46,21 @@ struct HttpServerLimits {
   // Connections over those limits take one of `reserved_connections` slots. Their request (it gets
   // `reserved_timeout` to arrive) is served when it is a GET or HEAD of one of `priority_paths`
   // (health probes) and answered 503 otherwise, and the connection is then closed. When every
-  // reserved slot is taken, a new connection takes the slot of the oldest connection of the
-  // address that holds the most: clients from one address, however many connections they open
-  // and leave idle, cannot keep another address's probe out. Zero reserved slots: connections
-  // over the limits are closed at once.
+  // reserved slot is taken, a new connection takes the slot of the oldest connection among those
+  // of the client that holds the most reserved slots plus "strikes" (its earlier reserved
+  // connections that ended without a priority request); a connection whose whole priority request
+  // is in keeps its slot until answered, and when all do, the new connection is closed. A client
+  // is an IPv4 address (IPv4-mapped IPv6 included) or an IPv6 /64, for these limits and the
+  // per-address one. So clients that open connections and leave them idle, from one address or
+  // from many, cannot keep out a probe from an address that does not. Zero reserved slots:
+  // connections over the limits are closed at once.
   std::vector<std::string> priority_paths;  // e.g. "/healthz"; compared without the query
   size_t reserved_connections = 16;
   std::chrono::milliseconds reserved_timeout{1'000};
 };
 
-// Serves every connection until Stop(). Methods other than GET/HEAD get 405 with an Allow header;
+// Serves connections until Stop(), within HttpServerLimits (connections over them are refused or
+// served only for priority paths). Methods other than GET/HEAD get 405 with an Allow header;
 // an exception thrown by the handler gets 500. Keep-alive follows HTTP/1.1 and 1.0 rules.
 //
 // Thread-safety: the handler runs on the server's own thread(s), one call per connection at a

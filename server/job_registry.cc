@@ -4,6 +4,7 @@
 
 #include "pipeline/options.h"
 #include "pipeline/stats_proto.h"
+#include "server/format_bytes.h"
 #include "server/server_config.h"
 
 namespace sluice {

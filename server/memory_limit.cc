@@ -5,27 +5,18 @@
 
 #include <charconv>
 #include <cstdio>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string_view>
 #include <vector>
 
-#include "server/server_config.h"
+#include "formats/file.h"
+#include "server/format_bytes.h"
 
 namespace sluice {
 namespace {
 
 // A limit this large is "no limit": v1 writes PAGE_COUNTER_MAX (about 2^63) rounded to pages.
 constexpr int64_t kNoLimit = int64_t{1} << 60;
-
-std::optional<std::string> ReadSmallFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 bool IsDirectory(const std::string& path) {
   struct stat st {};
@@ -44,8 +35,8 @@ std::vector<std::string_view> Split(std::string_view s, char sep) {
 
 // A limit file's value in bytes; nullopt for "max", a huge value, or anything unreadable.
 std::optional<int64_t> ReadLimit(const std::string& path) {
-  std::optional<std::string> text = ReadSmallFile(path);
-  if (!text) return std::nullopt;
+  Result<std::string> text = ReadFileToString(path);
+  if (!text.ok()) return std::nullopt;
   const std::string_view s(*text);
   int64_t value = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
@@ -128,9 +119,9 @@ std::optional<Found> SmallestLimit(const std::string& root, const Hierarchy& h,
 }
 
 std::optional<Found> CgroupLimit(const std::string& root, bool v2) {
-  std::optional<std::string> cgroup = ReadSmallFile(root + "/proc/self/cgroup");
-  std::optional<std::string> mountinfo = ReadSmallFile(root + "/proc/self/mountinfo");
-  if (!cgroup || !mountinfo) return std::nullopt;
+  Result<std::string> cgroup = ReadFileToString(root + "/proc/self/cgroup");
+  Result<std::string> mountinfo = ReadFileToString(root + "/proc/self/mountinfo");
+  if (!cgroup.ok() || !mountinfo.ok()) return std::nullopt;
   std::optional<std::string> path = CgroupPath(*cgroup, v2);
   std::optional<Hierarchy> h = FindMount(*mountinfo, v2);
   if (!path || !h) return std::nullopt;
@@ -139,8 +130,8 @@ std::optional<Found> CgroupLimit(const std::string& root, bool v2) {
 }
 
 std::optional<int64_t> PhysicalMemory(const std::string& root) {
-  std::optional<std::string> meminfo = ReadSmallFile(root + "/proc/meminfo");
-  if (!meminfo) return std::nullopt;
+  Result<std::string> meminfo = ReadFileToString(root + "/proc/meminfo");
+  if (!meminfo.ok()) return std::nullopt;
   const size_t at = meminfo->find("MemTotal:");
   if (at == std::string::npos) return std::nullopt;
   long long kib = 0;
@@ -186,11 +177,6 @@ MemoryLimit DetectMemoryLimit(const std::string& root_arg) {
     }
   }
   return limit;
-}
-
-int64_t DefaultMemoryBudget(const MemoryLimit& limit) {
-  if (limit.source == MemoryLimitSource::kUnknown) return kDefaultServerMemoryBudget;
-  return limit.bytes / 2;
 }
 
 }  // namespace sluice

@@ -1,8 +1,8 @@
 // How much memory this process may use before the kernel kills it: the memory limit of its cgroup
 // (v2 `memory.max`, v1 `memory.limit_in_bytes`, the smallest of its own and its ancestors') or the
-// machine's physical memory, whichever is smaller. `sluice serve`'s default memory budget is half
-// of it (README "Serving"), so that a server in a pod or a systemd unit limited to 4 GiB
-// refuses jobs before the OOM killer ends it.
+// machine's physical memory, whichever is smaller. `sluice serve`'s default memory budget and
+// shared-memory cap are derived from it (server_config.h), so that a server in a pod or a systemd
+// unit limited to 4 GiB refuses jobs before the OOM killer ends it.
 #pragma once
 
 #include <cstdint>
@@ -37,8 +37,5 @@ struct MemoryLimit {
 // sandbox that hides it) is looked for from its nearest existing ancestor. Never fails: what
 // cannot be read is left out, and kUnknown says that nothing could.
 MemoryLimit DetectMemoryLimit(const std::string& root = "");
-
-// The server's default memory budget for a limit: half of it; 8 GiB when the limit is unknown.
-int64_t DefaultMemoryBudget(const MemoryLimit& limit);
 
 }  // namespace sluice

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "pipeline/tunables.h"
+#include "server/format_bytes.h"
 #include "server/server_config.h"
 
 namespace sluice {

@@ -21,11 +21,13 @@
 #include "formats/file.h"
 #include "server/commands.h"
 #include "server/data_service.h"
+#include "server/format_bytes.h"
 #include "server/http_server.h"
 #include "server/job_registry.h"
 #include "server/memory_limit.h"
 #include "server/server_config.h"
 #include "server/status_pages.h"
+#include "server/token_auth.h"
 
 namespace sluice {
 namespace {
@@ -43,7 +45,8 @@ struct ServeFlags {
 // Applies --shard I/N to every dataset: each worker of a fleet started with the same
 // configuration serves its own part (whole files when there are at least N). A dataset that
 // already names a shard {w, m} is subdivided: {w + m·I, m·N}.
-Result<v1::ServerConfig> ApplyShard(v1::ServerConfig config, const std::string& shard) {
+Result<v1::ServerConfig> ApplyShard(v1::ServerConfig config, const std::string& shard,
+                                    const MemoryLimit& limit) {
   int index = 0, count = 0;
   char tail = 0;
   if (std::sscanf(shard.c_str(), "%d/%d%c", &index, &count, &tail) != 2 || count < 1 ||
@@ -57,25 +60,28 @@ Result<v1::ServerConfig> ApplyShard(v1::ServerConfig config, const std::string& 
     s->set_index(w + m * index);
     s->set_count(m * count);
   }
-  return ValidateServerConfig(std::move(config));
+  return ValidateServerConfig(std::move(config), limit);
 }
 
-std::shared_ptr<grpc::ServerCredentials> Credentials(const v1::ServerConfig& config) {
-  if (config.tls().cert_file().empty()) return grpc::InsecureServerCredentials();
-  grpc::SslServerCredentialsOptions ssl;
+// TLS when configured, else plaintext; either way a call without the token (when one is set) is
+// refused from its headers, before gRPC reads its message.
+std::shared_ptr<grpc::ServerCredentials> Credentials(const v1::ServerConfig& config,
+                                                     const std::string& token) {
+  if (config.tls().cert_file().empty()) return TokenCheckedCredentials(token, "", "");
   // Readable: checked by ValidateServerConfig.
   Result<std::string> cert = ReadFileToString(config.tls().cert_file());
   Result<std::string> key = ReadFileToString(config.tls().key_file());
-  ssl.pem_key_cert_pairs.push_back({key.ok() ? *key : "", cert.ok() ? *cert : ""});
-  return grpc::SslServerCredentials(ssl);
+  return TokenCheckedCredentials(token, cert.ok() ? *cert : "", key.ok() ? *key : "");
 }
 
-// The config from --config or the quick flags, with --shard applied; errors as the message.
-Result<v1::ServerConfig> LoadConfig(const ServeFlags& f) {
+// The config from --config or the quick flags, with --shard applied, checked against `limit`;
+// errors as the message.
+Result<v1::ServerConfig> LoadConfig(const ServeFlags& f, const MemoryLimit& limit,
+                                    std::vector<std::string>* warnings) {
   Result<v1::ServerConfig> loaded =
-      !f.config_file.empty() ? LoadServerConfig(f.config_file)
-                             : QuickServerConfig(f.files, f.name, f.port, f.metrics_address);
-  if (loaded.ok() && !f.shard.empty()) loaded = ApplyShard(std::move(*loaded), f.shard);
+      !f.config_file.empty() ? LoadServerConfig(f.config_file, limit, warnings)
+                             : QuickServerConfig(limit, f.files, f.name, f.port, f.metrics_address);
+  if (loaded.ok() && !f.shard.empty()) loaded = ApplyShard(std::move(*loaded), f.shard, limit);
   return loaded;
 }
 
@@ -87,13 +93,13 @@ constexpr int kMaxRequestBytes = 64 << 10;
 constexpr int kGrpcMaxThreads = 32;
 
 // What gRPC's transport may hold in read buffers and per-call state, all connections together,
-// before it refuses streams ("Buffers full", RESOURCE_EXHAUSTED) or closes connections: a
-// thirty-second of the server's budget, within [8 MiB, 256 MiB]. gRPC 1.51 buffers a whole
-// request before it checks its size (and our handler checks the token after that), so without a
-// quota unauthenticated clients sending large requests make the server hold all of them (16 x 64
-// MiB: 857 MiB peak RSS). The quota is not a hard bound: the transport frees memory after the
-// fact, and 32 clients sending 200 MiB each still took a server with an 8 MiB quota to ~100 MiB
-// peak. Outgoing batches are not charged to it (gRPC sends our pooled buffers by reference).
+// before it takes memory back by cutting a stream ("Buffers full", RESOURCE_EXHAUSTED) or closing
+// a connection: a thirty-second of the server's budget, within [8 MiB, 256 MiB]. gRPC 1.51 reads a
+// whole request before it checks its size, so a client allowed to send one (any client when no
+// token is configured) could make the server hold it all (16 x 64 MiB: 857 MiB peak RSS without a
+// quota, 70 MiB with). The stream gRPC cuts may be anyone's; with a token, calls without it are
+// refused from their headers (token_auth.h) and never reach the quota. Outgoing batches are not
+// charged to it (gRPC sends our pooled buffers by reference).
 size_t GrpcMemoryQuota(int64_t memory_budget_bytes) {
   return static_cast<size_t>(
       std::clamp<int64_t>(memory_budget_bytes / 32, int64_t{8} << 20, int64_t{256} << 20));
@@ -101,12 +107,12 @@ size_t GrpcMemoryQuota(int64_t memory_budget_bytes) {
 
 // The gRPC server on every listen address, serving `service`; *ports gets the bound TCP ports.
 // Null (and the reason printed) when an address cannot be listened on.
-std::unique_ptr<grpc::Server> StartGrpc(const v1::ServerConfig& config, DataService* service,
-                                        std::vector<int>* ports) {
+std::unique_ptr<grpc::Server> StartGrpc(const v1::ServerConfig& config, const std::string& token,
+                                        DataService* service, std::vector<int>* ports) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  auto credentials = Credentials(config);
+  auto credentials = Credentials(config, token);
   ports->assign(static_cast<size_t>(config.listen_size()), 0);
   for (int i = 0; i < config.listen_size(); ++i) {
     builder.AddListeningPort(config.listen(i), credentials, &(*ports)[static_cast<size_t>(i)]);
@@ -122,6 +128,10 @@ std::unique_ptr<grpc::Server> StartGrpc(const v1::ServerConfig& config, DataServ
   // gRPC binds with SO_REUSEPORT by default: a second server on a port in use would start and
   // silently take half the connections. A port in use must be an error.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Requests are small, so the window a client may send into never needs to grow past the 64 KiB
+  // default: without BDP probing a stream refused from its headers has at most that of its body
+  // in the server.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server) {
     std::fprintf(stderr, "sluice serve: cannot listen on %s (in use, or not allowed?)\n",
@@ -178,11 +188,15 @@ int WaitForSignal() {
 }
 
 int Serve(const ServeFlags& f) {
-  Result<v1::ServerConfig> loaded = LoadConfig(f);
+  const MemoryLimit limit = DetectMemoryLimit();
+  std::vector<std::string> warnings;
+  Result<v1::ServerConfig> loaded = LoadConfig(f, limit, &warnings);
   if (!loaded.ok()) {
     std::fprintf(stderr, "sluice serve: %s\n", loaded.status().message().c_str());
     return 2;
   }
+  // With the start-up lines (stdout), where whoever reads those sees them.
+  for (const std::string& w : warnings) std::printf("sluice serve: warning: %s\n", w.c_str());
   const v1::ServerConfig config = std::move(*loaded);
   Result<std::string> token = ReadToken(config);
   if (!token.ok()) {
@@ -196,19 +210,19 @@ int Serve(const ServeFlags& f) {
   JobRegistry registry(config);
   DataService service(config, &registry, *token);
   std::vector<int> ports;
-  std::unique_ptr<grpc::Server> server = StartGrpc(config, &service, &ports);
+  std::unique_ptr<grpc::Server> server = StartGrpc(config, *token, &service, &ports);
   if (!server) return 2;
 
-  const MemoryLimit limit = DetectMemoryLimit();
   StatusPages pages(&registry, limit);
   std::unique_ptr<HttpServer> http;
   if (!config.metrics_address().empty()) {
-    // Health probes are answered even when slow or idle clients hold every connection.
+    // Health probes are answered even when slow or idle clients hold every connection, and
+    // (two threads) while a /metrics or / page is being rendered.
     HttpServerLimits limits;
     limits.priority_paths = {"/healthz"};
     Result<std::unique_ptr<HttpServer>> started = HttpServer::Start(
         config.metrics_address(), [&pages](const HttpRequest& r) { return pages.Handle(r); },
-        /*threads=*/1, limits);
+        /*threads=*/2, limits);
     if (!started.ok()) {
       std::fprintf(stderr, "sluice serve: %s\n", started.status().message().c_str());
       server->Shutdown();

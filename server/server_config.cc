@@ -1,6 +1,7 @@
 #include "server/server_config.h"
 
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -13,12 +14,11 @@
 #include <set>
 #include <thread>
 
-#include <fmt/format.h>
-
 #include "client/wire/token_file.h"
 #include "formats/file.h"
 #include "pipeline/options.h"
 #include "pipeline/tunables.h"
+#include "server/format_bytes.h"
 #include "server/textproto.h"
 
 namespace sluice {
@@ -190,16 +190,40 @@ Result<int64_t> CheckDataset(const v1::ServerConfig& server, v1::DatasetConfig* 
 }
 
 // Applies the defaults of the server-wide limits and checks them.
-Status CheckServerLimits(v1::ServerConfig* c, const MemoryLimit& limit) {
+Status CheckServerLimits(v1::ServerConfig* c, const MemoryLimit& limit,
+                         std::vector<std::string>* warnings) {
+  if (c->max_shared_memory_bytes() < 0) {
+    return Bad("max_shared_memory_bytes",
+               fmt::format("{} is negative", c->max_shared_memory_bytes()));
+  }
+  if (c->max_shared_memory_bytes() == 0) {
+    c->set_max_shared_memory_bytes(DefaultMaxSharedMemory(limit));
+  }
   if (c->memory_budget_bytes() < 0) {
     return Bad("memory_budget_bytes", fmt::format("{} is negative", c->memory_budget_bytes()));
   }
-  if (c->memory_budget_bytes() == 0) c->set_memory_budget_bytes(DefaultMemoryBudget(limit));
-  if (limit.source != MemoryLimitSource::kUnknown && c->memory_budget_bytes() > limit.bytes) {
-    return Bad("memory_budget_bytes",
-               fmt::format("{} is over this process's memory limit, {}; leave it unset for half "
-                           "the limit",
-                           FormatBytes(c->memory_budget_bytes()), limit.ToString()));
+  const int64_t segments = c->disable_shared_memory() ? 0 : c->max_shared_memory_bytes();
+  if (c->memory_budget_bytes() == 0) {
+    c->set_memory_budget_bytes(DefaultMemoryBudget(limit, segments));
+    if (c->memory_budget_bytes() <= 0) {
+      return Bad("max_shared_memory_bytes",
+                 fmt::format("{} leaves no memory budget under this process's memory limit, {}",
+                             FormatBytes(segments), limit.ToString()));
+    }
+  }
+  if (limit.source != MemoryLimitSource::kUnknown &&
+      c->memory_budget_bytes() > limit.bytes - segments) {
+    const std::string what = fmt::format(
+        "memory_budget_bytes {} plus max_shared_memory_bytes {} is over this process's memory "
+        "limit, {}",
+        FormatBytes(c->memory_budget_bytes()), FormatBytes(segments), limit.ToString());
+    if (limit.source != MemoryLimitSource::kPhysical) {
+      return Bad("memory_budget_bytes",
+                 what +
+                     "; the kernel would kill the server before the budget refused a job "
+                     "(leave both unset for defaults that fit)");
+    }
+    if (warnings) warnings->push_back(what + ": the machine may swap or kill the server");
   }
   if (c->max_streams() < 0)
     return Bad("max_streams", fmt::format("{} is under 1", c->max_streams()));
@@ -216,12 +240,6 @@ Status CheckServerLimits(v1::ServerConfig* c, const MemoryLimit& limit) {
     return Bad("job_linger_seconds", fmt::format("{} is negative", c->job_linger_seconds()));
   }
   if (c->job_linger_seconds() == 0) c->set_job_linger_seconds(kDefaultJobLingerSeconds);
-  if (c->max_shared_memory_bytes() < 0) {
-    return Bad("max_shared_memory_bytes",
-               fmt::format("{} is negative", c->max_shared_memory_bytes()));
-  }
-  if (c->max_shared_memory_bytes() == 0)
-    c->set_max_shared_memory_bytes(kDefaultMaxSharedMemoryBytes);
   // The server's decode threads per pipeline: 0 (every core) or within the pipeline's bounds.
   const int64_t max_threads = Spec(Tunable::kThreads).max;
   if (c->threads() < 0 || c->threads() > max_threads) {
@@ -240,23 +258,25 @@ int64_t BatchMessageBytes(int64_t batch, int64_t height, int64_t width) {
   return batch * height * width * 3 + 10 * batch + 128;
 }
 
-std::string FormatBytes(int64_t bytes) {
-  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (u < 4 && bytes >= (int64_t{1} << (10 * (u + 1)))) ++u;
-  const int64_t unit = int64_t{1} << (10 * u);
-  if (bytes % unit == 0) return fmt::format("{} {}", bytes / unit, kUnits[u]);
-  return fmt::format("{:.1f} {}", static_cast<double>(bytes) / static_cast<double>(unit),
-                     kUnits[u]);
+int64_t DefaultMaxSharedMemory(const MemoryLimit& limit) {
+  if (limit.source == MemoryLimitSource::kUnknown) return kDefaultMaxSharedMemoryBytes;
+  return std::min(kDefaultMaxSharedMemoryBytes, limit.bytes / 4);
 }
 
-Result<v1::ServerConfig> LoadServerConfig(const std::string& path) {
+int64_t DefaultMemoryBudget(const MemoryLimit& limit, int64_t max_shared_memory_bytes) {
+  if (limit.source == MemoryLimitSource::kUnknown) return kDefaultServerMemoryBudget;
+  return (limit.bytes - max_shared_memory_bytes) / 2;
+}
+
+Result<v1::ServerConfig> LoadServerConfig(const std::string& path, const MemoryLimit& limit,
+                                          std::vector<std::string>* warnings) {
   v1::ServerConfig config;
   RETURN_IF_ERROR(ParseTextProtoFile(path, &config));
-  return ValidateServerConfig(std::move(config));
+  return ValidateServerConfig(std::move(config), limit, warnings);
 }
 
-Result<v1::ServerConfig> QuickServerConfig(const std::vector<std::string>& file_globs,
+Result<v1::ServerConfig> QuickServerConfig(const MemoryLimit& limit,
+                                           const std::vector<std::string>& file_globs,
                                            const std::string& name, int port,
                                            const std::string& metrics_address) {
   if (port < 0 || port > 65535) {
@@ -268,14 +288,11 @@ Result<v1::ServerConfig> QuickServerConfig(const std::vector<std::string>& file_
   v1::DatasetConfig* d = config.add_datasets();
   d->set_name(name);
   for (const std::string& g : file_globs) d->mutable_pipeline()->add_files(g);
-  return ValidateServerConfig(std::move(config));
+  return ValidateServerConfig(std::move(config), limit);
 }
 
-Result<v1::ServerConfig> ValidateServerConfig(v1::ServerConfig c) {
-  return ValidateServerConfig(std::move(c), DetectMemoryLimit());
-}
-
-Result<v1::ServerConfig> ValidateServerConfig(v1::ServerConfig c, const MemoryLimit& limit) {
+Result<v1::ServerConfig> ValidateServerConfig(v1::ServerConfig c, const MemoryLimit& limit,
+                                              std::vector<std::string>* warnings) {
   if (c.listen().empty()) c.add_listen(kDefaultListen);
   std::set<std::string> listen;
   for (int i = 0; i < c.listen_size(); ++i) {
@@ -289,7 +306,7 @@ Result<v1::ServerConfig> ValidateServerConfig(v1::ServerConfig c, const MemoryLi
     RETURN_IF_ERROR(CheckHostPort("metrics_address", c.metrics_address()));
   }
 
-  RETURN_IF_ERROR(CheckServerLimits(&c, limit));
+  RETURN_IF_ERROR(CheckServerLimits(&c, limit, warnings));
 
   const v1::TlsConfig& tls = c.tls();
   if (tls.cert_file().empty() != tls.key_file().empty()) {

@@ -30,7 +30,8 @@ const sluice::v1::ServerConfig& Config() {
     const std::string text = sluice::testing::ThreeDatasetsConfig(dir + "/a-*.tfrecord");
     sluice::v1::ServerConfig parsed;
     if (!google::protobuf::TextFormat::ParseFromString(text, &parsed)) std::abort();
-    sluice::Result<sluice::v1::ServerConfig> validated = sluice::ValidateServerConfig(parsed);
+    sluice::Result<sluice::v1::ServerConfig> validated =
+        sluice::ValidateServerConfig(parsed, sluice::MemoryLimit{});
     if (!validated.ok()) std::abort();
     return *validated;
   }();

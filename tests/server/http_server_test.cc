@@ -80,7 +80,7 @@ class TestClient {
   Response Get(const std::string& target) { return Send(http::verb::get, target); }
 
   // True when the server closes the connection within `limit` without sending anything.
-  bool PeerCloses(std::chrono::milliseconds limit = 5s) {
+  bool PeerCloses(std::chrono::milliseconds limit = 30s) {
     char byte;
     beast::error_code ec =
         Await([&](auto done) { socket_.async_read_some(net::buffer(&byte, 1), done); }, limit);
@@ -90,7 +90,7 @@ class TestClient {
  private:
   // Runs one async operation to completion or until `limit`, then cancels it.
   template <typename Op>
-  beast::error_code Await(Op op, std::chrono::milliseconds limit = 5s) {
+  beast::error_code Await(Op op, std::chrono::milliseconds limit = 30s) {
     std::optional<beast::error_code> result;
     op([&](beast::error_code ec, size_t) { result = ec; });
     ioc_.restart();
@@ -258,45 +258,47 @@ TEST_CASE("ListensOnIpv6LiteralAndHostName") {
 }
 
 TEST_CASE("StalledPartialRequestDoesNotBlockOtherClients") {
-  auto server = StartOrDie();
+  HttpServerLimits limits;
+  limits.header_timeout = 60s;
+  auto server = StartOrDie(Route, limits);
   TestClient stalled(server->port());
   REQUIRE_FALSE(stalled.WriteRaw("GET /metrics HTTP/1.1\r\nHo"));
   TestClient other(server->port());
   auto start = Clock::now();
   CHECK(other.Get("/metrics").result_int() == 200);
-  CHECK(Clock::now() - start < 1s);
+  CHECK(Clock::now() - start < 30s);  // answered, not after the stalled client's timeout
 }
 
 TEST_CASE("StalledRequestIsClosedAfterHeaderTimeout") {
   HttpServerLimits limits;
-  limits.header_timeout = 200ms;
+  limits.header_timeout = 1s;
   auto server = StartOrDie(Route, limits);
   TestClient stalled(server->port());
   REQUIRE_FALSE(stalled.WriteRaw("GET /metrics HTTP/1.1\r\nHo"));
-  CHECK(stalled.PeerCloses(3s));
+  CHECK(stalled.PeerCloses(30s));
   TestClient silent(server->port());  // connected, never sends a byte
-  CHECK(silent.PeerCloses(3s));
+  CHECK(silent.PeerCloses(30s));
 }
 
 TEST_CASE("IdleKeepAliveWaitsLongerThanTheHeaderTimeout") {
   HttpServerLimits limits;
-  limits.header_timeout = 100ms;
-  limits.keep_alive_timeout = 5s;
+  limits.header_timeout = 1s;
+  limits.keep_alive_timeout = 60s;
   auto server = StartOrDie(Route, limits);
   TestClient client(server->port());
   CHECK(client.Get("/metrics").result_int() == 200);
-  std::this_thread::sleep_for(400ms);  // idle between requests: the keep-alive timeout applies
+  std::this_thread::sleep_for(2s);  // idle between requests: the keep-alive timeout applies
   CHECK(client.Get("/metrics").result_int() == 200);
 }
 
 TEST_CASE("SlowBodyGetsTheIoTimeoutOnceHeadersAreIn") {
   HttpServerLimits limits;
-  limits.header_timeout = 100ms;
-  limits.io_timeout = 5s;
+  limits.header_timeout = 1s;
+  limits.io_timeout = 60s;
   auto server = StartOrDie(Route, limits);
   TestClient client(server->port());
   REQUIRE_FALSE(client.WriteRaw("GET /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nab"));
-  std::this_thread::sleep_for(400ms);
+  std::this_thread::sleep_for(2s);  // past the header timeout: the io timeout applies
   REQUIRE_FALSE(client.WriteRaw("cd"));
   Response res;
   REQUIRE_FALSE(client.Read(&res));
@@ -368,7 +370,7 @@ TEST_CASE("ConnectionsOverTheCapGet503") {
   // A freed slot is usable again once the server has seen the close.
   a.reset();
   int status = 0;
-  for (auto deadline = Clock::now() + 3s; status != 200 && Clock::now() < deadline;) {
+  for (auto deadline = Clock::now() + 30s; status != 200 && Clock::now() < deadline;) {
     TestClient next(server->port());
     status = next.Get("/metrics").result_int();
     if (status != 200) std::this_thread::sleep_for(20ms);

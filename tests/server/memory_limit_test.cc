@@ -157,16 +157,11 @@ TEST_CASE("MemoryLimitIsTheSmallestOfCgroupAndPhysical") {
   }
 }
 
-TEST_CASE("NothingReadableIsUnknownAndTheBudgetKeepsItsFixedDefault") {
+TEST_CASE("NothingReadableIsUnknown") {
   TempDir empty;
   const MemoryLimit limit = DetectMemoryLimit(empty.path().string());
   CHECK(limit.source == MemoryLimitSource::kUnknown);
   CHECK(limit.ToString() == "unknown");
-  CHECK(DefaultMemoryBudget(limit) == int64_t{8} << 30);
-}
-
-TEST_CASE("DefaultBudgetIsHalfTheLimit") {
-  CHECK(DefaultMemoryBudget({4 * kGiB, MemoryLimitSource::kCgroupV2, "/m"}) == 2 * kGiB);
 }
 
 TEST_CASE("ThisMachinesLimitIsPositiveAndAtMostPhysicalMemory") {

@@ -29,7 +29,7 @@ class Server {
     const std::string text = testing::ThreeDatasetsConfig(dir_.file("a-*.tfrecord"));
     v1::ServerConfig config;
     REQUIRE(TextFormat::ParseFromString(text, &config));
-    Result<v1::ServerConfig> validated = ValidateServerConfig(config);
+    Result<v1::ServerConfig> validated = ValidateServerConfig(config, DetectMemoryLimit());
     INFO(validated.status().ToString());
     REQUIRE(validated.ok());
     config_ = *validated;

@@ -39,7 +39,7 @@ std::string InDir(const TempDir& dir, std::string text) {
 
 Result<v1::ServerConfig> LoadText(const TempDir& dir, const std::string& text) {
   WriteAll(dir.file("sluice.textproto"), InDir(dir, text));
-  return LoadServerConfig(dir.file("sluice.textproto"));
+  return LoadServerConfig(dir.file("sluice.textproto"), DetectMemoryLimit());
 }
 
 const char kTrain[] = R"(datasets { name: "train" pipeline { files: "$DIR/train-*.tfrecord" } })";
@@ -61,7 +61,9 @@ TEST_CASE("GoodConfigLoadsWithDefaultsWrittenIn") {
   REQUIRE(c.ok());
   CHECK(c->listen_size() == 2);
   CHECK(c->listen(0) == dir.file("sluice.sock").insert(0, "unix:"));
-  CHECK(c->memory_budget_bytes() == DefaultMemoryBudget(DetectMemoryLimit()));
+  const MemoryLimit limit = DetectMemoryLimit();
+  CHECK(c->max_shared_memory_bytes() == DefaultMaxSharedMemory(limit));
+  CHECK(c->memory_budget_bytes() == DefaultMemoryBudget(limit, DefaultMaxSharedMemory(limit)));
   CHECK(c->max_streams() == 64);
   CHECK(c->max_batch_bytes() == int64_t{256} << 20);
   CHECK(c->job_linger_seconds() == 30);
@@ -84,7 +86,8 @@ TEST_CASE("GoodConfigLoadsWithDefaultsWrittenIn") {
   std::string text;
   REQUIRE(google::protobuf::TextFormat::PrintToString(*c, &text));
   WriteAll(dir.file("again.textproto"), text);
-  Result<v1::ServerConfig> again = LoadServerConfig(dir.file("again.textproto"));
+  Result<v1::ServerConfig> again =
+      LoadServerConfig(dir.file("again.textproto"), DetectMemoryLimit());
   REQUIRE(again.ok());
   CHECK(google::protobuf::util::MessageDifferencer::Equals(*c, *again));
 }
@@ -106,7 +109,7 @@ TEST_CASE("SyntaxErrorsGiveFileLineAndColumn") {
   CHECK_THAT(c.status().message(), Catch::StartsWith(dir.file("sluice.textproto") + ":2:7: "));
   CHECK_THAT(c.status().message(), Catch::Contains("nmae"));
 
-  Result<v1::ServerConfig> missing = LoadServerConfig(dir.file("none.textproto"));
+  Result<v1::ServerConfig> missing = LoadServerConfig(dir.file("none.textproto"), MemoryLimit{});
   CHECK(missing.status().code() == StatusCode::kNotFound);
 }
 
@@ -306,7 +309,8 @@ TEST_CASE("TlsNeedsBothReadableFiles") {
 TEST_CASE("QuickConfigServesOneDatasetOnLoopback") {
   TempDir dir;
   WriteShards(dir);
-  Result<v1::ServerConfig> c = QuickServerConfig({dir.file("train-*.tfrecord")}, "train", 0);
+  Result<v1::ServerConfig> c =
+      QuickServerConfig(MemoryLimit{}, {dir.file("train-*.tfrecord")}, "train", 0);
   INFO(c.status().ToString());
   REQUIRE(c.ok());
   REQUIRE(c->listen_size() == 1);
@@ -317,25 +321,22 @@ TEST_CASE("QuickConfigServesOneDatasetOnLoopback") {
   CHECK(c->datasets(0).pipeline().files_size() == 3);
 
   Result<v1::ServerConfig> with_metrics =
-      QuickServerConfig({dir.file("train-0.tfrecord")}, "val", 9000, "0.0.0.0:9100");
+      QuickServerConfig(MemoryLimit{}, {dir.file("train-0.tfrecord")}, "val", 9000, "0.0.0.0:9100");
   REQUIRE(with_metrics.ok());
   CHECK(with_metrics->listen(0) == "127.0.0.1:9000");
   CHECK(with_metrics->metrics_address() == "0.0.0.0:9100");
 
-  CHECK(QuickServerConfig({dir.file("train-*")}, "train", 70000).status().message() ==
-        "port 70000 is outside [0, 65535]");
-  CHECK(QuickServerConfig({dir.file("none-*")}).status().code() == StatusCode::kNotFound);
-  CHECK(QuickServerConfig({}).status().code() == StatusCode::kInvalidArgument);
-  CHECK(QuickServerConfig({dir.file("train-*")}, "a/b").status().code() ==
+  CHECK(
+      QuickServerConfig(MemoryLimit{}, {dir.file("train-*")}, "train", 70000).status().message() ==
+      "port 70000 is outside [0, 65535]");
+  CHECK(QuickServerConfig(MemoryLimit{}, {dir.file("none-*")}).status().code() ==
+        StatusCode::kNotFound);
+  CHECK(QuickServerConfig(MemoryLimit{}, {}).status().code() == StatusCode::kInvalidArgument);
+  CHECK(QuickServerConfig(MemoryLimit{}, {dir.file("train-*")}, "a/b").status().code() ==
         StatusCode::kInvalidArgument);
 }
 
-TEST_CASE("FormatBytesKeepsWholeUnitsWhole") {
-  CHECK(FormatBytes(0) == "0 B");
-  CHECK(FormatBytes(1000) == "1000 B");
-  CHECK(FormatBytes(1536) == "1.5 KiB");
-  CHECK(FormatBytes(int64_t{256} << 20) == "256 MiB");
-  CHECK(FormatBytes(BatchMessageBytes(1024, 1024, 1024)) == "3.0 GiB");
+TEST_CASE("BatchMessageBytesIsPixelsLabelsAndFraming") {
   CHECK(BatchMessageBytes(2, 4, 5) == 2 * 4 * 5 * 3 + 2 * 10 + 128);
 }
 
@@ -353,34 +354,54 @@ Result<v1::ServerConfig> ValidateWithLimit(const TempDir& dir, const std::string
   return ValidateServerConfig(std::move(config), limit);
 }
 
-TEST_CASE("DefaultBudgetIsHalfTheMemoryLimit") {
+TEST_CASE("DefaultBudgetIsHalfTheMemoryLimitLeftBySharedMemory") {
   TempDir dir;
   WriteShards(dir);
+  // 4 GiB pod: segments get a quarter (1 GiB), the budget half of the other 3 GiB.
   const MemoryLimit pod{int64_t{4} << 30, MemoryLimitSource::kCgroupV2,
                         "/sys/fs/cgroup/kubepods/pod1/memory.max"};
   Result<v1::ServerConfig> c = ValidateWithLimit(dir, "", pod);
   INFO(c.status().ToString());
   REQUIRE(c.ok());
-  CHECK(c->memory_budget_bytes() == int64_t{2} << 30);
+  CHECK(c->max_shared_memory_bytes() == int64_t{1} << 30);
+  CHECK(c->memory_budget_bytes() == int64_t{1536} << 20);
+  CHECK(c->memory_budget_bytes() + c->max_shared_memory_bytes() <= pod.bytes);
   CHECK(c->datasets(0).pipeline().memory_budget_bytes() == int64_t{1} << 30);
 
+  SECTION("a large machine's segments stay at 2 GiB") {
+    const MemoryLimit big{int64_t{64} << 30, MemoryLimitSource::kPhysical, "/proc/meminfo"};
+    Result<v1::ServerConfig> b = ValidateWithLimit(dir, "", big);
+    REQUIRE(b.ok());
+    CHECK(b->max_shared_memory_bytes() == int64_t{2} << 30);
+    CHECK(b->memory_budget_bytes() == int64_t{31} << 30);
+  }
   SECTION("a small container's dataset default is the whole server budget") {
     const MemoryLimit small{int64_t{1} << 30, MemoryLimitSource::kCgroupV1,
                             "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
     Result<v1::ServerConfig> s = ValidateWithLimit(dir, "", small);
     INFO(s.status().ToString());
     REQUIRE(s.ok());
-    CHECK(s->memory_budget_bytes() == int64_t{512} << 20);
-    CHECK(s->datasets(0).pipeline().memory_budget_bytes() == int64_t{512} << 20);
+    CHECK(s->memory_budget_bytes() == int64_t{384} << 20);
+    CHECK(s->datasets(0).pipeline().memory_budget_bytes() == int64_t{384} << 20);
   }
-  SECTION("an unknown limit keeps the fixed default") {
+  SECTION("configured segments come out of the default budget; disabled ones do not") {
+    Result<v1::ServerConfig> s =
+        ValidateWithLimit(dir, "max_shared_memory_bytes: 2147483648\n", pod);
+    REQUIRE(s.ok());
+    CHECK(s->memory_budget_bytes() == int64_t{1} << 30);
+    Result<v1::ServerConfig> d = ValidateWithLimit(dir, "disable_shared_memory: true\n", pod);
+    REQUIRE(d.ok());
+    CHECK(d->memory_budget_bytes() == int64_t{2} << 30);
+  }
+  SECTION("an unknown limit keeps the fixed defaults") {
     Result<v1::ServerConfig> u = ValidateWithLimit(dir, "", MemoryLimit{});
     REQUIRE(u.ok());
     CHECK(u->memory_budget_bytes() == kDefaultServerMemoryBudget);
+    CHECK(u->max_shared_memory_bytes() == kDefaultMaxSharedMemoryBytes);
   }
 }
 
-TEST_CASE("ConfiguredBudgetOverTheMemoryLimitIsRefusedNamingTheLimit") {
+TEST_CASE("ConfiguredBudgetAndSegmentsOverACgroupLimitAreRefusedNamingTheLimit") {
   TempDir dir;
   WriteShards(dir);
   const MemoryLimit pod{int64_t{4} << 30, MemoryLimitSource::kCgroupV2,
@@ -388,10 +409,37 @@ TEST_CASE("ConfiguredBudgetOverTheMemoryLimitIsRefusedNamingTheLimit") {
   Result<v1::ServerConfig> over = ValidateWithLimit(dir, "memory_budget_bytes: 8589934592\n", pod);
   CHECK(over.status().code() == StatusCode::kInvalidArgument);
   CHECK(over.status().message() ==
-        "memory_budget_bytes: 8 GiB is over this process's memory limit, 4 GiB (cgroup v2 "
-        "/sys/fs/cgroup/kubepods/pod1/memory.max); leave it unset for half the limit");
-  // Up to the limit itself is the operator's call.
-  CHECK(ValidateWithLimit(dir, "memory_budget_bytes: 4294967296\n", pod).ok());
+        "memory_budget_bytes: memory_budget_bytes 8 GiB plus max_shared_memory_bytes 1 GiB is "
+        "over this process's memory limit, 4 GiB (cgroup v2 "
+        "/sys/fs/cgroup/kubepods/pod1/memory.max); the kernel would kill the server before the "
+        "budget refused a job (leave both unset for defaults that fit)");
+  // The default segment cap (1 GiB) beside a 3.5 GiB budget is over 4 GiB too.
+  CHECK(ValidateWithLimit(dir, "memory_budget_bytes: 3758096384\n", pod).status().code() ==
+        StatusCode::kInvalidArgument);
+  // Up to the limit itself, both together, is the operator's call.
+  CHECK(ValidateWithLimit(dir, "memory_budget_bytes: 3221225472\n", pod).ok());
+  CHECK(
+      ValidateWithLimit(dir, "memory_budget_bytes: 4294967296\ndisable_shared_memory: true\n", pod)
+          .ok());
+}
+
+TEST_CASE("ConfiguredBudgetOverPhysicalMemoryIsAWarning") {
+  TempDir dir;
+  WriteShards(dir);
+  // MemTotal is under the installed memory, and swap or overcommit may cover more: not refused.
+  const MemoryLimit machine{int64_t{15} << 30, MemoryLimitSource::kPhysical, "/proc/meminfo"};
+  v1::ServerConfig config;
+  REQUIRE(google::protobuf::TextFormat::ParseFromString(
+      InDir(dir, std::string("memory_budget_bytes: 17179869184\n") + kTrain), &config));
+  std::vector<std::string> warnings;
+  Result<v1::ServerConfig> c = ValidateServerConfig(std::move(config), machine, &warnings);
+  INFO(c.status().ToString());
+  REQUIRE(c.ok());
+  CHECK(c->memory_budget_bytes() == int64_t{16} << 30);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0] ==
+        "memory_budget_bytes 16 GiB plus max_shared_memory_bytes 2 GiB is over this process's "
+        "memory limit, 15 GiB (physical /proc/meminfo): the machine may swap or kill the server");
 }
 
 }  // namespace

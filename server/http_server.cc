@@ -267,9 +267,11 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   // A reserved connection's slot cannot be taken from it while it answers a priority request.
+  // Only a priority request spares the connection a strike: any other complete request (answered
+  // 503, 400, 413 or 431 on a reserved slot) does not.
   void SetAnswering(bool answering) {
     std::lock_guard lock(state_->mu);
-    answered_ = true;
+    if (answering) answered_ = true;
     auto it = state_->reserved.find(id_);
     if (it != state_->reserved.end()) it->second.answering = answering;
   }

@@ -64,14 +64,16 @@ Result<v1::ServerConfig> ApplyShard(v1::ServerConfig config, const std::string& 
 }
 
 // TLS when configured, else plaintext; either way a call without the token (when one is set) is
-// refused from its headers, before gRPC reads its message.
-std::shared_ptr<grpc::ServerCredentials> Credentials(const v1::ServerConfig& config,
-                                                     const std::string& token) {
-  if (config.tls().cert_file().empty()) return TokenCheckedCredentials(token, "", "");
-  // Readable: checked by ValidateServerConfig.
+// refused from its headers, before gRPC reads its message. An error naming the file when a
+// configured certificate or key cannot be read now: a TLS server never falls back to plaintext.
+Result<std::shared_ptr<grpc::ServerCredentials>> Credentials(const v1::ServerConfig& config,
+                                                             const std::string& token) {
+  if (config.tls().cert_file().empty()) return TokenCheckedCredentials(token, std::nullopt);
   Result<std::string> cert = ReadFileToString(config.tls().cert_file());
+  if (!cert.ok()) return cert.status();
   Result<std::string> key = ReadFileToString(config.tls().key_file());
-  return TokenCheckedCredentials(token, cert.ok() ? *cert : "", key.ok() ? *key : "");
+  if (!key.ok()) return key.status();
+  return TokenCheckedCredentials(token, TlsPem{std::move(*cert), std::move(*key)});
 }
 
 // The config from --config or the quick flags, with --shard applied, checked against `limit`;
@@ -112,10 +114,14 @@ std::unique_ptr<grpc::Server> StartGrpc(const v1::ServerConfig& config, const st
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  auto credentials = Credentials(config, token);
+  Result<std::shared_ptr<grpc::ServerCredentials>> credentials = Credentials(config, token);
+  if (!credentials.ok()) {
+    std::fprintf(stderr, "sluice serve: %s\n", credentials.status().ToString().c_str());
+    return nullptr;
+  }
   ports->assign(static_cast<size_t>(config.listen_size()), 0);
   for (int i = 0; i < config.listen_size(); ++i) {
-    builder.AddListeningPort(config.listen(i), credentials, &(*ports)[static_cast<size_t>(i)]);
+    builder.AddListeningPort(config.listen(i), *credentials, &(*ports)[static_cast<size_t>(i)]);
   }
   builder.RegisterService(service);
   builder.SetMaxSendMessageSize(

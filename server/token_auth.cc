@@ -6,11 +6,26 @@
 namespace sluice {
 namespace {
 
-bool ConstantTimeEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+// True when `sent` equals `token`, reading every byte of the token whatever was sent, so that
+// neither where a guess goes wrong nor the token's length shows in the time taken.
+bool ConstantTimeEquals(std::string_view sent, std::string_view token) {
+  size_t diff = sent.size() ^ token.size();
+  for (size_t i = 0; i < token.size(); ++i) {
+    const char c = i < sent.size() ? sent[i] : '\0';
+    diff |= static_cast<unsigned char>(c ^ token[i]);
+  }
   return diff == 0;
+}
+
+// The authorization scheme, compared without regard to case (RFC 7235 section 2.1).
+bool IsBearer(std::string_view value) {
+  constexpr std::string_view kBearer = "bearer ";
+  if (value.size() < kBearer.size()) return false;
+  for (size_t i = 0; i < kBearer.size(); ++i) {
+    const char c = value[i];
+    if ((c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c) != kBearer[i]) return false;
+  }
+  return true;
 }
 
 std::string_view View(const grpc_slice& s) {
@@ -70,26 +85,29 @@ Status CheckBearerToken(const std::vector<std::string_view>& authorization,
         "the call has more than one authorization header; send exactly one "
         "\"authorization: Bearer <token>\"");
   }
-  constexpr std::string_view kBearer = "Bearer ";
   const std::string_view value = authorization.front();
-  if (!value.starts_with(kBearer) || !ConstantTimeEquals(value.substr(kBearer.size()), token)) {
+  if (!IsBearer(value) || !ConstantTimeEquals(value.substr(7), token)) {
     return Unauthenticated("the bearer token is not the one this server accepts");
   }
   return Status::OK();
 }
 
-std::shared_ptr<grpc::ServerCredentials> TokenCheckedCredentials(std::string token,
-                                                                 const std::string& cert_pem,
-                                                                 const std::string& key_pem) {
+Result<std::shared_ptr<grpc::ServerCredentials>> TokenCheckedCredentials(
+    std::string token, const std::optional<TlsPem>& tls) {
   grpc_server_credentials* core = nullptr;
-  if (cert_pem.empty()) {
+  if (!tls) {
     core = grpc_insecure_server_credentials_create();
   } else {
-    grpc_ssl_pem_key_cert_pair pair{key_pem.c_str(), cert_pem.c_str()};
+    grpc_ssl_pem_key_cert_pair pair{tls->key.c_str(), tls->cert.c_str()};
     core = grpc_ssl_server_credentials_create_ex(nullptr, &pair, 1,
                                                  GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE, nullptr);
+    if (core == nullptr) {
+      return InvalidArgument(
+          "gRPC refused the TLS certificate or key (tls.cert_file, tls.key_file)");
+    }
   }
-  return std::make_shared<TokenCheckedServerCredentials>(core, std::move(token));
+  return std::shared_ptr<grpc::ServerCredentials>(
+      std::make_shared<TokenCheckedServerCredentials>(core, std::move(token)));
 }
 
 }  // namespace sluice

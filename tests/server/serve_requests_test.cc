@@ -113,13 +113,17 @@ TEST_CASE("TokenIsRequiredWhenConfigured") {
 
 TEST_CASE("TlsServerRefusesPlaintextAndServesTrustingClients") {
   TempDir keys;
+  const bool with_token = GENERATE(false, true);
+  INFO("token: " << with_token);
+  testing::WriteAll(keys.file("token"), "s3cret-token\n");
   const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost "
                           "-addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout " +
                           keys.file("key.pem") + " -out " + keys.file("cert.pem") +
                           " >/dev/null 2>&1";
   REQUIRE(std::system(cmd.c_str()) == 0);
   Fixture f(2, 8, "tls { cert_file: \"" + keys.file("cert.pem") + "\" key_file: \"" +
-                      keys.file("key.pem") + "\" }\n");
+                      keys.file("key.pem") + "\" }\n" +
+                      (with_token ? "token_file: \"" + keys.file("token") + "\"\n" : ""));
   ServerProcess server(f.Args());
   REQUIRE(server.running());
   grpc::Status plain = CallStream(server.address(), Request());
@@ -127,6 +131,15 @@ TEST_CASE("TlsServerRefusesPlaintextAndServesTrustingClients") {
   ClientOptions o;
   o.targets = {server.address()};
   o.tls_root_certs = testing::ReadAll(keys.file("cert.pem"));
+  if (with_token) {
+    // The token is checked from the headers on TLS connections too.
+    auto tokenless = Client::Create(o);
+    REQUIRE(tokenless.ok());
+    auto refused = (*tokenless)->Stream(Request());
+    Status st = refused.ok() ? ReadAll(**refused).status : refused.status();
+    CHECK(st.code() == StatusCode::kUnauthenticated);
+    o.token = "s3cret-token";
+  }
   auto client = Client::Create(o);
   REQUIRE(client.ok());
   auto s = (*client)->Stream(Request());

@@ -342,7 +342,9 @@ class _Reader:
 
     def _add_trailing_skips(self, call):
         """Adds the records the server skipped after the call's last batch (its trailers)."""
-        for key, value in call.trailing_metadata() or ():
+        # An RpcError raised outside a call (e.g. by an interceptor) has no trailers.
+        trailing = getattr(call, "trailing_metadata", None)
+        for key, value in (trailing() if trailing else None) or ():
             if key == "sluice-skipped-records":
                 self.skipped_records += int(value)
 

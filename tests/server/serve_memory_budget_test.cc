@@ -458,6 +458,8 @@ TEST_CASE("ShuffleBufferOfLargeRecordsKeepsToItsByteShareAndResumesExactly") {
   const std::string log = server.output();
   CHECK(log.find("the shuffle buffer held ") != std::string::npos);
   CHECK(log.find("records at most of buffer_size 16: its byte share ") != std::string::npos);
+  // Each job logs its shares at start.
+  CHECK(log.find(": memory budget 67108864 bytes: records in flight ") != std::string::npos);
 }
 
 }  // namespace

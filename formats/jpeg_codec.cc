@@ -12,6 +12,7 @@
 namespace sluice {
 namespace {
 
+using jpeg_internal::AskDecodeGate;
 using jpeg_internal::ChooseRgbOutput;
 using jpeg_internal::CreateDecompress;
 using jpeg_internal::ErrorManager;
@@ -92,17 +93,10 @@ Status JpegDecoder::Decode(std::string_view data, Image* out, int64_t max_pixels
   cinfo->dct_method = JDCT_ISLOW;
 
   int64_t libjpeg_bytes = 0;
-  if (!EstimateDecompressFrame(cinfo, &s.err, &libjpeg_bytes)) return invalid();
-  if (gate != nullptr) {
-    const int64_t pixel_bytes = width * height * 3 + (cmyk ? width * 4 : 0);
-    Status allowed = (*gate)(libjpeg_bytes + pixel_bytes);
-    if (!allowed.ok()) {
-      const bool progressive = cinfo->progressive_mode != FALSE;
-      jpeg_abort_decompress(cinfo);
-      return allowed.WithContext(std::to_string(width) + "x" + std::to_string(height) +
-                                 (progressive ? " progressive" : " baseline") + " JPEG");
-    }
-  }
+  bool multi_scan = false;
+  if (!EstimateDecompressFrame(cinfo, &s.err, &libjpeg_bytes, &multi_scan)) return invalid();
+  const int64_t pixel_bytes = width * height * 3 + (cmyk ? width * 4 : 0);
+  RETURN_IF_ERROR(AskDecodeGate(cinfo, gate, libjpeg_bytes + pixel_bytes, multi_scan));
   LimitDecompressMemory(cinfo, libjpeg_bytes);
 
   out->Resize(static_cast<int>(width), static_cast<int>(height));

@@ -68,7 +68,8 @@ bool ReadHeaderFrame(j_decompress_ptr cinfo, ErrorManager* err, const uint8_t* d
   return true;
 }
 
-bool EstimateDecompressFrame(j_decompress_ptr cinfo, ErrorManager* err, int64_t* bytes) {
+bool EstimateDecompressFrame(j_decompress_ptr cinfo, ErrorManager* err, int64_t* bytes,
+                             bool* multi_scan) {
   if (setjmp(err->jump)) {
     jpeg_abort_decompress(cinfo);
     return false;
@@ -91,18 +92,35 @@ bool EstimateDecompressFrame(j_decompress_ptr cinfo, ErrorManager* err, int64_t*
     total += 2 * int64_t{cinfo->output_width} * cinfo->max_v_samp_factor * c.DCT_scaled_size;
   }
   *bytes = total;
+  *multi_scan = whole_image;
   return true;
 }
 
-void LimitDecompressMemory(j_decompress_ptr cinfo, int64_t bytes) {
-  cinfo->mem->max_memory_to_use = static_cast<long>(bytes);  // NOLINT(google-runtime-int)
+Status AskDecodeGate(j_decompress_ptr cinfo, const std::function<Status(int64_t)>* gate,
+                     int64_t bytes, bool multi_scan) {
+  if (gate == nullptr) return Status::OK();
+  Status allowed = (*gate)(bytes);
+  if (allowed.ok()) return allowed;
+  const char* kind = cinfo->progressive_mode ? " progressive"
+                     : multi_scan            ? " multi-scan"
+                                             : " baseline";
+  const std::string image = std::to_string(cinfo->image_width) + "x" +
+                            std::to_string(cinfo->image_height) + kind + " JPEG";
+  jpeg_abort_decompress(cinfo);
+  return allowed.WithContext(image);
+}
+
+void LimitDecompressMemory(j_decompress_ptr cinfo, int64_t estimate) {
+  const int64_t limit = estimate + estimate * kLibjpegHeadroomPercent / 100;
+  cinfo->mem->max_memory_to_use = static_cast<long>(limit);  // NOLINT(google-runtime-int)
 }
 
 bool OverMemoryLimit(const ErrorManager& err) { return err.pub.msg_code == JERR_NO_BACKING_STORE; }
 
-Status MemoryLimitError(int64_t limit) {
-  return ResourceExhausted("libjpeg needed more than the " + std::to_string(limit) +
-                           " bytes estimated from the header");
+Status MemoryLimitError(int64_t estimate) {
+  return ResourceExhausted("libjpeg needed more than the " + std::to_string(estimate) +
+                           " bytes estimated from the header + " +
+                           std::to_string(kLibjpegHeadroomPercent) + "%");
 }
 
 Status ChooseRgbOutput(j_decompress_ptr cinfo, bool* cmyk) {

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 
 // clang-format off
 // jpeglib.h uses FILE and size_t without declaring them: <cstdio> must come first.
@@ -60,20 +61,32 @@ bool ReadHeaderFrame(j_decompress_ptr cinfo, ErrorManager* err, const uint8_t* d
 
 // After the header, with the scale set: computes the output size (jpeg_calc_output_dimensions)
 // and estimates what libjpeg allocates to decompress the image at that scale: for a file with more
-// than one scan (progressive, or baseline with non-interleaved scans) the DCT coefficients of the
-// whole image, whatever the crop and scale (8 bytes per pixel and component at 4:4:4); its row
-// buffers, generously; and its tables. False after a libjpeg error, the object reset.
-bool EstimateDecompressFrame(j_decompress_ptr cinfo, ErrorManager* err, int64_t* bytes);
+// than one scan (progressive, or sequential with non-interleaved scans: *multi_scan) the DCT
+// coefficients of the whole image, whatever the crop and scale (a 128-byte block per 64 pixels:
+// 2 bytes per pixel and component, 6 per pixel at 4:4:4); its row buffers, generously; and its
+// tables. False after a libjpeg error, the object reset.
+bool EstimateDecompressFrame(j_decompress_ptr cinfo, ErrorManager* err, int64_t* bytes,
+                             bool* multi_scan);
 
-// Holds libjpeg to `bytes` for the decompression about to start. libjpeg-turbo's jmemnobs.c
-// checks max_memory_to_use only when it places its virtual arrays (the whole-image coefficient
-// buffers): past the limit it asks for a backing store, which jmemnobs refuses with
-// JERR_NO_BACKING_STORE before allocating them. Its other buffers are a few rows each.
-void LimitDecompressMemory(j_decompress_ptr cinfo, int64_t bytes);
+// Asks `gate` (null: allowed) for `bytes`, what the decompression about to start needs. Refused:
+// aborts the decompression and returns the gate's status naming the image, e.g. "8000x8000
+// progressive JPEG: ..." (kinds: progressive, multi-scan, baseline).
+Status AskDecodeGate(j_decompress_ptr cinfo, const std::function<Status(int64_t)>* gate,
+                     int64_t bytes, bool multi_scan);
+
+// Holds libjpeg to its estimate (plus kLibjpegHeadroomPercent) for the decompression about to
+// start; the budget reserves the estimate. libjpeg-turbo's jmemnobs.c checks max_memory_to_use
+// only when it places its virtual arrays (the whole-image coefficient buffers): past the limit it
+// asks for a backing store, which jmemnobs refuses with JERR_NO_BACKING_STORE before allocating
+// them. Its other buffers are a few rows each.
+void LimitDecompressMemory(j_decompress_ptr cinfo, int64_t estimate);
+// The estimate counts the coefficient arrays exactly but libjpeg rounds its pools up: room for
+// that, small enough that a wrong estimate still fails instead of overrunning the budget by much.
+inline constexpr int64_t kLibjpegHeadroomPercent = 10;
 // Whether the error in err was libjpeg refusing to allocate past LimitDecompressMemory's limit.
 bool OverMemoryLimit(const ErrorManager& err);
-// ResourceExhausted for that case, naming the limit.
-Status MemoryLimitError(int64_t limit);
+// ResourceExhausted for that case, naming the estimate.
+Status MemoryLimitError(int64_t estimate);
 
 // After the header: asks for RGB output — libjpeg converts gray, YCbCr and RGB itself; CMYK and
 // YCCK come out CMYK (*cmyk = true) for the caller to convert. Any other colour space is

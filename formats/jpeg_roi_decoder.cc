@@ -11,6 +11,7 @@
 namespace sluice {
 namespace {
 
+using jpeg_internal::AskDecodeGate;
 using jpeg_internal::ChooseRgbOutput;
 using jpeg_internal::CreateDecompress;
 using jpeg_internal::ErrorManager;
@@ -257,20 +258,13 @@ Status JpegRoiDecoder::DecodeCrop(std::string_view jpeg, const CropWindow& crop,
   cinfo->scale_denom = static_cast<unsigned int>(plan.denom);
 
   int64_t libjpeg_bytes = 0;
-  if (!EstimateDecompressFrame(cinfo, &s.err, &libjpeg_bytes)) return s.Invalid();
-  if (gate != nullptr) {
-    // libjpeg widens the crop leftwards to an iMCU boundary (at most 32 scaled columns) and by a
-    // column of upsampling margin on each side.
-    const int64_t row_bytes = (int64_t{plan.width} + 34) * 3 * plan.height +
-                              (cmyk ? int64_t{cinfo->output_width} * 4 : 0);
-    Status allowed = (*gate)(libjpeg_bytes + row_bytes);
-    if (!allowed.ok()) {
-      const bool progressive = cinfo->progressive_mode != FALSE;
-      jpeg_abort_decompress(cinfo);
-      return allowed.WithContext(Dimensions(width, height) +
-                                 (progressive ? " progressive" : " baseline") + " JPEG");
-    }
-  }
+  bool multi_scan = false;
+  if (!EstimateDecompressFrame(cinfo, &s.err, &libjpeg_bytes, &multi_scan)) return s.Invalid();
+  // libjpeg widens the crop leftwards to an iMCU boundary (at most 32 scaled columns) and by a
+  // column of upsampling margin on each side.
+  const int64_t row_bytes =
+      (int64_t{plan.width} + 34) * 3 * plan.height + (cmyk ? int64_t{cinfo->output_width} * 4 : 0);
+  RETURN_IF_ERROR(AskDecodeGate(cinfo, gate, libjpeg_bytes + row_bytes, multi_scan));
   LimitDecompressMemory(cinfo, libjpeg_bytes);
   auto failed = [&] {
     return OverMemoryLimit(s.err) ? MemoryLimitError(libjpeg_bytes) : s.Invalid();

@@ -107,6 +107,7 @@ Result<size_t> TFRecordReader::Fill(size_t n) {
     if (limit_ == buf_.size()) {
       // Grown as the bytes arrive, not to the length the header announces: a damaged length
       // that passes its CRC (or a crafted one) costs at most twice what the file really holds.
+      // (ReadRecordInto's string is sized from the length, bounded by max_held_record_bytes.)
       const size_t rounded = (n + kGrowthQuantum - 1) / kGrowthQuantum * kGrowthQuantum;
       buf_.resize(std::min(rounded, std::max(2 * buf_.size(), kGrowthQuantum)));
     }
@@ -181,10 +182,16 @@ Status TFRecordReader::ReadRecordInto(std::string* record, bool* end_of_file) {
   return Next(&view, record, end_of_file);
 }
 
-Status TFRecordReader::Next(std::string_view* record, std::string* copy, bool* end_of_file) {
+Status TFRecordReader::SkipRecord(bool* end_of_file) {
+  return Next(nullptr, nullptr, end_of_file, /*skip=*/true);
+}
+
+Status TFRecordReader::Next(std::string_view* record, std::string* copy, bool* end_of_file,
+                            bool skip) {
   *end_of_file = false;
   if (!final_status_.ok()) return final_status_;
   record_offset_ = offset_;
+  record_length_ = 0;
   const size_t buffer_bytes = std::max(options_.buffer_bytes, kMinBufferBytes);
   if (buf_.size() > buffer_bytes && pos_ == limit_) {
     // Grown for the last record, whose view is now void: not kept for the next ones.
@@ -222,6 +229,7 @@ Status TFRecordReader::Next(std::string_view* record, std::string* copy, bool* e
   if (crc32c::Unmask(DecodeFixed32(header + 8)) != crc32c::Value(header, 8)) {
     return fail(DataLoss("corrupted record at " + where() + " (length checksum mismatch)"));
   }
+  record_length_ = length;
   if (length > options_.max_record_bytes ||
       length > SIZE_MAX - kTFRecordHeaderBytes - kTFRecordFooterBytes) {
     return fail(DataLoss("corrupted record at " + where() + " (length " + std::to_string(length) +
@@ -231,11 +239,12 @@ Status TFRecordReader::Next(std::string_view* record, std::string* copy, bool* e
 
   const size_t frame = kTFRecordHeaderBytes + static_cast<size_t>(length) + kTFRecordFooterBytes;
   const bool refused = length > options_.max_held_record_bytes;
-  if (refused || (copy != nullptr && frame > buf_.size())) {
-    // Streamed: the payload goes to *copy, or nowhere when refused, never through a grown buffer.
+  if (refused || ((copy != nullptr || skip) && frame > buf_.size())) {
+    // Streamed: the payload goes to *copy, or nowhere when refused or skipped, never through a
+    // grown buffer. *copy is sized from the length up front: max_held_record_bytes bounds it.
     Skip(kTFRecordHeaderBytes);
     char* to = nullptr;
-    if (!refused) {
+    if (!refused && !skip) {
       copy->resize(length);
       to = copy->data();
     }
@@ -261,7 +270,7 @@ Status TFRecordReader::Next(std::string_view* record, std::string* copy, bool* e
     if (crc32c::Unmask(stored) != crc) {
       return DataLoss("corrupted record at " + where() + " (data checksum mismatch)");
     }
-    *record = *copy;
+    if (!skip) *record = *copy;
     return Status::OK();
   }
 
@@ -277,6 +286,7 @@ Status TFRecordReader::Next(std::string_view* record, std::string* copy, bool* e
   if (crc32c::Unmask(stored) != crc32c::Value(data, length)) {
     return DataLoss("corrupted record at " + where() + " (data checksum mismatch)");
   }
+  if (skip) return Status::OK();
   if (copy != nullptr) {
     copy->assign(data, length);
     *record = *copy;

@@ -42,7 +42,7 @@ struct TFRecordReaderOptions {
   uint64_t max_record_bytes = uint64_t{1} << 31;
   // A record longer than this (and not over max_record_bytes) is intact but too large to hold:
   // ReadRecord reads through it in buffer-sized pieces, holding none of it, and refuses it (see
-  // ReadRecord). The memory budget sets it (pipeline/options.h max_record_bytes).
+  // ReadRecord). The memory budget sets it (pipeline/options.h max_held_record_bytes).
   uint64_t max_held_record_bytes = UINT64_MAX;
   // Open() passes the opened stream (after inflation, for a compressed file) through this before
   // reading it, e.g. to read it ahead on other threads (pipeline/read_ahead_file.h). The wrapper
@@ -84,9 +84,16 @@ class TFRecordReader {
   // the read buffer goes from the file straight into *record instead of being assembled in the
   // buffer first, so it is held once, and the buffer keeps its size.
   Status ReadRecordInto(std::string* record, bool* end_of_file);
+  // ReadRecord for a record the caller does not want (another shard's): the same checks and
+  // errors, but a record larger than the read buffer is streamed through it, not assembled.
+  Status SkipRecord(bool* end_of_file);
 
   // Offset (in the uncompressed stream) of the record last returned or reported as corrupt.
   uint64_t record_offset() const { return record_offset_; }
+  // Data length the frame of the record last returned or reported declares: known for a record
+  // refused as too large or with a bad data checksum too; 0 when its length field was not read
+  // intact.
+  uint64_t record_length() const { return record_length_; }
   // Bytes of the stream consumed so far: the offset where the next record starts.
   uint64_t offset() const { return offset_; }
   // False once the reader hit an error it cannot step past.
@@ -104,7 +111,8 @@ class TFRecordReader {
   // the end of the file). Holds no more than the buffer does, however large n is.
   Result<size_t> Stream(size_t n, char* to, uint32_t* crc);
   // ReadRecord and ReadRecordInto: the record is a view, and also copied to *copy when not null.
-  Status Next(std::string_view* record, std::string* copy, bool* end_of_file);
+  // skip: the record is wanted by nobody (SkipRecord); *record is left alone.
+  Status Next(std::string_view* record, std::string* copy, bool* end_of_file, bool skip = false);
   // Makes at least n bytes available at buf_[pos_]; returns the number available (< n at EOF).
   Result<size_t> Fill(size_t n);
 
@@ -118,6 +126,7 @@ class TFRecordReader {
   bool file_eof_ = false;
   uint64_t offset_ = 0;
   uint64_t record_offset_ = 0;
+  uint64_t record_length_ = 0;
   Status final_status_;
 };
 

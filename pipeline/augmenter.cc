@@ -36,7 +36,7 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* out) {
   AugmentRng rng = RngFor(*w);
   if (w->cached != nullptr) {
     const CachedImage& c = *w->cached;
-    if (!c.error.empty()) return InvalidArgument(c.error);
+    if (!c.error.empty()) return Status(c.code, c.error);
     w->label = c.label;
     CropFrom(ImageView{c.pixels.get(), c.width, c.height, static_cast<size_t>(c.width) * 3}, rng,
              out);
@@ -91,6 +91,7 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* out) {
     CachedImage entry;
     entry.label = w->label;
     entry.offset = w->offset;
+    entry.length = w->length;
     Status s = parsed;
     if (s.ok()) {
       stats_->jpeg_decodes.fetch_add(1, std::memory_order_relaxed);
@@ -99,6 +100,7 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* out) {
     if (!s.ok()) {
       ReleaseLargeImage();
       entry.error = s.message();
+      entry.code = s.code();
       cache_->Insert(w->file, w->record, std::move(entry));
       return s;
     }

@@ -8,6 +8,12 @@ bool RecordCacheSource::Read(WorkItem* w) {
   w->record = r.index;
   w->offset = r.offset;
   w->bytes = r.bytes;
+  w->length = r.length;
+  if (!r.refused.ok()) {
+    w->kind = WorkKind::kBadRecord;
+    w->status = r.refused;
+    return true;
+  }
   ctx_.CountRead();
   return true;
 }
@@ -19,8 +25,14 @@ bool DecodedCacheSource::Read(WorkItem* w) {
     if (!ctx_.shard.Mine(record)) continue;
     const CachedImage* image = ctx_.decoded_cache->Find(file_, record);
     w->record = record;
-    w->cached = image;
     w->offset = image->offset;
+    w->length = image->length;
+    if (image->refused) {
+      w->kind = WorkKind::kBadRecord;
+      w->status = Status(image->code, image->error);
+      return true;
+    }
+    w->cached = image;
     ctx_.CountRead();
     return true;
   }

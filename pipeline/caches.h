@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/status.h"
 #include "pipeline/stats.h"
 
 namespace sluice {
@@ -26,6 +27,10 @@ class RecordCache {
     uint64_t index = 0;   // record number in the file
     uint64_t offset = 0;  // byte offset in the file
     std::string bytes;
+    // Not OK: a record the reader refused deterministically (over the per-record limit), replayed
+    // as the same bad record, bytes empty. length: its declared length (WorkItem::length).
+    Status refused;
+    uint64_t length = 0;
   };
 
   // The file's records (those this pipeline reads), or nullptr when it is not cached.
@@ -53,7 +58,12 @@ struct CachedImage {
   std::unique_ptr<uint8_t[]> pixels;  // RGB, tightly packed; null when bad
   int32_t label = 0;
   std::string error;  // non-empty: the record yields no image
+  StatusCode code = StatusCode::kOk;  // error's
+  // The reader refused the record (over the per-record limit): replayed as the same bad record
+  // from the source, with error and code, instead of being decoded.
+  bool refused = false;
   uint64_t offset = 0;
+  uint64_t length = 0;  // the record's (WorkItem::length)
   int64_t bytes() const { return static_cast<int64_t>(width) * height * 3; }
 };
 

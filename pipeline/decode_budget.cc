@@ -16,9 +16,15 @@ Status DecodeBudget::Reserve(int64_t bytes) {
   }
   {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return used_ + bytes <= limit_; });
+    // First come, first served: a large reservation waits for room, and the small ones that
+    // arrive after it wait behind it instead of taking the room as it frees.
+    const uint64_t ticket = next_ticket_++;
+    cv_.wait(lock, [&] { return ticket == serving_ && used_ + bytes <= limit_; });
+    ++serving_;
     used_ += bytes;
   }
+  // The next in line may fit too.
+  cv_.notify_all();
   pool_->Add(bytes);
   return Status::OK();
 }

@@ -2,9 +2,11 @@
 // decode reserves what its image needs, estimated from the header before anything is allocated,
 // and gives it back when done. An image that needs more than the whole share is refused; one that
 // needs more than is free waits for the decodes in progress, so `threads` concurrent decodes stay
-// within the share together. Accounted as the "decode" pool. Thread-safe.
+// within the share together. Waiters are served in arrival order, so a large reservation is not
+// starved by a stream of small ones. Accounted as the "decode" pool. Thread-safe.
 #pragma once
 
+#include <cassert>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -21,7 +23,8 @@ class DecodeBudget {
   DecodeBudget(const DecodeBudget&) = delete;
   DecodeBudget& operator=(const DecodeBudget&) = delete;
 
-  // Takes `bytes`, waiting (woken by Release) while other decodes hold too much of the share.
+  // Takes `bytes`, waiting (woken by Release) while other decodes hold too much of the share or
+  // an earlier Reserve still waits.
   // ResourceExhausted, without waiting, when bytes exceed the whole share: what, naming the
   // estimate and the limit, the image is refused with.
   Status Reserve(int64_t bytes);
@@ -29,13 +32,21 @@ class DecodeBudget {
   void Release(int64_t bytes);
 
   int64_t limit() const { return limit_; }
+  // Reserves waiting now (for tests).
+  int waiting() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int>(next_ticket_ - serving_);
+  }
 
  private:
   const int64_t limit_;
   PoolCounters* const pool_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   int64_t used_ = 0;  // guarded by mu_
+  // Tickets: the next one handed out, and the one whose turn it is. Guarded by mu_.
+  uint64_t next_ticket_ = 0;
+  uint64_t serving_ = 0;
 };
 
 // What one decode holds: Reserve through it, and its destructor gives the bytes back.
@@ -50,6 +61,8 @@ class DecodeReservation {
 
   // At most once per reservation. REQUIRES: nothing reserved yet.
   Status Reserve(int64_t bytes) {
+    assert(!taken_ && "a DecodeReservation is taken at most once");
+    taken_ = true;
     RETURN_IF_ERROR(budget_->Reserve(bytes));
     bytes_ = bytes;
     return Status::OK();
@@ -58,6 +71,7 @@ class DecodeReservation {
  private:
   DecodeBudget* const budget_;
   int64_t bytes_ = 0;
+  bool taken_ = false;
 };
 
 }  // namespace sluice

@@ -25,7 +25,7 @@ bool FileReaderSource::OpenReader(WorkItem* w) {
   ro.compression = ctx_.options->compression;
   ro.buffer_bytes = kReadBufferBytes;
   ro.start_offset = start_offset_;
-  ro.max_held_record_bytes = static_cast<uint64_t>(ctx_.options->max_record_bytes);
+  ro.max_held_record_bytes = static_cast<uint64_t>(ctx_.options->max_held_record_bytes);
   if (ctx_.io_pool != nullptr) {
     // The read-ahead's chunks account themselves; the reader's buffer is added below.
     ro.wrap_stream = [this](std::unique_ptr<SequentialFile> stream) {
@@ -56,18 +56,21 @@ bool FileReaderSource::Read(WorkItem* w) {
     const uint64_t index = next_record_;
     const bool mine = ctx_.shard.Mine(index);
     // A record of this shard goes straight into the item (held once however large); another
-    // shard's is only looked at in the reader's buffer.
-    std::string_view record;
+    // shard's is checked as it streams through the reader's buffer, never held.
     bool eof = false;
-    Status s = mine ? reader_->ReadRecordInto(&w->owned, &eof) : reader_->ReadRecord(&record, &eof);
+    Status s = mine ? reader_->ReadRecordInto(&w->owned, &eof) : reader_->SkipRecord(&eof);
     if (s.ok() && eof) {
       Finish();
       return false;
     }
     ++next_record_;
     if (!s.ok()) {
-      clean_ = false;
+      // A record over the per-record limit is refused the same way every time: the file stays
+      // clean, and the caches replay the refusal without reading it again.
+      const bool refused = s.code() == StatusCode::kResourceExhausted && reader_->can_continue();
+      if (!refused) clean_ = false;
       const uint64_t offset = reader_->record_offset();
+      const uint64_t length = reader_->record_length();
       if (!reader_->can_continue()) Finish();
       if (!mine) {
         if (done_) return false;
@@ -78,11 +81,14 @@ bool FileReaderSource::Read(WorkItem* w) {
       w->status = s;
       w->record = index;
       w->offset = offset;
+      w->length = length;
+      if (refused) KeepRefused(*w);
       return true;
     }
     if (!mine) continue;
     w->record = index;
     w->offset = reader_->record_offset();
+    w->length = w->owned.size();
     w->bytes = w->owned;
     ctx_.CountRead();
     ctx_.stats->stage(Stage::kRead).bytes.fetch_add(w->owned.size(), std::memory_order_relaxed);
@@ -94,7 +100,27 @@ bool FileReaderSource::Read(WorkItem* w) {
 void FileReaderSource::Keep(uint64_t record, uint64_t offset, const std::string& bytes) {
   if (ctx_.record_cache->Reserve(static_cast<int64_t>(bytes.size()))) {
     pending_bytes_ += static_cast<int64_t>(bytes.size());
-    pending_.push_back({record, offset, bytes});
+    pending_.push_back({record, offset, bytes, Status::OK(), bytes.size()});
+  } else {
+    StopCaching();
+  }
+}
+
+void FileReaderSource::KeepRefused(const WorkItem& w) {
+  if (ctx_.decoded_cache != nullptr) {
+    CachedImage tombstone;
+    tombstone.error = w.status.message();
+    tombstone.code = w.status.code();
+    tombstone.refused = true;
+    tombstone.offset = w.offset;
+    tombstone.length = w.length;
+    ctx_.decoded_cache->Insert(file_, w.record, std::move(tombstone));
+  }
+  if (!caching_) return;
+  const auto bytes = static_cast<int64_t>(w.status.message().size());
+  if (ctx_.record_cache->Reserve(bytes)) {
+    pending_bytes_ += bytes;
+    pending_.push_back({w.record, w.offset, std::string(), w.status, w.length});
   } else {
     StopCaching();
   }

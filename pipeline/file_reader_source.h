@@ -34,6 +34,8 @@ class FileReaderSource final : public Source {
   // Opens the reader; false (with w a kBadRecord) when the file cannot be opened.
   bool OpenReader(WorkItem* w);
   void Keep(uint64_t record, uint64_t offset, const std::string& bytes);
+  // A refused record (w: the bad record with its status): a tombstone for each cache.
+  void KeepRefused(const WorkItem& w);
   void StopCaching();
   void Finish();
 

@@ -24,9 +24,22 @@ Status Take(Tunable t, int64_t given, T* out) {
   return Take(t, given, Spec(t).default_value, out);
 }
 
-// Sets records_budget_bytes, max_record_bytes and decode_budget_bytes from what the budget leaves
-// after the batch pool, the cache and the read buffers; ResourceExhausted when that is under a
-// sixteenth of the budget.
+// The least decode share a job runs with: one sequential decode of an image as large as its output
+// (for the DECODED cache, as large as the images it keeps): libjpeg's tables and row buffers
+// (kDecodeTablesBytes, as JpegDecoder's estimate counts them) and twice the pixels (the decoded
+// rows, and the image or crop they become). A smaller share would refuse every image; larger ones
+// are a matter of the data (a 12-megapixel progressive photo needs ~40 MB, refused under that).
+int64_t MinDecodeShareBytes(const ResolvedOptions& r) {
+  constexpr int64_t kDecodeTablesBytes = int64_t{256} << 10;
+  const int64_t side = r.cache == CacheKind::kDecoded ? r.decoded_short_side : 0;
+  const int64_t pixels = std::max<int64_t>(int64_t{r.height} * r.width, side * side);
+  return kDecodeTablesBytes + 2 * pixels * 3;
+}
+
+// Sets records_budget_bytes, max_held_record_bytes, decode_budget_bytes and shuffle_budget_bytes
+// from what the budget leaves after the batch pool, the cache and the read buffers;
+// ResourceExhausted when that is under a sixteenth of the budget, or the decode share under
+// MinDecodeShareBytes.
 Status SplitMemoryBudget(ResolvedOptions* options) {
   ResolvedOptions& r = *options;
   // The batch pool is the one fixed cost: every batch being filled, waiting in the prefetch queue
@@ -38,8 +51,11 @@ Status SplitMemoryBudget(ResolvedOptions* options) {
   // A quarter for decoding: a 12-megapixel progressive photo needs ~40 MB of coefficients, so the
   // default dataset budget decodes several at once, and a small budget refuses bombs early.
   r.decode_budget_bytes = rest / 4;
-  r.records_budget_bytes = rest - r.decode_budget_bytes;
-  r.max_record_bytes = r.records_budget_bytes / 2;
+  // A quarter for the shuffle buffer when there is one: as much as one record may be, so it
+  // always holds at least one; small records fill it by count long before bytes.
+  r.shuffle_budget_bytes = r.shuffle_buffer > 0 ? rest / 4 : 0;
+  r.records_budget_bytes = rest - r.decode_budget_bytes - r.shuffle_budget_bytes;
+  r.max_held_record_bytes = r.records_budget_bytes / 2;
   if (rest < r.memory_budget_bytes / 16) {
     return ResourceExhausted(
         "memory_budget_bytes = " + std::to_string(r.memory_budget_bytes) + " cannot hold " +
@@ -50,6 +66,19 @@ Status SplitMemoryBudget(ResolvedOptions* options) {
         " and read buffers of " + std::to_string(read_bytes) +
         " bytes with room for records in flight; raise the budget or lower batch_size, image "
         "size, prefetch or the cache budget");
+  }
+  const int64_t floor = MinDecodeShareBytes(r);
+  if (r.decode_budget_bytes < floor) {
+    return ResourceExhausted(
+        "memory_budget_bytes = " + std::to_string(r.memory_budget_bytes) + " leaves " +
+        std::to_string(r.decode_budget_bytes) + " bytes for decoding, under the " +
+        std::to_string(floor) + " bytes one decode of a " + std::to_string(r.height) + "x" +
+        std::to_string(r.width) + " image needs" +
+        (r.cache == CacheKind::kDecoded
+             ? " (at the DECODED cache's short side " + std::to_string(r.decoded_short_side) + ")"
+             : std::string()) +
+        "; raise memory_budget_bytes by " + std::to_string(4 * (floor - r.decode_budget_bytes)) +
+        " bytes or more");
   }
   return Status::OK();
 }

@@ -55,18 +55,24 @@ struct ResolvedOptions {
   int64_t memory_budget_bytes = 0;
   // What the budget leaves, after the batch pool, the read buffers and the cache, splits into:
   //  - records_budget_bytes for records between the reader and the batcher: the in-flight window
-  //    (records_budget_bytes - max_record_bytes) and the record the source holds while it waits
-  //    for room there;
-  //  - max_record_bytes, the largest record held at all: a longer one is refused from its length
-  //    field before its payload is read (TFRecordReaderOptions::max_held_record_bytes);
+  //    (records_budget_bytes - max_held_record_bytes) and the record the source holds while it
+  //    waits for room there;
+  //  - max_held_record_bytes, the largest record held at all: a longer one is refused from its
+  //    length field before its payload is read (TFRecordReaderOptions::max_held_record_bytes);
   //  - decode_budget_bytes for the decoders' own memory (libjpeg's buffers, the decoded rows),
-  //    reserved per image from its header by every decode thread together (DecodeBudget).
+  //    reserved per image from its header by every decode thread together (DecodeBudget);
+  //  - with a shuffle buffer, shuffle_budget_bytes for the records it holds (ShuffleBuffer's byte
+  //    share): at least one record of max_held_record_bytes.
   int64_t records_budget_bytes = 0;
-  int64_t max_record_bytes = 0;
+  int64_t max_held_record_bytes = 0;
   int64_t decode_budget_bytes = 0;
+  int64_t shuffle_budget_bytes = 0;
   // How logs name this pipeline (a server sets "dataset 'D', job 'J'"); not from PipelineOptions.
   std::string name = "pipeline";
 
+  // The in-flight window's byte bound: the records share less the record the source holds while
+  // it waits for room there.
+  int64_t window_bytes() const { return records_budget_bytes - max_held_record_bytes; }
   size_t image_bytes() const { return static_cast<size_t>(height) * width * 3; }
   size_t batch_image_bytes() const { return image_bytes() * batch_size; }
 };

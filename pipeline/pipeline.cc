@@ -44,8 +44,7 @@ class Loans : public BatchRecycler {
  public:
   Loans(const ResolvedOptions& o, PipelineStats* stats, std::function<void()> on_pool_wait)
       : pool(o, &stats->pool(Pool::kBatchPool), std::move(on_pool_wait)),
-        window(static_cast<int64_t>(o.prefetch + 2) * o.batch_size,
-               o.records_budget_bytes - o.max_record_bytes) {}
+        window(static_cast<int64_t>(o.prefetch + 2) * o.batch_size, o.window_bytes()) {}
 
   void Recycle(BatchBuffer* buffer, uint64_t items) override {
     pool.BatchReturned();
@@ -86,9 +85,16 @@ class PipelineIterator : public Iterator, private BatcherSink {
     stats_.decode_parallelism_max = options.threads;
     stats_.queue_capacity = options.prefetch;
     stats_.pool(Pool::kReadBuffers).limit = kReadBytesPerOpenFile * options.cycle_length;
-    // The window's share; the record the source holds while it waits is the rest.
-    stats_.pool(Pool::kRecordsInFlight).limit =
-        options.records_budget_bytes - options.max_record_bytes;
+    stats_.pool(Pool::kRecordsInFlight).limit = options.window_bytes();
+    std::fprintf(stderr,
+                 "sluice: %s: memory budget %lld bytes: records in flight %lld, one record at "
+                 "most %lld, decoding %lld, shuffle buffer %lld\n",
+                 options.name.c_str(),
+                 static_cast<long long>(options.memory_budget_bytes),    // NOLINT
+                 static_cast<long long>(options.window_bytes()),         // NOLINT
+                 static_cast<long long>(options.max_held_record_bytes),  // NOLINT
+                 static_cast<long long>(options.decode_budget_bytes),    // NOLINT
+                 static_cast<long long>(options.shuffle_budget_bytes));  // NOLINT
     MakeCaches();
     io_pool_ = std::make_unique<IoPool>(std::min(options.cycle_length, kMaxIoThreads));
     source_ = std::make_unique<RecordSource>(options_, &stats_, record_cache_.get(),

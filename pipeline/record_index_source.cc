@@ -51,6 +51,7 @@ bool RecordIndexSource::Read(WorkItem* w) {
       w->record = record;
       w->offset = e.offset;
       w->lazy_length = e.length;
+      w->length = e.length - kTFRecordHeaderBytes - kTFRecordFooterBytes;
       ctx_.CountRead();
       return true;
     }
@@ -77,8 +78,8 @@ void RecordIndexSource::Finish() {
   ctx_.FileReadCleanly(file_, next_record_);
 }
 
-void MaterializeLazyRecord(const std::string& path, uint64_t max_record_bytes, PipelineStats* stats,
-                           WorkItem* w) {
+void MaterializeLazyRecord(const std::string& path, uint64_t max_held_record_bytes,
+                           PipelineStats* stats, WorkItem* w) {
   const uint64_t length = w->lazy_length;
   w->lazy_length = 0;
   StageTimer timer(stats->stage(Stage::kRead));
@@ -88,7 +89,7 @@ void MaterializeLazyRecord(const std::string& path, uint64_t max_record_bytes, P
   ro.compression = Compression::kNone;
   ro.start_offset = w->offset;
   ro.buffer_bytes = std::min<uint64_t>(length, kReadBufferBytes);
-  ro.max_held_record_bytes = max_record_bytes;
+  ro.max_held_record_bytes = max_held_record_bytes;
   Result<std::unique_ptr<TFRecordReader>> reader = TFRecordReader::Open(path, ro);
   Status s = reader.status();
   if (s.ok()) {

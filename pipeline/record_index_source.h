@@ -61,8 +61,8 @@ class RecordIndexSource final : public Source {
 
 // Reads a lazy item's record from `path`: afterwards w is what reading the file would have made
 // of it (kRecord with bytes, or kBadRecord naming file and offset, also for a record over
-// max_record_bytes, refused from its length field).
-void MaterializeLazyRecord(const std::string& path, uint64_t max_record_bytes, PipelineStats* stats,
-                           WorkItem* w);
+// max_held_record_bytes, refused from its length field).
+void MaterializeLazyRecord(const std::string& path, uint64_t max_held_record_bytes,
+                           PipelineStats* stats, WorkItem* w);
 
 }  // namespace sluice

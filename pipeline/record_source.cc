@@ -98,8 +98,8 @@ void RecordSource::Next(WorkItem* w, bool* end_of_epoch) {
 }
 
 void RecordSource::Materialize(WorkItem* w) {
-  MaterializeLazyRecord(options_.files[w->file], static_cast<uint64_t>(options_.max_record_bytes),
-                        ctx_.stats, w);
+  MaterializeLazyRecord(options_.files[w->file],
+                        static_cast<uint64_t>(options_.max_held_record_bytes), ctx_.stats, w);
 }
 
 }  // namespace sluice

@@ -1,6 +1,10 @@
 // tf.data's shuffle: a buffer of `capacity` items; once full, each new item takes the place of a
 // uniformly chosen one, which is emitted. At the end of the epoch the rest drains in random
-// order. Seeded, so the order depends only on the seed and the input order. Not thread-safe.
+// order. Bounded in bytes too: items are measured by their record's length (WorkItem::length,
+// the same whichever path brought them), and when a new one would take the buffer over its byte
+// share, uniformly chosen items are emitted before it is taken, as if the buffer were smaller.
+// Seeded, so the order depends only on the seed and the input (its order and lengths). Not
+// thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -14,46 +18,76 @@ namespace sluice {
 
 class ShuffleBuffer {
  public:
-  ShuffleBuffer(size_t capacity, PoolCounters* pool) : capacity_(capacity), pool_(pool) {
+  // budget_bytes: the byte share (0 with capacity 0). pool accounts what the items hold.
+  ShuffleBuffer(size_t capacity, int64_t budget_bytes, PoolCounters* pool)
+      : capacity_(capacity), budget_bytes_(static_cast<uint64_t>(budget_bytes)), pool_(pool) {
     items_.reserve(capacity);
+    pool_->limit = budget_bytes;
   }
 
-  void StartEpoch(uint64_t seed) { rng_.seed(seed); }
+  void StartEpoch(uint64_t seed) {
+    rng_.seed(seed);
+    most_held_ = 0;
+    capped_ = 0;
+  }
 
-  // Takes w; returns the item to emit now, or nullptr while the buffer is filling.
-  WorkItem* Push(WorkItem* w) {
+  // Offers w. Returns an item to emit now (uniformly chosen), or nullptr while the buffer is
+  // filling. *taken: whether w is in the buffer now (or returned, with capacity 0); while it is
+  // not, emit what was returned and offer w again.
+  WorkItem* Push(WorkItem* w, bool* taken) {
+    *taken = true;
     if (capacity_ == 0) return w;
+    if (!items_.empty() && length_ + w->length > budget_bytes_) {
+      ++capped_;
+      *taken = false;
+      return Take(Pick());
+    }
+    length_ += w->length;
+    pool_->Add(w->held_bytes());
     if (items_.size() < capacity_) {
-      pool_->Add(w->held_bytes());
       items_.push_back(w);
+      most_held_ = std::max(most_held_, items_.size());
       return nullptr;
     }
-    size_t i = std::uniform_int_distribution<size_t>(0, items_.size() - 1)(rng_);
+    const size_t i = Pick();
     WorkItem* out = items_[i];
-    pool_->Remove(out->held_bytes());
-    pool_->Add(w->held_bytes());
     items_[i] = w;
+    length_ -= out->length;
+    pool_->Remove(out->held_bytes());
     return out;
   }
 
   // Next item of the drain at the end of an epoch; nullptr when empty.
   WorkItem* Drain() {
     if (items_.empty()) return nullptr;
-    size_t i = std::uniform_int_distribution<size_t>(0, items_.size() - 1)(rng_);
+    return Take(Pick());
+  }
+
+  size_t size() const { return items_.size(); }
+  // Since StartEpoch: the most items held at once, and how many items the byte share made it
+  // emit early.
+  size_t most_held() const { return most_held_; }
+  uint64_t capped() const { return capped_; }
+
+ private:
+  size_t Pick() { return std::uniform_int_distribution<size_t>(0, items_.size() - 1)(rng_); }
+  WorkItem* Take(size_t i) {
     WorkItem* out = items_[i];
     items_[i] = items_.back();
     items_.pop_back();
+    length_ -= out->length;
     pool_->Remove(out->held_bytes());
     return out;
   }
 
-  size_t size() const { return items_.size(); }
-
- private:
   const size_t capacity_;
+  const uint64_t budget_bytes_;
   PoolCounters* pool_;
   std::vector<WorkItem*> items_;
+  uint64_t length_ = 0;  // of the items held
   std::mt19937_64 rng_;
+  size_t most_held_ = 0;
+  uint64_t capped_ = 0;
 };
 
 }  // namespace sluice

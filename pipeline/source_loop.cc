@@ -1,6 +1,7 @@
 #include "pipeline/source_loop.h"
 
 #include <chrono>
+#include <cstdio>
 #include <utility>
 
 #include "formats/seed.h"
@@ -14,7 +15,7 @@ SourceLoop::SourceLoop(const ResolvedOptions& options, BatchPosition start, Part
       parts_(parts),
       emit_(std::move(emit)),
       stop_(stop),
-      shuffle_(static_cast<size_t>(options.shuffle_buffer),
+      shuffle_(static_cast<size_t>(options.shuffle_buffer), options.shuffle_budget_bytes,
                &parts.stats->pool(Pool::kShuffleBuffer)) {}
 
 void SourceLoop::Run() {
@@ -56,9 +57,25 @@ bool SourceLoop::RunEpoch(int64_t epoch) {
       }
       break;
     }
-    if (WorkItem* x = shuffle_.Push(w)) {
-      if (!Pass(x, epoch)) break;
+    bool taken = false;
+    while (!taken) {
+      WorkItem* x = shuffle_.Push(w, &taken);
+      if (x != nullptr && !Pass(x, epoch)) break;
     }
+    if (!taken) {
+      parts_.items->Recycle(w);
+      break;
+    }
+  }
+  if (shuffle_.capped() > 0) {
+    parts_.stats->shuffle_capped.fetch_add(shuffle_.capped(), std::memory_order_relaxed);
+    std::fprintf(stderr,
+                 "sluice: WARNING: %s: epoch %lld: the shuffle buffer held %zu records at most of "
+                 "buffer_size %lld: its byte share %lld is full; raise memory_budget_bytes for a "
+                 "fuller shuffle\n",
+                 options_.name.c_str(), static_cast<long long>(epoch),                   // NOLINT
+                 shuffle_.most_held(), static_cast<long long>(options_.shuffle_buffer),  // NOLINT
+                 static_cast<long long>(options_.shuffle_budget_bytes));                 // NOLINT
   }
   return !stopping();
 }

@@ -55,6 +55,7 @@ StatsSnapshot PipelineStats::Snapshot() const {
   s.image_bytes = image_bytes.load();
   s.skipped = skipped.load();
   s.index_fallbacks = index_fallbacks.load();
+  s.shuffle_capped = shuffle_capped.load();
   s.jpeg_decodes = jpeg_decodes.load();
   s.epochs_done = epochs_done.load();
   s.cache_full = cache_full.load();

@@ -88,6 +88,7 @@ struct StatsSnapshot {
   uint64_t image_bytes = 0;
   uint64_t skipped = 0;       // corrupt records + undecodable images, skipped
   uint64_t index_fallbacks = 0;  // record indexes found lying, the file read instead
+  uint64_t shuffle_capped = 0;   // records the shuffle emitted early: its byte share was full
   uint64_t jpeg_decodes = 0;
   uint64_t epochs_done = 0;
   bool cache_full = false;    // the cache stopped growing at its budget
@@ -115,6 +116,7 @@ class PipelineStats {
   std::atomic<uint64_t> image_bytes{0};
   std::atomic<uint64_t> skipped{0};
   std::atomic<uint64_t> index_fallbacks{0};
+  std::atomic<uint64_t> shuffle_capped{0};
   std::atomic<uint64_t> jpeg_decodes{0};  // JPEGs decoded (decoded-cache hits are not)
   std::atomic<uint64_t> epochs_done{0};
   std::atomic<bool> cache_full{false};

@@ -46,6 +46,7 @@ constexpr Field<StatsSnapshot> kJobFields[] = {
     {"images", &StatsSnapshot::images},
     {"skipped_records", &StatsSnapshot::skipped},
     {"record_index_fallbacks", &StatsSnapshot::index_fallbacks},
+    {"shuffle_capped_records", &StatsSnapshot::shuffle_capped},
     {"wall_seconds", &StatsSnapshot::wall_seconds},
     {"queue_fill", &StatsSnapshot::queue_fill},
     {"queue_capacity", &StatsSnapshot::queue_capacity},

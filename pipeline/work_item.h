@@ -35,6 +35,11 @@ struct WorkItem {
   // Nonzero: a record passed over unread (RecordSource::SetLazyRecords), this long a frame at
   // `offset`; RecordSource::Materialize reads it if it is used after all.
   uint64_t lazy_length = 0;
+  // The record's data length as its frame declares it, the same whichever path brought it (read,
+  // lazy, either cache) and also for a bad record whose frame header was intact: what the shuffle
+  // buffer's byte share measures, so a resumed run shuffles as the run it resumes did. 0 when
+  // the frame's length could not be read.
+  uint64_t length = 0;
   std::string_view bytes;     // the record: `owned` or a view into the record cache
   const CachedImage* cached = nullptr;  // decoded-cache hit: crop from this, no JPEG decode
   BatchBuffer* buffer = nullptr;        // where the image goes

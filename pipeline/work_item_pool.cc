@@ -19,6 +19,7 @@ void WorkItemPool::Recycle(WorkItem* w) {
   w->cached = nullptr;
   w->bytes = {};
   w->lazy_length = 0;
+  w->length = 0;
   // Free the record: a pooled item must not keep a record's worth of memory that no budget
   // counts. malloc hands the same chunks to the next records.
   std::string().swap(w->owned);

@@ -72,9 +72,10 @@ struct Decompressor {
     REQUIRE(
         ReadHeaderFrame(&cinfo, &err, reinterpret_cast<const uint8_t*>(jpeg.data()), jpeg.size()));
     int64_t bytes = 0;
-    REQUIRE(EstimateDecompressFrame(&cinfo, &err, &bytes));
+    REQUIRE(EstimateDecompressFrame(&cinfo, &err, &bytes, &multi_scan));
     return bytes;
   }
+  bool multi_scan = false;  // of the last Estimate
 };
 
 // Starts decompressing (which allocates every buffer) in a setjmp frame; false after an error.
@@ -93,9 +94,11 @@ TEST_CASE("ProgressiveEstimateHoldsTheWholeImagesCoefficients") {
   Decompressor d;
   // 64 two-byte coefficients per 8x8 block and component: 6 bytes a pixel at 4:4:4, 3 at 4:2:0.
   CHECK(d.Estimate(Jpeg(1024, 768, true, false)) >= 6 * pixels);
+  CHECK(d.multi_scan);
   CHECK(d.Estimate(Jpeg(1024, 768, true, true)) >= 3 * pixels);
   // A baseline file needs rows only.
   CHECK(d.Estimate(Jpeg(1024, 768, false, false)) < pixels);
+  CHECK_FALSE(d.multi_scan);
 }
 
 TEST_CASE("LibjpegFailsRatherThanAllocateCoefficientsPastTheLimit") {

@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -37,6 +39,40 @@ TEST_CASE("ConcurrentReservationsWaitForEachOtherWithinTheShare") {
   CHECK(refused == 0);
   CHECK(pool.bytes == 0);
   CHECK(pool.peak > 0);
+  CHECK(pool.peak <= 1000);
+}
+
+// Before the tickets, a small reservation arriving after a large waiting one took the room as it
+// freed, and a steady stream of small ones starved the large one.
+TEST_CASE("LargeReservationIsServedBeforeSmallOnesThatArriveAfterIt") {
+  PoolCounters pool;
+  DecodeBudget budget(1000, &pool);
+  auto held = std::make_unique<DecodeReservation>(&budget);
+  REQUIRE(held->Reserve(600).ok());
+  std::mutex mu;
+  std::vector<int> order;  // guarded by mu
+  auto reserve = [&](int bytes) {
+    DecodeReservation r(&budget);
+    const bool ok = r.Reserve(bytes).ok();  // Catch's macros are for the test's thread only
+    std::lock_guard<std::mutex> lock(mu);
+    order.push_back(ok ? bytes : -bytes);
+  };
+  auto wait_for_waiters = [&](int n) {
+    while (budget.waiting() < n) std::this_thread::yield();
+  };
+  std::thread large(reserve, 900);
+  wait_for_waiters(1);
+  std::thread small(reserve, 300);  // would fit beside the 600 held: it must wait its turn
+  wait_for_waiters(2);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    CHECK(order.empty());
+  }
+  held.reset();
+  large.join();
+  small.join();
+  CHECK(order == std::vector<int>{900, 300});
+  CHECK(pool.bytes == 0);
   CHECK(pool.peak <= 1000);
 }
 

@@ -50,8 +50,38 @@ TEST_CASE("MemoryBudgetSplitsIntoRecordsTheLargestRecordAndDecoding") {
                        2 * kReadBytesPerOpenFile;
   CHECK(r->decode_budget_bytes == rest / 4);
   CHECK(r->records_budget_bytes == rest - rest / 4);
-  CHECK(r->max_record_bytes == r->records_budget_bytes / 2);
+  CHECK(r->max_held_record_bytes == r->records_budget_bytes / 2);
   CHECK(r->decode_budget_bytes + r->records_budget_bytes == rest);
+  CHECK(r->shuffle_budget_bytes == 0);
+  // With a shuffle buffer, a quarter is its byte share, as large as one record may be.
+  o.mutable_shuffle()->set_buffer_size(16);
+  r = ResolveOptions(o);
+  REQUIRE(r.ok());
+  CHECK(r->shuffle_budget_bytes == rest / 4);
+  CHECK(r->records_budget_bytes == rest - 2 * (rest / 4));
+  CHECK(r->max_held_record_bytes <= r->shuffle_budget_bytes);
+}
+
+// One 1024x1024 image per batch: with 32 MiB the batch pool and read buffers leave a decode share
+// of ~3.3 MB, under the ~6.5 MB one decode of the output needs: every image would be refused.
+TEST_CASE("DecodeShareUnderOneDecodeOfTheOutputIsRefusedNamingWhatToRaise") {
+  TempDir dir;
+  testing::WriteTestShards(dir, 1, 1);
+  v1::PipelineOptions o;
+  o.add_files(dir.file("shard-*.tfrecord"));
+  o.set_batch_size(1);
+  o.set_image_height(1024);
+  o.set_prefetch(1);
+  o.set_memory_budget_bytes(32 << 20);
+  auto r = ResolveOptions(o);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == StatusCode::kResourceExhausted);
+  CHECK_THAT(r.status().message(),
+             Catch::Contains("memory_budget_bytes = 33554432 leaves ") &&
+                 Catch::Contains(" bytes for decoding, under the 6553600 bytes one decode of a "
+                                 "1024x1024 image needs; raise memory_budget_bytes by "));
+  o.set_memory_budget_bytes(64 << 20);
+  CHECK(ResolveOptions(o).ok());
 }
 
 TEST_CASE("BadValuesNameTheirField") {

@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "formats/image_ops.h"
 #include "tests/pipeline/pipeline_test_data.h"
 
 namespace sluice {
@@ -92,6 +93,44 @@ TEST_CASE("DecodedCacheOverBudgetStopsGrowingAndSaysSo") {
   for (const auto& p : stats.pools) {
     if (p.name == "decoded_cache") CHECK(p.peak_bytes <= 200'000);
   }
+}
+
+// A 3000x3000 JPEG for the DECODED cache, which decodes whole images: 27 MB of pixels, over the
+// ~10 MB decode share of a 64 MiB budget, refused from its header; the small images decode within
+// the share, their reservations never over the decode pool's limit together.
+TEST_CASE("DecodePoolStaysWithinItsLimitWhenALargeImageIsRefused") {
+  TempDir dir;
+  WriteTestShards(dir, 2, 16);
+  {
+    std::vector<uint8_t> pixels(size_t{3000} * 3000 * 3, 128);
+    std::string jpeg;
+    JpegEncoder encoder;
+    REQUIRE(encoder.Encode(ImageView{pixels.data(), 3000, 3000, 3000 * 3}, {}, &jpeg).ok());
+    auto writer = TFRecordWriter::Create(dir.file("shard-large.tfrecord"));
+    REQUIRE(writer.ok());
+    REQUIRE((*writer)->Write(EncodeImageExample(ImageRecord{jpeg, 32, "c", 0, 0, "l.jpg"})).ok());
+    REQUIRE((*writer)->Close().ok());
+  }
+  auto o = BaseOptions(dir);
+  o.set_epochs(1);
+  o.set_memory_budget_bytes(64 << 20);
+  o.mutable_cache()->set_mode(v1::CACHE_DECODED);
+  StatsSnapshot stats;
+  auto c = RunToEnd(o, &stats, /*keep_images=*/false);
+  REQUIRE(c.status.ok());
+  CHECK(Sorted(c.labels_by_epoch[0]) == Iota(32));
+  CHECK(c.skipped == 1);
+  bool seen = false;
+  for (const auto& p : stats.pools) {
+    if (p.name != "decode") continue;
+    seen = true;
+    CHECK(p.limit_bytes > 0);
+    CHECK(p.limit_bytes < int64_t{3000} * 3000 * 3);
+    CHECK(p.peak_bytes > 0);
+    CHECK(p.peak_bytes <= p.limit_bytes);
+    CHECK(p.bytes == 0);
+  }
+  CHECK(seen);
 }
 
 TEST_CASE("BudgetTooSmallForTheBatchPoolIsRefused") {

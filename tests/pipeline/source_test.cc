@@ -121,8 +121,8 @@ TEST_CASE("TheRecordIndexGivesLazyFramesUntilTheWindowClosesThenReadsTheRest") {
   CHECK(got == want);
 }
 
-// A record over max_record_bytes is a bad record naming file, offset and both sizes, whether the
-// file's reader meets it or a lazy frame from the record index is read, and the reader goes on
+// A record over max_held_record_bytes is a bad record naming file, offset and both sizes, whether
+// the file's reader meets it or a lazy frame from the record index is read, and the reader goes on
 // with the next record.
 TEST_CASE("RecordOverTheLimitIsABadRecordFromTheReaderAndTheIndexAlike") {
   TempDir dir;
@@ -138,7 +138,7 @@ TEST_CASE("RecordOverTheLimitIsABadRecordFromTheReaderAndTheIndexAlike") {
     REQUIRE((*writer)->Close().ok());
   }
   ResolvedOptions options = Resolved(dir);
-  options.max_record_bytes = 1000;
+  options.max_held_record_bytes = 1000;
   PipelineStats stats;
   SourceContext ctx{&options, &stats, nullptr, nullptr, nullptr, RecordShard{}};
   const std::string refused = path + ":" + std::to_string(entries[1].offset) +
@@ -169,6 +169,93 @@ TEST_CASE("RecordOverTheLimitIsABadRecordFromTheReaderAndTheIndexAlike") {
   CHECK(lazy.status.code() == StatusCode::kResourceExhausted);
   CHECK_THAT(lazy.status.message(), Catch::Contains(refused));
   CHECK(lazy.held_bytes() == 0);
+}
+
+// What a source gives for one record, bad or not.
+struct Given {
+  WorkKind kind;
+  StatusCode code;
+  std::string message;
+  uint64_t record;
+  uint64_t offset;
+  uint64_t length;
+  std::string bytes;
+  bool operator==(const Given&) const = default;
+};
+
+std::vector<Given> ReadGiven(Source& source) {
+  std::vector<Given> given;
+  for (;;) {
+    WorkItem w;
+    if (!source.Read(&w)) break;
+    given.push_back({w.kind, w.status.code(), w.status.message(), w.record, w.offset, w.length,
+                     std::string(w.bytes)});
+  }
+  return given;
+}
+
+// Before, one refused record made its file "damaged": never cached, read again every epoch. A
+// refusal is deterministic: the file stays clean, both caches replay the same bad record (code,
+// message, offset) at the same place without reading it, and every path measures it by the
+// length its frame declares.
+TEST_CASE("ARefusedRecordLeavesItsFileCachedAndTheCachesReplayTheRefusal") {
+  TempDir dir;
+  const std::string path = dir.file("shard-0.tfrecord");
+  {
+    auto writer = TFRecordWriter::Create(path);
+    REQUIRE(writer.ok());
+    for (const std::string& r : {std::string("a"), std::string(5000, 'b'), std::string("c")}) {
+      REQUIRE((*writer)->Write(r).ok());
+    }
+    REQUIRE(WriteRecordIndex(IndexPathFor(path), (*writer)->index()).ok());
+    REQUIRE((*writer)->Close().ok());
+  }
+  ResolvedOptions options = Resolved(dir);
+  options.max_held_record_bytes = 1000;
+  PipelineStats stats;
+  RecordCache records(1, 1 << 30, &stats);
+  DecodedCache decoded(1, 0, 1, 1 << 30, &stats);
+  SourceContext ctx{&options, &stats, nullptr, &records, &decoded, RecordShard{}};
+  std::vector<Given> read;
+  {
+    FileReaderSource reader(ctx, 0, /*fill_cache=*/true);
+    read = ReadGiven(reader);
+  }
+  REQUIRE(read.size() == 3);
+  CHECK(read[1].kind == WorkKind::kBadRecord);
+  CHECK(read[1].code == StatusCode::kResourceExhausted);
+  CHECK(read[1].length == 5000);
+  CHECK(read[2].length == 1);
+
+  REQUIRE(records.Find(0) != nullptr);
+  RecordCacheSource cached(ctx, records.Find(0));
+  CHECK(ReadGiven(cached) == read);
+
+  // The decoders fill the other entries (Augmenter: with the item's length); the source left the
+  // tombstone.
+  for (uint64_t r : {0, 2}) {
+    CachedImage entry;
+    entry.length = read[r].length;
+    decoded.Insert(0, r, std::move(entry));
+  }
+  REQUIRE(decoded.Complete(0));
+  DecodedCacheSource from_decoded(ctx, 0);
+  const std::vector<Given> replayed = ReadGiven(from_decoded);
+  REQUIRE(replayed.size() == 3);
+  CHECK(replayed[1] == read[1]);
+  CHECK(replayed[0].length == read[0].length);
+
+  LazyWindow window{0, 3};
+  auto index = RecordIndexSource::Open(ctx, 0, &window);
+  REQUIRE(index != nullptr);
+  std::vector<uint64_t> lengths;
+  for (;;) {
+    WorkItem w;
+    if (!index->Read(&w)) break;
+    ++window.produced;
+    lengths.push_back(w.length);
+  }
+  CHECK(lengths == std::vector<uint64_t>{1, 5000, 1});
 }
 
 TEST_CASE("AnIndexOfAnotherVersionOfTheFileIsNotUsed") {

@@ -20,6 +20,7 @@ StatsSnapshot Distinct() {
   s.images = 40;
   s.skipped = 5;
   s.index_fallbacks = 16;
+  s.shuffle_capped = 17;
   s.queue_fill = 6;
   s.queue_capacity = 7;
   s.decode_parallelism = 8;
@@ -70,6 +71,7 @@ TEST_CASE("SnapshotRoundTripsThroughTheWire") {
   CHECK(back.images == s.images);
   CHECK(back.skipped == s.skipped);
   CHECK(back.index_fallbacks == s.index_fallbacks);
+  CHECK(back.shuffle_capped == s.shuffle_capped);
   CHECK(back.queue_fill == s.queue_fill);
   CHECK(back.queue_capacity == s.queue_capacity);
   CHECK(back.decode_parallelism == s.decode_parallelism);

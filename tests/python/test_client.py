@@ -126,7 +126,8 @@ def test_stream_equals_a_plain_protobuf_client_for_the_same_seed(server, client)
     with grpc.insecure_channel(server.target,
                                options=[("grpc.max_receive_message_length", -1)]) as channel:
         reference = [(hashlib.sha1(b.images).hexdigest(), list(b.labels),
-                      (b.position.epoch, b.position.index, b.position.end_record))
+                      (b.position.epoch, b.position.index, b.position.end_record,
+                       b.position.shuffle_bytes))
                      for b in service_pb2_grpc.DataServiceStub(channel).StreamBatches(request)]
     ours = [digest(*b) for b in client.stream("train", batch_size=24, seed=11, epochs=2)]
     assert len(reference) == 2 * -(-IMAGES // 24)

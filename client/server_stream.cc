@@ -233,6 +233,7 @@ Status ServerStream::ReadBatches(Call* call, grpc::CompletionQueue* cq,
     next.set_epoch(item.meta.epoch);
     next.set_index(item.meta.index + 1);
     next.set_end_record(item.meta.end_record);
+    next.set_shuffle_bytes(item.meta.shuffle_bytes);
     // A shared job continues where it is; only private streams resume at a position.
     if (request_.job_name().empty()) resume_ = next;
     *progressed = true;

@@ -229,13 +229,15 @@ Status TFRecordReader::Next(std::string_view* record, std::string* copy, bool* e
   if (crc32c::Unmask(DecodeFixed32(header + 8)) != crc32c::Value(header, 8)) {
     return fail(DataLoss("corrupted record at " + where() + " (length checksum mismatch)"));
   }
-  record_length_ = length;
   if (length > options_.max_record_bytes ||
       length > SIZE_MAX - kTFRecordHeaderBytes - kTFRecordFooterBytes) {
     return fail(DataLoss("corrupted record at " + where() + " (length " + std::to_string(length) +
                          " over the limit of " + std::to_string(options_.max_record_bytes) +
                          " bytes)"));
   }
+  // Only a length that passed the check: a crafted one near 2^64 must not reach the callers'
+  // sums (ShuffleBuffer charges record lengths).
+  record_length_ = length;
 
   const size_t frame = kTFRecordHeaderBytes + static_cast<size_t>(length) + kTFRecordFooterBytes;
   const bool refused = length > options_.max_held_record_bytes;

@@ -91,8 +91,8 @@ class TFRecordReader {
   // Offset (in the uncompressed stream) of the record last returned or reported as corrupt.
   uint64_t record_offset() const { return record_offset_; }
   // Data length the frame of the record last returned or reported declares: known for a record
-  // refused as too large or with a bad data checksum too; 0 when its length field was not read
-  // intact.
+  // refused as too large (over max_held_record_bytes) or with a bad data checksum too; 0 when its
+  // length field was not read intact or is over max_record_bytes (corrupt).
   uint64_t record_length() const { return record_length_; }
   // Bytes of the stream consumed so far: the offset where the next record starts.
   uint64_t offset() const { return offset_; }

@@ -45,6 +45,10 @@ struct BatchPosition {
   // Records of the epoch, in stream order and counting skipped ones, up to this batch's last
   // image (as a start position: records to pass over before the first image).
   int64_t end_record = 0;
+  // The shuffle buffer's byte share that made the epoch's order (ResolvedOptions::
+  // shuffle_budget_bytes; 0 without a shuffle buffer). As a start position: 0 is not checked, any
+  // other value must be the pipeline's.
+  int64_t shuffle_bytes = 0;
   bool operator==(const BatchPosition&) const = default;
 };
 

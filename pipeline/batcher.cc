@@ -183,7 +183,9 @@ void Batcher::AddRecord(const WorkItem& w) {
   ++filled_;
   ++epoch_images_;
   if (static_cast<uint64_t>(filled_) == batch_size_) {
-    sink_->EmitBatch(dst_, filled_, BatchPosition{w.epoch, out_index_++, end_record_}, skipped_);
+    sink_->EmitBatch(
+        dst_, filled_,
+        BatchPosition{w.epoch, out_index_++, end_record_, options_.shuffle_budget_bytes}, skipped_);
     ++epoch_batches_;
     // If dst_ is still among the inputs it must not be dropped when passed: mark it gone.
     for (BatchBuffer*& b : inputs_) {
@@ -234,7 +236,9 @@ void Batcher::WarnSkips(int64_t epoch, uint64_t seen, const std::string& reasons
 void Batcher::EndEpoch(int64_t epoch) {
   if (dst_ != nullptr) {
     if (!options_.drop_remainder) {
-      sink_->EmitBatch(dst_, filled_, BatchPosition{epoch, out_index_, end_record_}, skipped_);
+      sink_->EmitBatch(dst_, filled_,
+                       BatchPosition{epoch, out_index_, end_record_, options_.shuffle_budget_bytes},
+                       skipped_);
       ++epoch_batches_;
       skipped_ = 0;
     } else {

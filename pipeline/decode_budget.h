@@ -6,10 +6,10 @@
 // starved by a stream of small ones. Accounted as the "decode" pool. Thread-safe.
 #pragma once
 
-#include <cassert>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <string>
 
 #include "formats/status.h"
 #include "pipeline/stats.h"
@@ -59,9 +59,13 @@ class DecodeReservation {
   DecodeReservation(const DecodeReservation&) = delete;
   DecodeReservation& operator=(const DecodeReservation&) = delete;
 
-  // At most once per reservation. REQUIRES: nothing reserved yet.
+  // At most once per reservation: a second call (a decoder asking its gate twice) is refused with
+  // Internal rather than hold bytes the destructor would not give back.
   Status Reserve(int64_t bytes) {
-    assert(!taken_ && "a DecodeReservation is taken at most once");
+    if (taken_) {
+      return Internal("a DecodeReservation is taken at most once (asked again for " +
+                      std::to_string(bytes) + " bytes after " + std::to_string(bytes_) + ")");
+    }
     taken_ = true;
     RETURN_IF_ERROR(budget_->Reserve(bytes));
     bytes_ = bytes;

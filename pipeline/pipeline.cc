@@ -331,6 +331,17 @@ Result<std::unique_ptr<Iterator>> Pipeline::MakeIterator(BatchPosition start) co
                            std::to_string(start.index) + ", end_record " +
                            std::to_string(start.end_record) + "} has a negative field");
   }
+  // Once the shuffle buffer's byte share binds, the epoch's order depends on it: resuming under
+  // another share would cut a different permutation at end_record, losing and repeating records.
+  if (start.shuffle_bytes != 0 && start.shuffle_bytes != options_.shuffle_budget_bytes) {
+    return FailedPrecondition(
+        "start_position.shuffle_bytes " + std::to_string(start.shuffle_bytes) +
+        " is not this job's shuffle share " + std::to_string(options_.shuffle_budget_bytes) +
+        " bytes: the epoch's order was made with another share (it follows from the dataset's "
+        "memory_budget_bytes, batch and image size, prefetch, cycle_length and cache settings); "
+        "resume with the same memory_budget_bytes, batch and image size, prefetch and cache, or "
+        "start the epoch over");
+  }
   return std::unique_ptr<Iterator>(new PipelineIterator(options_, start));
 }
 

@@ -3,8 +3,9 @@
 // order. Bounded in bytes too: items are measured by their record's length (WorkItem::length,
 // the same whichever path brought them), and when a new one would take the buffer over its byte
 // share, uniformly chosen items are emitted before it is taken, as if the buffer were smaller.
-// Seeded, so the order depends only on the seed and the input (its order and lengths). Not
-// thread-safe.
+// A record longer than max_record_bytes (refused: it holds no bytes) is charged 0, decided from
+// the length alone so that every path charges it alike. Seeded, so the order depends only on the
+// seed, the byte share and the input (its order and lengths). Not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -18,9 +19,13 @@ namespace sluice {
 
 class ShuffleBuffer {
  public:
-  // budget_bytes: the byte share (0 with capacity 0). pool accounts what the items hold.
-  ShuffleBuffer(size_t capacity, int64_t budget_bytes, PoolCounters* pool)
-      : capacity_(capacity), budget_bytes_(static_cast<uint64_t>(budget_bytes)), pool_(pool) {
+  // budget_bytes: the byte share (0 with capacity 0). max_record_bytes: the longest record a
+  // job holds (ResolvedOptions::max_held_record_bytes). pool accounts what the items hold.
+  ShuffleBuffer(size_t capacity, int64_t budget_bytes, int64_t max_record_bytes, PoolCounters* pool)
+      : capacity_(capacity),
+        budget_bytes_(static_cast<uint64_t>(budget_bytes)),
+        max_record_bytes_(static_cast<uint64_t>(max_record_bytes)),
+        pool_(pool) {
     items_.reserve(capacity);
     pool_->limit = budget_bytes;
   }
@@ -37,12 +42,14 @@ class ShuffleBuffer {
   WorkItem* Push(WorkItem* w, bool* taken) {
     *taken = true;
     if (capacity_ == 0) return w;
-    if (!items_.empty() && length_ + w->length > budget_bytes_) {
+    const uint64_t charge = Charge(*w);
+    // Overflow-safe form of length_ + charge > budget_bytes_ (a lone item may exceed the share).
+    if (!items_.empty() && (length_ > budget_bytes_ || charge > budget_bytes_ - length_)) {
       ++capped_;
       *taken = false;
       return Take(Pick());
     }
-    length_ += w->length;
+    length_ += charge;
     pool_->Add(w->held_bytes());
     if (items_.size() < capacity_) {
       items_.push_back(w);
@@ -52,7 +59,7 @@ class ShuffleBuffer {
     const size_t i = Pick();
     WorkItem* out = items_[i];
     items_[i] = w;
-    length_ -= out->length;
+    length_ -= Charge(*out);
     pool_->Remove(out->held_bytes());
     return out;
   }
@@ -70,21 +77,23 @@ class ShuffleBuffer {
   uint64_t capped() const { return capped_; }
 
  private:
+  uint64_t Charge(const WorkItem& w) const { return w.length > max_record_bytes_ ? 0 : w.length; }
   size_t Pick() { return std::uniform_int_distribution<size_t>(0, items_.size() - 1)(rng_); }
   WorkItem* Take(size_t i) {
     WorkItem* out = items_[i];
     items_[i] = items_.back();
     items_.pop_back();
-    length_ -= out->length;
+    length_ -= Charge(*out);
     pool_->Remove(out->held_bytes());
     return out;
   }
 
   const size_t capacity_;
   const uint64_t budget_bytes_;
+  const uint64_t max_record_bytes_;
   PoolCounters* pool_;
   std::vector<WorkItem*> items_;
-  uint64_t length_ = 0;  // of the items held
+  uint64_t length_ = 0;  // charged for the items held
   std::mt19937_64 rng_;
   size_t most_held_ = 0;
   uint64_t capped_ = 0;

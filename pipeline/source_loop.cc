@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <string>
 #include <utility>
 
 #include "formats/seed.h"
@@ -16,7 +17,7 @@ SourceLoop::SourceLoop(const ResolvedOptions& options, BatchPosition start, Part
       emit_(std::move(emit)),
       stop_(stop),
       shuffle_(static_cast<size_t>(options.shuffle_buffer), options.shuffle_budget_bytes,
-               &parts.stats->pool(Pool::kShuffleBuffer)) {}
+               options.max_held_record_bytes, &parts.stats->pool(Pool::kShuffleBuffer)) {}
 
 void SourceLoop::Run() {
   for (int64_t epoch = start_.epoch; options_.epochs == 0 || epoch < options_.epochs; ++epoch) {
@@ -46,7 +47,9 @@ bool SourceLoop::RunEpoch(int64_t epoch) {
   skip_base_ = epoch == start_.epoch ? static_cast<uint64_t>(start_.end_record) : 0;
   // Records a resumed run passes over need not be read where the record index finds them.
   source.SetLazyRecords(skip_base_);
-  while (!stopping()) {
+  // False once Pass fails (stopping): nothing more is read.
+  bool ok = true;
+  while (ok && !stopping()) {
     WorkItem* w = parts_.items->Take();
     bool end = false;
     source.Next(w, &end);
@@ -58,26 +61,37 @@ bool SourceLoop::RunEpoch(int64_t epoch) {
       break;
     }
     bool taken = false;
-    while (!taken) {
+    while (ok && !taken) {
       WorkItem* x = shuffle_.Push(w, &taken);
-      if (x != nullptr && !Pass(x, epoch)) break;
+      if (x != nullptr) ok = Pass(x, epoch);
     }
-    if (!taken) {
-      parts_.items->Recycle(w);
-      break;
-    }
+    if (!taken) parts_.items->Recycle(w);
   }
   if (shuffle_.capped() > 0) {
     parts_.stats->shuffle_capped.fetch_add(shuffle_.capped(), std::memory_order_relaxed);
-    std::fprintf(stderr,
-                 "sluice: WARNING: %s: epoch %lld: the shuffle buffer held %zu records at most of "
-                 "buffer_size %lld: its byte share %lld is full; raise memory_budget_bytes for a "
-                 "fuller shuffle\n",
-                 options_.name.c_str(), static_cast<long long>(epoch),                   // NOLINT
-                 shuffle_.most_held(), static_cast<long long>(options_.shuffle_buffer),  // NOLINT
-                 static_cast<long long>(options_.shuffle_budget_bytes));                 // NOLINT
+    WarnShuffleCapped(epoch);
   }
   return !stopping();
+}
+
+void SourceLoop::WarnShuffleCapped(int64_t epoch) {
+  const auto now = std::chrono::steady_clock::now();
+  if (last_cap_warning_ && now - *last_cap_warning_ < kCapWarnInterval) {
+    ++unwarned_cap_epochs_;
+    return;
+  }
+  std::string since;
+  if (unwarned_cap_epochs_ > 0) {
+    since = " (and " + std::to_string(unwarned_cap_epochs_) +
+            " more capped epochs since the last warning, not logged: at most one a minute)";
+  }
+  parts_.stats->Warn(options_.name + ": epoch " + std::to_string(epoch) +
+                     ": the shuffle buffer held " + std::to_string(shuffle_.most_held()) +
+                     " records at most of buffer_size " + std::to_string(options_.shuffle_buffer) +
+                     ": its byte share " + std::to_string(options_.shuffle_budget_bytes) +
+                     " is full; raise memory_budget_bytes for a fuller shuffle" + since);
+  last_cap_warning_ = now;
+  unwarned_cap_epochs_ = 0;
 }
 
 bool SourceLoop::Pass(WorkItem* x, int64_t epoch) {

@@ -6,8 +6,10 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 
 #include "pipeline/batch.h"
 #include "pipeline/batch_pool.h"
@@ -54,6 +56,9 @@ class SourceLoop {
   // Hands w to the graph once the in-flight window has room. False when stopping.
   bool Emit(WorkItem* w, int64_t epoch);
   bool stopping() const { return stop_->load(); }
+  // Logs an epoch the shuffle's byte share capped, at most once per kCapWarnInterval.
+  void WarnShuffleCapped(int64_t epoch);
+  static constexpr auto kCapWarnInterval = std::chrono::minutes(1);
 
   const ResolvedOptions& options_;
   const BatchPosition start_;
@@ -66,6 +71,9 @@ class SourceLoop {
   uint64_t epoch_index_ = 0;
   uint64_t skip_base_ = 0;  // records passed over in this epoch
   BatchBuffer* current_buffer_ = nullptr;
+  // The last shuffle-cap warning, and capped epochs since then that were not logged.
+  std::optional<std::chrono::steady_clock::time_point> last_cap_warning_;
+  uint64_t unwarned_cap_epochs_ = 0;
 };
 
 }  // namespace sluice

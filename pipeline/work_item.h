@@ -37,7 +37,8 @@ struct WorkItem {
   uint64_t lazy_length = 0;
   // The record's data length as its frame declares it, the same whichever path brought it (read,
   // lazy, either cache) and also for a bad record whose frame header was intact: what the shuffle
-  // buffer's byte share measures, so a resumed run shuffles as the run it resumes did. 0 when
+  // buffer's byte share measures (a length over max_held_record_bytes is charged 0: such a record
+  // is refused and holds nothing), so a resumed run shuffles as the run it resumes did. 0 when
   // the frame's length could not be read.
   uint64_t length = 0;
   std::string_view bytes;     // the record: `owned` or a view into the record cache

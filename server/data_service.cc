@@ -33,6 +33,7 @@ BatchMeta MetaOf(const Batch& batch) {
   meta.epoch = batch.position().epoch;
   meta.index = batch.position().index;
   meta.end_record = batch.position().end_record;
+  meta.shuffle_bytes = batch.position().shuffle_bytes;
   meta.n = batch.size();
   meta.height = batch.height();
   meta.width = batch.width();
@@ -348,7 +349,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* DataService::StreamBatches(
   Result<v1::PipelineOptions> options = PipelineForRequest(config_, **dataset, request);
   if (!options.ok()) return new RefusedStream(options.status());
   BatchPosition start{request.start_position().epoch(), request.start_position().index(),
-                      request.start_position().end_record()};
+                      request.start_position().end_record(),
+                      request.start_position().shuffle_bytes()};
   Result<std::shared_ptr<Job>> job =
       registry_->Open(request.dataset(), request.job_name(), *options, start);
   if (!job.ok()) return new RefusedStream(job.status());

@@ -72,6 +72,7 @@ Status SaveCheckpoint(const std::string& dir, const Checkpoint& ck) {
       {"epoch", ck.epoch},
       {"index", ck.index},
       {"end_record", ck.end_record},
+      {"shuffle_bytes", ck.shuffle_bytes},
       {"parameters", ck.params.size()},
       {"loss_scale", ck.loss_scale},
       {"loss_scale_good_steps", ck.loss_scale_good_steps},
@@ -118,6 +119,10 @@ Result<Checkpoint> LoadCheckpoint(const std::string& dir) {
   RETURN_IF_ERROR(ReadCount(header, "epoch", kMax, path, &ck.epoch));
   RETURN_IF_ERROR(ReadCount(header, "index", kMax, path, &ck.index));
   RETURN_IF_ERROR(ReadCount(header, "end_record", kMax, path, &ck.end_record));
+  // Written by later versions only: absent means 0 (not checked on resume).
+  if (header.contains("shuffle_bytes")) {
+    RETURN_IF_ERROR(ReadCount(header, "shuffle_bytes", kMax, path, &ck.shuffle_bytes));
+  }
   const auto has_position = header.find("has_position");
   if (has_position == header.end() || !has_position->is_boolean())
     return DataLoss(path + ": header: has_position is missing or not a boolean");

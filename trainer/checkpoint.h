@@ -21,6 +21,9 @@ struct Checkpoint {
   int64_t adam_updates = 0;   // steps whose update was applied (non-finite ones are skipped)
   bool has_position = false;  // false before the first batch
   int64_t epoch = 0, index = 0, end_record = 0;  // BatchMeta of the last batch consumed
+  // Its position's shuffle_bytes (service.proto Position); 0 in checkpoints written before it was
+  // recorded, which a server accepts unchecked.
+  int64_t shuffle_bytes = 0;
   // fp16 training's dynamic loss scale (trainer/loss_scale.h); 0 in checkpoints of other
   // precisions and in those written before it was recorded.
   float loss_scale = 0;

@@ -44,6 +44,7 @@ Status ResumeFrom(const std::string& dir, const ModelConfig& config, bool fp16,
   position->last.epoch = ck.epoch;
   position->last.index = ck.index;
   position->last.end_record = ck.end_record;
+  position->last.shuffle_bytes = ck.shuffle_bytes;
   log << fmt::format("resuming from {} at step {} (stream after batch {}:{})\n",
                      CheckpointPath(dir), position->step, ck.epoch, ck.index);
   return Status::OK();
@@ -54,6 +55,7 @@ void StartAfter(const RunPosition& position, v1::StreamRequest* request) {
   request->mutable_start_position()->set_epoch(position.last.epoch);
   request->mutable_start_position()->set_index(position.last.index + 1);
   request->mutable_start_position()->set_end_record(position.last.end_record);
+  request->mutable_start_position()->set_shuffle_bytes(position.last.shuffle_bytes);
 }
 
 Status Checkpointer::Save(Backend& backend, const RunPosition& position) {
@@ -68,6 +70,7 @@ Status Checkpointer::Save(Backend& backend, const RunPosition& position) {
   ck.epoch = position.last.epoch;
   ck.index = position.last.index;
   ck.end_record = position.last.end_record;
+  ck.shuffle_bytes = position.last.shuffle_bytes;
   if (fp16_) {
     ck.loss_scale = state.loss_scale.scale;
     ck.loss_scale_good_steps = state.loss_scale.good_steps;

@@ -55,6 +55,7 @@ v1::Batch MetaMessage(const BatchMeta& meta, std::span<const int32_t> labels) {
   b.mutable_position()->set_epoch(meta.epoch);
   b.mutable_position()->set_index(meta.index);
   b.mutable_position()->set_end_record(meta.end_record);
+  if (meta.shuffle_bytes != 0) b.mutable_position()->set_shuffle_bytes(meta.shuffle_bytes);
   b.add_shape(meta.n);
   b.add_shape(meta.height);
   b.add_shape(meta.width);
@@ -183,6 +184,7 @@ Status CheckFields(const RawBatch& raw, BatchMeta* meta, BatchArrays* out) {
   meta->epoch = raw.position.epoch();
   meta->index = raw.position.index();
   meta->end_record = raw.position.end_record();
+  meta->shuffle_bytes = raw.position.shuffle_bytes();
   uint64_t images_bytes = raw.images_bytes;
   if (out->shared) {
     out->shared_slot = raw.shared_memory.slot();

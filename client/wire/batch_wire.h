@@ -29,6 +29,7 @@ struct BatchMeta {
   int64_t epoch = 0;
   int64_t index = 0;
   int64_t end_record = 0;
+  int64_t shuffle_bytes = 0;
   int32_t n = 0, height = 0, width = 0, channels = 3;
   uint64_t skipped_records = 0;
 

@@ -129,6 +129,23 @@ TEST_CASE("LengthOverTheLimitIsRefusedBeforeAllocating") {
              Catch::Contains("mem:0 (length 1099511627776 over the limit of 2147483648 bytes)"));
 }
 
+// A crafted header declaring 2^64 - 5 bytes with a valid length CRC is corrupt, and its length is
+// not reported as the record's: callers sum record lengths (the shuffle buffer's byte share), and
+// such a value would wrap the sum.
+TEST_CASE("CorruptLengthNear2To64IsNotReportedAsTheRecordLength") {
+  std::string header(8, '\0');
+  const uint64_t crafted = ~uint64_t{0} - 4;
+  for (int i = 0; i < 8; ++i) header[i] = static_cast<char>(crafted >> (8 * i));
+  const uint32_t masked = crc32c::Mask(crc32c::Value(header));
+  for (int i = 0; i < 4; ++i) header.push_back(static_cast<char>(masked >> (8 * i)));
+  auto reader = MemoryReader(header + "tail");
+  ReadAll all = ReadUntilError(reader.get());
+  CHECK(all.status.code() == StatusCode::kDataLoss);
+  CHECK_THAT(all.status.message(),
+             Catch::Contains("(length " + std::to_string(crafted) + " over the limit of"));
+  CHECK(reader->record_length() == 0);
+}
+
 // A length under the limit whose CRC holds (damage that happens to pass it, or a crafted header)
 // but with little behind it: the buffer grows with the bytes that arrive, not to the announced
 // 2 GiB, and the record is then reported truncated. Measured by the largest read the reader asks

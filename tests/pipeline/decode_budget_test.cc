@@ -22,6 +22,23 @@ TEST_CASE("ReservationOverTheWholeShareIsRefusedNamingBothNumbers") {
   CHECK(pool.limit == 1000);
 }
 
+// A decoder that asks its gate twice gets Internal (in release builds too), and the second ask
+// takes nothing: what the destructor gives back is what the first took.
+TEST_CASE("ReservationAskedTwiceIsInternalAndTakesNothingMore") {
+  PoolCounters pool;
+  DecodeBudget budget(1000, &pool);
+  {
+    DecodeReservation reservation(&budget);
+    REQUIRE(reservation.Reserve(300).ok());
+    const Status again = reservation.Reserve(200);
+    CHECK(again.code() == StatusCode::kInternal);
+    CHECK_THAT(again.message(), Catch::Contains("taken at most once") && Catch::Contains("200") &&
+                                    Catch::Contains("300"));
+    CHECK(pool.bytes == 300);
+  }
+  CHECK(pool.bytes == 0);
+}
+
 TEST_CASE("ConcurrentReservationsWaitForEachOtherWithinTheShare") {
   PoolCounters pool;
   DecodeBudget budget(1000, &pool);

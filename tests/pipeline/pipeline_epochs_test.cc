@@ -29,11 +29,36 @@ TEST_CASE("EveryRecordExactlyOncePerEpoch") {
   for (const auto& labels : c.labels_by_epoch) CHECK(Sorted(labels) == Iota(shards.records));
   // 185 records in batches of 8: 23 full and one of 1, per epoch, indexed from 0; end_record
   // counts the epoch's records up to each batch's last image.
+  // Each carries the shuffle's byte share that made its order.
+  auto resolved = ResolveOptions(o);
+  REQUIRE(resolved.ok());
+  const int64_t share = resolved->shuffle_budget_bytes;
+  CHECK(share > 0);
   CHECK(c.positions.size() == 3 * 24);
-  CHECK(c.positions[0] == BatchPosition{0, 0, 8});
-  CHECK(c.positions[23] == BatchPosition{0, 23, 185});
+  CHECK(c.positions[0] == BatchPosition{0, 0, 8, share});
+  CHECK(c.positions[23] == BatchPosition{0, 23, 185, share});
   CHECK(c.sizes[23] == 1);
-  CHECK(c.positions[24] == BatchPosition{1, 0, 8});
+  CHECK(c.positions[24] == BatchPosition{1, 0, 8, share});
+}
+
+// The share that made an epoch's order travels in the position: a start position made under
+// another share is refused naming both; one without a share (0) is taken as before.
+TEST_CASE("StartPositionOfAnotherShuffleShareIsRefusedNamingBoth") {
+  TempDir dir;
+  WriteTestShards(dir, 2, 10);
+  auto pipeline = Pipeline::Create(BaseOptions(dir));
+  REQUIRE(pipeline.ok());
+  const int64_t share = (*pipeline)->options().shuffle_budget_bytes;
+  REQUIRE(share > 0);
+  auto refused = (*pipeline)->MakeIterator(BatchPosition{0, 1, 8, share + 1});
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == StatusCode::kFailedPrecondition);
+  CHECK_THAT(refused.status().message(),
+             Catch::Contains("start_position.shuffle_bytes " + std::to_string(share + 1)) &&
+                 Catch::Contains("shuffle share " + std::to_string(share) + " bytes") &&
+                 Catch::Contains("or start the epoch over"));
+  CHECK((*pipeline)->MakeIterator(BatchPosition{0, 1, 8, share}).ok());
+  CHECK((*pipeline)->MakeIterator(BatchPosition{0, 1, 8, 0}).ok());
 }
 
 TEST_CASE("NewEpochHasNewOrder") {

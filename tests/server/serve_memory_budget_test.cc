@@ -422,9 +422,10 @@ void WritePaddedShard(const std::string& path) {
 
 // The review's case: records of 12 MB through a shuffle buffer of 16 with a job budget of 64 MiB
 // held 16 of them at once (213 MiB). Its byte share (a quarter of what the budget leaves) makes it
-// emit early instead, logged once per epoch; and the order depends only on the records' lengths,
-// so a stream resumed after 2 batches (passing over the records before its start unread, from the
-// record index) delivers exactly the batches that followed them.
+// emit early instead, logged (at most once a minute); and the order depends only on the records'
+// lengths and the share, so a stream resumed after 2 batches with the share its batches carry
+// (passing over the records before its start unread, from the record index) delivers exactly the
+// batches that followed them.
 TEST_CASE("ShuffleBufferOfLargeRecordsKeepsToItsByteShareAndResumesExactly") {
   TempDir dir;
   WritePaddedShard(dir.file("shard-0.tfrecord"));
@@ -443,10 +444,14 @@ TEST_CASE("ShuffleBufferOfLargeRecordsKeepsToItsByteShareAndResumesExactly") {
   first->reset();
   CheckPeakWithinBudget(server, rss_baseline, 1, 64 * kMiB);
 
+  // The batches carry the share that made their order; the resume carries it back, as the
+  // clients do.
+  CHECK(full.metas[1].shuffle_bytes > 0);
   v1::StreamRequest r = Request();
   r.mutable_start_position()->set_epoch(0);
   r.mutable_start_position()->set_index(2);
   r.mutable_start_position()->set_end_record(full.metas[1].end_record);
+  r.mutable_start_position()->set_shuffle_bytes(full.metas[1].shuffle_bytes);
   auto rest = client->Stream(r);
   REQUIRE(rest.ok());
   const Got tail = ReadAll(**rest);
@@ -460,6 +465,72 @@ TEST_CASE("ShuffleBufferOfLargeRecordsKeepsToItsByteShareAndResumesExactly") {
   CHECK(log.find("records at most of buffer_size 16: its byte share ") != std::string::npos);
   // Each job logs its shares at start.
   CHECK(log.find(": memory budget 67108864 bytes: records in flight ") != std::string::npos);
+}
+
+// Once the byte share binds, the order depends on it, and the share on the dataset's budget: a
+// stream resumed on a server whose budget gives another share would cut a different permutation at
+// end_record, losing and repeating records. It is refused, naming both shares; a position without
+// a share (built by hand, or by an older client) is accepted as before.
+TEST_CASE("ResumeUnderAnotherShuffleShareIsRefusedNamingBoth") {
+  TempDir dir;
+  WritePaddedShard(dir.file("shard-0.tfrecord"));
+  BatchMeta after;
+  {
+    ServerProcess server(
+        {"--config", WriteConfig(dir, 64 * kMiB, "    shuffle { buffer_size: 16 }\n")});
+    REQUIRE(server.running());
+    auto client = Connect(server.address());
+    v1::StreamRequest three = Request();
+    three.set_epochs(3);
+    {
+      auto stream = client->Stream(three);
+      REQUIRE(stream.ok());
+      const Got full = ReadAll(**stream);
+      REQUIRE(full.status.ok());
+      REQUIRE(full.metas.size() == 12);
+      after = full.metas[1];
+    }
+    // Every epoch is capped; the warning is logged once a minute at most, not once per epoch.
+    server.Stop(SIGTERM);
+    const std::string log = server.output();
+    const std::string warning = "the shuffle buffer held ";
+    const size_t first = log.find(warning);
+    CHECK(first != std::string::npos);
+    CHECK(log.find(warning, first + 1) == std::string::npos);
+  }
+  REQUIRE(after.shuffle_bytes > 0);
+  ServerProcess server(
+      {"--config", WriteConfig(dir, 96 * kMiB, "    shuffle { buffer_size: 16 }\n")});
+  REQUIRE(server.running());
+  auto client = Connect(server.address());
+  v1::StreamRequest r = Request();
+  r.mutable_start_position()->set_epoch(0);
+  r.mutable_start_position()->set_index(2);
+  r.mutable_start_position()->set_end_record(after.end_record);
+  r.mutable_start_position()->set_shuffle_bytes(after.shuffle_bytes);
+  Status refused;
+  {
+    auto stream = client->Stream(r);
+    refused = stream.ok() ? ReadAll(**stream).status : stream.status();
+  }
+  CHECK(refused.code() == StatusCode::kFailedPrecondition);
+  const std::string named = "start_position.shuffle_bytes " + std::to_string(after.shuffle_bytes) +
+                            " is not this job's shuffle share ";
+  const size_t at = refused.message().find(named);
+  REQUIRE(at != std::string::npos);
+  const int64_t other = std::stoll(refused.message().substr(at + named.size()));
+  CHECK(other > 0);
+  CHECK(other != after.shuffle_bytes);
+  CHECK(refused.message().find("resume with the same memory_budget_bytes, batch and image size, "
+                               "prefetch and cache, or start the epoch over") != std::string::npos);
+
+  // Without a share the position is taken as it is (the order may differ: nothing checks it).
+  r.mutable_start_position()->set_shuffle_bytes(0);
+  auto stream = client->Stream(r);
+  REQUIRE(stream.ok());
+  const Got tail = ReadAll(**stream);
+  CHECK(tail.status.ok());
+  CHECK(tail.labels.size() == static_cast<size_t>(32 - after.end_record));
 }
 
 }  // namespace

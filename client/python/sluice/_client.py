@@ -103,8 +103,9 @@ class Client:
         shard: (index, count): this consumer's disjoint part of the data.
         job_name: consumers naming the same job share one pipeline, each batch going to one of
             them; such a stream rejoins its job on reconnect instead of resuming at a position.
-        start_position: resume a private stream (a Position, or (epoch, index, end_record)): give
-            the last kept batch's position.after().
+        start_position: resume a private stream (a Position, or (epoch, index, end_record[,
+            shuffle_bytes])): give the last kept batch's position.after(), which carries the
+            shuffle's byte share so that a resume under another share is refused, not reordered.
         prefetch: batches read ahead (at least 1).
         shared_memory: from a server on this host (unix: or loopback target; x86-64), take the
             images from a shared-memory segment in place instead of through the socket. Each
@@ -137,10 +138,7 @@ class Client:
         if job_name:
             request.job_name = job_name
         if start_position is not None:
-            epoch, index, end_record = start_position
-            request.start_position.epoch = epoch
-            request.start_position.index = index
-            request.start_position.end_record = end_record
+            _set_position(request.start_position, start_position)
         if drop_remainder is not None:
             request.drop_remainder = drop_remainder
         if prefetch < 1:
@@ -170,6 +168,16 @@ def image_hw(image_size):
         return int(image_size), int(image_size)
     height, width = image_size
     return int(height), int(width)
+
+
+def _set_position(message, position):
+    """Fills a sluice.v1.Position from a Position or an (epoch, index, end_record[,
+    shuffle_bytes]) tuple."""
+    if len(position) not in (3, 4):
+        raise ValueError("start_position must be (epoch, index, end_record[, shuffle_bytes]), "
+                         "got %r" % (position,))
+    message.epoch, message.index, message.end_record = position[:3]
+    message.shuffle_bytes = position[3] if len(position) == 4 else 0
 
 
 def _parse_mode(mode):
@@ -391,8 +399,7 @@ class _Reader:
                 if resume is not None:
                     request = service_pb2.StreamRequest()
                     request.CopyFrom(self._request)
-                    request.start_position.epoch, request.start_position.index, \
-                        request.start_position.end_record = resume
+                    _set_position(request.start_position, resume)
                 with self._lock:
                     if self._stop.is_set():
                         return None

@@ -22,14 +22,17 @@ class Position(NamedTuple):
     """A batch's place in its stream (sluice.v1.Position).
 
     end_record: records of the epoch consumed up to this batch's last image, skipped ones included.
+    shuffle_bytes: the shuffle buffer's byte share the epoch's order was made with (0: none). A
+        resume under another share is refused; 0 in a start_position is not checked.
     """
     epoch: int
     index: int
     end_record: int
+    shuffle_bytes: int = 0
 
     def after(self):
         """The start_position that resumes a stream right after this batch."""
-        return Position(self.epoch, self.index + 1, self.end_record)
+        return Position(self.epoch, self.index + 1, self.end_record, self.shuffle_bytes)
 
 
 class Batch(NamedTuple):
@@ -128,5 +131,5 @@ def decode_batch(data, segment=None, token=None):
                                offset=images_offset).reshape(n, h, w, c)
     labels = np.array(message.labels, dtype=np.int32)
     p = message.position
-    batch = Batch(images, labels, Position(p.epoch, p.index, p.end_record))
+    batch = Batch(images, labels, Position(p.epoch, p.index, p.end_record, p.shuffle_bytes))
     return batch, message.skipped_records

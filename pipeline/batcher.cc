@@ -86,8 +86,12 @@ void Batcher::Add(const WorkItem& w) {
   }
   stats_->stage(Stage::kBatch).items.fetch_add(1, std::memory_order_relaxed);
   end_record_ = static_cast<int64_t>(w.epoch_index) + 1;
+  epoch_capped_ = epoch_capped_ || w.shuffle_capped;
   PassInputsBefore(w.run_index / batch_size_);
-  if (w.kind == WorkKind::kBadRecord || !w.status.ok()) {
+  if (w.fatal) {
+    sink_->DropItems(1);
+    Fail(w.status);
+  } else if (w.kind == WorkKind::kBadRecord || !w.status.ok()) {
     Skip(w);
   } else {
     AddRecord(w);
@@ -183,9 +187,8 @@ void Batcher::AddRecord(const WorkItem& w) {
   ++filled_;
   ++epoch_images_;
   if (static_cast<uint64_t>(filled_) == batch_size_) {
-    sink_->EmitBatch(
-        dst_, filled_,
-        BatchPosition{w.epoch, out_index_++, end_record_, options_.shuffle_budget_bytes}, skipped_);
+    sink_->EmitBatch(dst_, filled_,
+                     BatchPosition{w.epoch, out_index_++, end_record_, ShuffleBytes()}, skipped_);
     ++epoch_batches_;
     // If dst_ is still among the inputs it must not be dropped when passed: mark it gone.
     for (BatchBuffer*& b : inputs_) {
@@ -236,8 +239,7 @@ void Batcher::WarnSkips(int64_t epoch, uint64_t seen, const std::string& reasons
 void Batcher::EndEpoch(int64_t epoch) {
   if (dst_ != nullptr) {
     if (!options_.drop_remainder) {
-      sink_->EmitBatch(dst_, filled_,
-                       BatchPosition{epoch, out_index_, end_record_, options_.shuffle_budget_bytes},
+      sink_->EmitBatch(dst_, filled_, BatchPosition{epoch, out_index_, end_record_, ShuffleBytes()},
                        skipped_);
       ++epoch_batches_;
       skipped_ = 0;
@@ -271,6 +273,7 @@ void Batcher::EndEpoch(int64_t epoch) {
   filled_ = 0;
   out_index_ = 0;
   end_record_ = 0;
+  epoch_capped_ = false;
   epoch_images_ = 0;
   epoch_skipped_ = 0;
   epoch_batches_ = 0;

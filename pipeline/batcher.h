@@ -7,8 +7,8 @@
 // passed are given back at once. Serial: one call at a time.
 #pragma once
 
-#include <cstdint>
 #include <chrono>
+#include <cstdint>
 #include <deque>
 #include <optional>
 #include <string>
@@ -84,10 +84,14 @@ class Batcher {
   // The batch being filled: the input buffer of its first image, and how many it holds.
   BatchBuffer* dst_ = nullptr;
   int filled_ = 0;
-  uint64_t skipped_ = 0;        // skipped since the last batch went out, whatever its epoch
-  int64_t out_index_ = 0;       // its index within the epoch
-  int64_t end_record_ = 0;      // epoch_index + 1 of the last item seen in this epoch
-  uint64_t epoch_images_ = 0;   // placed in this epoch
+  uint64_t skipped_ = 0;    // skipped since the last batch went out, whatever its epoch
+  int64_t out_index_ = 0;   // its index within the epoch
+  int64_t end_record_ = 0;  // epoch_index + 1 of the last item seen in this epoch
+  // An item seen in this epoch left the shuffle buffer after its byte share had bound: the
+  // order up to end_record_ depends on the share, which positions then carry.
+  bool epoch_capped_ = false;
+  int64_t ShuffleBytes() const { return epoch_capped_ ? options_.shuffle_budget_bytes : 0; }
+  uint64_t epoch_images_ = 0;  // placed in this epoch
   uint64_t epoch_skipped_ = 0;
   uint64_t epoch_batches_ = 0;  // emitted in this epoch
   // The run's first epoch starts at start.end_record > 0: records before it were not seen.
@@ -104,7 +108,7 @@ class Batcher {
   // The last skip-share warning, and epochs over the share since then that were not logged.
   std::optional<std::chrono::steady_clock::time_point> last_skip_warning_;
   uint64_t unwarned_epochs_ = 0;
-  uint64_t errors_ = 0;         // over the whole stream
+  uint64_t errors_ = 0;  // over the whole stream
   Status last_error_;
   bool failed_ = false;
 };

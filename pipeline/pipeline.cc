@@ -1,5 +1,10 @@
 #include "pipeline/pipeline.h"
 
+#include <tbb/enumerable_thread_specific.h>
+#include <tbb/flow_graph.h>
+#include <tbb/global_control.h>
+#include <tbb/task_arena.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -7,11 +12,6 @@
 #include <memory>
 #include <optional>
 #include <thread>
-
-#include <tbb/enumerable_thread_specific.h>
-#include <tbb/flow_graph.h>
-#include <tbb/global_control.h>
-#include <tbb/task_arena.h>
 
 #include "pipeline/augmenter.h"
 #include "pipeline/autotuner.h"
@@ -112,8 +112,8 @@ class PipelineIterator : public Iterator, private BatcherSink {
         [this](WorkItem* w) { decode_->try_put(w); }, &stop_);
     source_thread_ = std::thread([this] { RunSource(); });
     if (options.autotune && options.threads > 1) {
-      autotuner_ = std::make_unique<DecodeAutotuner>(&stats_, &decode_gate_,
-                                                     DecodeAutotuner::Options{});
+      autotuner_ =
+          std::make_unique<DecodeAutotuner>(&stats_, &decode_gate_, DecodeAutotuner::Options{});
     }
   }
 
@@ -121,7 +121,7 @@ class PipelineIterator : public Iterator, private BatcherSink {
     autotuner_.reset();
     RequestStop();
     decode_gate_.SetLimit(decode_gate_.max());  // drain at full width
-    source_thread_.join();  // it waits for the graph to drain
+    source_thread_.join();                      // it waits for the graph to drain
     queue_.Clear();
     loans_->pool.Detach();
   }
@@ -141,8 +141,8 @@ class PipelineIterator : public Iterator, private BatcherSink {
       final_ = ResourceExhausted(
           "the consumer holds " + std::to_string(loans_->pool.lent()) +
           " batches and the pipeline needs a buffer back; release batches before asking for "
-          "more (prefetch + 2 = " + std::to_string(options_.prefetch + 2) +
-          " may be held at once)");
+          "more (prefetch + 2 = " +
+          std::to_string(options_.prefetch + 2) + " may be held at once)");
       return final_;
     }
     stats_.stage(Stage::kConsumer).starved_ns.fetch_add(NanosSince(start));
@@ -223,8 +223,8 @@ class PipelineIterator : public Iterator, private BatcherSink {
             StageTimer timer(stats_.stage(Stage::kDecode));
             transforms_->local()->Apply(w);
             stats_.stage(Stage::kDecode).items.fetch_add(1, std::memory_order_relaxed);
-            stats_.stage(Stage::kDecode).bytes.fetch_add(w->bytes.size(),
-                                                         std::memory_order_relaxed);
+            stats_.stage(Stage::kDecode)
+                .bytes.fetch_add(w->bytes.size(), std::memory_order_relaxed);
           }
           return w;
         });
@@ -260,8 +260,7 @@ class PipelineIterator : public Iterator, private BatcherSink {
   }
 
   // BatcherSink, called on the batch stage.
-  void EmitBatch(BatchBuffer* buffer, int size, BatchPosition position,
-                 uint64_t skipped) override {
+  void EmitBatch(BatchBuffer* buffer, int size, BatchPosition position, uint64_t skipped) override {
     stats_.batches.fetch_add(1, std::memory_order_relaxed);
     stats_.images.fetch_add(size, std::memory_order_relaxed);
     stats_.image_bytes.fetch_add(static_cast<uint64_t>(size) * buffer->image_bytes,
@@ -326,14 +325,17 @@ std::unique_ptr<Pipeline> Pipeline::FromResolved(ResolvedOptions options) {
 }
 
 Result<std::unique_ptr<Iterator>> Pipeline::MakeIterator(BatchPosition start) const {
-  if (start.epoch < 0 || start.index < 0 || start.end_record < 0) {
+  if (start.epoch < 0 || start.index < 0 || start.end_record < 0 || start.shuffle_bytes < 0) {
     return InvalidArgument("start position {epoch " + std::to_string(start.epoch) + ", index " +
                            std::to_string(start.index) + ", end_record " +
-                           std::to_string(start.end_record) + "} has a negative field");
+                           std::to_string(start.end_record) + ", shuffle_bytes " +
+                           std::to_string(start.shuffle_bytes) + "} has a negative field");
   }
   // Once the shuffle buffer's byte share binds, the epoch's order depends on it: resuming under
   // another share would cut a different permutation at end_record, losing and repeating records.
-  if (start.shuffle_bytes != 0 && start.shuffle_bytes != options_.shuffle_budget_bytes) {
+  // A position carries the share only then; at end_record 0 nothing is cut.
+  if (start.end_record != 0 && start.shuffle_bytes != 0 &&
+      start.shuffle_bytes != options_.shuffle_budget_bytes) {
     return FailedPrecondition(
         "start_position.shuffle_bytes " + std::to_string(start.shuffle_bytes) +
         " is not this job's shuffle share " + std::to_string(options_.shuffle_budget_bytes) +

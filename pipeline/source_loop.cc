@@ -95,12 +95,31 @@ void SourceLoop::WarnShuffleCapped(int64_t epoch) {
 }
 
 bool SourceLoop::Pass(WorkItem* x, int64_t epoch) {
+  x->fatal = false;
+  x->shuffle_capped = shuffle_.capped() > 0;
   if (epoch_index_ < skip_base_) {
-    ++epoch_index_;
-    parts_.items->Recycle(x);
-    return true;
+    // A start position without the share (shuffle_bytes 0: the run it resumes was not capped
+    // before it, or the position was made by hand) is exact only while this run is not capped
+    // either before it. (A non-zero share was checked equal to this job's at start.)
+    if (!x->shuffle_capped || start_.shuffle_bytes != 0) {
+      ++epoch_index_;
+      parts_.items->Recycle(x);
+      return true;
+    }
+    x->kind = WorkKind::kBadRecord;
+    x->fatal = true;
+    x->status = FailedPrecondition(
+        "cannot resume at end_record " + std::to_string(skip_base_) + " of epoch " +
+        std::to_string(epoch) + " exactly: this job's shuffle share of " +
+        std::to_string(options_.shuffle_budget_bytes) +
+        " bytes fills before that record, so the epoch's order up to it depends on the share, and "
+        "start_position.shuffle_bytes is 0 (the run it resumes was not capped there, or the "
+        "position was made without it); resume with the start_position of a batch as it came, "
+        "with the memory_budget_bytes, batch and image size, prefetch and cache of that run, or "
+        "start the epoch over");
+    skip_base_ = epoch_index_;  // what follows is emitted (and dropped: the stream has failed)
   }
-  if (x->lazy_length > 0) parts_.source->Materialize(x);
+  if (!x->fatal && x->lazy_length > 0) parts_.source->Materialize(x);
   return Emit(x, epoch);
 }
 

@@ -524,13 +524,27 @@ TEST_CASE("ResumeUnderAnotherShuffleShareIsRefusedNamingBoth") {
   CHECK(refused.message().find("resume with the same memory_budget_bytes, batch and image size, "
                                "prefetch and cache, or start the epoch over") != std::string::npos);
 
-  // Without a share the position is taken as it is (the order may differ: nothing checks it).
+  // Without the share (a position made by hand) the resume is refused too once this job's share
+  // binds before end_record: its order up to there would be a guess.
   r.mutable_start_position()->set_shuffle_bytes(0);
+  Status guessed;
+  {
+    auto stream = client->Stream(r);
+    guessed = stream.ok() ? ReadAll(**stream).status : stream.status();
+  }
+  CHECK(guessed.code() == StatusCode::kFailedPrecondition);
+  CHECK(guessed.message().find("cannot resume at end_record " + std::to_string(after.end_record)) !=
+        std::string::npos);
+
+  // At end_record 0 nothing is cut: the epoch starts over under any share.
+  r.mutable_start_position()->set_index(0);
+  r.mutable_start_position()->set_end_record(0);
+  r.mutable_start_position()->set_shuffle_bytes(after.shuffle_bytes);
   auto stream = client->Stream(r);
   REQUIRE(stream.ok());
-  const Got tail = ReadAll(**stream);
-  CHECK(tail.status.ok());
-  CHECK(tail.labels.size() == static_cast<size_t>(32 - after.end_record));
+  const Got whole = ReadAll(**stream);
+  CHECK(whole.status.ok());
+  CHECK(whole.labels.size() == 32);
 }
 
 }  // namespace

@@ -177,7 +177,8 @@ def _set_position(message, position):
         raise ValueError("start_position must be (epoch, index, end_record[, shuffle_bytes]), "
                          "got %r" % (position,))
     message.epoch, message.index, message.end_record = position[:3]
-    message.shuffle_bytes = position[3] if len(position) == 4 else 0
+    message.shuffle_bytes = (position[3] if len(position) == 4
+                             else getattr(position, "shuffle_bytes", 0))
 
 
 def _parse_mode(mode):

@@ -18,17 +18,33 @@ _IMAGES_FIELD = 15
 _WIRETYPE_VARINT, _WIRETYPE_I64, _WIRETYPE_LEN, _WIRETYPE_I32 = 0, 1, 2, 5
 
 
-class Position(NamedTuple):
-    """A batch's place in its stream (sluice.v1.Position).
-
-    end_record: records of the epoch consumed up to this batch's last image, skipped ones included.
-    shuffle_bytes: the shuffle buffer's byte share the epoch's order was made with (0: none). A
-        resume under another share is refused; 0 in a start_position is not checked.
-    """
+class _PositionFields(NamedTuple):
     epoch: int
     index: int
     end_record: int
-    shuffle_bytes: int = 0
+
+
+class Position(_PositionFields):
+    """A batch's place in its stream (sluice.v1.Position): an (epoch, index, end_record) tuple.
+
+    end_record: records of the epoch consumed up to this batch's last image, skipped ones included.
+    shuffle_bytes (an attribute, not a tuple field, so that code unpacking or comparing three
+        fields keeps working): the shuffle buffer's byte share the epoch's order depended on up to
+        this batch, 0 when it did not. Pass the Position itself (or its after()) as a
+        start_position and it travels along; a resume under another share is refused.
+    """
+
+    def __new__(cls, epoch, index, end_record, shuffle_bytes=0):
+        self = super().__new__(cls, epoch, index, end_record)
+        self.shuffle_bytes = int(shuffle_bytes)
+        return self
+
+    def __getnewargs__(self):
+        return (self.epoch, self.index, self.end_record, self.shuffle_bytes)
+
+    def __repr__(self):
+        return "Position(epoch=%d, index=%d, end_record=%d, shuffle_bytes=%d)" % (
+            self.epoch, self.index, self.end_record, self.shuffle_bytes)
 
     def after(self):
         """The start_position that resumes a stream right after this batch."""

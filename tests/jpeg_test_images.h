@@ -100,6 +100,43 @@ inline std::string WithFrameSize(std::string jpeg, int width, int height) {
   return jpeg;
 }
 
+// A width x height RGB JPEG written a row at a time, so that a huge image (a decompression bomb)
+// needs one row of memory to make: row(y, samples) fills width * 3 samples. 4:2:0 (libjpeg's
+// default) unless `subsampled` is false (4:4:4); progressive when asked.
+template <typename RowFn>
+std::string EncodeRowsWithLibjpeg(int width, int height, bool progressive, bool subsampled,
+                                  int quality, RowFn row) {
+  jpeg_compress_struct c;
+  jpeg_error_mgr err;
+  c.err = jpeg_std_error(&err);
+  jpeg_create_compress(&c);
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;  // NOLINT(google-runtime-int)
+  jpeg_mem_dest(&c, &buf, &size);
+  c.image_width = static_cast<JDIMENSION>(width);
+  c.image_height = static_cast<JDIMENSION>(height);
+  c.input_components = 3;
+  c.in_color_space = JCS_RGB;
+  jpeg_set_defaults(&c);
+  jpeg_set_quality(&c, quality, TRUE);
+  if (!subsampled) {
+    for (int i = 0; i < 3; ++i) c.comp_info[i].h_samp_factor = c.comp_info[i].v_samp_factor = 1;
+  }
+  if (progressive) jpeg_simple_progression(&c);
+  jpeg_start_compress(&c, TRUE);
+  std::vector<uint8_t> samples(static_cast<size_t>(width) * 3);
+  while (c.next_scanline < c.image_height) {
+    row(static_cast<int>(c.next_scanline), samples.data());
+    JSAMPROW p = samples.data();
+    jpeg_write_scanlines(&c, &p, 1);
+  }
+  jpeg_finish_compress(&c);
+  jpeg_destroy_compress(&c);
+  std::string jpeg(reinterpret_cast<char*>(buf), size);
+  std::free(buf);
+  return jpeg;
+}
+
 // A smooth colourful gradient, easy on JPEG so round trips stay close.
 inline std::string MakeGradientJpeg(int width, int height, int quality = 95) {
   return MakeTestJpeg(TestJpegKind::kYCbCr, width, height,

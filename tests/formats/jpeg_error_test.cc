@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/jpeg_test_images.h"
+
 namespace sluice {
 namespace {
 
@@ -20,38 +22,14 @@ using jpeg_internal::LimitDecompressMemory;
 using jpeg_internal::OverMemoryLimit;
 using jpeg_internal::ReadHeaderFrame;
 
-// width x height, 4:2:0 (libjpeg's default) or 4:4:4.
+// width x height, 4:2:0 (libjpeg's default) or 4:4:4, at libjpeg's default quality.
 std::string Jpeg(int width, int height, bool progressive, bool subsampled) {
-  std::vector<uint8_t> pixels(static_cast<size_t>(width) * 3);
-  jpeg_compress_struct c;
-  jpeg_error_mgr err;
-  c.err = jpeg_std_error(&err);
-  jpeg_create_compress(&c);
-  unsigned char* buf = nullptr;
-  unsigned long size = 0;  // NOLINT(google-runtime-int)
-  jpeg_mem_dest(&c, &buf, &size);
-  c.image_width = static_cast<JDIMENSION>(width);
-  c.image_height = static_cast<JDIMENSION>(height);
-  c.input_components = 3;
-  c.in_color_space = JCS_RGB;
-  jpeg_set_defaults(&c);
-  if (!subsampled) {
-    for (int i = 0; i < 3; ++i) c.comp_info[i].h_samp_factor = c.comp_info[i].v_samp_factor = 1;
-  }
-  if (progressive) jpeg_simple_progression(&c);
-  jpeg_start_compress(&c, TRUE);
-  while (c.next_scanline < c.image_height) {
-    for (size_t i = 0; i < pixels.size(); ++i) {
-      pixels[i] = static_cast<uint8_t>((i / 3 + c.next_scanline) % 251);
-    }
-    JSAMPROW row = pixels.data();
-    jpeg_write_scanlines(&c, &row, 1);
-  }
-  jpeg_finish_compress(&c);
-  jpeg_destroy_compress(&c);
-  std::string jpeg(reinterpret_cast<char*>(buf), size);
-  std::free(buf);
-  return jpeg;
+  return testing::EncodeRowsWithLibjpeg(
+      width, height, progressive, subsampled, 75, [width](int y, uint8_t* samples) {
+        for (size_t i = 0; i < static_cast<size_t>(width) * 3; ++i) {
+          samples[i] = static_cast<uint8_t>((i / 3 + static_cast<size_t>(y)) % 251);
+        }
+      });
 }
 
 // A libjpeg decompressor with our error manager.

@@ -10,15 +10,11 @@
 // margin for the allocator's slack (kMarginPercent of the budgets, kMinMarginBytes at least).
 // Before the fix an oversized record or a bomb took the server to 0.7-2 GB here, and 16 records of
 // 12 MB in a shuffle buffer of 16 to 213 MiB with one stream (bound ~100 MiB).
-// clang-format off
-// jpeglib.h uses FILE and size_t without declaring them: <cstdio> must come first.
-#include <cstdio>
-#include <jpeglib.h>
-// clang-format on
 
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -31,6 +27,7 @@
 #include "formats/record_index.h"
 #include "formats/tfrecord_reader.h"
 #include "formats/tfrecord_writer.h"
+#include "tests/jpeg_test_images.h"
 #include "tests/server/serve_fixture.h"
 
 namespace sluice {
@@ -154,39 +151,15 @@ void WriteOversizedRecordShard(const std::string& path, uint64_t bytes, int firs
 // Progressive 4:4:4 makes libjpeg hold the coefficients of the whole image to decode it (6 bytes
 // per pixel); baseline 4:2:0 needs only a few rows.
 std::string BombJpeg(int width, int height, bool progressive) {
-  jpeg_compress_struct c;
-  jpeg_error_mgr err;
-  c.err = jpeg_std_error(&err);
-  jpeg_create_compress(&c);
-  unsigned char* buf = nullptr;
-  unsigned long size = 0;  // NOLINT(google-runtime-int)
-  jpeg_mem_dest(&c, &buf, &size);
-  c.image_width = static_cast<JDIMENSION>(width);
-  c.image_height = static_cast<JDIMENSION>(height);
-  c.input_components = 3;
-  c.in_color_space = JCS_RGB;
-  jpeg_set_defaults(&c);
-  jpeg_set_quality(&c, 50, TRUE);
-  if (progressive) {
-    for (int i = 0; i < 3; ++i) c.comp_info[i].h_samp_factor = c.comp_info[i].v_samp_factor = 1;
-    jpeg_simple_progression(&c);
-  }
-  jpeg_start_compress(&c, TRUE);
-  std::vector<uint8_t> row(static_cast<size_t>(width) * 3);
-  while (c.next_scanline < c.image_height) {
-    for (int x = 0; x < width; ++x) {
-      row[3 * x] = static_cast<uint8_t>(x / 64);
-      row[3 * x + 1] = static_cast<uint8_t>(c.next_scanline / 64);
-      row[3 * x + 2] = 128;
-    }
-    JSAMPROW p = row.data();
-    jpeg_write_scanlines(&c, &p, 1);
-  }
-  jpeg_finish_compress(&c);
-  jpeg_destroy_compress(&c);
-  std::string out(reinterpret_cast<char*>(buf), size);
-  std::free(buf);
-  return out;
+  return testing::EncodeRowsWithLibjpeg(
+      width, height, progressive, /*subsampled=*/!progressive, 50,
+      [width](int y, uint8_t* samples) {
+        for (int x = 0; x < width; ++x) {
+          samples[3 * x] = static_cast<uint8_t>(x / 64);
+          samples[3 * x + 1] = static_cast<uint8_t>(y / 64);
+          samples[3 * x + 2] = 128;
+        }
+      });
 }
 
 // Small images for the warm-up streams, written once per test binary.

@@ -44,6 +44,27 @@ std::string Metadata(const grpc::ClientContext& context, const char* key) {
   return it == metadata.end() ? "" : std::string(it->second.data(), it->second.size());
 }
 
+// A stream asked for through the generated stub, as a hostile process or a test does by hand:
+// shared memory with 4 slots, its initial metadata (the segment's name, the attach key) in hand.
+struct RawSharedStream {
+  explicit RawSharedStream(const std::string& address)
+      : channel(grpc::CreateChannel(address, grpc::InsecureChannelCredentials())),
+        stub(v1::DataService::NewStub(channel)) {
+    v1::StreamRequest request = Request();
+    request.set_shared_memory(true);
+    request.set_shared_memory_slots(4);
+    reader = stub->StreamBatches(&context, request);
+    reader->WaitForInitialMetadata();
+  }
+  std::string segment() const { return Metadata(context, shm_layout::kSegmentKey); }
+  std::string attach_key() const { return Metadata(context, shm_layout::kAttachKeyKey); }
+
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::DataService::Stub> stub;
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReader<v1::Batch>> reader;
+};
+
 // The server's shared-memory gauges once `streams` streams use shared memory (the server's own
 // count; its OnDone lowers it when a stream ends).
 v1::Stats StatsOnceStreamsAre(Client& client, int streams) {
@@ -72,15 +93,8 @@ TEST_CASE("HostileSharedMemoryClientCannotResizeTheSegmentAndEndsOnlyItsOwnStrea
 
   // The hostile client: asks for shared memory, opens the segment it is named as the protocol
   // allows, and then does everything the protocol does not.
-  auto channel = grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
-  auto stub = v1::DataService::NewStub(channel);
-  grpc::ClientContext context;
-  v1::StreamRequest request = Request();
-  request.set_shared_memory(true);
-  request.set_shared_memory_slots(4);
-  auto reader = stub->StreamBatches(&context, request);
-  reader->WaitForInitialMetadata();
-  const std::string name = Metadata(context, shm_layout::kSegmentKey);
+  RawSharedStream raw(server.address());
+  const std::string name = raw.segment();
   REQUIRE(!name.empty());
   const std::string path = PathOf(name);
   const UniqueFd fd(open(path.c_str(), O_RDWR));
@@ -107,21 +121,21 @@ TEST_CASE("HostileSharedMemoryClientCannotResizeTheSegmentAndEndsOnlyItsOwnStrea
       static_cast<uint8_t*>(mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0));
   REQUIRE(base != MAP_FAILED);
   // Attached as the protocol says: the key the server sent, into the attach field.
-  const std::string key = Metadata(context, shm_layout::kAttachKeyKey);
+  const std::string key = raw.attach_key();
   REQUIRE(key.size() == 2 * shm_layout::kAttachKeyBytes);
   for (size_t i = 0; i < shm_layout::kAttachKeyBytes; ++i) {
     base[shm_layout::kHeaderFields[6].offset + i] =
         static_cast<uint8_t>(std::stoi(key.substr(2 * i, 2), nullptr, 16));
   }
   v1::Batch batch;
-  CHECK(reader->Read(&batch));
+  CHECK(raw.reader->Read(&batch));
   CHECK(batch.has_shared_memory());
   // Every byte of the header scribbled over: each state word now a value the server never
   // writes. The hostile stream ends, with an error that says why.
   std::memset(base, 0xa5, shm_layout::kHeaderBytes);
   int batches = 1;
-  while (reader->Read(&batch)) ++batches;
-  const grpc::Status hostile = reader->Finish();
+  while (raw.reader->Read(&batch)) ++batches;
+  const grpc::Status hostile = raw.reader->Finish();
   INFO("hostile stream: " << hostile.error_message() << " after " << batches << " batches");
   CHECK(hostile.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
   CHECK_THAT(hostile.error_message(), Catch::Contains("slot"));
@@ -145,16 +159,9 @@ TEST_CASE("AnotherProcessSettingAttachCannotTakeAStreamFromTheClientItWasNamedTo
   Fixture f;
   ServerProcess server(f.Args());
   REQUIRE(server.running());
-  auto channel = grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
-  auto stub = v1::DataService::NewStub(channel);
-  grpc::ClientContext context;
-  v1::StreamRequest request = Request();
-  request.set_shared_memory(true);
-  request.set_shared_memory_slots(4);
-  auto reader = stub->StreamBatches(&context, request);
-  reader->WaitForInitialMetadata();
-  const std::string name = Metadata(context, shm_layout::kSegmentKey);
-  const std::string key = Metadata(context, shm_layout::kAttachKeyKey);
+  RawSharedStream raw(server.address());
+  const std::string name = raw.segment();
+  const std::string key = raw.attach_key();
   REQUIRE(!name.empty());
   {
     // Another process of the server's user finds the pending segment and marks it attached the
@@ -173,12 +180,12 @@ TEST_CASE("AnotherProcessSettingAttachCannotTakeAStreamFromTheClientItWasNamedTo
   auto client = SharedSegment::Open(name, key, {4, shm_layout::kMaxSlotBytes});
   REQUIRE(client.ok());
   v1::Batch batch;
-  REQUIRE(reader->Read(&batch));
+  REQUIRE(raw.reader->Read(&batch));
   CHECK(batch.has_shared_memory());
-  context.TryCancel();
-  while (reader->Read(&batch)) {
+  raw.context.TryCancel();
+  while (raw.reader->Read(&batch)) {
   }
-  reader->Finish();
+  raw.reader->Finish();
 }
 
 TEST_CASE("ACancelledStreamsSegmentStaysAccountedUntilTheClientFreesItsSlots") {
@@ -186,24 +193,16 @@ TEST_CASE("ACancelledStreamsSegmentStaysAccountedUntilTheClientFreesItsSlots") {
   ServerProcess server(f.Args());
   REQUIRE(server.running());
   auto stats_client = Connect(server.address());
-  auto channel = grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
-  auto stub = v1::DataService::NewStub(channel);
-  auto context = std::make_unique<grpc::ClientContext>();
-  v1::StreamRequest request = Request();
-  request.set_shared_memory(true);
-  request.set_shared_memory_slots(4);
-  auto reader = stub->StreamBatches(context.get(), request);
-  reader->WaitForInitialMetadata();
-  auto opened = SharedSegment::Open(Metadata(*context, shm_layout::kSegmentKey),
-                                    Metadata(*context, shm_layout::kAttachKeyKey),
-                                    {4, shm_layout::kMaxSlotBytes});
+  RawSharedStream raw(server.address());
+  auto opened =
+      SharedSegment::Open(raw.segment(), raw.attach_key(), {4, shm_layout::kMaxSlotBytes});
   REQUIRE(opened.ok());
   std::shared_ptr<SharedSegment> client = std::move(*opened);
   // Every slot filled and held: four batches read, none freed.
   std::vector<uint32_t> held;
   v1::Batch batch;
   for (int i = 0; i < 4; ++i) {
-    REQUIRE(reader->Read(&batch));
+    REQUIRE(raw.reader->Read(&batch));
     REQUIRE(batch.has_shared_memory());
     REQUIRE(client->Full(batch.shared_memory().slot(), batch.shared_memory().length()).ok());
     held.push_back(batch.shared_memory().slot());
@@ -211,10 +210,10 @@ TEST_CASE("ACancelledStreamsSegmentStaysAccountedUntilTheClientFreesItsSlots") {
   const int64_t bytes = StatsOnceStreamsAre(*stats_client, 1).shared_memory_bytes();
   CHECK(bytes == static_cast<int64_t>(client->total_bytes()));
   // Cancelled, the mapping kept: the stream is over, its segment's pages are not.
-  context->TryCancel();
-  while (reader->Read(&batch)) {
+  raw.context.TryCancel();
+  while (raw.reader->Read(&batch)) {
   }
-  reader->Finish();
+  raw.reader->Finish();
   CHECK(StatsOnceStreamsAre(*stats_client, 0).shared_memory_bytes() == bytes);
   // Every slot freed: the pages are punched out and the reservation goes.
   for (uint32_t slot : held) client->Free(static_cast<int>(slot));
@@ -232,26 +231,18 @@ TEST_CASE("ASegmentTheClientUnmapsAfterCancelIsReleased") {
   ServerProcess server(f.Args());
   REQUIRE(server.running());
   auto stats_client = Connect(server.address());
-  auto channel = grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
-  auto stub = v1::DataService::NewStub(channel);
-  grpc::ClientContext context;
-  v1::StreamRequest request = Request();
-  request.set_shared_memory(true);
-  request.set_shared_memory_slots(4);
-  auto reader = stub->StreamBatches(&context, request);
-  reader->WaitForInitialMetadata();
-  auto opened = SharedSegment::Open(Metadata(context, shm_layout::kSegmentKey),
-                                    Metadata(context, shm_layout::kAttachKeyKey),
-                                    {4, shm_layout::kMaxSlotBytes});
+  RawSharedStream raw(server.address());
+  auto opened =
+      SharedSegment::Open(raw.segment(), raw.attach_key(), {4, shm_layout::kMaxSlotBytes});
   REQUIRE(opened.ok());
   v1::Batch batch;
-  REQUIRE(reader->Read(&batch));
+  REQUIRE(raw.reader->Read(&batch));
   REQUIRE(batch.has_shared_memory());
   CHECK(StatsOnceStreamsAre(*stats_client, 1).shared_memory_bytes() > 0);
-  context.TryCancel();
-  while (reader->Read(&batch)) {
+  raw.context.TryCancel();
+  while (raw.reader->Read(&batch)) {
   }
-  reader->Finish();
+  raw.reader->Finish();
   CHECK(StatsOnceStreamsAre(*stats_client, 0).shared_memory_bytes() > 0);
   opened = Status::OK();  // unmapped: the attach key cleared, whatever slots were left full
   for (;;) {

@@ -141,10 +141,13 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
   }
 
   void OnDone() override {
+    // After Cancel the watcher's ready() is not running and will not run: reserved_ and shared_
+    // are settled, and nothing asks the job for this stream again.
+    if (offered_) watcher_->Cancel(this);
+    // After Detach no OnEvent runs or will run (a pipeline thread delivering a batch to this
+    // stream finishes first): only then may the segment go, or WriteShared would find it gone.
+    job_->Detach(this);
     if (offered_) {
-      // After Cancel the watcher's ready() is not running and will not run: reserved_ and
-      // shared_ are settled.
-      watcher_->Cancel(this);
       if (shared_) {
         registry_->CountSharedMemoryStream(-1);
         Linger(std::move(segment_), reserved_, registry_, watcher_);
@@ -154,7 +157,6 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
         registry_->ReleaseSharedMemory(reserved_);
       }
     }
-    job_->Detach(this);
     registry_->Close(std::move(job_));
     delete this;
   }

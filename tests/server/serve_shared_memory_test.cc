@@ -70,6 +70,7 @@ struct RawSharedStream {
 v1::Stats StatsOnceStreamsAre(Client& client, int streams) {
   for (;;) {
     Result<v1::Stats> stats = client.GetStats();
+    INFO(stats.status().ToString());
     REQUIRE(stats.ok());
     if (stats->shared_memory_streams() == streams) return *stats;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

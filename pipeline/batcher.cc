@@ -15,7 +15,6 @@ constexpr size_t kMaxReasonChars = 160;
 
 // At most one skip warning per this long, naming the epochs over the share since the last one:
 // with epochs: 0 a bad dataset would otherwise log every epoch forever.
-constexpr auto kSkipWarnInterval = std::chrono::minutes(1);
 
 // What went wrong with a record, as shown: the message without the "file:offset: " context in
 // front and without the per-record details after the first "; ".
@@ -218,22 +217,12 @@ std::string Batcher::NoRecordsCause() const {
 }
 
 void Batcher::WarnSkips(int64_t epoch, uint64_t seen, const std::string& reasons) {
-  const auto now = std::chrono::steady_clock::now();
-  if (last_skip_warning_ && now - *last_skip_warning_ < kSkipWarnInterval) {
-    ++unwarned_epochs_;
-    return;
-  }
-  std::string since;
-  if (unwarned_epochs_ > 0) {
-    since = " (and " + std::to_string(unwarned_epochs_) +
-            " more epochs over it since the last warning, not logged: at most one a minute)";
-  }
+  const std::optional<std::string> since = skip_warnings_.Admit();
+  if (!since) return;
   stats_->Warn(options_.name + ": epoch " + std::to_string(epoch) + " skipped " +
                std::to_string(epoch_skipped_) + " of " + std::to_string(seen) + " records (" +
                std::to_string(epoch_skipped_ * 100 / seen) + "%, over skip_warn_percent " +
-               std::to_string(options_.skip_warn_percent) + "%): " + reasons + since);
-  last_skip_warning_ = now;
-  unwarned_epochs_ = 0;
+               std::to_string(options_.skip_warn_percent) + "%): " + reasons + *since);
 }
 
 void Batcher::EndEpoch(int64_t epoch) {

@@ -17,6 +17,7 @@
 
 #include "formats/status.h"
 #include "pipeline/batch.h"
+#include "pipeline/epoch_warning_limiter.h"
 #include "pipeline/options.h"
 #include "pipeline/stats.h"
 #include "pipeline/work_item.h"
@@ -67,7 +68,7 @@ class Batcher {
   void CountReason(const WorkItem& w);
   // "44× reason; 3× other" for the epoch's most common reasons.
   std::string TopReasons() const;
-  // Logs an epoch whose skips passed skip_warn_percent, at most once per kSkipWarnInterval.
+  // Logs an epoch whose skips passed skip_warn_percent, at most once a minute (EpochWarningLimiter).
   void WarnSkips(int64_t epoch, uint64_t seen, const std::string& reasons);
   // Why an epoch saw no record at all: the files, or the shard's share of them, are empty.
   std::string NoRecordsCause() const;
@@ -106,8 +107,7 @@ class Batcher {
   std::vector<Reason> epoch_reasons_;
   uint64_t epoch_other_reasons_ = 0;  // skips whose reason did not fit in epoch_reasons_
   // The last skip-share warning, and epochs over the share since then that were not logged.
-  std::optional<std::chrono::steady_clock::time_point> last_skip_warning_;
-  uint64_t unwarned_epochs_ = 0;
+  EpochWarningLimiter skip_warnings_{"epochs over it"};
   uint64_t errors_ = 0;  // over the whole stream
   Status last_error_;
   bool failed_ = false;

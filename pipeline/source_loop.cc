@@ -75,23 +75,13 @@ bool SourceLoop::RunEpoch(int64_t epoch) {
 }
 
 void SourceLoop::WarnShuffleCapped(int64_t epoch) {
-  const auto now = std::chrono::steady_clock::now();
-  if (last_cap_warning_ && now - *last_cap_warning_ < kCapWarnInterval) {
-    ++unwarned_cap_epochs_;
-    return;
-  }
-  std::string since;
-  if (unwarned_cap_epochs_ > 0) {
-    since = " (and " + std::to_string(unwarned_cap_epochs_) +
-            " more capped epochs since the last warning, not logged: at most one a minute)";
-  }
+  const std::optional<std::string> since = cap_warnings_.Admit();
+  if (!since) return;
   parts_.stats->Warn(options_.name + ": epoch " + std::to_string(epoch) +
                      ": the shuffle buffer held " + std::to_string(shuffle_.most_held()) +
                      " records at most of buffer_size " + std::to_string(options_.shuffle_buffer) +
                      ": its byte share " + std::to_string(options_.shuffle_budget_bytes) +
-                     " is full; raise memory_budget_bytes for a fuller shuffle" + since);
-  last_cap_warning_ = now;
-  unwarned_cap_epochs_ = 0;
+                     " is full; raise memory_budget_bytes for a fuller shuffle" + *since);
 }
 
 bool SourceLoop::Pass(WorkItem* x, int64_t epoch) {

@@ -13,6 +13,7 @@
 
 #include "pipeline/batch.h"
 #include "pipeline/batch_pool.h"
+#include "pipeline/epoch_warning_limiter.h"
 #include "pipeline/in_flight_window.h"
 #include "pipeline/notification.h"
 #include "pipeline/options.h"
@@ -56,9 +57,8 @@ class SourceLoop {
   // Hands w to the graph once the in-flight window has room. False when stopping.
   bool Emit(WorkItem* w, int64_t epoch);
   bool stopping() const { return stop_->load(); }
-  // Logs an epoch the shuffle's byte share capped, at most once per kCapWarnInterval.
+  // Logs an epoch the shuffle's byte share capped, at most once a minute (EpochWarningLimiter).
   void WarnShuffleCapped(int64_t epoch);
-  static constexpr auto kCapWarnInterval = std::chrono::minutes(1);
 
   const ResolvedOptions& options_;
   const BatchPosition start_;
@@ -72,8 +72,7 @@ class SourceLoop {
   uint64_t skip_base_ = 0;  // records passed over in this epoch
   BatchBuffer* current_buffer_ = nullptr;
   // The last shuffle-cap warning, and capped epochs since then that were not logged.
-  std::optional<std::chrono::steady_clock::time_point> last_cap_warning_;
-  uint64_t unwarned_cap_epochs_ = 0;
+  EpochWarningLimiter cap_warnings_{"capped epochs"};
 };
 
 }  // namespace sluice

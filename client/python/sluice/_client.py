@@ -338,6 +338,17 @@ class _Reader:
                 self._call.cancel()
         if join and threading.current_thread() is not self._thread:
             self._thread.join()
+            self._drain()
+
+    def _drain(self):
+        """Drops the batches queued and never handed out: a stopped stream's shared-memory slots
+        (and with the last of them the segment) go back to the server now, not when the stream
+        object is collected."""
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                return
 
     def _put(self, item):
         """Queues item, waiting for room; False when stopped first."""
@@ -382,6 +393,8 @@ class _Reader:
                                 self._client.target)
         if final is not None:
             self._put(final)
+        if self._stop.is_set():
+            self._drain()
 
     def _serve(self):
         """Runs the stream to its end. Returns _END, a SluiceError, or None when stopped."""

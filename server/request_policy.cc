@@ -237,6 +237,11 @@ v1::DatasetInfo DescribeDataset(const v1::DatasetConfig& dataset) {
   for (const Fixable& f : kFixable) {
     if ((limits.*f.fixed)()) info.add_fixed_fields(std::string(f.field));
   }
+  // The server's own part (--shard I/N folded into the pipeline's shard by ApplyShard).
+  if (o.shard().count() > 1) {
+    info.set_shard_index(o.shard().index());
+    info.set_shard_count(o.shard().count());
+  }
   return info;
 }
 

@@ -146,6 +146,13 @@ TEST_CASE("FanInFromTwoServersDeliversEachServersShardOnce") {
     servers.push_back(std::make_unique<ServerProcess>(
         std::vector<std::string>{"--config", f.config, "--shard", std::to_string(i) + "/2"}));
     REQUIRE(servers.back()->running());
+    // Each says which part it serves, so a client can tell a fleet it reaches only part of.
+    auto one = Connect(servers.back()->address());
+    auto infos = one->ListDatasets();
+    REQUIRE(infos.ok());
+    REQUIRE(infos->size() == 1);
+    CHECK(infos->front().shard_index() == i);
+    CHECK(infos->front().shard_count() == 2);
   }
   ClientOptions o;
   // One plain target and one through the dns: resolver (a literal resolves to itself).

@@ -93,8 +93,15 @@ struct ReceivedBatch {
   BatchMeta meta;
   std::span<const uint8_t> images;  // meta.n × H × W × 3, NHWC
   std::span<const int32_t> labels;  // meta.n
-  int server = 0;                   // index of the server (resolved target) it came from
-  BatchLease lease;                 // empty from Next()
+  // Per sample, each meta.n long or empty when the batch does not carry it (service.proto):
+  // valid, 1 = real sample, 0 = padding to be ignored (empty: every sample is real); where each
+  // sample came from, when the request asked for record_ids: its file (index in the dataset's
+  // sorted file list) and its record index in that file.
+  std::span<const uint8_t> valid;
+  std::span<const int32_t> record_files;
+  std::span<const int64_t> record_indexes;
+  int server = 0;    // index of the server (resolved target) it came from
+  BatchLease lease;  // empty from Next()
 };
 
 class BatchStream {

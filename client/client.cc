@@ -131,8 +131,8 @@ class GrpcClient : public Client {
       Result<std::vector<v1::DatasetInfo>> infos = List(i, &context);
       if (!infos.ok()) {
         if (infos.status().code() == StatusCode::kDeadlineExceeded) {
-          return Unavailable(targets_[i] + ": no answer within reconnect_deadline (gave up " +
-                             "reconnecting): " + infos.status().message());
+          return Unavailable(targets_[i] +
+                             ": no answer within reconnect_deadline (gave up reconnecting)");
         }
         return infos.status();
       }

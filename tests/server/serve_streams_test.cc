@@ -273,6 +273,28 @@ TEST_CASE("TwoTargetsServingTheSameShardFail") {
                                   ")") != std::string::npos);
 }
 
+TEST_CASE("StreamFromAStoppedServerIsUnavailableNamingItAfterTheReconnectDeadline") {
+  // The fleet check asks each target before streaming; a server that is down is waited for as
+  // a stream would wait for it, then named.
+  Fixture f;
+  std::string address;
+  {
+    ServerProcess server(f.Args());
+    REQUIRE(server.running());
+    address = server.address();
+  }
+  ClientOptions o;
+  o.targets = {address};
+  o.reconnect_deadline = std::chrono::milliseconds(500);
+  auto client = Client::Create(o);
+  REQUIRE(client.ok());
+  auto s = (*client)->Stream(Request());
+  REQUIRE(!s.ok());
+  INFO(s.status().ToString());
+  CHECK(s.status().code() == StatusCode::kUnavailable);
+  CHECK(s.status().message().find(address) != std::string::npos);
+}
+
 TEST_CASE("EightConcurrentStreamsAllComplete") {
   Fixture f;
   ServerProcess server(f.Args());

@@ -145,8 +145,9 @@ Status ReadImages(google::protobuf::io::CodedInputStream* in, WireFormatLite::Wi
   return Status::OK();
 }
 
-// Reads every field of the message; labels, images and skipped_records go straight to out and
-// meta. Malformed for a field of the wrong wire type, a cut-short value or a bad tag.
+// Reads every field of the message; labels, the per-sample fields, images and skipped_records go
+// straight to out and meta. Malformed for a field of the wrong wire type, a cut-short value or a
+// bad tag.
 Status ReadFields(google::protobuf::io::CodedInputStream& in, size_t message_bytes, RawBatch* raw,
                   BatchMeta* meta, BatchArrays* out) {
   for (;;) {
@@ -168,6 +169,12 @@ Status ReadFields(google::protobuf::io::CodedInputStream& in, size_t message_byt
       case 3:
         if (!ReadVarints(&in, wire_type, &out->labels)) return Malformed("labels");
         break;
+      case 4:
+        if (wire_type != WireFormatLite::WIRETYPE_VARINT ||
+            !in.ReadVarint64(&meta->skipped_records)) {
+          return Malformed("skipped_records");
+        }
+        break;
       case 5:
         if (!ReadVarints(&in, wire_type, &out->valid)) return Malformed("valid");
         break;
@@ -177,12 +184,6 @@ Status ReadFields(google::protobuf::io::CodedInputStream& in, size_t message_byt
       case 7:
         if (!ReadVarints(&in, wire_type, &out->record_indexes)) {
           return Malformed("record_indexes");
-        }
-        break;
-      case 4:
-        if (wire_type != WireFormatLite::WIRETYPE_VARINT ||
-            !in.ReadVarint64(&meta->skipped_records)) {
-          return Malformed("skipped_records");
         }
         break;
       case kImagesField:

@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <utility>
 
 #include <grpcpp/grpcpp.h>
 
 #include "client/channel.h"
 #include "client/fan_in_stream.h"
+#include "client/fleet_check.h"
 #include "sluice/v1/service.grpc.pb.h"
 
 namespace sluice {
@@ -65,16 +67,15 @@ class GrpcClient : public Client {
  public:
   GrpcClient(ClientOptions options, std::vector<std::string> targets)
       : options_(std::move(options)), targets_(std::move(targets)) {
-    stub_ = v1::DataService::NewStub(MakeChannel(targets_[0], options_));
+    for (const std::string& t : targets_) {
+      stubs_.push_back(v1::DataService::NewStub(MakeChannel(t, options_)));
+    }
   }
 
   Result<std::vector<v1::DatasetInfo>> ListDatasets() override {
     grpc::ClientContext context;
     Prepare(&context);
-    v1::ListDatasetsResponse response;
-    grpc::Status s = stub_->ListDatasets(&context, v1::ListDatasetsRequest(), &response);
-    if (!s.ok()) return FromGrpc(s).WithContext(targets_[0]);
-    return std::vector<v1::DatasetInfo>(response.datasets().begin(), response.datasets().end());
+    return List(0, &context);
   }
 
   Result<v1::Stats> GetStats(const std::string& dataset) override {
@@ -83,12 +84,18 @@ class GrpcClient : public Client {
     v1::GetStatsRequest request;
     request.set_dataset(dataset);
     v1::Stats response;
-    grpc::Status s = stub_->GetStats(&context, request, &response);
+    grpc::Status s = stubs_[0]->GetStats(&context, request, &response);
     if (!s.ok()) return FromGrpc(s).WithContext(targets_[0]);
     return response;
   }
 
   Result<std::unique_ptr<BatchStream>> Stream(const v1::StreamRequest& request) override {
+    if (Status fleet = CheckTargetsServeAll(request.dataset()); !fleet.ok()) {
+      if (!options_.allow_partial_fleet || fleet.code() != StatusCode::kFailedPrecondition) {
+        return fleet;
+      }
+      std::fprintf(stderr, "sluice client: WARNING: %s\n", fleet.message().c_str());
+    }
     auto stream = std::make_unique<FanInStream>(targets_, options_, request);
     stream->WaitStarted();
     RETURN_IF_ERROR(stream->FirstError());
@@ -101,9 +108,45 @@ class GrpcClient : public Client {
     AddToken(context, options_.token);
   }
 
+  Result<std::vector<v1::DatasetInfo>> List(size_t server, grpc::ClientContext* context) {
+    v1::ListDatasetsResponse response;
+    grpc::Status s = stubs_[server]->ListDatasets(context, v1::ListDatasetsRequest(), &response);
+    if (!s.ok()) return FromGrpc(s).WithContext(targets_[server]);
+    return std::vector<v1::DatasetInfo>(response.datasets().begin(), response.datasets().end());
+  }
+
+  // CheckFleet over the part of `dataset` each target serves, asked before any stream starts (a
+  // consumer of a shared job that started and then left would take batches from the others).
+  // A server that is down is waited for as long as a stream would wait for it
+  // (reconnect_deadline). OK without a check when some server does not list the dataset: its
+  // stream then fails with the server's NOT_FOUND.
+  Status CheckTargetsServeAll(const std::string& dataset) {
+    const auto deadline = std::chrono::system_clock::now() + options_.reconnect_deadline;
+    std::vector<ServerShard> shards;
+    for (size_t i = 0; i < targets_.size(); ++i) {
+      grpc::ClientContext context;
+      context.set_deadline(deadline);
+      context.set_wait_for_ready(true);
+      AddToken(&context, options_.token);
+      Result<std::vector<v1::DatasetInfo>> infos = List(i, &context);
+      if (!infos.ok()) {
+        if (infos.status().code() == StatusCode::kDeadlineExceeded) {
+          return Unavailable(targets_[i] +
+                             ": no answer within reconnect_deadline (gave up reconnecting)");
+        }
+        return infos.status();
+      }
+      auto info = std::find_if(infos->begin(), infos->end(),
+                               [&](const v1::DatasetInfo& d) { return d.name() == dataset; });
+      if (info == infos->end()) return Status::OK();
+      shards.push_back({targets_[i], info->shard_index(), info->shard_count()});
+    }
+    return CheckFleet(dataset, shards);
+  }
+
   const ClientOptions options_;
   const std::vector<std::string> targets_;
-  std::unique_ptr<v1::DataService::Stub> stub_;
+  std::vector<std::unique_ptr<v1::DataService::Stub>> stubs_;  // one per target
 };
 
 }  // namespace

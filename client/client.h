@@ -57,6 +57,11 @@ struct ClientOptions {
   // the server put them (the allocator is not used for them). Falls back to ordinary batches by
   // itself when the server declines or the segment cannot be mapped (e.g. another pid namespace).
   bool shared_memory = true;
+  // Stream() of a dataset whose servers each serve a part of it (`sluice serve --shard I/N`)
+  // checks that the targets reach every part exactly once, and fails with FAILED_PRECONDITION
+  // naming the dataset, the missing and duplicate parts and the targets. True: a warning on
+  // stderr instead, and the stream reads the parts it reaches.
+  bool allow_partial_fleet = false;
 };
 
 class BufferPool;  // client/buffer_pool.h
@@ -93,8 +98,15 @@ struct ReceivedBatch {
   BatchMeta meta;
   std::span<const uint8_t> images;  // meta.n × H × W × 3, NHWC
   std::span<const int32_t> labels;  // meta.n
-  int server = 0;                   // index of the server (resolved target) it came from
-  BatchLease lease;                 // empty from Next()
+  // Per sample, each meta.n long or empty when the batch does not carry it (service.proto):
+  // valid, 1 = real sample, 0 = padding to be ignored (empty: every sample is real); where each
+  // sample came from, when the request asked for record_ids: its file (index in the dataset's
+  // sorted file list) and its record index in that file.
+  std::span<const uint8_t> valid;
+  std::span<const int32_t> record_files;
+  std::span<const int64_t> record_indexes;
+  int server = 0;    // index of the server (resolved target) it came from
+  BatchLease lease;  // empty from Next()
 };
 
 class BatchStream {
@@ -130,7 +142,8 @@ class Client {
   virtual Result<std::vector<v1::DatasetInfo>> ListDatasets() = 0;
   virtual Result<v1::Stats> GetStats(const std::string& dataset = "") = 0;
   // Starts one stream per server with this request. A bad request fails here with the server's
-  // status (first batch read ahead), not at the first Next().
+  // status (first batch read ahead), not at the first Next(); so does a fleet that does not
+  // serve the whole dataset (see allow_partial_fleet), before any stream starts.
   virtual Result<std::unique_ptr<BatchStream>> Stream(const v1::StreamRequest& request) = 0;
 };
 

@@ -90,7 +90,11 @@ Status FanInStream::Get(ReceivedBatch* batch, bool* end_of_sequence) {
         next_ = (i + 1) % streams_.size();
         batch->meta = item.meta;
         batch->images = {item.arrays->image_data(), item.meta.image_bytes()};
-        batch->labels = {item.arrays->labels.data(), item.arrays->labels.size()};
+        const BatchArrays& a = *item.arrays;
+        batch->labels = {a.labels.data(), a.labels.size()};
+        batch->valid = {a.valid.data(), a.valid.size()};
+        batch->record_files = {a.record_files.data(), a.record_files.size()};
+        batch->record_indexes = {a.record_indexes.data(), a.record_indexes.size()};
         batch->server = static_cast<int>(i);
         return Status::OK();
       }

@@ -87,5 +87,17 @@ if [ "${SLUICE_SKIP_PYTHON:-0}" != 1 ]; then
     "$venv_torch/bin/pip" install -q --disable-pip-version-check \
       -r "$root/deploy/requirements-test-torch.txt"
   fi
+  # The Python client's package test (tests/python/test_package.py) installs the wheel it builds
+  # into a fresh venv with no network: the wheels of its runtime dependencies, at the versions
+  # build/venv has, and theirs, kept in build/wheels.
+  wheels="$root/build/wheels"
+  pins=$("$venv/bin/python" -c 'import importlib.metadata as m
+print(" ".join("%s==%s" % (p, m.version(p)) for p in ("grpcio", "protobuf", "numpy")))')
+  if [ "$(cat "$wheels/pins.txt" 2>/dev/null)" != "$pins" ]; then
+    echo "install-deps: saving wheels of $pins into $wheels"
+    # shellcheck disable=SC2086  # one argument per pin
+    "$venv/bin/pip" download -q --disable-pip-version-check --only-binary=:all: -d "$wheels" $pins
+    echo "$pins" >"$wheels/pins.txt"
+  fi
 fi
 echo "install-deps: ok"

@@ -30,23 +30,37 @@ Status CheckOptions(const TrainerOptions& o) {
   return Status::OK();
 }
 
-// The model the options ask for; its number of classes from ListDatasets unless given.
+// The dataset `name` (given as `flag`) in the server's list; NotFound listing the server's
+// datasets otherwise.
+Result<v1::DatasetInfo> FindDataset(const std::vector<v1::DatasetInfo>& datasets,
+                                    const std::string& name, const char* flag) {
+  std::string names;
+  for (const v1::DatasetInfo& info : datasets) {
+    if (info.name() == name) return info;
+    names += (names.empty() ? "" : ", ") + info.name();
+  }
+  return NotFound(fmt::format("{}: no dataset '{}'; the server has: {}", flag, name,
+                              names.empty() ? "none" : names));
+}
+
+// The model the options ask for; its number of classes from ListDatasets unless given. Both
+// datasets are looked up first, so that a mistyped name fails before any step (and not, for the
+// eval dataset, after the whole run).
 Result<ModelConfig> ModelFor(const TrainerOptions& o, Client& client) {
+  ASSIGN_OR_RETURN(std::vector<v1::DatasetInfo> datasets, client.ListDatasets());
+  ASSIGN_OR_RETURN(const v1::DatasetInfo info, FindDataset(datasets, o.dataset, "--dataset"));
+  if (!o.eval_dataset.empty()) {
+    RETURN_IF_ERROR(FindDataset(datasets, o.eval_dataset, "--eval-dataset").status());
+  }
   ModelConfig config;
   config.image_size = o.image_size;
   config.patch = o.patch;
   config.width = o.width;
   config.depth = o.depth;
-  config.classes = o.num_classes;
+  config.classes = o.num_classes != 0 ? o.num_classes : info.num_classes();
   if (config.classes == 0) {
-    ASSIGN_OR_RETURN(std::vector<v1::DatasetInfo> datasets, client.ListDatasets());
-    for (const v1::DatasetInfo& info : datasets) {
-      if (info.name() == o.dataset) config.classes = info.num_classes();
-    }
-    if (config.classes == 0) {
-      return InvalidArgument("dataset " + o.dataset +
-                             ": the server does not give num_classes; pass --num-classes");
-    }
+    return InvalidArgument("dataset " + o.dataset +
+                           ": the server does not give num_classes; pass --num-classes");
   }
   RETURN_IF_ERROR(config.Validate());
   RETURN_IF_ERROR(config.ValidateBatch(o.batch_size));

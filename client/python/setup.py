@@ -1,9 +1,10 @@
 """Build hook: generates sluice.v1 (protobuf messages and gRPC stubs) from the .proto files.
 
-The protos are the repository's proto/sluice/v1/ (two levels up), or the copy an sdist carries in
-proto/; SLUICE_PROTO_DIR overrides both. Regular builds write the modules into the build directory
-only; an editable install (pip install -e) writes them into sluice/v1/ of the source tree, which
-git ignores.
+The protos are this package's proto/sluice/v1/: the one copy in the repository (its
+proto/sluice/v1/config.proto and service.proto are links to them, for the C++ build), carried by
+any copy of this directory and by the sdist (MANIFEST.in). SLUICE_PROTO_DIR overrides them.
+Regular builds write the modules into the build directory only; an editable install
+(pip install -e) writes them into sluice/v1/ of the source tree, which git ignores.
 """
 import os
 import shutil
@@ -11,7 +12,6 @@ from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
-from setuptools.command.sdist import sdist
 
 HERE = Path(__file__).resolve().parent
 # service.proto imports config.proto; the server-only protos are not the client's business.
@@ -19,13 +19,13 @@ PROTOS = ["sluice/v1/config.proto", "sluice/v1/service.proto"]
 
 
 def _proto_root():
-    candidates = [os.environ.get("SLUICE_PROTO_DIR"), HERE / "proto", HERE.parent.parent / "proto"]
-    for root in candidates:
-        if root and all((Path(root) / p).is_file() for p in PROTOS):
-            return Path(root)
-    raise RuntimeError(
-        "sluice: cannot find %s under SLUICE_PROTO_DIR, ./proto or ../../proto; build from a "
-        "checkout of the repository (pip install client/python)" % ", ".join(PROTOS))
+    root = Path(os.environ.get("SLUICE_PROTO_DIR") or HERE / "proto")
+    missing = [p for p in PROTOS if not (root / p).is_file()]
+    if missing:
+        raise RuntimeError("sluice: cannot find %s under %s (%s)" % (
+            ", ".join(missing), root,
+            "SLUICE_PROTO_DIR" if os.environ.get("SLUICE_PROTO_DIR") else "the package's proto/"))
+    return root
 
 
 def _generate(out_dir):
@@ -59,14 +59,4 @@ class BuildPyWithProtos(build_py):
             _generate(self.build_lib)
 
 
-class SdistWithProtos(sdist):
-    def make_release_tree(self, base_dir, files):
-        super().make_release_tree(base_dir, files)
-        root = _proto_root()
-        for p in PROTOS:
-            target = Path(base_dir) / "proto" / p
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(root / p, target)
-
-
-setup(cmdclass={"build_py": BuildPyWithProtos, "sdist": SdistWithProtos})
+setup(cmdclass={"build_py": BuildPyWithProtos})

@@ -4,6 +4,8 @@
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 
+#include <type_traits>
+
 #include "sluice/v1/service.pb.h"
 
 namespace sluice {
@@ -28,13 +30,26 @@ bool ReadLength(google::protobuf::io::CodedInputStream* in, uint32_t* length) {
   return true;
 }
 
-// Reads a repeated int32 field in packed or unpacked form, appending to out.
-bool ReadInt32s(google::protobuf::io::CodedInputStream* in, uint32_t wire_type,
-                std::vector<int32_t>* out) {
-  uint32_t v = 0;
+// A varint as protobuf's parser stores it in a field of type T: int32 keeps the low 32 bits,
+// bool (uint8_t here) is whether it is non-zero.
+template <typename T>
+T FromVarint(uint64_t v) {
+  if constexpr (std::is_same_v<T, uint8_t>) {
+    return v != 0 ? 1 : 0;
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+// Reads a repeated varint field (int32, int64 or bool as uint8_t) in packed or unpacked form,
+// appending to out.
+template <typename T>
+bool ReadVarints(google::protobuf::io::CodedInputStream* in, uint32_t wire_type,
+                 std::vector<T>* out) {
+  uint64_t v = 0;
   if (wire_type == WireFormatLite::WIRETYPE_VARINT) {
-    if (!in->ReadVarint32(&v)) return false;
-    out->push_back(static_cast<int32_t>(v));
+    if (!in->ReadVarint64(&v)) return false;
+    out->push_back(FromVarint<T>(v));
     return true;
   }
   if (wire_type != WireFormatLite::WIRETYPE_LENGTH_DELIMITED) return false;
@@ -42,8 +57,8 @@ bool ReadInt32s(google::protobuf::io::CodedInputStream* in, uint32_t wire_type,
   if (!ReadLength(in, &length)) return false;
   auto limit = in->PushLimit(static_cast<int>(length));
   while (in->BytesUntilLimit() > 0) {
-    if (!in->ReadVarint32(&v)) return false;
-    out->push_back(static_cast<int32_t>(v));
+    if (!in->ReadVarint64(&v)) return false;
+    out->push_back(FromVarint<T>(v));
   }
   in->PopLimit(limit);
   return true;
@@ -130,8 +145,9 @@ Status ReadImages(google::protobuf::io::CodedInputStream* in, WireFormatLite::Wi
   return Status::OK();
 }
 
-// Reads every field of the message; labels, images and skipped_records go straight to out and
-// meta. Malformed for a field of the wrong wire type, a cut-short value or a bad tag.
+// Reads every field of the message; labels, the per-sample fields, images and skipped_records go
+// straight to out and meta. Malformed for a field of the wrong wire type, a cut-short value or a
+// bad tag.
 Status ReadFields(google::protobuf::io::CodedInputStream& in, size_t message_bytes, RawBatch* raw,
                   BatchMeta* meta, BatchArrays* out) {
   for (;;) {
@@ -148,15 +164,26 @@ Status ReadFields(google::protobuf::io::CodedInputStream& in, size_t message_byt
         if (!MergeMessage(&in, wire_type, &raw->position)) return Malformed("position");
         break;
       case 2:
-        if (!ReadInt32s(&in, wire_type, &raw->shape)) return Malformed("shape");
+        if (!ReadVarints(&in, wire_type, &raw->shape)) return Malformed("shape");
         break;
       case 3:
-        if (!ReadInt32s(&in, wire_type, &out->labels)) return Malformed("labels");
+        if (!ReadVarints(&in, wire_type, &out->labels)) return Malformed("labels");
         break;
       case 4:
         if (wire_type != WireFormatLite::WIRETYPE_VARINT ||
             !in.ReadVarint64(&meta->skipped_records)) {
           return Malformed("skipped_records");
+        }
+        break;
+      case 5:
+        if (!ReadVarints(&in, wire_type, &out->valid)) return Malformed("valid");
+        break;
+      case 6:
+        if (!ReadVarints(&in, wire_type, &out->record_files)) return Malformed("record_files");
+        break;
+      case 7:
+        if (!ReadVarints(&in, wire_type, &out->record_indexes)) {
+          return Malformed("record_indexes");
         }
         break;
       case kImagesField:
@@ -176,6 +203,28 @@ Status ReadFields(google::protobuf::io::CodedInputStream& in, size_t message_byt
     }
   }
   if (!in.ConsumedEntireMessage()) return Malformed("trailing bytes");
+  return Status::OK();
+}
+
+// Each per-sample field holds one value per image or none; the record ids come together.
+Status CheckPerSample(const BatchMeta& meta, const BatchArrays& out) {
+  const size_t n = static_cast<size_t>(meta.n);
+  const struct {
+    const char* name;
+    size_t size;
+  } fields[] = {{"valid", out.valid.size()},
+                {"record_files", out.record_files.size()},
+                {"record_indexes", out.record_indexes.size()}};
+  for (const auto& f : fields) {
+    if (f.size != 0 && f.size != n) {
+      return Malformed(std::string(f.name) + " holds " + std::to_string(f.size) + " values for " +
+                       std::to_string(n) + " images");
+    }
+  }
+  if (out.record_files.size() != out.record_indexes.size()) {
+    return Malformed(out.record_files.empty() ? "record_indexes without record_files"
+                                              : "record_files without record_indexes");
+  }
   return Status::OK();
 }
 
@@ -215,7 +264,7 @@ Status CheckFields(const RawBatch& raw, BatchMeta* meta, BatchArrays* out) {
     return Malformed(std::to_string(out->labels.size()) + " labels for " +
                      std::to_string(meta->n) + " images");
   }
-  return Status::OK();
+  return CheckPerSample(*meta, *out);
 }
 
 }  // namespace
@@ -227,6 +276,9 @@ Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out) 
   in.SetTotalBytesLimit(INT32_MAX);
   *meta = BatchMeta();
   out->labels.clear();
+  out->valid.clear();
+  out->record_files.clear();
+  out->record_indexes.clear();
   out->shared = false;
   RawBatch raw;
   RETURN_IF_ERROR(ReadFields(in, message_bytes, &raw, meta, out));

@@ -38,6 +38,14 @@ struct BatchMeta {
   }
 };
 
+// Per-sample extras of a batch (service.proto Batch.valid, record_files, record_indexes);
+// empty spans are not written.
+struct BatchExtras {
+  std::span<const uint8_t> valid;  // 1 = real sample, 0 = padding; empty: all real
+  std::span<const int32_t> record_files;
+  std::span<const int64_t> record_indexes;
+};
+
 // The serialized Batch up to and including the tag and length of `images`; appending
 // meta.image_bytes() image bytes completes the message.
 std::string EncodeBatchPrefix(const BatchMeta& meta, std::span<const int32_t> labels);
@@ -56,6 +64,11 @@ struct BatchArrays {
 
   HostBuffer images;  // capacity() at least the batch's image_bytes()
   std::vector<int32_t> labels;
+  // Per sample, each empty when the batch does not carry it (service.proto Batch.valid,
+  // record_files, record_indexes): 1 = real sample, 0 = padding; the sample's file and record.
+  std::vector<uint8_t> valid;
+  std::vector<int32_t> record_files;
+  std::vector<int64_t> record_indexes;
   // A batch whose images are in a shared-memory slot: DecodeBatch sets `shared` and shared_slot;
   // the client then points shared_images into its mapping of `segment` (and frees the slot when
   // the batch is released).
@@ -72,7 +85,9 @@ struct BatchArrays {
 // Parses a serialized Batch as gRPC received it, copying the images once into out->images (or,
 // for a shared-memory batch, only noting its slot: out->shared).
 // DataLoss naming the field when the message is malformed or its shape disagrees with its
-// images or labels; the allocator's status, naming the byte count, when out->images cannot grow.
+// images, labels or per-sample fields (valid, record_files and record_indexes each hold N values
+// or none; the record ids come both or neither); the allocator's status, naming the byte count,
+// when out->images cannot grow.
 Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out);
 
 }  // namespace sluice

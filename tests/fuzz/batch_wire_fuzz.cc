@@ -57,6 +57,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(batch.skipped_records() == meta.skipped_records, "skipped_records differs");
   FUZZ_CHECK(std::vector<int32_t>(batch.labels().begin(), batch.labels().end()) == arrays.labels,
              "labels differ");
+  FUZZ_CHECK(std::vector<uint8_t>(batch.valid().begin(), batch.valid().end()) == arrays.valid,
+             "valid differs");
+  FUZZ_CHECK(std::vector<int32_t>(batch.record_files().begin(), batch.record_files().end()) ==
+                 arrays.record_files,
+             "record_files differ");
+  FUZZ_CHECK(std::vector<int64_t>(batch.record_indexes().begin(), batch.record_indexes().end()) ==
+                 arrays.record_indexes,
+             "record_indexes differ");
+  // Consumers index the per-sample fields by image: each is N long or empty.
+  for (const size_t size :
+       {arrays.valid.size(), arrays.record_files.size(), arrays.record_indexes.size()}) {
+    FUZZ_CHECK(size == 0 || size == static_cast<size_t>(meta.n), "%zu values for %d images", size,
+               meta.n);
+  }
   // The shape's byte count, without wrapping: what a consumer will index.
   const unsigned __int128 pixels =
       static_cast<unsigned __int128>(meta.n) * meta.height * meta.width * meta.channels;

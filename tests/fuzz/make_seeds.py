@@ -119,6 +119,12 @@ def main():
     shared.CopyFrom(meta)
     shared.shared_memory.slot, shared.shared_memory.length = 3, 36
     write("batch_wire", "shared-memory", bytes([9]) + shared.SerializeToString())
+    padded = service_pb2.Batch()
+    padded.CopyFrom(batch)
+    padded.valid.extend([True, False])
+    padded.record_files.extend([3, 3])
+    padded.record_indexes.extend([7, 1 << 33])
+    write("batch_wire", "padded-with-record-ids", bytes([7]) + padded.SerializeToString())
     empty = service_pb2.Batch()
     empty.shape.extend([0, 4, 4, 3])
     write("batch_wire", "empty", bytes([1]) + empty.SerializeToString())

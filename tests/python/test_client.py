@@ -353,6 +353,51 @@ def test_decode_batch_rejects_malformed_messages(message, error):
     assert error in e.value.message
 
 
+def _per_sample(valid=(), files=(), records=(), packed=True):
+    """The per-sample fields as protobuf serializes them, or unpacked (one tag each)."""
+    if packed:
+        return service_pb2.Batch(valid=valid, record_files=files,
+                                 record_indexes=records).SerializeToString()
+    return b"".join(service_pb2.Batch(**{name: [v]}).SerializeToString()
+                    for name, values in (("valid", valid), ("record_files", files),
+                                         ("record_indexes", records)) for v in values)
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_decode_batch_reads_the_valid_mask_and_record_ids_packed_or_not(packed):
+    head, images = _message(labels=[-1, 7])
+    extras = _per_sample([True, False], [3, 0], [1 << 40, 2], packed)
+    for message in (head + extras + images, images + extras + head):
+        batch, _ = sluice.decode_batch(message)
+        images_, labels, position = batch  # still three fields
+        assert batch.valid.dtype == np.bool_ and batch.valid.tolist() == [True, False]
+        assert batch.record_ids.dtype == np.int64 and batch.record_ids.shape == (2, 2)
+        assert batch.record_ids.tolist() == [[3, 1 << 40], [0, 2]]
+        again = pickle.loads(pickle.dumps(batch))
+        assert again.valid.tolist() == [True, False]
+        assert again.record_ids.tolist() == [[3, 1 << 40], [0, 2]]
+        assert again.position.shuffle_bytes == 4096 and again.labels.tolist() == [-1, 7]
+        assert batch._replace(labels=labels + 1).record_ids is batch.record_ids
+    plain, _ = sluice.decode_batch(b"".join(_message()))
+    assert plain.valid is None and plain.record_ids is None
+    assert pickle.loads(pickle.dumps(plain)).valid is None
+
+
+@pytest.mark.parametrize("extras, error", [
+    (_per_sample(valid=[True]), "valid holds 1 values for 2 images"),
+    (_per_sample(files=[0, 1, 2], records=[0, 1, 2]), "record_files holds 3 values for 2 images"),
+    (_per_sample(files=[0, 1]), "record_files without record_indexes"),
+    (_per_sample(records=[0, 1], packed=False), "record_indexes without record_files"),
+    (_per_sample(files=[0, 1], records=[5]), "record_indexes holds 1 values for 2 images"),
+])
+def test_decode_batch_rejects_per_sample_fields_of_another_length(extras, error):
+    head, images = _message()
+    with pytest.raises(sluice.SluiceError) as e:
+        sluice.decode_batch(head + extras + images)
+    assert e.value.code == grpc.StatusCode.DATA_LOSS
+    assert error in e.value.message
+
+
 def test_tune_malloc_applies_and_streams_still_work(server, tmp_path):
     # In a child process: the setting is process-wide.
     code = ("import sys, sluice; assert sluice.tune_malloc(); "

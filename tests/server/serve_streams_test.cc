@@ -2,7 +2,11 @@
 // consumers, shards, fan-in from two servers, concurrent streams and consumers that stop reading.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
 #include <set>
 #include <string>
 #include <thread>
@@ -174,6 +178,121 @@ TEST_CASE("FanInFromTwoServersDeliversEachServersShardOnce") {
   }
   CHECK(from == std::set<int>{0, 1});
   CHECK(EachLabelOnce(labels, 120));
+}
+
+// Two workers of one fleet, `--shard 0/2` and `--shard 1/2`, serving f's dataset.
+std::vector<std::unique_ptr<ServerProcess>> ShardedFleet(const Fixture& f) {
+  std::vector<std::unique_ptr<ServerProcess>> servers;
+  for (int i = 0; i < 2; ++i) {
+    servers.push_back(std::make_unique<ServerProcess>(
+        std::vector<std::string>{"--config", f.config, "--shard", std::to_string(i) + "/2"}));
+    REQUIRE(servers.back()->running());
+  }
+  return servers;
+}
+
+Result<std::unique_ptr<BatchStream>> StreamFrom(std::vector<std::string> targets,
+                                                bool allow_partial_fleet = false) {
+  ClientOptions o;
+  o.targets = std::move(targets);
+  o.reconnect_deadline = std::chrono::milliseconds(3000);
+  o.allow_partial_fleet = allow_partial_fleet;
+  auto client = Client::Create(o);
+  REQUIRE(client.ok());
+  return (*client)->Stream(Request());
+}
+
+// What this process writes to stderr while it lives.
+class StderrCapture {
+ public:
+  StderrCapture() : path_(dir_.file("stderr")), saved_(dup(2)) {
+    std::fflush(stderr);
+    const int fd = open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    REQUIRE(fd >= 0);
+    dup2(fd, 2);
+    close(fd);
+  }
+  ~StderrCapture() { Restore(); }
+  std::string Text() {
+    Restore();
+    return testing::ReadAll(path_);
+  }
+
+ private:
+  void Restore() {
+    if (saved_ < 0) return;
+    std::fflush(stderr);
+    dup2(saved_, 2);
+    close(saved_);
+    saved_ = -1;
+  }
+
+  TempDir dir_;
+  std::string path_;
+  int saved_;
+};
+
+TEST_CASE("ClientReachingOneShardOfTwoFailsNamingTheMissingShard") {
+  Fixture f(4, 30);
+  auto servers = ShardedFleet(f);
+  const std::string first = servers[0]->address();
+  auto s = StreamFrom({first});
+  REQUIRE(!s.ok());
+  INFO(s.status().ToString());
+  CHECK(s.status().code() == StatusCode::kFailedPrecondition);
+  CHECK(s.status().message().find(first + " serves shard 0 of 2 of 'train'") != std::string::npos);
+  CHECK(s.status().message().find("no target serves shard 1") != std::string::npos);
+  // Nothing was streamed: the check comes before any stream starts.
+  auto stats = Connect(first)->GetStats("train");
+  REQUIRE(stats.ok());
+  REQUIRE(stats->datasets_size() == 1);
+  CHECK(stats->datasets(0).streams_started() == 0);
+
+  // Allowed: a warning saying the same, and the half this server serves, each record once.
+  StderrCapture err;
+  auto partial = StreamFrom({first}, /*allow_partial_fleet=*/true);
+  const std::string warning = err.Text();
+  REQUIRE(partial.ok());
+  CHECK(warning.find("WARNING") != std::string::npos);
+  CHECK(warning.find("no target serves shard 1") != std::string::npos);
+  Got g = ReadAll(**partial);
+  REQUIRE(g.status.ok());
+  CHECK(g.labels.size() == 60);
+  CHECK(std::set<int32_t>(g.labels.begin(), g.labels.end()).size() == 60);
+}
+
+TEST_CASE("TwoTargetsServingTheSameShardFail") {
+  Fixture f(4, 30);
+  auto servers = ShardedFleet(f);
+  const std::string first = servers[0]->address();
+  auto s = StreamFrom({first, servers[1]->address(), first});
+  REQUIRE(!s.ok());
+  INFO(s.status().ToString());
+  CHECK(s.status().code() == StatusCode::kFailedPrecondition);
+  CHECK(s.status().message().find("shard 0 is served by 2 targets (" + first + ", " + first +
+                                  ")") != std::string::npos);
+}
+
+TEST_CASE("StreamFromAStoppedServerIsUnavailableNamingItAfterTheReconnectDeadline") {
+  // The fleet check asks each target before streaming; a server that is down is waited for as
+  // a stream would wait for it, then named.
+  Fixture f;
+  std::string address;
+  {
+    ServerProcess server(f.Args());
+    REQUIRE(server.running());
+    address = server.address();
+  }
+  ClientOptions o;
+  o.targets = {address};
+  o.reconnect_deadline = std::chrono::milliseconds(500);
+  auto client = Client::Create(o);
+  REQUIRE(client.ok());
+  auto s = (*client)->Stream(Request());
+  REQUIRE(!s.ok());
+  INFO(s.status().ToString());
+  CHECK(s.status().code() == StatusCode::kUnavailable);
+  CHECK(s.status().message().find(address) != std::string::npos);
 }
 
 TEST_CASE("EightConcurrentStreamsAllComplete") {

@@ -118,6 +118,34 @@ TEST_CASE("MissingNumClassesIsAnError") {
   CHECK(Train(o, log).ok());
 }
 
+TEST_CASE("UnknownDatasetIsNotFoundListingTheServersDatasetsBeforeAnyStep") {
+  SynthServer server;
+  struct Case {
+    std::string dataset, eval_dataset;
+    int num_classes;
+    std::string says;
+  };
+  // With --num-classes too: the name is checked whatever the model needs from the server.
+  const std::vector<Case> cases = {
+      {"trian", "val", 0, "--dataset: no dataset 'trian'; the server has: train, val"},
+      {"trian", "", 4, "--dataset: no dataset 'trian'; the server has: train, val"},
+      {"train", "vall", 0, "--eval-dataset: no dataset 'vall'; the server has: train, val"},
+  };
+  for (const Case& c : cases) {
+    TrainerOptions o = server.Options();
+    o.dataset = c.dataset;
+    o.eval_dataset = c.eval_dataset;
+    o.num_classes = c.num_classes;
+    o.steps = 2;
+    std::ostringstream log;
+    const Status s = Train(o, log).status();
+    INFO(s.ToString());
+    CHECK(s.code() == StatusCode::kNotFound);
+    CHECK(s.message().find(c.says) != std::string::npos);
+    CHECK(log.str().find("step") == std::string::npos);
+  }
+}
+
 TEST_CASE("AutoDeviceSaysWhyAndCudaWithoutDeviceFailsClearly") {
   std::string note;
   CHECK(ResolveDevice(Device::kCpu, &note).value() == Device::kCpu);

@@ -51,12 +51,39 @@ class Position(_PositionFields):
         return Position(self.epoch, self.index + 1, self.end_record, self.shuffle_bytes)
 
 
-class Batch(NamedTuple):
-    """One batch. images: uint8 [N, H, W, 3] (NHWC, RGB), a read-only view of the received message;
-    labels: int32 [N]."""
+class _BatchFields(NamedTuple):
     images: np.ndarray
     labels: np.ndarray
     position: Position
+
+
+class Batch(_BatchFields):
+    """One batch: an (images, labels, position) tuple.
+
+    images: uint8 [N, H, W, 3] (NHWC, RGB), a read-only view of the received message;
+    labels: int32 [N].
+    Attributes, not tuple fields (so that code unpacking three fields keeps working):
+    valid: bool [N], False for a padding sample (a repeat that metrics and losses should ignore,
+        service.proto Batch.valid), or None when every sample is real.
+    record_ids: int64 [N, 2] of (file, record) per sample, the file's index in the dataset's
+        sorted file list and the record's index in that file, or None unless the stream asked for
+        record ids. A padding sample names the record it repeats.
+    """
+
+    valid = None  # what _make() and other tuple constructors leave: every sample real
+    record_ids = None
+
+    def __new__(cls, images, labels, position, valid=None, record_ids=None):
+        self = super().__new__(cls, images, labels, position)
+        self.valid = valid
+        self.record_ids = record_ids
+        return self
+
+    def __getnewargs__(self):
+        return (self.images, self.labels, self.position, self.valid, self.record_ids)
+
+    def _replace(self, **fields):
+        return Batch(*super()._replace(**fields), valid=self.valid, record_ids=self.record_ids)
 
 
 def _malformed(what):
@@ -86,7 +113,8 @@ def decode_batch(data, segment=None, token=None):
     view is gone.
 
     Raises SluiceError(DATA_LOSS) naming what is wrong when the message is malformed or its shape
-    disagrees with its images or labels.
+    disagrees with its images, labels or per-sample fields (valid, record_files and record_indexes
+    each hold N values or none; the record ids come both or neither).
     """
     end = len(data)
     pos = 0
@@ -140,12 +168,26 @@ def decode_batch(data, segment=None, token=None):
                          (images_length, shape, n * h * w * c))
     if len(message.labels) != n:
         raise _malformed("%d labels for %d images" % (len(message.labels), n))
+    for name in ("valid", "record_files", "record_indexes"):
+        count = len(getattr(message, name))
+        if count not in (0, n):
+            raise _malformed("%s holds %d values for %d images" % (name, count, n))
+    if len(message.record_files) != len(message.record_indexes):
+        raise _malformed("record_indexes without record_files" if not message.record_files
+                         else "record_files without record_indexes")
     if shared:
         images = segment.view(message.shared_memory.slot, (n, h, w, c), token)
     else:
         images = np.frombuffer(data, dtype=np.uint8, count=images_length,
                                offset=images_offset).reshape(n, h, w, c)
     labels = np.array(message.labels, dtype=np.int32)
+    valid = np.array(message.valid, dtype=np.bool_) if message.valid else None
+    record_ids = None
+    if message.record_files:
+        record_ids = np.empty((n, 2), dtype=np.int64)
+        record_ids[:, 0] = message.record_files
+        record_ids[:, 1] = message.record_indexes
     p = message.position
-    batch = Batch(images, labels, Position(p.epoch, p.index, p.end_record, p.shuffle_bytes))
+    batch = Batch(images, labels, Position(p.epoch, p.index, p.end_record, p.shuffle_bytes),
+                  valid, record_ids)
     return batch, message.skipped_records

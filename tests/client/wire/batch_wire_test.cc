@@ -227,6 +227,154 @@ TEST_CASE("MalformedBatchesAreDataLossNamingTheField") {
   CHECK(got.end_record == m.end_record);
 }
 
+// A plain v1::Batch of m with these labels and its images (or, for a shared-memory batch, a slot).
+v1::Batch ProtoBatch(const BatchMeta& m, const std::vector<int32_t>& labels, bool shared) {
+  v1::Batch b;
+  b.mutable_position()->set_epoch(m.epoch);
+  b.mutable_position()->set_index(m.index);
+  b.mutable_position()->set_end_record(m.end_record);
+  for (int d : {m.n, m.height, m.width, m.channels}) b.add_shape(d);
+  for (int32_t l : labels) b.add_labels(l);
+  if (shared) {
+    b.mutable_shared_memory()->set_slot(3);
+    b.mutable_shared_memory()->set_length(m.image_bytes());
+  } else {
+    b.set_images(Images(m));
+  }
+  return b;
+}
+
+// The per-sample fields of b again, unpacked (one tag per value), as a writer may send them.
+std::string Unpacked(const v1::Batch& b) {
+  std::string out;
+  google::protobuf::io::StringOutputStream s(&out);
+  google::protobuf::io::CodedOutputStream coded(&s);
+  for (bool v : b.valid()) {
+    coded.WriteTag((5 << 3) | 0);
+    coded.WriteVarint32(v ? 1 : 0);
+  }
+  for (int32_t f : b.record_files()) {
+    coded.WriteTag((6 << 3) | 0);
+    coded.WriteVarint64(static_cast<uint64_t>(static_cast<int64_t>(f)));
+  }
+  for (int64_t r : b.record_indexes()) {
+    coded.WriteTag((7 << 3) | 0);
+    coded.WriteVarint64(static_cast<uint64_t>(r));
+  }
+  return out;
+}
+
+TEST_CASE("PerSampleFieldsDecodePackedAndUnpackedOnTheSocketAndSharedMemoryPaths") {
+  const BatchMeta m = Meta();
+  const std::vector<int32_t> labels = {4, -1, 70000};
+  const std::vector<uint8_t> valid = {1, 0, 1};
+  const std::vector<int32_t> files = {0, 2, 1};
+  const std::vector<int64_t> records = {5, int64_t{1} << 40, 0};
+  for (bool shared : {false, true}) {
+    v1::Batch with = ProtoBatch(m, labels, shared);
+    for (size_t i = 0; i < valid.size(); ++i) {
+      with.add_valid(valid[i] != 0);
+      with.add_record_files(files[i]);
+      with.add_record_indexes(records[i]);
+    }
+    v1::Batch without_extras = with;
+    without_extras.clear_valid();
+    without_extras.clear_record_files();
+    without_extras.clear_record_indexes();
+    const std::vector<std::pair<std::string, std::string>> encodings = {
+        {"packed (protobuf's own)", with.SerializeAsString()},
+        {"unpacked", without_extras.SerializeAsString() + Unpacked(with)},
+    };
+    BatchArrays arrays;  // reused, as a stream reuses it
+    for (const auto& [name, bytes] : encodings) {
+      INFO((shared ? "shared memory, " : "socket, ") << name);
+      grpc::ByteBuffer b = Buffer(bytes);
+      BatchMeta got;
+      REQUIRE(DecodeBatch(&b, &got, &arrays).ok());
+      CHECK(arrays.shared == shared);
+      CHECK(arrays.labels == labels);
+      CHECK(arrays.valid == valid);
+      CHECK(arrays.record_files == files);
+      CHECK(arrays.record_indexes == records);
+    }
+    // The next batch of the stream without them: nothing left over from the last.
+    grpc::ByteBuffer plain = Buffer(without_extras.SerializeAsString());
+    BatchMeta got;
+    REQUIRE(DecodeBatch(&plain, &got, &arrays).ok());
+    CHECK(arrays.valid.empty());
+    CHECK(arrays.record_files.empty());
+    CHECK(arrays.record_indexes.empty());
+  }
+  // A bool is true for any non-zero varint, as protobuf reads it.
+  std::string two;
+  {
+    google::protobuf::io::StringOutputStream s(&two);
+    google::protobuf::io::CodedOutputStream coded(&s);
+    coded.WriteTag((5 << 3) | 2);
+    coded.WriteVarint32(4);
+    for (uint8_t v : {2, 0, 0x81, 0x01}) coded.WriteRaw(&v, 1);
+  }
+  const std::string bytes = ProtoBatch(m, labels, false).SerializeAsString() + two;
+  v1::Batch parsed;
+  REQUIRE(parsed.ParseFromString(bytes));
+  grpc::ByteBuffer b = Buffer(bytes);
+  BatchMeta got;
+  BatchArrays arrays;
+  REQUIRE(DecodeBatch(&b, &got, &arrays).ok());
+  CHECK(arrays.valid == std::vector<uint8_t>(parsed.valid().begin(), parsed.valid().end()));
+  CHECK(arrays.valid == std::vector<uint8_t>{1, 0, 1});
+}
+
+TEST_CASE("PerSampleFieldsOfAnotherLengthThanTheImagesAreDataLossNamingTheField") {
+  const BatchMeta m = Meta();
+  const std::vector<int32_t> labels = {4, -1, 70000};
+  struct Case {
+    std::string name;
+    std::vector<bool> valid;
+    std::vector<int32_t> files;
+    std::vector<int64_t> records;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"two valid for three images", {true, false}, {}, {}, "valid holds 2 values for 3 images"},
+      {"four record ids", {}, {0, 1, 2, 3}, {0, 1, 2, 3}, "record_files holds 4 values"},
+      {"files without indexes", {}, {0, 1, 2}, {}, "record_files without record_indexes"},
+      {"indexes without files", {}, {}, {0, 1, 2}, "record_indexes without record_files"},
+      {"one index short", {}, {0, 1, 2}, {0, 1}, "record_indexes holds 2 values for 3 images"},
+  };
+  for (bool shared : {false, true}) {
+    for (const Case& c : cases) {
+      INFO((shared ? "shared memory: " : "socket: ") << c.name);
+      v1::Batch batch = ProtoBatch(m, labels, shared);
+      for (bool v : c.valid) batch.add_valid(v);
+      for (int32_t f : c.files) batch.add_record_files(f);
+      for (int64_t r : c.records) batch.add_record_indexes(r);
+      grpc::ByteBuffer b = Buffer(batch.SerializeAsString());
+      BatchMeta got;
+      BatchArrays arrays;
+      const Status s = DecodeBatch(&b, &got, &arrays);
+      CHECK(s.code() == StatusCode::kDataLoss);
+      CHECK(s.message().find(c.says) != std::string::npos);
+    }
+  }
+  // Wrong wire types and a packed field cut short name the field too.
+  const std::string head = ProtoBatch(m, labels, false).SerializeAsString();
+  const std::vector<std::pair<std::string, std::string>> malformed = {
+      {"valid", head + std::string("\x2d\x01\x00\x00\x00", 5)},                         // fixed32
+      {"record_files", head + std::string("\x31\x01\x00\x00\x00\x00\x00\x00\x00", 9)},  // fixed64
+      {"record_indexes", head + std::string("\x3a\x02\x80", 3)},  // packed, cut short
+  };
+  for (const auto& [field, bytes] : malformed) {
+    INFO(field);
+    grpc::ByteBuffer b = Buffer(bytes);
+    BatchMeta got;
+    BatchArrays arrays;
+    const Status s = DecodeBatch(&b, &got, &arrays);
+    CHECK(s.code() == StatusCode::kDataLoss);
+    CHECK(s.message().find(field) != std::string::npos);
+  }
+}
+
 // Refuses every allocation, remembering the sizes asked for.
 class RefusingAllocator : public BufferAllocator {
  public:

@@ -10,7 +10,8 @@ BatchPool::BatchPool(const ResolvedOptions& options, PoolCounters* stats,
   const int buffers = options.prefetch + kBatchPoolExtra;
   for (int i = 0; i < buffers; ++i) {
     buffers_.push_back(
-        std::make_unique<BatchBuffer>(options.batch_size, options.height, options.width));
+        std::make_unique<BatchBuffer>(options.batch_size, options.height, options.width,
+                                      options.equalizes(), options.record_ids));
     free_.push_back(buffers_.back().get());
   }
   stats_->limit = static_cast<int64_t>(buffers) * static_cast<int64_t>(buffers_[0]->bytes());

@@ -14,8 +14,7 @@ namespace sluice {
 // Storage for one batch: images and labels, allocated once and reused; with equal shares a valid
 // mask, with record ids the samples' files and record numbers (null otherwise).
 struct BatchBuffer {
-  BatchBuffer(int capacity, int height, int width, bool with_valid = false,
-              bool with_ids = false);
+  BatchBuffer(int capacity, int height, int width, bool with_valid = false, bool with_ids = false);
   ~BatchBuffer();
   BatchBuffer(const BatchBuffer&) = delete;
   BatchBuffer& operator=(const BatchBuffer&) = delete;
@@ -64,8 +63,12 @@ class Batch {
   // record.
   Batch(std::shared_ptr<BatchRecycler> recycler, BatchBuffer* buffer, int size,
         BatchPosition position, uint64_t skipped, int padded = 0)
-      : recycler_(std::move(recycler)), buffer_(buffer), size_(size), position_(position),
-        skipped_(skipped), padded_(padded) {}
+      : recycler_(std::move(recycler)),
+        buffer_(buffer),
+        size_(size),
+        position_(position),
+        skipped_(skipped),
+        padded_(padded) {}
   ~Batch() { Release(); }
   Batch(Batch&& other) noexcept { *this = std::move(other); }
   Batch& operator=(Batch&& other) noexcept {

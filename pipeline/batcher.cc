@@ -312,8 +312,8 @@ void Batcher::WarnPadded(int64_t epoch, uint64_t seen) {
                std::to_string(options_.shard_count) + " had " + std::to_string(epoch_images_) +
                " usable records of its " + std::to_string(seen) + " (" +
                std::to_string(epoch_skipped_) + " skipped), short of the " +
-               std::to_string(equal_batches_) + " equal batches of " +
-               std::to_string(batch_size_) + ": padded with " + std::to_string(epoch_padded_) +
+               std::to_string(equal_batches_) + " equal batches of " + std::to_string(batch_size_) +
+               ": padded with " + std::to_string(epoch_padded_) +
                " repeated samples, marked invalid" + *since);
 }
 

@@ -57,7 +57,7 @@ class CountGate {
  private:
   std::mutex mu_;
   std::condition_variable cv_;
-  uint64_t count_ = 0;     // guarded by mu_
+  uint64_t count_ = 0;      // guarded by mu_
   bool cancelled_ = false;  // guarded by mu_
 };
 

@@ -61,9 +61,9 @@ Status SplitMemoryBudget(ResolvedOptions* options) {
   if (rest < r.memory_budget_bytes / 16) {
     return ResourceExhausted(
         "memory_budget_bytes = " + std::to_string(r.memory_budget_bytes) + " cannot hold " +
-        std::to_string(buffers) + " batches of " +
-        std::to_string(r.batch_size) + "x" + std::to_string(r.height) + "x" +
-        std::to_string(r.width) + "x3 (" + std::to_string(pool_bytes) + " bytes)" +
+        std::to_string(buffers) + " batches of " + std::to_string(r.batch_size) + "x" +
+        std::to_string(r.height) + "x" + std::to_string(r.width) + "x3 (" +
+        std::to_string(pool_bytes) + " bytes)" +
         (cache_bytes ? " plus a cache of " + std::to_string(cache_bytes) + " bytes" : "") +
         " and read buffers of " + std::to_string(read_bytes) +
         " bytes with room for records in flight; raise the budget or lower batch_size, image "
@@ -148,9 +148,15 @@ Result<ResolvedOptions> ResolveOptions(const v1::PipelineOptions& o) {
   r.shard_index = o.shard().index();
   RETURN_IF_ERROR(CheckRange("shard.index", r.shard_index, 0, r.shard_count - 1));
   switch (o.equal_shares()) {
-    case v1::EQUAL_SHARES_DROP: r.equal_shares = EqualShares::kDrop; break;
-    case v1::EQUAL_SHARES_PAD: r.equal_shares = EqualShares::kPad; break;
-    case v1::EQUAL_SHARES_OFF: r.equal_shares = EqualShares::kOff; break;
+    case v1::EQUAL_SHARES_DROP:
+      r.equal_shares = EqualShares::kDrop;
+      break;
+    case v1::EQUAL_SHARES_PAD:
+      r.equal_shares = EqualShares::kPad;
+      break;
+    case v1::EQUAL_SHARES_OFF:
+      r.equal_shares = EqualShares::kOff;
+      break;
     case v1::EQUAL_SHARES_DEFAULT:
       r.equal_shares = r.mode == PipelineMode::kEval ? EqualShares::kPad : EqualShares::kDrop;
       break;

@@ -273,8 +273,7 @@ class PipelineIterator : public Iterator, private BatcherSink {
     stats_.image_bytes.fetch_add(static_cast<uint64_t>(size) * buffer->image_bytes,
                                  std::memory_order_relaxed);
     loans_->pool.BatchLent();
-    queue_.Push(
-        Ready{Batch(loans_, buffer, size, position, skipped, padded), Status::OK(), false});
+    queue_.Push(Ready{Batch(loans_, buffer, size, position, skipped, padded), Status::OK(), false});
   }
   BatchBuffer* AcquireBuffer() override { return loans_->pool.Acquire(); }
   void EmitError(Status status, uint64_t skipped) override {

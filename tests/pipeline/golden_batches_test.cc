@@ -87,6 +87,7 @@ const GoldenCase kCases[] = {
      [](v1::PipelineOptions* o) {
        o->mutable_shard()->set_index(1);
        o->mutable_shard()->set_count(2);
+       o->set_equal_shares(v1::EQUAL_SHARES_OFF);  // the shard as the sharding rule gives it
      },
      {},
      0x26f4e7012fb1c38eull},
@@ -94,6 +95,7 @@ const GoldenCase kCases[] = {
      [](v1::PipelineOptions* o) {
        o->mutable_shard()->set_index(2);
        o->mutable_shard()->set_count(7);
+       o->set_equal_shares(v1::EQUAL_SHARES_OFF);  // the shard as the sharding rule gives it
      },
      {},
      0xd25e8983f04efee3ull},

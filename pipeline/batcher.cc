@@ -71,7 +71,7 @@ Batcher::~Batcher() {
   if (keep_) stats_->pool(Pool::kBatchPool).Remove(static_cast<int64_t>(keep_->bytes()));
 }
 
-void Batcher::Keep(const WorkItem& w, const BatchBuffer& from, int slot) {
+void Batcher::Keep(const WorkItem& w) {
   if (static_cast<uint64_t>(kept_) >= batch_size_) return;
   if (!keep_) {
     // Accounted with the batch pool: the memory budget holds one batch more for it
@@ -82,7 +82,7 @@ void Batcher::Keep(const WorkItem& w, const BatchBuffer& from, int slot) {
     pool.limit += static_cast<int64_t>(keep_->bytes());
     pool.Add(static_cast<int64_t>(keep_->bytes()));
   }
-  std::memcpy(keep_->image(kept_), const_cast<BatchBuffer&>(from).image(slot), keep_->image_bytes);
+  std::memcpy(keep_->image(kept_), w.buffer->image(w.slot), keep_->image_bytes);
   keep_->labels[kept_] = w.label;
   if (keep_->record_files) {
     keep_->record_files[kept_] = static_cast<int32_t>(w.file);
@@ -245,7 +245,7 @@ void Batcher::AddRecord(const WorkItem& w) {
       sink_->DropItems(1);
       return;
     }
-    Keep(w, *w.buffer, w.slot);
+    Keep(w);
   }
   if (dst_ == nullptr) {
     // The new batch lives in this record's input buffer. Output slot i is then written by a

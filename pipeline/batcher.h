@@ -72,7 +72,7 @@ class Batcher {
  private:
   void AddRecord(const WorkItem& w);
   // Equal shares: copies w's sample into keep_ while it holds fewer than batch_size.
-  void Keep(const WorkItem& w, const BatchBuffer& from, int slot);
+  void Keep(const WorkItem& w);
   // Fills dst_'s slots from filled_ to batch_size with padding and emits it.
   void EmitPadded(int64_t epoch);
   void Skip(const WorkItem& w);

@@ -99,6 +99,22 @@ const GoldenCase kCases[] = {
      },
      {},
      0xd25e8983f04efee3ull},
+    {"record_shard_2_of_7_pad",
+     [](v1::PipelineOptions* o) {
+       o->mutable_shard()->set_index(2);
+       o->mutable_shard()->set_count(7);
+       o->set_equal_shares(v1::EQUAL_SHARES_PAD);
+     },
+     {},
+     0x9be62e6dcd266f45ull},
+    {"file_shard_1_of_3_drop",
+     [](v1::PipelineOptions* o) {
+       o->mutable_shard()->set_index(1);
+       o->mutable_shard()->set_count(3);
+       o->set_equal_shares(v1::EQUAL_SHARES_DROP);
+     },
+     {},
+     0x7c3f99cf2c977843ull},
     {"resumed_mid_epoch",
      [](v1::PipelineOptions* o) { o->set_accurate_idct(true); },
      {0, 5, 41},

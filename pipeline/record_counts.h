@@ -27,7 +27,10 @@ struct FileRecords {
 // it (uncompressed, the index tiles exactly the file's bytes); else scans the frames: for an
 // uncompressed file only the 12-byte headers are read and payloads are seeked over; a GZIP or
 // ZLIB file is inflated through a bounded buffer. compression: nullopt = detect as the reader
-// does. Never fails: a file that cannot be opened is `unreadable`.
+// does. Never fails: a file that cannot be opened is `unreadable`. An index that tiles the file
+// but lies about its frames (entries merged or split) gives its own count, where the reader would
+// find the truth (IndexedFrameChecker): that changes how many batches equal shares make, never
+// that every shard makes the same number.
 FileRecords CountFileRecords(const std::string& path, std::optional<Compression> compression);
 
 // Counts every file through the process-wide cache (at most kMaxCachedCounts entries; the oldest

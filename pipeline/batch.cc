@@ -5,7 +5,7 @@
 
 namespace sluice {
 
-BatchBuffer::BatchBuffer(int capacity, int height, int width)
+BatchBuffer::BatchBuffer(int capacity, int height, int width, bool with_valid, bool with_ids)
     : capacity(capacity),
       height(height),
       width(width),
@@ -14,6 +14,11 @@ BatchBuffer::BatchBuffer(int capacity, int height, int width)
   images = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
   labels = new int32_t[capacity]();
   if (images == nullptr) throw std::bad_alloc();
+  if (with_valid) valid = std::make_unique<uint8_t[]>(capacity);
+  if (with_ids) {
+    record_files = std::make_unique<int32_t[]>(capacity);
+    record_indexes = std::make_unique<int64_t[]>(capacity);
+  }
 }
 
 BatchBuffer::~BatchBuffer() {

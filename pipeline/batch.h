@@ -11,9 +11,10 @@
 
 namespace sluice {
 
-// Storage for one batch: images and labels, allocated once and reused.
+// Storage for one batch: images and labels, allocated once and reused; with equal shares a valid
+// mask, with record ids the samples' files and record numbers (null otherwise).
 struct BatchBuffer {
-  BatchBuffer(int capacity, int height, int width);
+  BatchBuffer(int capacity, int height, int width, bool with_valid = false, bool with_ids = false);
   ~BatchBuffer();
   BatchBuffer(const BatchBuffer&) = delete;
   BatchBuffer& operator=(const BatchBuffer&) = delete;
@@ -27,6 +28,9 @@ struct BatchBuffer {
   const size_t image_bytes;
   uint8_t* images;  // capacity * image_bytes, 64-byte aligned
   int32_t* labels;  // capacity
+  std::unique_ptr<uint8_t[]> valid;           // capacity; 1 = real sample, 0 = padding
+  std::unique_ptr<int32_t[]> record_files;    // capacity; index into ResolvedOptions::files
+  std::unique_ptr<int64_t[]> record_indexes;  // capacity; record number within the file
 };
 
 // Takes buffers back when batches are released. Thread-safe; kept alive by the batches it lent.
@@ -55,10 +59,16 @@ struct BatchPosition {
 class Batch {
  public:
   Batch() = default;
+  // padded: the last `padded` samples repeat earlier ones (equal shares); they hold no in-flight
+  // record.
   Batch(std::shared_ptr<BatchRecycler> recycler, BatchBuffer* buffer, int size,
-        BatchPosition position, uint64_t skipped)
-      : recycler_(std::move(recycler)), buffer_(buffer), size_(size), position_(position),
-        skipped_(skipped) {}
+        BatchPosition position, uint64_t skipped, int padded = 0)
+      : recycler_(std::move(recycler)),
+        buffer_(buffer),
+        size_(size),
+        position_(position),
+        skipped_(skipped),
+        padded_(padded) {}
   ~Batch() { Release(); }
   Batch(Batch&& other) noexcept { *this = std::move(other); }
   Batch& operator=(Batch&& other) noexcept {
@@ -69,6 +79,7 @@ class Batch {
       size_ = other.size_;
       position_ = other.position_;
       skipped_ = other.skipped_;
+      padded_ = other.padded_;
       other.buffer_ = nullptr;
     }
     return *this;
@@ -92,11 +103,29 @@ class Batch {
     return {buffer_->labels, static_cast<size_t>(size_)};
   }
   const uint8_t* image(int i) const { return buffer_->image(i); }
+  // Padding samples at the batch's end (equal shares); they are marked 0 in valid_mask().
+  int padded() const { return padded_; }
+  // Per sample, 1 = real, 0 = padding: empty when every sample is real.
+  std::span<const uint8_t> valid_mask() const {
+    if (padded_ == 0) return {};
+    return {buffer_->valid.get(), static_cast<size_t>(size_)};
+  }
+  // Per sample, its file (index into the options' files) and record number in it: empty unless
+  // the pipeline runs with record_ids. A padding sample names the record it repeats (-1 for a
+  // zero image: see Batcher).
+  std::span<const int32_t> record_files() const {
+    if (!buffer_->record_files) return {};
+    return {buffer_->record_files.get(), static_cast<size_t>(size_)};
+  }
+  std::span<const int64_t> record_indexes() const {
+    if (!buffer_->record_indexes) return {};
+    return {buffer_->record_indexes.get(), static_cast<size_t>(size_)};
+  }
 
   // Gives the buffer back now (also done by the destructor).
   void Release() {
     if (buffer_ != nullptr) {
-      recycler_->Recycle(buffer_, static_cast<uint64_t>(size_));
+      recycler_->Recycle(buffer_, static_cast<uint64_t>(size_ - padded_));
       buffer_ = nullptr;
       recycler_.reset();
     }
@@ -108,6 +137,7 @@ class Batch {
   int size_ = 0;
   BatchPosition position_;
   uint64_t skipped_ = 0;
+  int padded_ = 0;
 };
 
 }  // namespace sluice

@@ -57,14 +57,78 @@ std::string GroupOf(StatusCode code, std::string_view shown) {
 }  // namespace
 
 Batcher::Batcher(const ResolvedOptions& options, PipelineStats* stats, BatcherSink* sink,
-                 BatchPosition start)
+                 BatchPosition start, int64_t equal_batches)
     : options_(options),
       stats_(stats),
       sink_(sink),
       batch_size_(static_cast<uint64_t>(options.batch_size)),
       out_index_(start.index),
       end_record_(start.end_record),
-      partial_epoch_(start.end_record > 0) {}
+      partial_epoch_(start.end_record > 0),
+      equal_batches_(equal_batches) {}
+
+Batcher::~Batcher() {
+  if (keep_) stats_->pool(Pool::kBatchPool).Remove(static_cast<int64_t>(keep_->bytes()));
+}
+
+void Batcher::Keep(const WorkItem& w) {
+  if (static_cast<uint64_t>(kept_) >= batch_size_) return;
+  if (!keep_) {
+    // Accounted with the batch pool: the memory budget holds one batch more for it
+    // (ResolveOptions).
+    keep_ = std::make_unique<BatchBuffer>(options_.batch_size, options_.height, options_.width,
+                                          false, options_.record_ids);
+    PoolCounters& pool = stats_->pool(Pool::kBatchPool);
+    pool.limit += static_cast<int64_t>(keep_->bytes());
+    pool.Add(static_cast<int64_t>(keep_->bytes()));
+  }
+  std::memcpy(keep_->image(kept_), w.buffer->image(w.slot), keep_->image_bytes);
+  keep_->labels[kept_] = w.label;
+  if (keep_->record_files) {
+    keep_->record_files[kept_] = static_cast<int32_t>(w.file);
+    keep_->record_indexes[kept_] = static_cast<int64_t>(w.record);
+  }
+  ++kept_;
+}
+
+void Batcher::EmitPadded(int64_t epoch) {
+  const int real = filled_;
+  for (int i = 0; i < real; ++i) dst_->valid[i] = 1;
+  for (int i = real; static_cast<uint64_t>(i) < batch_size_; ++i) {
+    dst_->valid[i] = 0;
+    if (kept_ > 0) {
+      // Repeats the epoch's first samples in order, as PyTorch's DistributedSampler pads.
+      const int k = static_cast<int>(epoch_padded_ % static_cast<uint64_t>(kept_));
+      std::memcpy(dst_->image(i), keep_->image(k), dst_->image_bytes);
+      dst_->labels[i] = keep_->labels[k];
+      if (dst_->record_files) {
+        dst_->record_files[i] = keep_->record_files[k];
+        dst_->record_indexes[i] = keep_->record_indexes[k];
+      }
+    } else {
+      // A run resumed inside the padding has seen no sample of the epoch to repeat.
+      std::memset(dst_->image(i), 0, dst_->image_bytes);
+      dst_->labels[i] = 0;
+      if (dst_->record_files) {
+        dst_->record_files[i] = -1;
+        dst_->record_indexes[i] = -1;
+      }
+    }
+    ++epoch_padded_;
+  }
+  const int padded = static_cast<int>(batch_size_) - real;
+  stats_->padded_samples.fetch_add(static_cast<uint64_t>(padded), std::memory_order_relaxed);
+  sink_->EmitBatch(dst_, static_cast<int>(batch_size_),
+                   BatchPosition{epoch, out_index_++, end_record_, ShuffleBytes()}, skipped_,
+                   padded);
+  ++epoch_batches_;
+  skipped_ = 0;
+  for (BatchBuffer*& b : inputs_) {
+    if (b == dst_) b = nullptr;
+  }
+  dst_ = nullptr;
+  filled_ = 0;
+}
 
 void Batcher::Add(const WorkItem& w) {
   StageTimer timer(stats_->stage(Stage::kBatch));
@@ -173,6 +237,16 @@ void Batcher::Skip(const WorkItem& w) {
 }
 
 void Batcher::AddRecord(const WorkItem& w) {
+  if (equal_batches_ > 0) {
+    if (out_index_ >= equal_batches_) {
+      // Past the epoch's equal share: usable, but dropped so every shard yields the same.
+      ++epoch_images_;
+      stats_->dropped_records.fetch_add(1, std::memory_order_relaxed);
+      sink_->DropItems(1);
+      return;
+    }
+    Keep(w);
+  }
   if (dst_ == nullptr) {
     // The new batch lives in this record's input buffer. Output slot i is then written by a
     // record at input position >= that buffer's slot i, whose own record has been placed already.
@@ -183,11 +257,16 @@ void Batcher::AddRecord(const WorkItem& w) {
     std::memcpy(dst_->image(filled_), w.buffer->image(w.slot), dst_->image_bytes);
   }
   dst_->labels[filled_] = w.label;
+  if (dst_->record_files) {
+    dst_->record_files[filled_] = static_cast<int32_t>(w.file);
+    dst_->record_indexes[filled_] = static_cast<int64_t>(w.record);
+  }
   ++filled_;
   ++epoch_images_;
   if (static_cast<uint64_t>(filled_) == batch_size_) {
     sink_->EmitBatch(dst_, filled_,
-                     BatchPosition{w.epoch, out_index_++, end_record_, ShuffleBytes()}, skipped_);
+                     BatchPosition{w.epoch, out_index_++, end_record_, ShuffleBytes()}, skipped_,
+                     0);
     ++epoch_batches_;
     // If dst_ is still among the inputs it must not be dropped when passed: mark it gone.
     for (BatchBuffer*& b : inputs_) {
@@ -225,11 +304,26 @@ void Batcher::WarnSkips(int64_t epoch, uint64_t seen, const std::string& reasons
                std::to_string(options_.skip_warn_percent) + "%): " + reasons + *since);
 }
 
+void Batcher::WarnPadded(int64_t epoch, uint64_t seen) {
+  const std::optional<std::string> since = pad_warnings_.Admit();
+  if (!since) return;
+  stats_->Warn(options_.name + ": epoch " + std::to_string(epoch) + " of shard " +
+               std::to_string(options_.shard_index) + " of " +
+               std::to_string(options_.shard_count) + " had " + std::to_string(epoch_images_) +
+               " usable records of its " + std::to_string(seen) + " (" +
+               std::to_string(epoch_skipped_) + " skipped), short of the " +
+               std::to_string(equal_batches_) + " equal batches of " + std::to_string(batch_size_) +
+               ": padded with " + std::to_string(epoch_padded_) +
+               " repeated samples, marked invalid" + *since);
+}
+
 void Batcher::EndEpoch(int64_t epoch) {
-  if (dst_ != nullptr) {
+  if (equal_batches_ > 0 && dst_ != nullptr) {
+    EmitPadded(epoch);
+  } else if (dst_ != nullptr) {
     if (!options_.drop_remainder) {
       sink_->EmitBatch(dst_, filled_, BatchPosition{epoch, out_index_, end_record_, ShuffleBytes()},
-                       skipped_);
+                       skipped_, 0);
       ++epoch_batches_;
       skipped_ = 0;
     } else {
@@ -245,6 +339,16 @@ void Batcher::EndEpoch(int64_t epoch) {
   for (BatchBuffer* b : inputs_) {
     if (b != nullptr) sink_->DropBuffer(b);
   }
+  inputs_.clear();
+  // Equal shares: batches of padding only, in buffers the inputs just gave back; not for an
+  // epoch that fails below (nothing read, or nothing usable).
+  const bool fails = !partial_epoch_ && epoch_images_ == 0;
+  while (!fails && out_index_ < equal_batches_) {
+    dst_ = sink_->AcquireBuffer();
+    if (dst_ == nullptr) return;  // stopping
+    filled_ = 0;
+    EmitPadded(epoch);
+  }
   const uint64_t seen = epoch_images_ + epoch_skipped_;
   const bool nothing_usable = epoch_images_ == 0 && epoch_skipped_ > 0 && !partial_epoch_;
   const bool no_records = seen == 0 && !partial_epoch_;
@@ -256,7 +360,9 @@ void Batcher::EndEpoch(int64_t epoch) {
   std::string reasons;
   if (too_many_skips || nothing_usable) reasons = TopReasons();
   if (too_many_skips) WarnSkips(epoch, seen, reasons);
-  inputs_.clear();
+  if (options_.equal_shares == EqualShares::kDrop && epoch_padded_ > 0 && !partial_epoch_) {
+    WarnPadded(epoch, seen);
+  }
   base_ = 0;
   dst_ = nullptr;
   filled_ = 0;
@@ -266,6 +372,8 @@ void Batcher::EndEpoch(int64_t epoch) {
   epoch_images_ = 0;
   epoch_skipped_ = 0;
   epoch_batches_ = 0;
+  kept_ = 0;
+  epoch_padded_ = 0;
   partial_epoch_ = false;
   epoch_reasons_.clear();
   epoch_other_reasons_ = 0;

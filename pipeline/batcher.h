@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -28,10 +29,14 @@ namespace sluice {
 class BatcherSink {
  public:
   virtual ~BatcherSink() = default;
-  // A finished batch of `size` images in buffer; it accounts for `size` in-flight records.
-  // skipped: records skipped since the previous batch (possibly in the epoch before).
-  virtual void EmitBatch(BatchBuffer* buffer, int size, BatchPosition position,
-                         uint64_t skipped) = 0;
+  // A finished batch of `size` images in buffer; it accounts for `size - padded` in-flight
+  // records (its last `padded` samples repeat earlier ones: equal shares). skipped: records
+  // skipped since the previous batch (possibly in the epoch before).
+  virtual void EmitBatch(BatchBuffer* buffer, int size, BatchPosition position, uint64_t skipped,
+                         int padded) = 0;
+  // A free pool buffer for a batch of padding only; may wait for the consumer to give one back.
+  // Null when the run is stopping.
+  virtual BatchBuffer* AcquireBuffer() = 0;
   // The stream fails (policy FAIL, max_errors exceeded, an epoch with no record or not one
   // usable). Called at most once. skipped: records skipped since the last batch, which no batch
   // will carry.
@@ -45,9 +50,16 @@ class BatcherSink {
 class Batcher {
  public:
   // start: where the run begins (Pipeline::MakeIterator); its first epoch's batches are numbered
-  // from start.index.
+  // from start.index. equal_batches > 0 (equal shares, options.equalizes()): every epoch yields
+  // exactly that many full batches. Usable records after the last of them are dropped (counted in
+  // PipelineStats::dropped_records); an epoch short of them is padded with copies of the first
+  // samples this run produced in the epoch (up to batch_size kept; with none, zero images with
+  // label 0 and record ids -1), marked 0 in the batch's valid mask (PipelineStats::padded_samples).
+  // Padding follows the run: a run resumed mid-epoch repeats its own first samples, so only the
+  // real samples and the mask are the same as in the run it resumes.
   Batcher(const ResolvedOptions& options, PipelineStats* stats, BatcherSink* sink,
-          BatchPosition start = {});
+          BatchPosition start = {}, int64_t equal_batches = 0);
+  ~Batcher();
 
   // REQUIRES: items arrive in sequence order. Does not take ownership of w.
   void Add(const WorkItem& w);
@@ -59,6 +71,10 @@ class Batcher {
 
  private:
   void AddRecord(const WorkItem& w);
+  // Equal shares: copies w's sample into keep_ while it holds fewer than batch_size.
+  void Keep(const WorkItem& w);
+  // Fills dst_'s slots from filled_ to batch_size with padding and emits it.
+  void EmitPadded(int64_t epoch);
   void Skip(const WorkItem& w);
   void EndEpoch(int64_t epoch);
   // Gives back input buffers before `index` that hold no batch.
@@ -70,6 +86,8 @@ class Batcher {
   std::string TopReasons() const;
   // Logs an epoch whose skips passed skip_warn_percent, at most once a minute (EpochWarningLimiter).
   void WarnSkips(int64_t epoch, uint64_t seen, const std::string& reasons);
+  // Logs a DROP epoch that skips left short of its equal batches, at most once a minute.
+  void WarnPadded(int64_t epoch, uint64_t seen);
   // Why an epoch saw no record at all: the files, or the shard's share of them, are empty.
   std::string NoRecordsCause() const;
 
@@ -108,6 +126,12 @@ class Batcher {
   uint64_t epoch_other_reasons_ = 0;  // skips whose reason did not fit in epoch_reasons_
   // The last skip-share warning, and epochs over the share since then that were not logged.
   EpochWarningLimiter skip_warnings_{"epochs over it"};
+  // Equal shares (0: off): the batches every epoch yields.
+  const int64_t equal_batches_;
+  std::unique_ptr<BatchBuffer> keep_;  // the epoch's first samples, for padding; made on first use
+  int kept_ = 0;                       // samples in keep_ from this epoch
+  uint64_t epoch_padded_ = 0;          // padding samples emitted in this epoch
+  EpochWarningLimiter pad_warnings_{"padded epochs"};
   uint64_t errors_ = 0;  // over the whole stream
   Status last_error_;
   bool failed_ = false;

@@ -44,7 +44,9 @@ Status SplitMemoryBudget(ResolvedOptions* options) {
   ResolvedOptions& r = *options;
   // The batch pool is the one fixed cost: every batch being filled, waiting in the prefetch queue
   // or held by the consumer. It must leave room for the rest within the budget.
-  int64_t pool_bytes = static_cast<int64_t>(r.batch_image_bytes()) * (r.prefetch + kBatchPoolExtra);
+  // With equal shares, one more batch's worth: the copies of an epoch's first samples that pad it.
+  const int buffers = r.prefetch + kBatchPoolExtra + (r.equalizes() ? 1 : 0);
+  int64_t pool_bytes = static_cast<int64_t>(r.batch_image_bytes()) * buffers;
   int64_t cache_bytes = r.cache == CacheKind::kNone ? 0 : r.cache_budget_bytes;
   int64_t read_bytes = kReadBytesPerOpenFile * r.cycle_length;
   const int64_t rest = r.memory_budget_bytes - pool_bytes - cache_bytes - read_bytes;
@@ -59,9 +61,9 @@ Status SplitMemoryBudget(ResolvedOptions* options) {
   if (rest < r.memory_budget_bytes / 16) {
     return ResourceExhausted(
         "memory_budget_bytes = " + std::to_string(r.memory_budget_bytes) + " cannot hold " +
-        std::to_string(r.prefetch + kBatchPoolExtra) + " batches of " +
-        std::to_string(r.batch_size) + "x" + std::to_string(r.height) + "x" +
-        std::to_string(r.width) + "x3 (" + std::to_string(pool_bytes) + " bytes)" +
+        std::to_string(buffers) + " batches of " + std::to_string(r.batch_size) + "x" +
+        std::to_string(r.height) + "x" + std::to_string(r.width) + "x3 (" +
+        std::to_string(pool_bytes) + " bytes)" +
         (cache_bytes ? " plus a cache of " + std::to_string(cache_bytes) + " bytes" : "") +
         " and read buffers of " + std::to_string(read_bytes) +
         " bytes with room for records in flight; raise the budget or lower batch_size, image "
@@ -145,6 +147,23 @@ Result<ResolvedOptions> ResolveOptions(const v1::PipelineOptions& o) {
   RETURN_IF_ERROR(Take(Tunable::kShardCount, o.shard().count(), &r.shard_count));
   r.shard_index = o.shard().index();
   RETURN_IF_ERROR(CheckRange("shard.index", r.shard_index, 0, r.shard_count - 1));
+  switch (o.equal_shares()) {
+    case v1::EQUAL_SHARES_DROP:
+      r.equal_shares = EqualShares::kDrop;
+      break;
+    case v1::EQUAL_SHARES_PAD:
+      r.equal_shares = EqualShares::kPad;
+      break;
+    case v1::EQUAL_SHARES_OFF:
+      r.equal_shares = EqualShares::kOff;
+      break;
+    case v1::EQUAL_SHARES_DEFAULT:
+      r.equal_shares = r.mode == PipelineMode::kEval ? EqualShares::kPad : EqualShares::kDrop;
+      break;
+    default:
+      return InvalidArgument("equal_shares = " + std::to_string(o.equal_shares()) +
+                             " is not a sluice.v1.EqualShares");
+  }
 
   r.error_policy = o.error_policy() == v1::ERROR_POLICY_FAIL ? ErrorPolicy::kFail
                                                              : ErrorPolicy::kSkip;

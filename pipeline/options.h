@@ -17,6 +17,9 @@ namespace sluice {
 enum class PipelineMode { kTrain, kEval };
 enum class CacheKind { kNone, kRecords, kDecoded };
 enum class ErrorPolicy { kSkip, kFail };
+// v1::EqualShares resolved: DEFAULT is DROP in MODE_TRAIN, PAD in MODE_EVAL. It acts only on a
+// sharded pipeline (shard_count > 1); see pipeline/equal_shares.h.
+enum class EqualShares { kOff, kDrop, kPad };
 
 struct ResolvedOptions {
   std::vector<std::string> files;  // sorted, unique
@@ -43,6 +46,10 @@ struct ResolvedOptions {
   int64_t epochs = 0;  // 0: forever
   int shard_index = 0;
   int shard_count = 1;
+  EqualShares equal_shares = EqualShares::kDrop;
+  // Each batch carries every sample's file (index into files) and record number within it. Not
+  // from PipelineOptions: a stream's request asks for it (StreamRequest.record_ids).
+  bool record_ids = false;
   ErrorPolicy error_policy = ErrorPolicy::kSkip;
   int64_t max_errors = 0;
   int skip_warn_percent = 10;  // of an epoch's records; more skips are logged loudly
@@ -75,6 +82,8 @@ struct ResolvedOptions {
   int64_t window_bytes() const { return records_budget_bytes - max_held_record_bytes; }
   size_t image_bytes() const { return static_cast<size_t>(height) * width * 3; }
   size_t batch_image_bytes() const { return image_bytes() * batch_size; }
+  // Every epoch yields the same number of full batches in every shard (padding or dropping).
+  bool equalizes() const { return shard_count > 1 && equal_shares != EqualShares::kOff; }
 };
 
 // Batch buffers beyond `prefetch`: the consumer's current batch, the ones being filled, and one

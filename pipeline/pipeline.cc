@@ -19,6 +19,7 @@
 #include "pipeline/batcher.h"
 #include "pipeline/caches.h"
 #include "pipeline/decode_budget.h"
+#include "pipeline/equal_shares.h"
 #include "pipeline/in_flight_window.h"
 #include "pipeline/io_pool.h"
 #include "pipeline/notification.h"
@@ -72,14 +73,15 @@ tbb::global_control AllowWorkers(int threads) {
 // whose batcher fills the prefetch queue the consumer takes batches from.
 class PipelineIterator : public Iterator, private BatcherSink {
  public:
-  PipelineIterator(const ResolvedOptions& options, BatchPosition start)
+  // equal_batches: see Batcher (0: off).
+  PipelineIterator(const ResolvedOptions& options, BatchPosition start, int64_t equal_batches)
       : options_(options),
         decode_gate_(options.threads),
         workers_(AllowWorkers(options.threads)),
         arena_(options.threads, 0),
         queue_(&stats_),
         loans_(std::make_shared<Loans>(options_, &stats_, [this] { queue_.Recheck(); })),
-        batcher_(options_, &stats_, this, start) {
+        batcher_(options_, &stats_, this, start, equal_batches) {
     stats_.threads = options.threads;
     stats_.decode_parallelism = options.threads;
     stats_.decode_parallelism_max = options.threads;
@@ -108,7 +110,7 @@ class PipelineIterator : public Iterator, private BatcherSink {
     loop_ = std::make_unique<SourceLoop>(
         options_, start,
         SourceLoop::Parts{source_.get(), &items_, &loans_->window, &loans_->pool, &stats_,
-                          &first_epoch_done_},
+                          &first_epoch_done_, &epochs_ended_},
         [this](WorkItem* w) { decode_->try_put(w); }, &stop_);
     source_thread_ = std::thread([this] { RunSource(); });
     if (options.autotune && options.threads > 1) {
@@ -235,7 +237,10 @@ class PipelineIterator : public Iterator, private BatcherSink {
       loans_->window.ReleaseBytes(w->held_bytes());
       batcher_.Add(*w);
       // Epochs end in order, so the first end seen is the run's first epoch's.
-      if (w->kind == WorkKind::kEpochEnd) first_epoch_done_.Notify();
+      if (w->kind == WorkKind::kEpochEnd) {
+        first_epoch_done_.Notify();
+        epochs_ended_.Add();
+      }
       items_.Recycle(w);
       return continue_msg();
     });
@@ -257,17 +262,20 @@ class PipelineIterator : public Iterator, private BatcherSink {
     loans_->window.Stop();
     loans_->pool.Stop();
     first_epoch_done_.Notify();
+    epochs_ended_.Cancel();
   }
 
   // BatcherSink, called on the batch stage.
-  void EmitBatch(BatchBuffer* buffer, int size, BatchPosition position, uint64_t skipped) override {
+  void EmitBatch(BatchBuffer* buffer, int size, BatchPosition position, uint64_t skipped,
+                 int padded) override {
     stats_.batches.fetch_add(1, std::memory_order_relaxed);
     stats_.images.fetch_add(size, std::memory_order_relaxed);
     stats_.image_bytes.fetch_add(static_cast<uint64_t>(size) * buffer->image_bytes,
                                  std::memory_order_relaxed);
     loans_->pool.BatchLent();
-    queue_.Push(Ready{Batch(loans_, buffer, size, position, skipped), Status::OK(), false});
+    queue_.Push(Ready{Batch(loans_, buffer, size, position, skipped, padded), Status::OK(), false});
   }
+  BatchBuffer* AcquireBuffer() override { return loans_->pool.Acquire(); }
   void EmitError(Status status, uint64_t skipped) override {
     RequestStop();
     queue_.Push(Ready{Batch(), std::move(status), false, skipped});
@@ -295,6 +303,7 @@ class PipelineIterator : public Iterator, private BatcherSink {
   std::optional<tbb::enumerable_thread_specific<std::unique_ptr<Transform>>> transforms_;
   Batcher batcher_;
   Notification first_epoch_done_;
+  CountGate epochs_ended_;
   // Made inside arena_ (BuildGraph), so the graph's tasks run on the arena's threads.
   std::unique_ptr<tbb::flow::graph> graph_;
   std::unique_ptr<tbb::flow::function_node<WorkItem*, WorkItem*>> decode_;
@@ -324,7 +333,7 @@ std::unique_ptr<Pipeline> Pipeline::FromResolved(ResolvedOptions options) {
   return std::unique_ptr<Pipeline>(new Pipeline(std::move(options)));
 }
 
-Result<std::unique_ptr<Iterator>> Pipeline::MakeIterator(BatchPosition start) const {
+Status CheckResumePosition(const ResolvedOptions& options, BatchPosition start) {
   if (start.epoch < 0 || start.index < 0 || start.end_record < 0 || start.shuffle_bytes < 0) {
     return InvalidArgument("start position {epoch " + std::to_string(start.epoch) + ", index " +
                            std::to_string(start.index) + ", end_record " +
@@ -335,16 +344,26 @@ Result<std::unique_ptr<Iterator>> Pipeline::MakeIterator(BatchPosition start) co
   // another share would cut a different permutation at end_record, losing and repeating records.
   // A position carries the share only then; at end_record 0 nothing is cut.
   if (start.end_record != 0 && start.shuffle_bytes != 0 &&
-      start.shuffle_bytes != options_.shuffle_budget_bytes) {
+      start.shuffle_bytes != options.shuffle_budget_bytes) {
     return FailedPrecondition(
         "start_position.shuffle_bytes " + std::to_string(start.shuffle_bytes) +
-        " is not this job's shuffle share " + std::to_string(options_.shuffle_budget_bytes) +
+        " is not this job's shuffle share " + std::to_string(options.shuffle_budget_bytes) +
         " bytes: the epoch's order was made with another share (it follows from the dataset's "
         "memory_budget_bytes, batch and image size, prefetch, cycle_length and cache settings); "
         "resume with the same memory_budget_bytes, batch and image size, prefetch and cache, or "
         "start the epoch over");
   }
-  return std::unique_ptr<Iterator>(new PipelineIterator(options_, start));
+  return Status::OK();
+}
+
+Result<std::unique_ptr<Iterator>> Pipeline::MakeIterator(BatchPosition start) const {
+  RETURN_IF_ERROR(CheckResumePosition(options_, start));
+  int64_t equal_batches = 0;
+  if (options_.equalizes()) {
+    ASSIGN_OR_RETURN(SharePlan plan, PlanSharesForFiles(options_));
+    equal_batches = plan.batches_per_epoch;
+  }
+  return std::unique_ptr<Iterator>(new PipelineIterator(options_, start, equal_batches));
 }
 
 }  // namespace sluice

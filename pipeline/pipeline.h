@@ -39,6 +39,11 @@ class Iterator {
   virtual uint64_t SkippedAfterLastBatch() const = 0;
 };
 
+// What MakeIterator refuses of a start position: InvalidArgument for a negative field;
+// FailedPrecondition for a shuffle_bytes that is not options.shuffle_budget_bytes at a nonzero
+// end_record (the epoch's order was made with another share).
+Status CheckResumePosition(const ResolvedOptions& options, BatchPosition start);
+
 class Pipeline {
  public:
   // Resolves and checks options (see ResolveOptions); errors name the field.

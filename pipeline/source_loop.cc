@@ -32,6 +32,10 @@ void SourceLoop::Run() {
       // complete and skip its I/O and decode, instead of re-reading the last few files.
       parts_.first_epoch_done->WaitForNotification();
     }
+    if (options_.equalizes() &&
+        !parts_.epochs_ended->WaitFor(static_cast<uint64_t>(epoch - start_.epoch + 1))) {
+      break;
+    }
     // A data set with no records would otherwise repeat nothing forever.
     if (empty) break;
   }

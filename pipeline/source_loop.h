@@ -36,6 +36,10 @@ class SourceLoop {
     // Set when the batcher has ended the run's first epoch, and when stopping. Waited for with
     // the DECODED cache only.
     Notification* first_epoch_done = nullptr;
+    // Raised by the batcher at each epoch's end, cancelled when stopping. With equal shares the
+    // source waits for it before the next epoch: the batcher may need pool buffers for padding
+    // batches then, which the next epoch's records would otherwise hold.
+    CountGate* epochs_ended = nullptr;
   };
   // emit hands one item to the graph; it must not block. stop: set (with the window and the pool
   // stopped, and first_epoch_done notified) to end Run early.

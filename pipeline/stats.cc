@@ -56,6 +56,8 @@ StatsSnapshot PipelineStats::Snapshot() const {
   s.skipped = skipped.load();
   s.index_fallbacks = index_fallbacks.load();
   s.shuffle_capped = shuffle_capped.load();
+  s.dropped_records = dropped_records.load();
+  s.padded_samples = padded_samples.load();
   s.jpeg_decodes = jpeg_decodes.load();
   s.epochs_done = epochs_done.load();
   s.cache_full = cache_full.load();

@@ -89,6 +89,8 @@ struct StatsSnapshot {
   uint64_t skipped = 0;       // corrupt records + undecodable images, skipped
   uint64_t index_fallbacks = 0;  // record indexes found lying, the file read instead
   uint64_t shuffle_capped = 0;   // records the shuffle emitted early: its byte share was full
+  uint64_t dropped_records = 0;  // equal shares: usable records after an epoch's equal batches
+  uint64_t padded_samples = 0;   // equal shares: repeated samples that filled an epoch's batches
   uint64_t jpeg_decodes = 0;
   uint64_t epochs_done = 0;
   bool cache_full = false;    // the cache stopped growing at its budget
@@ -117,6 +119,8 @@ class PipelineStats {
   std::atomic<uint64_t> skipped{0};
   std::atomic<uint64_t> index_fallbacks{0};
   std::atomic<uint64_t> shuffle_capped{0};
+  std::atomic<uint64_t> dropped_records{0};
+  std::atomic<uint64_t> padded_samples{0};
   std::atomic<uint64_t> jpeg_decodes{0};  // JPEGs decoded (decoded-cache hits are not)
   std::atomic<uint64_t> epochs_done{0};
   std::atomic<bool> cache_full{false};

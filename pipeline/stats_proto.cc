@@ -47,6 +47,8 @@ constexpr Field<StatsSnapshot> kJobFields[] = {
     {"skipped_records", &StatsSnapshot::skipped},
     {"record_index_fallbacks", &StatsSnapshot::index_fallbacks},
     {"shuffle_capped_records", &StatsSnapshot::shuffle_capped},
+    {"dropped_records", &StatsSnapshot::dropped_records},
+    {"padded_samples", &StatsSnapshot::padded_samples},
     {"wall_seconds", &StatsSnapshot::wall_seconds},
     {"queue_fill", &StatsSnapshot::queue_fill},
     {"queue_capacity", &StatsSnapshot::queue_capacity},

@@ -1,5 +1,7 @@
 #include "server/data_service.h"
 
+#include <grpcpp/support/proto_buffer_reader.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -8,10 +10,9 @@
 #include <string_view>
 #include <vector>
 
-#include <grpcpp/support/proto_buffer_reader.h>
-
 #include "client/wire/batch_wire.h"
 #include "client/wire/shared_segment.h"
+#include "pipeline/equal_shares.h"
 #include "server/request_policy.h"
 #include "server/token_auth.h"
 
@@ -39,6 +40,12 @@ BatchMeta MetaOf(const Batch& batch) {
   meta.width = batch.width();
   meta.skipped_records = batch.skipped();
   return meta;
+}
+
+// The batch's per-sample extras: empty spans (nothing written) unless it has padding or the
+// stream asked for record ids.
+BatchExtras ExtrasOf(const Batch& batch) {
+  return BatchExtras{batch.valid_mask(), batch.record_files(), batch.record_indexes()};
 }
 
 // How long a client that asked for shared memory has to map the segment before its stream falls
@@ -99,7 +106,7 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
     Batch* batch = new Batch(std::move(event.batch));
     const BatchMeta meta = MetaOf(*batch);
     grpc::Slice slices[2] = {
-        grpc::Slice(EncodeBatchPrefix(meta, batch->labels())),
+        grpc::Slice(EncodeBatchPrefix(meta, batch->labels(), ExtrasOf(*batch))),
         grpc::Slice(const_cast<uint8_t*>(batch->images().data()), batch->images().size(),
                     &DestroyBatch, batch)};
     grpc::ByteBuffer message(slices, 2);
@@ -243,7 +250,8 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
     std::memcpy(segment_->SlotData(slot), batch.images().data(), image_bytes);
     segment_->MarkFull(slot);
     const BatchMeta meta = MetaOf(batch);
-    grpc::Slice slice(EncodeSharedBatch(meta, batch.labels(), static_cast<uint32_t>(slot)));
+    grpc::Slice slice(
+        EncodeSharedBatch(meta, batch.labels(), static_cast<uint32_t>(slot), ExtrasOf(batch)));
     grpc::ByteBuffer message(&slice, 1);
     if (Write(&message, meta, slot)) return true;
     segment_->Unfill(slot);
@@ -334,6 +342,49 @@ grpc::ServerUnaryReactor* DataService::GetStats(grpc::CallbackServerContext* con
   return reactor;
 }
 
+grpc::ServerUnaryReactor* DataService::DescribeStream(grpc::CallbackServerContext* context,
+                                                      const v1::StreamRequest* request,
+                                                      v1::StreamPlan* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpc(Describe(*context, *request, response)));
+  return reactor;
+}
+
+Status DataService::Describe(const grpc::CallbackServerContext& context,
+                             const v1::StreamRequest& request, v1::StreamPlan* response) const {
+  RETURN_IF_ERROR(Authenticate(context));
+  ASSIGN_OR_RETURN(const v1::DatasetConfig* dataset, FindDataset(config_, request.dataset()));
+  ASSIGN_OR_RETURN(v1::PipelineOptions options, PipelineForRequest(config_, *dataset, request));
+  ASSIGN_OR_RETURN(ResolvedOptions resolved, ResolveOptions(options));
+  const v1::Position& p = request.start_position();
+  RETURN_IF_ERROR(CheckResumePosition(
+      resolved, BatchPosition{p.epoch(), p.index(), p.end_record(), p.shuffle_bytes()}));
+  ASSIGN_OR_RETURN(SharePlan plan, PlanSharesForFiles(resolved));
+  response->set_batch_size(resolved.batch_size);
+  response->set_image_height(resolved.height);
+  response->set_image_width(resolved.width);
+  response->set_mode(resolved.mode == PipelineMode::kEval ? v1::MODE_EVAL : v1::MODE_TRAIN);
+  response->set_epochs(resolved.epochs);
+  response->mutable_shard()->set_index(resolved.shard_index);
+  response->mutable_shard()->set_count(resolved.shard_count);
+  switch (resolved.equal_shares) {
+    case EqualShares::kDrop:
+      response->set_equal_shares(v1::EQUAL_SHARES_DROP);
+      break;
+    case EqualShares::kPad:
+      response->set_equal_shares(v1::EQUAL_SHARES_PAD);
+      break;
+    case EqualShares::kOff:
+      response->set_equal_shares(v1::EQUAL_SHARES_OFF);
+      break;
+  }
+  response->set_records_per_epoch(plan.records_per_epoch);
+  response->set_batches_per_epoch(plan.batches_per_epoch);
+  response->set_min_shard_records(plan.min_shard_records);
+  response->set_max_shard_records(plan.max_shard_records);
+  return Status::OK();
+}
+
 grpc::ServerWriteReactor<grpc::ByteBuffer>* DataService::StreamBatches(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
   Status auth = Authenticate(*context);
@@ -354,7 +405,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* DataService::StreamBatches(
                       request.start_position().end_record(),
                       request.start_position().shuffle_bytes()};
   Result<std::shared_ptr<Job>> job =
-      registry_->Open(request.dataset(), request.job_name(), *options, start);
+      registry_->Open(request.dataset(), request.job_name(), *options, start, request.record_ids());
   if (!job.ok()) return new RefusedStream(job.status());
   std::shared_ptr<SharedSegment> segment;
   if (request.shared_memory()) segment = SharedSegmentFor(*context, request, (*job)->options());

@@ -20,7 +20,8 @@ class SharedSegment;
 
 using DataServiceBase = v1::DataService::WithCallbackMethod_ListDatasets<
     v1::DataService::WithRawCallbackMethod_StreamBatches<
-        v1::DataService::WithCallbackMethod_GetStats<v1::DataService::Service>>>;
+        v1::DataService::WithCallbackMethod_GetStats<
+            v1::DataService::WithCallbackMethod_DescribeStream<v1::DataService::Service>>>>;
 
 class DataService final : public DataServiceBase {
  public:
@@ -35,10 +36,18 @@ class DataService final : public DataServiceBase {
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
                                      const v1::GetStatsRequest* request,
                                      v1::Stats* response) override;
+  // Resolves the request as StreamBatches does (the same refusals) and plans its epochs from the
+  // files' record counts (cached process-wide, so repeat calls read no file).
+  grpc::ServerUnaryReactor* DescribeStream(grpc::CallbackServerContext* context,
+                                           const v1::StreamRequest* request,
+                                           v1::StreamPlan* response) override;
 
  private:
   // UNAUTHENTICATED unless the call carries exactly one "authorization: Bearer <token>".
   Status Authenticate(const grpc::CallbackServerContext& context) const;
+  // DescribeStream's answer, or why StreamBatches would refuse the request.
+  Status Describe(const grpc::CallbackServerContext& context, const v1::StreamRequest& request,
+                  v1::StreamPlan* response) const;
   // A shared-memory segment for a stream that asked for one, named in the call's initial
   // metadata; null (ordinary batches) when shared memory is off, the peer is not on this host,
   // the slots asked for are out of bounds or too large together, or memory has no room.

@@ -59,8 +59,9 @@ Result<std::shared_ptr<Job>> JobRegistry::StartJob(const std::string& name,
                                                    const std::string& dataset,
                                                    const std::string& options_key, bool shared,
                                                    const v1::PipelineOptions& options,
-                                                   BatchPosition start) {
+                                                   BatchPosition start, bool record_ids) {
   ASSIGN_OR_RETURN(ResolvedOptions resolved, ResolveOptions(options));
+  resolved.record_ids = record_ids;
   resolved.name = "dataset '" + dataset + "', job '" + name + "'";
   std::unique_ptr<Pipeline> pipeline = Pipeline::FromResolved(std::move(resolved));
   const int64_t budget = pipeline->options().memory_budget_bytes;
@@ -100,7 +101,7 @@ Result<std::shared_ptr<Job>> JobRegistry::StartJob(const std::string& name,
 Result<std::shared_ptr<Job>> JobRegistry::Open(const std::string& dataset,
                                                const std::string& job_name,
                                                const v1::PipelineOptions& requested,
-                                               BatchPosition start) {
+                                               BatchPosition start, bool record_ids) {
   if (streams_.fetch_add(1) >= config_.max_streams()) {
     streams_.fetch_sub(1);
     return ResourceExhausted("this server already serves its max_streams = " +
@@ -124,11 +125,12 @@ Result<std::shared_ptr<Job>> JobRegistry::Open(const std::string& dataset,
   }
   std::string options_key;
   options.SerializeToString(&options_key);  // same code, same message: same bytes
+  if (record_ids) options_key += "+record_ids";
   const bool shared = !job_name.empty();
   const std::string mismatch = "job '" + job_name + "' of dataset '" + dataset +
                                "' runs with other options (batch size, image size, mode, seed, "
-                               "epochs, shard or drop_remainder); join it with the same request "
-                               "or choose another job_name";
+                               "epochs, shard, drop_remainder, equal_shares or record_ids); join "
+                               "it with the same request or choose another job_name";
   std::string name = job_name;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -147,7 +149,7 @@ Result<std::shared_ptr<Job>> JobRegistry::Open(const std::string& dataset,
   // Resolving the options and starting the pipeline take a while: not under the lock, which
   // every stream's end and every stats call need.
   Result<std::shared_ptr<Job>> started =
-      StartJob(name, dataset, options_key, shared, options, start);
+      StartJob(name, dataset, options_key, shared, options, start, record_ids);
   if (!started.ok()) return fail(started.status());
   std::shared_ptr<Job> job = std::move(*started);
   std::shared_ptr<Job> result;

@@ -45,8 +45,11 @@ class JobRegistry {
   // Counts a new stream of `dataset` and gives it its job: the running job `job_name` (which must
   // run the same options), or a new one. ResourceExhausted when the stream limit or the memory
   // budget would be passed; InvalidArgument when options disagree with the named job's.
+  // record_ids: the job's batches carry their samples' record ids (ResolvedOptions::record_ids);
+  // a shared job's streams must agree on it as on the options.
   Result<std::shared_ptr<Job>> Open(const std::string& dataset, const std::string& job_name,
-                                    const v1::PipelineOptions& options, BatchPosition start);
+                                    const v1::PipelineOptions& options, BatchPosition start,
+                                    bool record_ids = false);
   // The stream has detached from its job (Job::Detach) and gives its reference back; the job is
   // destroyed (later, on the registry's thread) when no stream uses it any more — a shared job
   // after job_linger_seconds without streams.
@@ -78,7 +81,8 @@ class JobRegistry {
   // ResourceExhausted when the budget would pass the server's; the pipeline's errors as they are.
   Result<std::shared_ptr<Job>> StartJob(const std::string& name, const std::string& dataset,
                                         const std::string& options_key, bool shared,
-                                        const v1::PipelineOptions& options, BatchPosition start);
+                                        const v1::PipelineOptions& options, BatchPosition start,
+                                        bool record_ids);
 
   const v1::ServerConfig& config_;
   const std::chrono::steady_clock::time_point start_;

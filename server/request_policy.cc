@@ -196,6 +196,13 @@ Result<v1::PipelineOptions> PipelineForRequest(const v1::ServerConfig& config,
     o.set_drop_remainder(r.drop_remainder());
   }
   if (r.has_shard()) RETURN_IF_ERROR(ApplyShard(r.shard(), &o));
+  if (r.has_equal_shares()) {
+    if (!v1::EqualShares_IsValid(r.equal_shares())) {
+      return InvalidArgument(
+          fmt::format("equal_shares {} is not a sluice.v1.EqualShares", r.equal_shares()));
+    }
+    o.set_equal_shares(r.equal_shares());
+  }
 
   if (r.job_name().size() > kMaxJobName ||
       std::any_of(r.job_name().begin(), r.job_name().end(),

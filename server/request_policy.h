@@ -18,7 +18,8 @@ Result<const v1::DatasetConfig*> FindDataset(const v1::ServerConfig& config, std
 
 // The pipeline a request gets: the dataset's pipeline with the request's batch_size, image_height,
 // image_width (0: image_height when that is given, else the dataset's), mode, seed (the pipeline
-// seed; a dataset's explicit shuffle.seed stays), epochs, drop_remainder and shard applied. A
+// seed; a dataset's explicit shuffle.seed stays), epochs, drop_remainder, shard and equal_shares
+// applied. A
 // request shard {i, n} subdivides the dataset's own shard {w, m}: {w + m·i, m·n}.
 // InvalidArgument naming the field and the bound for: negative values; values outside the
 // dataset's limits; a value other than the dataset's for a field its limits fix; a shard index

@@ -119,6 +119,26 @@ void WriteJobMetrics(const v1::Stats& stats, PrometheusWriter& w) {
       w.Sample(g.name, L{{"dataset", j.dataset()}, {"job", j.name()}}, g.value(j));
     }
   }
+  struct JobCounter {
+    const char* name;
+    const char* help;
+    uint64_t (v1::JobStats::*value)() const;
+  };
+  const JobCounter job_counters[] = {
+      {"sluice_job_dropped_records_total",
+       "Equal shares: usable records a job dropped after an epoch's equal batches.",
+       &v1::JobStats::dropped_records},
+      {"sluice_job_padded_samples_total",
+       "Equal shares: repeated samples, marked invalid, that filled a job's epochs.",
+       &v1::JobStats::padded_samples},
+  };
+  for (const JobCounter& c : job_counters) {
+    w.Family(c.name, c.help, MetricType::kCounter);
+    for (const v1::JobStats& j : stats.jobs()) {
+      w.Sample(c.name, L{{"dataset", j.dataset()}, {"job", j.name()}},
+               static_cast<double>((j.*c.value)()));
+    }
+  }
   w.Family("sluice_job_stage_busy_fraction",
            "Fraction of a stage's threads' time spent working, over the job's life.",
            MetricType::kGauge);

@@ -4,6 +4,7 @@
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "sluice/v1/service.pb.h"
@@ -65,7 +66,8 @@ bool ReadVarints(google::protobuf::io::CodedInputStream* in, uint32_t wire_type,
 }
 
 // Every field of a Batch but its images.
-v1::Batch MetaMessage(const BatchMeta& meta, std::span<const int32_t> labels) {
+v1::Batch MetaMessage(const BatchMeta& meta, std::span<const int32_t> labels,
+                      const BatchExtras& extras) {
   v1::Batch b;
   b.mutable_position()->set_epoch(meta.epoch);
   b.mutable_position()->set_index(meta.index);
@@ -77,13 +79,20 @@ v1::Batch MetaMessage(const BatchMeta& meta, std::span<const int32_t> labels) {
   b.add_shape(meta.channels);
   b.mutable_labels()->Add(labels.begin(), labels.end());
   b.set_skipped_records(meta.skipped_records);
+  if (std::find(extras.valid.begin(), extras.valid.end(), uint8_t{0}) != extras.valid.end()) {
+    b.mutable_valid()->Reserve(static_cast<int>(extras.valid.size()));
+    for (uint8_t v : extras.valid) b.add_valid(v != 0);
+  }
+  b.mutable_record_files()->Add(extras.record_files.begin(), extras.record_files.end());
+  b.mutable_record_indexes()->Add(extras.record_indexes.begin(), extras.record_indexes.end());
   return b;
 }
 
 }  // namespace
 
-std::string EncodeBatchPrefix(const BatchMeta& meta, std::span<const int32_t> labels) {
-  const v1::Batch b = MetaMessage(meta, labels);
+std::string EncodeBatchPrefix(const BatchMeta& meta, std::span<const int32_t> labels,
+                              const BatchExtras& extras) {
+  const v1::Batch b = MetaMessage(meta, labels, extras);
   std::string out;
   b.SerializeToString(&out);
   google::protobuf::io::StringOutputStream stream(&out);
@@ -94,9 +103,9 @@ std::string EncodeBatchPrefix(const BatchMeta& meta, std::span<const int32_t> la
   return out;
 }
 
-std::string EncodeSharedBatch(const BatchMeta& meta, std::span<const int32_t> labels,
-                              uint32_t slot) {
-  v1::Batch b = MetaMessage(meta, labels);
+std::string EncodeSharedBatch(const BatchMeta& meta, std::span<const int32_t> labels, uint32_t slot,
+                              const BatchExtras& extras) {
+  v1::Batch b = MetaMessage(meta, labels, extras);
   b.mutable_shared_memory()->set_slot(slot);
   b.mutable_shared_memory()->set_length(meta.image_bytes());
   return b.SerializeAsString();

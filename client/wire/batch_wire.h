@@ -33,9 +33,7 @@ struct BatchMeta {
   int32_t n = 0, height = 0, width = 0, channels = 3;
   uint64_t skipped_records = 0;
 
-  size_t image_bytes() const {
-    return static_cast<size_t>(n) * height * width * channels;
-  }
+  size_t image_bytes() const { return static_cast<size_t>(n) * height * width * channels; }
 };
 
 // Per-sample extras of a batch (service.proto Batch.valid, record_files, record_indexes);
@@ -47,13 +45,15 @@ struct BatchExtras {
 };
 
 // The serialized Batch up to and including the tag and length of `images`; appending
-// meta.image_bytes() image bytes completes the message.
-std::string EncodeBatchPrefix(const BatchMeta& meta, std::span<const int32_t> labels);
+// meta.image_bytes() image bytes completes the message. valid is written (packed bool) only
+// when some sample is padding.
+std::string EncodeBatchPrefix(const BatchMeta& meta, std::span<const int32_t> labels,
+                              const BatchExtras& extras = {});
 
-// The whole serialized Batch of a shared-memory stream: meta, labels, and where the images are
-// (SharedMemoryRef {slot, meta.image_bytes()}) instead of the images.
-std::string EncodeSharedBatch(const BatchMeta& meta, std::span<const int32_t> labels,
-                              uint32_t slot);
+// The whole serialized Batch of a shared-memory stream: meta, labels, extras, and where the
+// images are (SharedMemoryRef {slot, meta.image_bytes()}) instead of the images.
+std::string EncodeSharedBatch(const BatchMeta& meta, std::span<const int32_t> labels, uint32_t slot,
+                              const BatchExtras& extras = {});
 
 class SharedSegment;
 

@@ -87,6 +87,7 @@ const GoldenCase kCases[] = {
      [](v1::PipelineOptions* o) {
        o->mutable_shard()->set_index(1);
        o->mutable_shard()->set_count(2);
+       o->set_equal_shares(v1::EQUAL_SHARES_OFF);  // the shard as the sharding rule gives it
      },
      {},
      0x26f4e7012fb1c38eull},
@@ -94,9 +95,26 @@ const GoldenCase kCases[] = {
      [](v1::PipelineOptions* o) {
        o->mutable_shard()->set_index(2);
        o->mutable_shard()->set_count(7);
+       o->set_equal_shares(v1::EQUAL_SHARES_OFF);  // the shard as the sharding rule gives it
      },
      {},
      0xd25e8983f04efee3ull},
+    {"record_shard_2_of_7_pad",
+     [](v1::PipelineOptions* o) {
+       o->mutable_shard()->set_index(2);
+       o->mutable_shard()->set_count(7);
+       o->set_equal_shares(v1::EQUAL_SHARES_PAD);
+     },
+     {},
+     0x9be62e6dcd266f45ull},
+    {"file_shard_1_of_3_drop",
+     [](v1::PipelineOptions* o) {
+       o->mutable_shard()->set_index(1);
+       o->mutable_shard()->set_count(3);
+       o->set_equal_shares(v1::EQUAL_SHARES_DROP);
+     },
+     {},
+     0x7c3f99cf2c977843ull},
     {"resumed_mid_epoch",
      [](v1::PipelineOptions* o) { o->set_accurate_idct(true); },
      {0, 5, 41},

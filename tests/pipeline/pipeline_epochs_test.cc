@@ -96,6 +96,7 @@ TEST_CASE("ShardsPartitionTheData") {
       auto o = BaseOptions(dir);
       o.mutable_shard()->set_index(index);
       o.mutable_shard()->set_count(3);
+      o.set_equal_shares(v1::EQUAL_SHARES_OFF);  // every record of the shard, none dropped
       auto c = RunToEnd(o);
       REQUIRE(c.status.ok());
       REQUIRE(c.labels_by_epoch.size() == 1);

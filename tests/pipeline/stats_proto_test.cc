@@ -21,6 +21,8 @@ StatsSnapshot Distinct() {
   s.skipped = 5;
   s.index_fallbacks = 16;
   s.shuffle_capped = 17;
+  s.dropped_records = 18;
+  s.padded_samples = 19;
   s.queue_fill = 6;
   s.queue_capacity = 7;
   s.decode_parallelism = 8;
@@ -72,6 +74,8 @@ TEST_CASE("SnapshotRoundTripsThroughTheWire") {
   CHECK(back.skipped == s.skipped);
   CHECK(back.index_fallbacks == s.index_fallbacks);
   CHECK(back.shuffle_capped == s.shuffle_capped);
+  CHECK(back.dropped_records == s.dropped_records);
+  CHECK(back.padded_samples == s.padded_samples);
   CHECK(back.queue_fill == s.queue_fill);
   CHECK(back.queue_capacity == s.queue_capacity);
   CHECK(back.decode_parallelism == s.decode_parallelism);

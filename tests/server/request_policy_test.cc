@@ -80,6 +80,8 @@ TEST_CASE("OverridesWithinTheLimitsAreApplied") {
       {"train", "start_position { epoch: 1 index: 5 end_record: 40 }", ""},
       {"train", "job_name: \"run-7.rank:0\" start_position { }", ""},
       {"train", "batch_size: 64 image_height: 1024", "batch_size: 64 image_height: 1024"},
+      {"train", "equal_shares: EQUAL_SHARES_PAD", "equal_shares: EQUAL_SHARES_PAD"},
+      {"train", "equal_shares: EQUAL_SHARES_OFF", "equal_shares: EQUAL_SHARES_OFF"},
   };
   Server server;
   for (const Accepted& c : cases) {
@@ -165,6 +167,16 @@ TEST_CASE("UnknownEnumModeIsRefused") {
       PipelineForRequest(server.config(), server.config().datasets(0), r);
   REQUIRE(!o.ok());
   CHECK(o.status().message() == "mode 5 is not a sluice.v1.Mode");
+}
+
+TEST_CASE("UnknownEqualSharesIsRefused") {
+  Server server;
+  v1::StreamRequest r;
+  r.set_equal_shares(static_cast<v1::EqualShares>(7));
+  Result<v1::PipelineOptions> o =
+      PipelineForRequest(server.config(), server.config().datasets(0), r);
+  REQUIRE(!o.ok());
+  CHECK(o.status().message() == "equal_shares 7 is not a sluice.v1.EqualShares");
 }
 
 TEST_CASE("DatasetsAreFoundByNameNeverByPath") {

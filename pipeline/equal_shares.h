@@ -1,0 +1,39 @@
+// How many batches each epoch of a sharded stream yields so that every consumer of the data set
+// gets the same number (EqualShares, config.proto): from every file's record count
+// (pipeline/record_counts.h) and the rule that gives each shard its records (PlanSharding), the
+// records of every shard of shard_count; DROP takes floor(smallest / batch_size) batches, PAD
+// ceil(largest / batch_size). Off or unsharded, an epoch has as many batches as its records fill
+// (the last partial, or dropped with drop_remainder).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "formats/status.h"
+#include "pipeline/options.h"
+#include "pipeline/record_counts.h"
+
+namespace sluice {
+
+struct SharePlan {
+  EqualShares equal_shares = EqualShares::kOff;  // as it acts: kOff when unsharded
+  int64_t records_per_epoch = 0;                 // this shard's, skipped ones included
+  int64_t min_shard_records = 0;
+  int64_t max_shard_records = 0;
+  int64_t batches_per_epoch = 0;
+};
+
+// The records each shard of options.shard_count reads per epoch (all of them when unsharded).
+// REQUIRES: counts[i] is options.files[i]'s.
+std::vector<int64_t> ShardRecords(const ResolvedOptions& options,
+                                  const std::vector<FileRecords>& counts);
+
+// REQUIRES: counts[i] is options.files[i]'s.
+SharePlan PlanShares(const ResolvedOptions& options, const std::vector<FileRecords>& counts);
+
+// PlanShares over the files' counts (CountRecords: cached). FailedPrecondition when equal shares
+// would give the stream no batch at all (DROP with a shard smaller than one batch), naming the
+// shard and its records.
+Result<SharePlan> PlanSharesForFiles(const ResolvedOptions& options);
+
+}  // namespace sluice

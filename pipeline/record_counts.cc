@@ -1,0 +1,164 @@
+#include "pipeline/record_counts.h"
+
+#include <sys/stat.h>
+
+#include <atomic>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "formats/crc32c.h"
+#include "formats/file.h"
+#include "formats/record_index.h"
+#include "formats/tfrecord_reader.h"
+#include "pipeline/options.h"
+
+namespace sluice {
+namespace {
+
+uint64_t Fixed64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
+  return v;
+}
+uint32_t Fixed32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
+  return v;
+}
+
+// An uncompressed file's frames, from their headers alone. TFRecordReader's rules: a frame whose
+// header is cut short, whose length fails its CRC or passes max_record_bytes, or whose payload
+// runs past the end is final damage, and FileReaderSource counts it as one more record before it
+// gives up on the file; a bad data CRC or an over-long record is a record like any other.
+uint64_t ScanFrames(int fd, const std::string& path, uint64_t size) {
+  const uint64_t max_record = TFRecordReaderOptions{}.max_record_bytes;
+  uint64_t records = 0;
+  uint64_t offset = 0;
+  char header[kTFRecordHeaderBytes];
+  while (offset < size) {
+    ++records;
+    if (size - offset < kTFRecordHeaderBytes) break;
+    if (!ReadFully(fd, path, offset, kTFRecordHeaderBytes, header).ok()) break;
+    const uint64_t length = Fixed64(header);
+    if (crc32c::Unmask(Fixed32(header + 8)) != crc32c::Value(header, 8)) break;
+    if (length > max_record) break;
+    const uint64_t frame = kTFRecordHeaderBytes + length + kTFRecordFooterBytes;
+    if (frame > size - offset) break;
+    offset += frame;
+  }
+  return records;
+}
+
+// A compressed file read as the source reads it, payloads streamed through the reader's buffer.
+FileRecords ScanCompressed(const std::string& path, Compression compression) {
+  TFRecordReaderOptions ro;
+  ro.compression = compression;
+  ro.buffer_bytes = kReadBufferBytes;
+  ro.max_held_record_bytes = 0;  // hold nothing: every payload streams through
+  Result<std::unique_ptr<TFRecordReader>> reader = TFRecordReader::Open(path, ro);
+  if (!reader.ok()) return FileRecords{1, true};
+  FileRecords out;
+  for (;;) {
+    bool eof = false;
+    Status s = (*reader)->SkipRecord(&eof);
+    if (s.ok() && eof) break;
+    ++out.records;
+    if (!s.ok() && !(*reader)->can_continue()) break;
+  }
+  return out;
+}
+
+struct Key {
+  std::string path;
+  uint64_t size;
+  int64_t mtime_ns;
+  int compression;  // -1: detect
+  auto operator<=>(const Key&) const = default;
+};
+
+class CountCache {
+ public:
+  std::optional<FileRecords> Find(const Key& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = counts_.find(key);
+    if (it == counts_.end()) return std::nullopt;
+    return it->second;
+  }
+  void Insert(const Key& key, FileRecords records) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!counts_.emplace(key, records).second) return;
+    order_.push_back(key);
+    while (order_.size() > kMaxCachedCounts) {
+      counts_.erase(order_.front());
+      order_.pop_front();
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<Key, FileRecords> counts_;  // guarded by mu_
+  std::deque<Key> order_;              // insertion order, for eviction; guarded by mu_
+};
+
+CountCache& Cache() {
+  static CountCache* cache = new CountCache();  // never destroyed: used until exit
+  return *cache;
+}
+
+std::atomic<uint64_t> g_scans{0};
+
+}  // namespace
+
+FileRecords CountFileRecords(const std::string& path, std::optional<Compression> compression) {
+  Result<UniqueFd> fd = OpenForPositionalReads(path);
+  if (!fd.ok()) return FileRecords{1, true};
+  struct stat st {};
+  if (::fstat(fd->get(), &st) != 0) return FileRecords{1, true};
+  const auto size = static_cast<uint64_t>(st.st_size);
+  if (size == 0) return FileRecords{};
+  Compression c = compression.value_or(Compression::kNone);
+  if (!compression) {
+    std::string head(std::min<uint64_t>(size, kTFRecordHeaderBytes), '\0');
+    if (!ReadFully(fd->get(), path, 0, head.size(), head.data()).ok()) return FileRecords{1, true};
+    c = DetectCompression(head);
+  }
+  if (c != Compression::kNone) return ScanCompressed(path, c);
+  // The index the lazy start would use (RecordIndexSource::Open): one that tiles the file.
+  Result<std::vector<IndexEntry>> index = ReadRecordIndex(IndexPathFor(path));
+  if (index.ok()) {
+    const uint64_t indexed = index->empty() ? 0 : index->back().offset + index->back().length;
+    if (indexed == size) return FileRecords{index->size(), false};
+  }
+  return FileRecords{ScanFrames(fd->get(), path, size), false};
+}
+
+std::vector<FileRecords> CountRecords(const std::vector<std::string>& files,
+                                      std::optional<Compression> compression) {
+  std::vector<FileRecords> out;
+  out.reserve(files.size());
+  for (const std::string& path : files) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      out.push_back(FileRecords{1, true});  // not cached: it may appear
+      continue;
+    }
+    const Key key{path, static_cast<uint64_t>(st.st_size),
+                  int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec,
+                  compression ? static_cast<int>(*compression) : -1};
+    if (std::optional<FileRecords> hit = Cache().Find(key)) {
+      out.push_back(*hit);
+      continue;
+    }
+    g_scans.fetch_add(1, std::memory_order_relaxed);
+    FileRecords counted = CountFileRecords(path, compression);
+    Cache().Insert(key, counted);
+    out.push_back(counted);
+  }
+  return out;
+}
+
+uint64_t RecordCountScans() { return g_scans.load(std::memory_order_relaxed); }
+
+}  // namespace sluice

@@ -1,0 +1,116 @@
+// The equal-share plan: every shard's records from the files' counts by the sharding rule (whole
+// files, or every count-th record), and the batches per epoch DROP, PAD and OFF give.
+#include "pipeline/equal_shares.h"
+
+#include <catch2/catch.hpp>
+#include <vector>
+
+#include "tests/pipeline/pipeline_test_data.h"
+
+namespace sluice {
+namespace {
+
+ResolvedOptions Sharded(int files, int index, int count, EqualShares mode, int batch) {
+  ResolvedOptions o;
+  for (int f = 0; f < files; ++f) o.files.push_back("f" + std::to_string(f));
+  o.shard_index = index;
+  o.shard_count = count;
+  o.equal_shares = mode;
+  o.batch_size = batch;
+  return o;
+}
+
+std::vector<FileRecords> Counts(const std::vector<uint64_t>& records) {
+  std::vector<FileRecords> out;
+  for (uint64_t r : records) out.push_back({r, false});
+  return out;
+}
+
+TEST_CASE("UnevenFilesShardedByFileGiveDropTheSmallestAndPadTheLargestShare") {
+  // Shards of 3 over 5 files: {0, 3}, {1, 4}, {2}.
+  const auto counts = Counts({10, 13, 9, 11, 9});
+  CHECK(ShardRecords(Sharded(5, 0, 3, EqualShares::kDrop, 4), counts) ==
+        std::vector<int64_t>{21, 22, 9});
+  for (int shard = 0; shard < 3; ++shard) {
+    const SharePlan drop = PlanShares(Sharded(5, shard, 3, EqualShares::kDrop, 4), counts);
+    CHECK(drop.batches_per_epoch == 2);
+    CHECK(drop.min_shard_records == 9);
+    CHECK(drop.max_shard_records == 22);
+    const SharePlan pad = PlanShares(Sharded(5, shard, 3, EqualShares::kPad, 4), counts);
+    CHECK(pad.batches_per_epoch == 6);
+    CHECK(pad.records_per_epoch == std::vector<int64_t>{21, 22, 9}[shard]);
+  }
+  // Off: each shard as it is, its last batch partial or dropped.
+  ResolvedOptions off = Sharded(5, 0, 3, EqualShares::kOff, 4);
+  CHECK(PlanShares(off, counts).equal_shares == EqualShares::kOff);
+  CHECK(PlanShares(off, counts).batches_per_epoch == 6);
+  off.drop_remainder = true;
+  CHECK(PlanShares(off, counts).batches_per_epoch == 5);
+}
+
+TEST_CASE("FewerFilesThanShardsShareEveryCountthRecordOfEachFile") {
+  // Records r % 3 == i of files of 10 and 8: 4 + 3, 3 + 3, 3 + 2.
+  const auto counts = Counts({10, 8});
+  CHECK(ShardRecords(Sharded(2, 0, 3, EqualShares::kPad, 2), counts) ==
+        std::vector<int64_t>{7, 6, 5});
+  CHECK(PlanShares(Sharded(2, 1, 3, EqualShares::kPad, 2), counts).batches_per_epoch == 4);
+  CHECK(PlanShares(Sharded(2, 1, 3, EqualShares::kDrop, 2), counts).batches_per_epoch == 2);
+  // An unreadable file is one bad record in every shard that opens it.
+  std::vector<FileRecords> unreadable = counts;
+  unreadable[1] = {1, true};
+  CHECK(ShardRecords(Sharded(2, 0, 3, EqualShares::kPad, 2), unreadable) ==
+        std::vector<int64_t>{5, 4, 4});
+}
+
+TEST_CASE("UnshardedStreamsAreNotEqualized") {
+  ResolvedOptions o = Sharded(2, 0, 1, EqualShares::kDrop, 4);
+  const SharePlan plan = PlanShares(o, Counts({5, 6}));
+  CHECK(plan.equal_shares == EqualShares::kOff);
+  CHECK(plan.records_per_epoch == 11);
+  CHECK(plan.min_shard_records == 11);
+  CHECK(plan.max_shard_records == 11);
+  CHECK(plan.batches_per_epoch == 3);
+}
+
+TEST_CASE("DropWithAShardSmallerThanABatchIsRefusedNamingTheShard") {
+  testing::TempDir dir;
+  testing::WriteTestShards(dir, 3, 2);
+  v1::PipelineOptions o = testing::BaseOptions(dir);
+  o.mutable_shard()->set_index(0);
+  o.mutable_shard()->set_count(3);
+  o.set_equal_shares(v1::EQUAL_SHARES_DROP);
+  auto options = ResolveOptions(o);
+  REQUIRE(options.ok());
+  auto plan = PlanSharesForFiles(*options);
+  CHECK(plan.status().code() == StatusCode::kFailedPrecondition);
+  CHECK(plan.status().message().find("the smallest of the 3 shards holds 2 records") !=
+        std::string::npos);
+  // The pipeline refuses it the same way when it starts.
+  auto pipeline = Pipeline::Create(o);
+  REQUIRE(pipeline.ok());
+  CHECK((*pipeline)->MakeIterator().status().code() == StatusCode::kFailedPrecondition);
+  // PAD gives each shard one batch.
+  o.set_equal_shares(v1::EQUAL_SHARES_PAD);
+  options = ResolveOptions(o);
+  REQUIRE(options.ok());
+  REQUIRE(PlanSharesForFiles(*options).ok());
+  CHECK(PlanSharesForFiles(*options)->batches_per_epoch == 1);
+}
+
+TEST_CASE("DefaultIsDropInTrainingAndPadInEvaluation") {
+  v1::PipelineOptions train;
+  train.set_mode(v1::MODE_TRAIN);
+  v1::PipelineOptions eval;
+  eval.set_mode(v1::MODE_EVAL);
+  testing::TempDir dir;
+  testing::WriteTestShards(dir, 1, 1);
+  train.add_files(dir.file("shard-*.tfrecord"));
+  eval.add_files(dir.file("shard-*.tfrecord"));
+  CHECK(ResolveOptions(train)->equal_shares == EqualShares::kDrop);
+  CHECK(ResolveOptions(eval)->equal_shares == EqualShares::kPad);
+  eval.set_equal_shares(v1::EQUAL_SHARES_OFF);
+  CHECK(ResolveOptions(eval)->equal_shares == EqualShares::kOff);
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,163 @@
+// Record counts as the source counts records (end_record terms): from the frames of plain, GZIP
+// and ZLIB shards, from a record index that tiles the file, and for damaged files the same number
+// of items RecordSource yields before it gives up on the file. The cache rescans a changed file
+// only.
+#include "pipeline/record_counts.h"
+
+#include <catch2/catch.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "formats/crc32c.h"
+#include "formats/file.h"
+#include "formats/record_index.h"
+#include "formats/tfrecord_writer.h"
+#include "pipeline/record_source.h"
+#include "tests/test_support.h"
+
+namespace sluice {
+namespace {
+
+using testing::RandomBytes;
+using testing::TempDir;
+
+struct Stream {
+  std::string bytes;
+  std::vector<size_t> starts;  // each frame's offset
+};
+
+Stream Frames(int n, size_t size = 300) {
+  Stream s;
+  for (int r = 0; r < n; ++r) {
+    s.starts.push_back(s.bytes.size());
+    AppendTFRecordFrame(RandomBytes(size + 37 * r, 7 + r), &s.bytes);
+  }
+  return s;
+}
+
+void Write(const std::string& path, const std::string& stream, Compression c) {
+  auto base = NewAtomicFile(path);
+  REQUIRE(base.ok());
+  auto file = c == Compression::kNone ? std::move(*base) : NewDeflatingFile(std::move(*base), c);
+  REQUIRE(file->Append(stream).ok());
+  REQUIRE(file->Commit().ok());
+}
+
+// What the pipeline's source yields for the file: records and bad records, in end_record terms.
+uint64_t SourceItems(const std::string& path) {
+  v1::PipelineOptions o;
+  o.add_files(path);
+  auto options = ResolveOptions(o);
+  REQUIRE(options.ok());
+  PipelineStats stats;
+  RecordSource source(*options, &stats, nullptr, nullptr);
+  source.StartEpoch(0);
+  uint64_t items = 0;
+  for (;;) {
+    WorkItem w;
+    bool end = false;
+    source.Next(&w, &end);
+    if (end) break;
+    ++items;
+  }
+  return items;
+}
+
+TEST_CASE("PlainAndCompressedShardsAreCountedByTheirFrames") {
+  for (Compression c : {Compression::kNone, Compression::kGzip, Compression::kZlib}) {
+    INFO(CompressionName(c));
+    TempDir dir;
+    const std::string path = dir.file("a.tfrecord");
+    Write(path, Frames(57).bytes, c);
+    CHECK(CountFileRecords(path, std::nullopt) == FileRecords{57, false});
+    CHECK(CountFileRecords(path, c) == FileRecords{57, false});
+  }
+}
+
+TEST_CASE("LargeRecordsInAGzipShardAreStreamedNotHeld") {
+  TempDir dir;
+  const std::string path = dir.file("a.tfrecord.gz");
+  Write(path, Frames(5, 3 << 20).bytes, Compression::kGzip);
+  CHECK(CountFileRecords(path, std::nullopt).records == 5);
+}
+
+TEST_CASE("EmptyFileHasNoRecordsAndAMissingOneIsOneUnreadableRecord") {
+  TempDir dir;
+  testing::WriteAll(dir.file("empty.tfrecord"), "");
+  CHECK(CountFileRecords(dir.file("empty.tfrecord"), std::nullopt) == FileRecords{0, false});
+  CHECK(CountFileRecords(dir.file("missing.tfrecord"), std::nullopt) == FileRecords{1, true});
+}
+
+TEST_CASE("AnIndexThatTilesTheFileIsTrustedWithoutScanningTheFrames") {
+  TempDir dir;
+  const std::string path = dir.file("a.tfrecord");
+  Stream s = Frames(6);
+  Write(path, s.bytes, Compression::kNone);
+  // Entries that tile the file but merge frames pairwise: only the index can give 3.
+  std::vector<IndexEntry> merged;
+  for (int i = 0; i < 6; i += 2) {
+    const size_t end = i + 2 < 6 ? s.starts[i + 2] : s.bytes.size();
+    merged.push_back({s.starts[i], end - s.starts[i]});
+  }
+  REQUIRE(WriteRecordIndex(IndexPathFor(path), merged).ok());
+  CHECK(CountFileRecords(path, std::nullopt).records == 3);
+  // An index of another version of the file (it does not end where the file does) is not used.
+  merged.pop_back();
+  REQUIRE(WriteRecordIndex(IndexPathFor(path), merged).ok());
+  CHECK(CountFileRecords(path, std::nullopt).records == 6);
+}
+
+TEST_CASE("DamagedFilesCountWhatTheSourceYieldsBeforeItGivesUp") {
+  struct Case {
+    const char* name;
+    std::function<void(Stream*)> damage;
+  };
+  const Case cases[] = {
+      {"data checksum mismatch", [](Stream* s) { s->bytes[s->starts[3] + 20] ^= 1; }},
+      {"length checksum mismatch", [](Stream* s) { s->bytes[s->starts[4] + 9] ^= 1; }},
+      {"length over the limit",
+       [](Stream* s) {
+         std::string huge;
+         AppendTFRecordFrame("x", &huge);
+         huge[7] = 0x7f;  // length ~2^63 with its checksum recomputed below
+         const uint32_t crc = crc32c::Mask(crc32c::Value(huge.data(), 8));
+         for (int i = 0; i < 4; ++i) huge[8 + i] = static_cast<char>(crc >> (8 * i));
+         s->bytes.replace(s->starts[2], huge.size(), huge);
+       }},
+      {"header cut short", [](Stream* s) { s->bytes.resize(s->starts[5] + 7); }},
+      {"payload cut short", [](Stream* s) { s->bytes.resize(s->starts[5] + 40); }},
+      {"footer cut short", [](Stream* s) { s->bytes.resize(s->starts[6] - 2); }},
+      {"garbage at the start", [](Stream* s) { s->bytes.replace(0, 12, std::string(12, 'z')); }},
+  };
+  for (const Case& c : cases) {
+    for (Compression comp : {Compression::kNone, Compression::kGzip}) {
+      INFO(c.name << ", " << CompressionName(comp));
+      TempDir dir;
+      const std::string path = dir.file("a.tfrecord");
+      Stream s = Frames(8);
+      c.damage(&s);
+      Write(path, s.bytes, comp);
+      const uint64_t items = SourceItems(path);
+      CHECK(items < 9);
+      CHECK(CountFileRecords(path, std::nullopt).records == items);
+    }
+  }
+}
+
+TEST_CASE("CacheCountsAFileOnceAndAgainWhenItChanges") {
+  TempDir dir;
+  const std::string path = dir.file("cached.tfrecord");
+  Write(path, Frames(4).bytes, Compression::kNone);
+  const std::vector<std::string> files{path};
+  const uint64_t before = RecordCountScans();
+  CHECK(CountRecords(files, std::nullopt)[0].records == 4);
+  CHECK(CountRecords(files, std::nullopt)[0].records == 4);
+  CHECK(RecordCountScans() == before + 1);
+  Write(path, Frames(9).bytes, Compression::kNone);  // another size
+  CHECK(CountRecords(files, std::nullopt)[0].records == 9);
+  CHECK(RecordCountScans() == before + 2);
+}
+
+}  // namespace
+}  // namespace sluice

@@ -39,8 +39,15 @@ SharePlan PlanShares(const ResolvedOptions& options, const std::vector<FileRecor
   plan.equal_shares = options.equalizes() ? options.equal_shares : EqualShares::kOff;
   plan.records_per_epoch =
       shards[static_cast<size_t>(options.shard_count > 1 ? options.shard_index : 0)];
-  plan.min_shard_records = *std::min_element(shards.begin(), shards.end());
-  plan.max_shard_records = *std::max_element(shards.begin(), shards.end());
+  // This shard's peers: the consumers of its part (ResolvedOptions::shard_consumers).
+  const int stride = std::max(1, options.shard_count / std::max(1, options.shard_consumers));
+  const int first = options.shard_count > 1 ? options.shard_index % stride : 0;
+  plan.min_shard_records = shards[static_cast<size_t>(first)];
+  plan.max_shard_records = plan.min_shard_records;
+  for (size_t s = static_cast<size_t>(first); s < shards.size(); s += static_cast<size_t>(stride)) {
+    plan.min_shard_records = std::min(plan.min_shard_records, shards[s]);
+    plan.max_shard_records = std::max(plan.max_shard_records, shards[s]);
+  }
   const int64_t batch = options.batch_size;
   switch (plan.equal_shares) {
     case EqualShares::kDrop:
@@ -63,9 +70,9 @@ Result<SharePlan> PlanSharesForFiles(const ResolvedOptions& options) {
   if (plan.equal_shares != EqualShares::kOff && plan.batches_per_epoch == 0) {
     return FailedPrecondition(
         "equal shares (" + std::string(plan.equal_shares == EqualShares::kDrop ? "DROP" : "PAD") +
-        ") give no batch: the smallest of the " + std::to_string(options.shard_count) +
-        " shards holds " + std::to_string(plan.min_shard_records) + " records, the largest " +
-        std::to_string(plan.max_shard_records) + ", under batch_size " +
+        ") give no batch: the smallest of the " + std::to_string(options.shard_consumers) +
+        " consumers' shards holds " + std::to_string(plan.min_shard_records) +
+        " records, the largest " + std::to_string(plan.max_shard_records) + ", under batch_size " +
         std::to_string(options.batch_size) +
         "; use a smaller batch_size, fewer shards, or equal_shares PAD");
   }

@@ -147,6 +147,12 @@ Result<ResolvedOptions> ResolveOptions(const v1::PipelineOptions& o) {
   RETURN_IF_ERROR(Take(Tunable::kShardCount, o.shard().count(), &r.shard_count));
   r.shard_index = o.shard().index();
   RETURN_IF_ERROR(CheckRange("shard.index", r.shard_index, 0, r.shard_count - 1));
+  r.shard_consumers = o.shard().consumers() == 0 ? r.shard_count : o.shard().consumers();
+  if (r.shard_consumers < 1 || r.shard_consumers > r.shard_count ||
+      r.shard_count % r.shard_consumers != 0) {
+    return InvalidArgument("shard.consumers " + std::to_string(o.shard().consumers()) +
+                           " does not divide shard.count " + std::to_string(r.shard_count));
+  }
   switch (o.equal_shares()) {
     case v1::EQUAL_SHARES_DROP:
       r.equal_shares = EqualShares::kDrop;

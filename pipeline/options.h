@@ -46,6 +46,9 @@ struct ResolvedOptions {
   int64_t epochs = 0;  // 0: forever
   int shard_index = 0;
   int shard_count = 1;
+  // Of shard_count, the shards that equal shares keep equal (shard.consumers; resolved, 0 → all):
+  // this shard's peers are those congruent to shard_index modulo shard_count / shard_consumers.
+  int shard_consumers = 1;
   EqualShares equal_shares = EqualShares::kDrop;
   // Each batch carries every sample's file (index into files) and record number within it. Not
   // from PipelineOptions: a stream's request asks for it (StreamRequest.record_ids).
@@ -83,7 +86,7 @@ struct ResolvedOptions {
   size_t image_bytes() const { return static_cast<size_t>(height) * width * 3; }
   size_t batch_image_bytes() const { return image_bytes() * batch_size; }
   // Every epoch yields the same number of full batches in every shard (padding or dropping).
-  bool equalizes() const { return shard_count > 1 && equal_shares != EqualShares::kOff; }
+  bool equalizes() const { return shard_consumers > 1 && equal_shares != EqualShares::kOff; }
 };
 
 // Batch buffers beyond `prefetch`: the consumer's current batch, the ones being filled, and one

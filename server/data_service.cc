@@ -367,6 +367,7 @@ Status DataService::Describe(const grpc::CallbackServerContext& context,
   response->set_epochs(resolved.epochs);
   response->mutable_shard()->set_index(resolved.shard_index);
   response->mutable_shard()->set_count(resolved.shard_count);
+  response->mutable_shard()->set_consumers(resolved.shard_consumers);
   switch (resolved.equal_shares) {
     case EqualShares::kDrop:
       response->set_equal_shares(v1::EQUAL_SHARES_DROP);

@@ -196,6 +196,9 @@ Result<v1::PipelineOptions> PipelineForRequest(const v1::ServerConfig& config,
     o.set_drop_remainder(r.drop_remainder());
   }
   if (r.has_shard()) RETURN_IF_ERROR(ApplyShard(r.shard(), &o));
+  // Equal shares balance the request's consumers only: the server's own part is read whole by
+  // whoever fans in from the fleet (config.proto ShardOptions.consumers).
+  if (o.shard().count() > 1) o.mutable_shard()->set_consumers(std::max(1, r.shard().count()));
   if (r.has_equal_shares()) {
     if (!v1::EqualShares_IsValid(r.equal_shares())) {
       return InvalidArgument(

@@ -15,6 +15,7 @@ ResolvedOptions Sharded(int files, int index, int count, EqualShares mode, int b
   for (int f = 0; f < files; ++f) o.files.push_back("f" + std::to_string(f));
   o.shard_index = index;
   o.shard_count = count;
+  o.shard_consumers = count;
   o.equal_shares = mode;
   o.batch_size = batch;
   return o;
@@ -83,7 +84,7 @@ TEST_CASE("DropWithAShardSmallerThanABatchIsRefusedNamingTheShard") {
   REQUIRE(options.ok());
   auto plan = PlanSharesForFiles(*options);
   CHECK(plan.status().code() == StatusCode::kFailedPrecondition);
-  CHECK(plan.status().message().find("the smallest of the 3 shards holds 2 records") !=
+  CHECK(plan.status().message().find("the smallest of the 3 consumers' shards holds 2 records") !=
         std::string::npos);
   // The pipeline refuses it the same way when it starts.
   auto pipeline = Pipeline::Create(o);
@@ -110,6 +111,44 @@ TEST_CASE("DefaultIsDropInTrainingAndPadInEvaluation") {
   CHECK(ResolveOptions(eval)->equal_shares == EqualShares::kPad);
   eval.set_equal_shares(v1::EQUAL_SHARES_OFF);
   CHECK(ResolveOptions(eval)->equal_shares == EqualShares::kOff);
+}
+
+TEST_CASE("PeersAreTheConsumersWithinOneServersPartNotTheOtherParts") {
+  // Two servers' parts (--shard I/2) and two consumers (request shard r/2): combined shard
+  // I + 2·r of 4, one file each. Shard 0's peer is shard 2 (server 0's part), shard 1's is 3.
+  const auto counts = Counts({10, 13, 9, 11});
+  ResolvedOptions o = Sharded(4, 0, 4, EqualShares::kDrop, 2);
+  o.shard_consumers = 2;
+  SharePlan p = PlanShares(o, counts);
+  CHECK(p.min_shard_records == 9);
+  CHECK(p.max_shard_records == 10);
+  CHECK(p.batches_per_epoch == 4);
+  o.shard_index = 3;
+  p = PlanShares(o, counts);
+  CHECK(p.min_shard_records == 11);
+  CHECK(p.max_shard_records == 13);
+  CHECK(p.batches_per_epoch == 5);
+  // One consumer of a server's part (a client fanning in from the fleet): nothing to equalize.
+  o.shard_consumers = 1;
+  p = PlanShares(o, counts);
+  CHECK(p.equal_shares == EqualShares::kOff);
+  CHECK(p.batches_per_epoch == 6);  // 11 records, the last batch partial
+}
+
+TEST_CASE("ConsumersThatDoNotDivideTheShardCountAreRefused") {
+  testing::TempDir dir;
+  testing::WriteTestShards(dir, 1, 1);
+  v1::PipelineOptions o;
+  o.add_files(dir.file("shard-*.tfrecord"));
+  o.mutable_shard()->set_index(0);
+  o.mutable_shard()->set_count(4);
+  o.mutable_shard()->set_consumers(3);
+  auto r = ResolveOptions(o);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message().find("shard.consumers 3") != std::string::npos);
+  o.mutable_shard()->set_consumers(2);
+  REQUIRE(ResolveOptions(o).ok());
+  CHECK(ResolveOptions(o)->shard_consumers == 2);
 }
 
 }  // namespace

@@ -4,7 +4,6 @@ processes started with --shard I/N; and the check that a client reaches every sh
 dataset.
 """
 import hashlib
-import socket
 
 import grpc
 import pytest

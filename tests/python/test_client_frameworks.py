@@ -257,8 +257,8 @@ def test_keras_fit_epochs_differ_and_evaluate_sees_every_record_once(server, cli
     assert sorted(epochs[0][1]) == sorted(epochs[1][1]) and epochs[0][1] != epochs[1][1]
     assert not set(epochs[0][0]) & set(epochs[1][0])  # other crops
     # Evaluation: EVAL crops name their records; every record once.
-    whole = sorted(hashlib.sha1(i).hexdigest() for b in client.stream("train", mode="eval", epochs=1)
-                   for i in b.images)
+    whole = sorted(hashlib.sha1(i).hexdigest()
+                   for b in client.stream("train", mode="eval", epochs=1) for i in b.images)
     seen.clear()
     evaluation = sluice.tf.dataset(server.target, "train", mode="eval", batch_size=24)
     model.evaluate(recorded(evaluation), verbose=0)

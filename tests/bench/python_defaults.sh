@@ -2,7 +2,8 @@
 # The Python client with its defaults next to the C++ client (`sluice profile --target`, its
 # defaults: same-host shared memory), all reading one `sluice serve` over TCP loopback, uncached
 # TRAIN at 224 on the synthetic photos (batch 256): the numpy stream (Client.stream: the socket)
-# and SluiceDataset in a DataLoader with 2 workers (shared memory, each worker a shard). The
+# and SluiceDataset in a DataLoader with 2 workers (shared memory, each worker a shard) and with
+# none (dataloader0: shared memory, each batch copied out of its slot). The
 # server's decode is the bottleneck, so a client's own CPU time (shared cores) shows as lost
 # images/s; goal: >= 90% of C++. Rounds alternate the clients; the median of each is reported.
 # The working tree's client runs from a copy with its protos generated (nothing is installed).
@@ -43,7 +44,8 @@ else:
     import torch
     import sluice.torch
     ds = sluice.torch.SluiceDataset(target, "train", batch_size=256, image_size=224, epochs=0)
-    batches_of = iter(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2))
+    workers = 2 if loader == "dataloader" else 0
+    batches_of = iter(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers))
 for _ in range(warmup):
     next(batches_of)
 t0, images = time.perf_counter(), 0
@@ -59,12 +61,13 @@ measure() {  # CLIENT WARMUP BATCHES -> one JSON line
          | python3 -c 'import json, sys
 print(json.dumps({"images_per_sec": json.load(sys.stdin)["images_per_sec"]}))' ;;
     numpy) "$python" "$work/python_client.py" "$tcp" "$2" "$3" numpy ;;
-    dataloader) "$torch_python" "$work/python_client.py" "$tcp" "$2" "$3" dataloader ;;
+    dataloader|dataloader0)
+         "$torch_python" "$work/python_client.py" "$tcp" "$2" "$3" "$1" ;;
   esac
 }
 
 for ((r = 0; r < rounds; ++r)); do
-  for client in cpp numpy dataloader; do
+  for client in cpp numpy dataloader dataloader0; do
     echo "$client $(measure "$client" 4 40)" >> "$work/results"
   done
 done

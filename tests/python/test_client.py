@@ -376,6 +376,18 @@ def test_abandoned_stream_stops_its_reader(client):
     assert not reader._thread.is_alive()
 
 
+def test_the_interpreter_exits_with_a_stream_left_open(server, tmp_path):
+    # The stream is left to the interpreter's exit with its reader mid-receive: it is cancelled
+    # while the reader thread still runs, not from a finalizer that could wait on a gRPC lock a
+    # frozen daemon thread holds (which hung about 1 exit in 3).
+    code = ("import sys, sluice; "
+            "s = sluice.Client(sys.argv[1]).stream('train', batch_size=64, image_size=224); "
+            "next(s)")
+    for _ in range(8):
+        subprocess.run([sys.executable, "-c", code, server.target], check=True, cwd=tmp_path,
+                       timeout=30)
+
+
 # --- decoding the wire format ------------------------------------------------------------------
 
 def _message(n=2, h=3, w=4, labels=None, images=None, position=(1, 5, 40, 4096)):

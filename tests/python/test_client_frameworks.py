@@ -50,8 +50,17 @@ def test_torch_dataset_over_shared_memory_gives_the_socket_streams_tensors(serve
     import sluice.torch
     args = dict(batch_size=16, image_size=32, seed=9, epochs=1)
     socket = [(images.clone(), labels.clone()) for images, labels in
-              torch.utils.data.DataLoader(sluice.torch.SluiceDataset(server.target, "train",
-                                                                     **args), batch_size=None)]
+              torch.utils.data.DataLoader(sluice.torch.SluiceDataset(
+                  server.target, "train", shared_memory=False, **args), batch_size=None)]
+    # By default, without workers: shared memory, each batch copied out of its slot at once, so
+    # the caller may keep every tensor (more than max_held).
+    kept, shared_streams = [], 0
+    for images, labels in sluice.torch.SluiceDataset(server.target, "train", **args):
+        shared_streams = max(shared_streams, client.stats().shared_memory_streams)
+        kept.append((images, labels))
+    assert shared_streams == 1 and len(kept) > 4
+    assert all(torch.equal(a, b) and torch.equal(c, d) for (a, c), (b, d) in zip(kept, socket))
+    del kept
     shared = torch.utils.data.DataLoader(
         sluice.torch.SluiceDataset(server.target, "train", shared_memory=True, **args),
         batch_size=None)

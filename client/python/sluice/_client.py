@@ -9,12 +9,15 @@ the "sluice" logger) and resumes a private stream right after the last batch it 
 deterministic stream loses and repeats nothing; it gives up after `reconnect_deadline` seconds
 without a batch.
 """
+import atexit
 import collections
 import logging
 import numbers
 import socket
+import sys
 import threading
 import time
+import weakref
 
 import grpc
 
@@ -420,6 +423,7 @@ class BatchStream:
         self._next = 0                       # consumer only: where round-robin starts
         self._closed = False
         self.position = None  # of the last batch handed out
+        _OPEN_STREAMS.add(self)
         # As the C++ client: wait until every server has answered (a batch or its final status),
         # so that a request a server refuses fails here rather than at the first next().
         with hub:
@@ -519,6 +523,7 @@ class BatchStream:
     def close(self):
         """Cancels the calls and stops the reader threads. Idempotent."""
         self._closed = True
+        _OPEN_STREAMS.discard(self)
         for r in self._readers:
             r.stop()
 
@@ -529,8 +534,23 @@ class BatchStream:
         self.close()
 
     def __del__(self):
+        # At interpreter exit the readers (daemon threads) may be frozen holding gRPC's locks:
+        # _close_at_exit stopped every open stream before that.
+        if sys.is_finalizing():
+            return
         for r in getattr(self, "_readers", ()):
             r.stop(join=False)
+
+
+_OPEN_STREAMS = weakref.WeakSet()  # BatchStreams not yet closed
+
+
+@atexit.register
+def _close_at_exit():
+    """Cancels the streams still open when the interpreter exits, while their reader threads
+    still run (a stream left to the finalizer could wait on a lock a frozen thread holds)."""
+    for stream in list(_OPEN_STREAMS):
+        stream.close()
 
 
 def _merge(dicts):

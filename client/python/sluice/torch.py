@@ -23,6 +23,7 @@ import numpy as np
 import torch
 import torch.utils.data
 
+from sluice import _shm
 from sluice._client import Client
 from sluice._malloc import tune_malloc as _tune_malloc
 
@@ -111,13 +112,15 @@ class SluiceDataset(torch.utils.data.IterableDataset):
     writable: copy each batch's images into a tensor of its own (default: share the received
         message, read-only; see _images_tensor).
     tune_malloc: call sluice.tune_malloc() in the process that streams (e.g. each worker).
-    shared_memory: None (default): in DataLoader workers, from a server on this host, take the
-        images in place from same-host shared memory (a worker hands each tensor over by copying
-        it into torch's shared memory and drops it, so it holds only the batches in flight, and
-        waits for one of those to go rather than fail when it holds max_held); without workers
-        (num_workers=0) the tensors go to the caller, who may keep them, so batches come through
-        the socket. True: shared memory there too, where holding more than max_held tensors
-        at once raises SluiceError(FAILED_PRECONDITION) (Client.stream()). False: never.
+    shared_memory: None (default): from a server on this host, take the images from same-host
+        shared memory (x86-64; else the socket). In DataLoader workers they stay in place: a
+        worker hands each tensor over by copying it into torch's shared memory and drops it, so
+        it holds only the batches in flight, and it waits for one of those to go rather than
+        fail when it holds max_held. Without workers (num_workers=0) the tensors go to the
+        caller, who may keep them: each batch is copied out of its slot at once (a tensor of its
+        own, as writable=True; cheaper than the socket path). True: in place there too, where
+        holding more than max_held tensors at once raises SluiceError(FAILED_PRECONDITION)
+        (Client.stream()). False: the socket.
 
     Epochs. Iteration i of the dataset starts at the epoch set_epoch() set, or else where the
     iteration before it ended (epoch 0, 1, 2, ... with the default epochs=1): file order,
@@ -196,8 +199,7 @@ class SluiceDataset(torch.utils.data.IterableDataset):
                 args["start_position"] = resume
             elif epoch > 0:
                 args["start_position"] = (epoch, 0, 0)
-        shared = self.shared_memory
-        args["shared_memory"] = worker is not None if shared is None else shared
+        args["shared_memory"] = self.shared_memory is not False
         # A worker's tensors are released by its queue's feeder thread, never by its caller.
         args["on_max_held"] = "wait" if worker is not None else "raise"
         return self._batches(worker, args)
@@ -208,13 +210,18 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         # The client is made here, in the process that iterates (a DataLoader worker).
         with Client(self.target, token=self.token, root_certificates=self.root_certificates,
                     connect_timeout=self.connect_timeout) as client:
+            # Without workers, by default, a shared-memory batch is copied out of its slot at
+            # once (its tensor may be kept); the copy costs less than the socket path.
+            copy = self.writable or (
+                worker is None and self.shared_memory is None and _shm.supported()
+                and any(map(_shm.is_local, client.targets)))
             with client.stream(self.dataset, **args) as stream:
                 while True:
                     try:
                         images, labels, position = next(stream)
                     except StopIteration:
                         return
-                    out = (_images_tensor(images, self.writable),
+                    out = (_images_tensor(images, copy),
                            torch.from_numpy(labels.astype(np.int64)))
                     # Hold nothing of a batch once it is handed out: a shared-memory slot goes
                     # back as soon as the consumer (a worker's queue) drops the tensor.

@@ -28,12 +28,14 @@ def data_dir(sluice_bin, tmp_path_factory):
 
 
 class Server:
-    """A `sluice serve --config` child process; port 0 picks a free port, kept across restarts."""
+    """A `sluice serve --config` child process; port 0 picks a free port, kept across restarts.
+    args: more command-line flags (e.g. "--shard", "0/2")."""
 
-    def __init__(self, sluice_bin, workdir, data):
+    def __init__(self, sluice_bin, workdir, data, args=()):
         self.sluice_bin = sluice_bin
         self.workdir = Path(workdir)
         self.data = data
+        self.args = list(args)
         self.port = 0
         self.proc = None
         self.start()
@@ -64,7 +66,8 @@ datasets {{
         log = self.workdir / "serve.log"
         with open(log, "w") as out:
             self.proc = subprocess.Popen(
-                [self.sluice_bin, "serve", "--config", str(conf), "--drain-seconds", "1"],
+                [self.sluice_bin, "serve", "--config", str(conf), "--drain-seconds", "1",
+                 *self.args],
                 stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

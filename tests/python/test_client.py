@@ -114,7 +114,7 @@ def test_holding_more_than_max_held_shared_batches_raises_instead_of_waiting(cli
         assert np.array_equal(images, expected)
         del images
         held.clear()
-        assert _wait_for(lambda: stream._reader.held.value == 0)
+        assert _wait_for(lambda: stream._held.value == 0)
         # A plain loop holds one batch (the loop variable's) while it asks for the next.
         rest = [digest(*b) for b in stream]
     assert stream.shared_memory_batches == len(socket)
@@ -218,8 +218,9 @@ def test_resume_after_a_server_restart_loses_and_repeats_nothing(sluice_bin, dat
         s.stop()
 
 
-def _write_shard_with_bad_tail(data_dir, tmp_path):
-    """44 records of a synth shard, the last 4 with a damaged byte (their data CRC fails)."""
+def _write_shard_with_bad_tail(data_dir, tmp_path, bad=lambda i: i >= 40):
+    """44 records of a synth shard, those with bad(i) (default: the last 4) with a damaged byte
+    (their data CRC fails)."""
     data = (tmp_path / "data")
     data.mkdir()
     frames = []
@@ -228,7 +229,7 @@ def _write_shard_with_bad_tail(data_dir, tmp_path):
     while len(frames) < 44:
         (length,) = struct.unpack_from("<Q", shard, pos)
         frame = bytearray(shard[pos:pos + 12 + length + 4])
-        if len(frames) >= 40:
+        if bad(len(frames)):
             frame[12 + 5] ^= 0x20
         frames.append(bytes(frame))
         pos += 12 + length + 4
@@ -248,6 +249,33 @@ def test_skips_after_the_last_batch_reach_skipped_records_at_the_end(sluice_bin,
             assert stream.skipped_records == 4
     finally:
         s.stop()
+
+
+def test_skips_count_per_epoch_and_an_epoch_over_skip_warn_percent_is_logged(
+        sluice_bin, data_dir, tmp_path, caplog):
+    # Every 4th record is bad: 11 of 44. With drop_remainder each epoch gives 2 batches of 16
+    # (records 0..20 and 21..41, 5 skips in each); record 43's skip comes after the epoch's last
+    # batch and rides on the next epoch's first batch (epoch 1's on the trailers), yet counts for
+    # its own epoch. The dropped good record 42 is no skip and is not seen.
+    data = _write_shard_with_bad_tail(data_dir, tmp_path, bad=lambda i: i % 4 == 3)
+    s = Server(sluice_bin, tmp_path, data)
+    try:
+        with sluice.Client(s.target) as c, caplog.at_level("WARNING", logger="sluice"):
+            stream = c.stream("ordered", epochs=2, drop_remainder=True)
+            sizes = [len(labels) for _, labels, _ in stream]
+            quiet = c.stream("ordered", epochs=2, drop_remainder=True, skip_warn_percent=50)
+            assert sum(len(labels) for _, labels, _ in quiet) == 64
+    finally:
+        s.stop()
+    assert sizes == [16, 16, 16, 16]
+    assert stream.skipped_by_epoch == {0: 11, 1: 11} == quiet.skipped_by_epoch
+    assert stream.records_by_epoch == {0: 43, 1: 43}
+    assert stream.skipped_records == 22
+    warnings = [r.getMessage() for r in caplog.records if r.name == "sluice"]
+    assert warnings == [
+        "stream of 'ordered' from %s: epoch %d skipped 11 of 43 records (25%%, over "
+        "skip_warn_percent 10%%); the server's log and GetStats name the reasons" % (s.target, e)
+        for e in (0, 1)]
 
 
 class _FailAfterThreeErrors(Server):
@@ -289,27 +317,75 @@ def test_request_out_of_limits_raises_invalid_argument(client):
     assert "64" in e.value.message
 
 
-def test_unreachable_server_gives_up_after_the_reconnect_deadline():
+def _free_port():
     import socket
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+        return sock.getsockname()[1]
+
+
+def test_a_port_nobody_listens_on_fails_within_connect_timeout_naming_the_target():
+    target = f"127.0.0.1:{_free_port()}"
     start = time.monotonic()
-    with sluice.Client(f"127.0.0.1:{port}", reconnect_deadline=1.0) as c:
+    # The reconnect deadline (after a first batch) is far longer: it does not apply yet.
+    with sluice.Client(target, connect_timeout=1.0, reconnect_deadline=60.0) as c:
         with pytest.raises(sluice.SluiceError) as e:
             c.stream("train")
     assert e.value.code == grpc.StatusCode.UNAVAILABLE
-    assert "gave up reconnecting" in e.value.message
+    assert "connect_timeout 1 s" in e.value.message
+    assert e.value.target == target and target in str(e.value)
     assert 1.0 <= time.monotonic() - start < 10
+
+
+def test_one_unreachable_server_of_two_fails_the_stream_naming_it(server):
+    target = f"127.0.0.1:{_free_port()}"
+    with sluice.Client([server.target, target], connect_timeout=1.0) as c:
+        with pytest.raises(sluice.SluiceError) as e:
+            c.stream("train")
+    assert e.value.code == grpc.StatusCode.UNAVAILABLE and e.value.target == target
+
+
+def test_a_server_lost_mid_stream_is_retried_with_each_reconnect_logged_until_the_deadline(
+        sluice_bin, data_dir, tmp_path, caplog):
+    s = Server(sluice_bin, tmp_path, data_dir)
+    try:
+        with sluice.Client(s.target, reconnect_deadline=1.5) as c:
+            stream = c.stream("train", seed=1, prefetch=1)  # repeats forever
+            next(stream)
+            s.kill()
+            with caplog.at_level("WARNING", logger="sluice"):
+                with pytest.raises(sluice.SluiceError) as e:
+                    for _ in stream:
+                        pass
+    finally:
+        s.stop()
+    assert e.value.code == grpc.StatusCode.UNAVAILABLE
+    assert "gave up reconnecting" in e.value.message and e.value.target == s.target
+    reconnects = [r.getMessage() for r in caplog.records if r.name == "sluice"]
+    assert len(reconnects) == stream.reconnects >= 2, reconnects
+    assert "stream of 'train' from %s: UNAVAILABLE" % s.target in reconnects[0]
+    assert "reconnect 1 in 0.1 s" in reconnects[0] and "reconnect 2 in 0.2 s" in reconnects[1]
 
 
 def test_abandoned_stream_stops_its_reader(client):
     stream = client.stream("train", seed=1)  # repeats forever
     next(stream)
-    reader = stream._reader
+    reader = stream._readers[0]
     del stream
     reader._thread.join(timeout=10)
     assert not reader._thread.is_alive()
+
+
+def test_the_interpreter_exits_with_a_stream_left_open(server, tmp_path):
+    # The stream is left to the interpreter's exit with its reader mid-receive: it is cancelled
+    # while the reader thread still runs, not from a finalizer that could wait on a gRPC lock a
+    # frozen daemon thread holds (which hung about 1 exit in 3).
+    code = ("import sys, sluice; "
+            "s = sluice.Client(sys.argv[1]).stream('train', batch_size=64, image_size=224); "
+            "next(s)")
+    for _ in range(8):
+        subprocess.run([sys.executable, "-c", code, server.target], check=True, cwd=tmp_path,
+                       timeout=30)
 
 
 # --- decoding the wire format ------------------------------------------------------------------

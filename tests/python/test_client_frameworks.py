@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import sluice
-from client_support import IMAGES
+from client_support import IMAGES, SIZE
 
 
 # --- PyTorch ------------------------------------------------------------------------------------
@@ -50,8 +50,17 @@ def test_torch_dataset_over_shared_memory_gives_the_socket_streams_tensors(serve
     import sluice.torch
     args = dict(batch_size=16, image_size=32, seed=9, epochs=1)
     socket = [(images.clone(), labels.clone()) for images, labels in
-              torch.utils.data.DataLoader(sluice.torch.SluiceDataset(server.target, "train",
-                                                                     **args), batch_size=None)]
+              torch.utils.data.DataLoader(sluice.torch.SluiceDataset(
+                  server.target, "train", shared_memory=False, **args), batch_size=None)]
+    # By default, without workers: shared memory, each batch copied out of its slot at once, so
+    # the caller may keep every tensor (more than max_held).
+    kept, shared_streams = [], 0
+    for images, labels in sluice.torch.SluiceDataset(server.target, "train", **args):
+        shared_streams = max(shared_streams, client.stats().shared_memory_streams)
+        kept.append((images, labels))
+    assert shared_streams == 1 and len(kept) > 4
+    assert all(torch.equal(a, b) and torch.equal(c, d) for (a, c), (b, d) in zip(kept, socket))
+    del kept
     shared = torch.utils.data.DataLoader(
         sluice.torch.SluiceDataset(server.target, "train", shared_memory=True, **args),
         batch_size=None)
@@ -76,6 +85,98 @@ def test_torch_dataloader_workers_take_disjoint_shards(server):
     with sluice.Client(server.target) as c:
         whole = [hashlib.sha1(image).hexdigest() for b in c.stream("ordered") for image in b.images]
     assert len(seen) == IMAGES and sorted(seen) == sorted(whole)
+
+
+def _epoch_of_images(batches):
+    """Per-image sha1s and labels of one epoch's (images, labels) batches."""
+    hashes, labels = [], []
+    for images, batch_labels in batches:
+        images = np.asarray(images)
+        hashes += [hashlib.sha1(image).hexdigest() for image in images]
+        labels += np.asarray(batch_labels).tolist()
+    return hashes, labels
+
+
+@pytest.mark.parametrize("workers", ["none", "2 new each epoch", "2 persistent"])
+def test_torch_dataloader_epochs_differ_and_each_covers_every_record_once(server, client,
+                                                                           workers):
+    torch = pytest.importorskip("torch")
+    import sluice.torch
+    num_workers = 0 if workers == "none" else 2
+    extra = {} if not num_workers else dict(multiprocessing_context="spawn",
+                                            persistent_workers="persistent" in workers)
+    # EVAL crops are fixed per record, so its images name their records; TRAIN crops change.
+    whole = sorted(h for b in client.stream("train", mode="eval", batch_size=20, image_size=32,
+                                            epochs=1) for h in _epoch_of_images([b[:2]])[0])
+    assert len(whole) == IMAGES
+    for mode in ("eval", "train"):
+        ds = sluice.torch.SluiceDataset(server.target, "train", mode=mode, batch_size=20,
+                                        image_size=32)
+        loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=num_workers,
+                                             **extra)
+        epochs = [_epoch_of_images(loader) for _ in range(2)]
+        for hashes, labels in epochs:
+            assert len(hashes) == IMAGES
+            if mode == "eval":
+                assert sorted(hashes) == whole
+        assert sorted(epochs[0][1]) == sorted(epochs[1][1])  # the same records' labels
+        assert epochs[0][1] != epochs[1][1]                  # in another order
+        if mode == "train":
+            assert not set(epochs[0][0]) & set(epochs[1][0])  # and other crops
+        else:
+            # set_epoch in this process reaches the workers, persistent ones too.
+            ds.set_epoch(0)
+            assert _epoch_of_images(loader) == epochs[0]
+
+
+def test_torch_iterations_are_the_epochs_of_one_long_stream(server, client):
+    torch = pytest.importorskip("torch")
+    import sluice.torch
+    args = dict(batch_size=24, image_size=32, seed=4)
+    long = {}
+    for images, labels, position in client.stream("train", epochs=3, **args):
+        long.setdefault(position.epoch, []).append((images.tobytes(), labels.tolist()))
+
+    def iteration(ds):
+        return [(images.numpy().tobytes(), labels.tolist()) for images, labels in ds]
+
+    ds = sluice.torch.SluiceDataset(server.target, "train", **args)
+    assert [iteration(ds) for _ in range(3)] == [long[0], long[1], long[2]]
+    ds.set_epoch(1)
+    assert iteration(ds) == long[1] and iteration(ds) == long[2]
+    # Two epochs per iteration: the next iteration starts after both.
+    ds = sluice.torch.SluiceDataset(server.target, "train", epochs=2, **args)
+    assert iteration(ds) == long[0] + long[1]
+    assert iteration(ds)[:len(long[2])] != long[0]  # epoch 2, not 0 again
+
+
+def test_torch_workers_take_shared_memory_by_default_and_wait_for_their_feeder(server, client):
+    torch = pytest.importorskip("torch")
+    import sluice.torch
+    args = dict(batch_size=16, image_size=32, seed=9)
+    # max_held=1 with 4 batches in flight per worker: a worker holding its last tensor until
+    # its queue's feeder copied it out would raise FAILED_PRECONDITION unless it waits.
+    ds = sluice.torch.SluiceDataset(server.target, "train", max_held=1, epochs=3, **args)
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, prefetch_factor=4,
+                                         multiprocessing_context="spawn")
+    got, shared_streams = [], 0
+    for images, labels in loader:
+        # A worker runs at most its tasks in flight (prefetch_factor) and its stream's
+        # read-ahead ahead of the loader, which takes batches from each worker in turn: with 21
+        # batches each, both streams are open at once for a while.
+        shared_streams = max(shared_streams, client.stats().shared_memory_streams)
+        got.append((images, labels))
+    assert shared_streams == 2
+    # Worker w streams shard w of 2: each shard's batches, whole and unharmed.
+    assert len(got) == 2 * 3 * -(-(IMAGES // 2) // 16)
+    assert sum(len(labels) for _, labels in got) == 3 * IMAGES
+    for w in range(2):
+        with sluice.Client(server.target) as c:
+            shard = [(torch.from_numpy(np.array(b.images)), b.labels.tolist())
+                     for b in c.stream("train", shard=(w, 2), epochs=3, **args)]
+        mine = got[w::2]
+        assert [labels.tolist() for _, labels in mine] == [labels for _, labels in shard]
+        assert all(torch.equal(a, b) for (a, _), (b, _) in zip(mine, shard))
 
 
 def test_torch_tensors_share_the_message_or_copy_when_asked():
@@ -124,6 +225,62 @@ def test_tf_dataset_has_the_declared_signature_and_feeds_keras_fit(server):
                   loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     history = model.fit(ds, steps_per_epoch=4, epochs=1, shuffle=False, verbose=0)
     assert np.isfinite(history.history["loss"][0])
+
+
+def test_keras_fit_epochs_differ_and_evaluate_sees_every_record_once(server, client):
+    tf = pytest.importorskip("tensorflow")
+    import sluice.tf
+    seen = []  # per batch: (image sha1s, labels), and an "epoch" marker at each epoch's start
+
+    def recorded(ds):
+        def record(images, labels):
+            seen.append(_epoch_of_images([(images.numpy(), labels.numpy())]))
+            return images, labels
+
+        def step(images, labels):
+            images, labels = tf.py_function(record, [images, labels], [tf.uint8, tf.int32])
+            return tf.ensure_shape(images, (None, SIZE, SIZE, 3)), tf.ensure_shape(labels, (None,))
+        return ds.map(step)
+
+    class Marker(tf.keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            seen.append("epoch")
+
+    # batch_size and image_size: the dataset's defaults (16, SIZE), asked of the server.
+    train = sluice.tf.dataset(server.target, "train", seed=2)
+    assert train.element_spec[0].shape.as_list() == [None, SIZE, SIZE, 3]
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential([tf.keras.Input((SIZE, SIZE, 3)),
+                                 tf.keras.layers.Rescaling(1 / 255),
+                                 tf.keras.layers.Conv2D(4, 3, strides=4, activation="relu"),
+                                 tf.keras.layers.GlobalAveragePooling2D(),
+                                 tf.keras.layers.Dense(4)])
+    model.compile(optimizer="sgd", metrics=["accuracy"],
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(recorded(train), epochs=2, verbose=0, callbacks=[Marker()])
+    marks = [i for i, s in enumerate(seen) if s == "epoch"]
+    assert len(marks) == 2
+    epochs = [_merge(seen[marks[0] + 1:marks[1]]), _merge(seen[marks[1] + 1:])]
+    for hashes, labels in epochs:
+        assert len(hashes) == IMAGES
+    assert sorted(epochs[0][1]) == sorted(epochs[1][1]) and epochs[0][1] != epochs[1][1]
+    assert not set(epochs[0][0]) & set(epochs[1][0])  # other crops
+    # Evaluation: EVAL crops name their records; every record once.
+    whole = sorted(hashlib.sha1(i).hexdigest()
+                   for b in client.stream("train", mode="eval", epochs=1) for i in b.images)
+    seen.clear()
+    evaluation = sluice.tf.dataset(server.target, "train", mode="eval", batch_size=24)
+    model.evaluate(recorded(evaluation), verbose=0)
+    hashes, _ = _merge(seen)
+    assert sorted(hashes) == whole and len(whole) == IMAGES
+
+
+def _merge(parts):
+    hashes, labels = [], []
+    for h, l in parts:
+        hashes += h
+        labels += l
+    return hashes, labels
 
 
 def test_tf_dataset_surfaces_the_servers_error(server):

@@ -5,6 +5,11 @@
     for images, labels, position in client.stream("train", batch_size=256, image_size=224):
         ...  # images: uint8 [256, 224, 224, 3]; labels: int32 [256]
 
+Several servers (a list, "host1:port,host2:port", or a "dns:///host:port" name with several
+addresses) fan in: one stream per server, every server's batches in one iteration; a sharded
+dataset must be served whole (every --shard I/N), else SluiceError FAILED_PRECONDITION. Failures
+(reconnects, epochs with many skipped records) are logged on the "sluice" logger.
+
 sluice.tune_malloc() makes glibc keep freed memory for the next batches (faster; process-wide).
 sluice.torch.SluiceDataset and sluice.tf.dataset adapt streams to PyTorch and tf.data; they import
 their framework when imported themselves, so `import sluice` needs neither.

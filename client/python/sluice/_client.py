@@ -1,14 +1,23 @@
 """sluice.Client: the Python client of `sluice serve` (DataService, proto/sluice/v1/service.proto).
 
-It mirrors the C++ client (client/client.h): a stream reads ahead `prefetch` batches on its own
-thread; on UNAVAILABLE it reconnects with exponential backoff (0.1 s doubling to 5 s) and resumes a
-private stream right after the last batch it received, so a deterministic stream loses and repeats
-nothing; it gives up after `reconnect_deadline` seconds without a batch.
+It mirrors the C++ client (client/client.h): several targets, or a "dns:///host:port" name that
+resolves to several addresses, fan in: a stream opens one reader per server and hands out their
+batches round-robin among those with one ready. Each reader reads ahead `prefetch` batches on its
+own thread; before its first batch it gives up after `connect_timeout` seconds, after it on
+UNAVAILABLE it reconnects with exponential backoff (0.1 s doubling to 5 s, each attempt logged on
+the "sluice" logger) and resumes a private stream right after the last batch it received, so a
+deterministic stream loses and repeats nothing; it gives up after `reconnect_deadline` seconds
+without a batch.
 """
+import atexit
+import collections
+import logging
 import numbers
-import queue
+import socket
+import sys
 import threading
 import time
+import weakref
 
 import grpc
 
@@ -16,6 +25,8 @@ from sluice import _shm
 from sluice._errors import SluiceError
 from sluice._wire import decode_batch
 from sluice.v1 import config_pb2, service_pb2, service_pb2_grpc
+
+log = logging.getLogger("sluice")
 
 _STREAM_METHOD = "/sluice.v1.DataService/StreamBatches"
 
@@ -33,30 +44,103 @@ _CHANNEL_OPTIONS = (
 )
 
 _MODES = {"train": config_pb2.MODE_TRAIN, "eval": config_pb2.MODE_EVAL}
-_END = object()  # the stream's end of sequence, as a queue item
+_END = object()  # a server's end of sequence, as a queue item
+# gRPC name schemes a comma-separated target may carry; pieces after an ipv4:/ipv6: one without a
+# scheme of their own take it ("ipv4:10.0.0.1:1,10.0.0.2:1", as gRPC itself reads such a name).
+_SCHEMES = ("ipv4:", "ipv6:", "dns:", "unix:", "unix-abstract:", "vsock:")
+
+
+def resolve_targets(target):
+    """The servers a Client's `target` names, one gRPC target each (ResolveTargets of the C++
+    client): a list, or a string of comma-separated targets ("a:1,b:2",
+    "ipv4:10.0.0.1:1,10.0.0.2:1"); each "dns:///HOST:PORT" becomes one "ipv4:A:PORT" /
+    "ipv6:[A]:PORT" target per address it resolves to. unix: paths are never split. Duplicates
+    are dropped (one server read twice would deliver its records twice).
+
+    Raises ValueError for an empty or malformed target, SluiceError(UNAVAILABLE) for a dns: name
+    that does not resolve.
+    """
+    items = [target] if isinstance(target, str) else list(target or ())
+    if not items:
+        raise ValueError("no target: give HOST:PORT, unix:PATH or dns:///HOST:PORT")
+    out = []
+    for item in items:
+        if not isinstance(item, str) or not item.strip():
+            raise ValueError("empty target in %r" % (target,))
+        item = item.strip()
+        pieces = [item] if item.startswith(("unix:", "unix-abstract:")) else item.split(",")
+        scheme = pieces[0][:5] if pieces[0].startswith(("ipv4:", "ipv6:")) else ""
+        for k, piece in enumerate(pieces):
+            piece = piece.strip()
+            if not piece:
+                raise ValueError("empty target in %r" % item)
+            if k > 0 and scheme and not piece.startswith(_SCHEMES):
+                piece = scheme + piece
+            for resolved in _resolve_dns(piece) if piece.startswith("dns:") else [piece]:
+                if resolved not in out:
+                    out.append(resolved)
+    return out
+
+
+def _resolve_dns(name):
+    host_port = name[4:].lstrip("/")
+    host, colon, port = host_port.rpartition(":")
+    if not colon or not host or not port:
+        raise ValueError("target %r: expected dns:///HOST:PORT" % name)
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as e:
+        raise SluiceError(grpc.StatusCode.UNAVAILABLE, "cannot resolve %r: %s" % (name, e),
+                          name) from None
+    out = []
+    for family, _, _, _, address in infos:
+        if family == socket.AF_INET6:
+            resolved = "ipv6:[%s]:%s" % (address[0], port)
+        elif family == socket.AF_INET:
+            resolved = "ipv4:%s:%s" % (address[0], port)
+        else:
+            continue
+        if resolved not in out:
+            out.append(resolved)
+    if not out:
+        raise SluiceError(grpc.StatusCode.UNAVAILABLE, "%r resolves to no address" % name, name)
+    return out
 
 
 class Client:
-    """Connection to one `sluice serve`.
+    """Connection to one `sluice serve`, or to a fleet of them.
 
-    target: "HOST:PORT", "unix:PATH" or any gRPC target name.
+    target: "HOST:PORT", "unix:PATH", "dns:///HOST:PORT" (every address it resolves to is a
+        server) or any gRPC target name; several as a list or comma-separated (see
+        resolve_targets). A stream from several servers reads from all of them (fan-in).
     token: sent as "authorization: Bearer TOKEN" (the server's token_file).
     root_certificates: PEM (bytes or str) of the CAs to trust; set to use TLS (the server's tls).
     rpc_timeout: seconds for datasets() and stats().
+    connect_timeout: seconds a stream waits to reach each server before its first batch from
+        it; a stopped server or a mistyped port then fails (SluiceError UNAVAILABLE naming the
+        target) instead of being retried.
     reconnect_initial, reconnect_max: a stream's reconnect backoff, in seconds.
-    reconnect_deadline: a stream gives up (SluiceError UNAVAILABLE) after this many seconds
-        without a batch.
+    reconnect_deadline: after its first batch, a stream gives up (SluiceError UNAVAILABLE) after
+        this many seconds without a batch from a server.
 
-    Thread-safe; each stream has its own channel. Create clients after forking (e.g. in each
+    Thread-safe; each stream has its own channels. Create clients after forking (e.g. in each
     DataLoader worker), as with any gRPC client.
     """
 
     def __init__(self, target, token=None, root_certificates=None, *, rpc_timeout=10.0,
-                 reconnect_initial=0.1, reconnect_max=5.0, reconnect_deadline=60.0):
+                 connect_timeout=10.0, reconnect_initial=0.1, reconnect_max=5.0,
+                 reconnect_deadline=60.0):
         if not target:
-            raise ValueError("target must be HOST:PORT, unix:PATH or another gRPC target name")
-        self.target = target
+            raise ValueError("target must be HOST:PORT, unix:PATH, dns:///HOST:PORT or another "
+                             "gRPC target name")
+        if connect_timeout <= 0:
+            raise ValueError("connect_timeout must be positive, got %r" % (connect_timeout,))
+        self.targets = resolve_targets(target)
+        self.target = target if isinstance(target, str) else ",".join(target)
         self.rpc_timeout = rpc_timeout
+        self.connect_timeout = connect_timeout
         self.reconnect_initial = reconnect_initial
         self.reconnect_max = reconnect_max
         self.reconnect_deadline = reconnect_deadline
@@ -64,49 +148,112 @@ class Client:
         if isinstance(root_certificates, str):
             root_certificates = root_certificates.encode()
         self._root_certificates = root_certificates
-        self._channel = self._new_channel()
-        self._stub = service_pb2_grpc.DataServiceStub(self._channel)
+        self._lock = threading.Lock()
+        self._stubs = {}  # target -> (channel, stub) for unary calls; guarded by _lock
 
-    def _new_channel(self):
+    def _new_channel(self, target):
         if self._root_certificates is None:
-            return grpc.insecure_channel(self.target, options=_CHANNEL_OPTIONS)
+            return grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
         credentials = grpc.ssl_channel_credentials(root_certificates=self._root_certificates)
-        return grpc.secure_channel(self.target, credentials, options=_CHANNEL_OPTIONS)
+        return grpc.secure_channel(target, credentials, options=_CHANNEL_OPTIONS)
+
+    def _stub(self, target):
+        with self._lock:
+            if target not in self._stubs:
+                channel = self._new_channel(target)
+                self._stubs[target] = (channel, service_pb2_grpc.DataServiceStub(channel))
+            return self._stubs[target][1]
 
     def _unary(self, method, request):
         try:
             return method(request, timeout=self.rpc_timeout, metadata=self._metadata)
         except grpc.RpcError as e:
-            raise SluiceError.from_rpc_error(e, self.target) from None
+            raise SluiceError.from_rpc_error(e, self.targets[0]) from None
 
     def datasets(self):
-        """The datasets the server serves: a list of sluice.v1.DatasetInfo (name, files,
-        num_classes, defaults, limits, fixed_fields)."""
-        response = self._unary(self._stub.ListDatasets, service_pb2.ListDatasetsRequest())
+        """The datasets the (first) server serves: a list of sluice.v1.DatasetInfo (name, files,
+        num_classes, defaults, limits, fixed_fields, and shard_index/shard_count: the part of the
+        files that server serves)."""
+        response = self._unary(self._stub(self.targets[0]).ListDatasets,
+                               service_pb2.ListDatasetsRequest())
         return list(response.datasets)
 
     def stats(self, dataset=""):
-        """The server's live counters (sluice.v1.Stats), of one dataset or all."""
-        return self._unary(self._stub.GetStats, service_pb2.GetStatsRequest(dataset=dataset))
+        """The (first) server's live counters (sluice.v1.Stats), of one dataset or all."""
+        return self._unary(self._stub(self.targets[0]).GetStats,
+                           service_pb2.GetStatsRequest(dataset=dataset))
+
+    def dataset_info(self, dataset):
+        """The DatasetInfo of `dataset` on the first server; SluiceError NOT_FOUND naming the
+        datasets it has when it has no such dataset."""
+        infos = self.datasets()
+        for info in infos:
+            if info.name == dataset:
+                return info
+        raise SluiceError(grpc.StatusCode.NOT_FOUND, "no dataset %r; this server has: %s" % (
+            dataset, ", ".join(i.name for i in infos)), self.targets[0])
+
+    def check_fleet(self, dataset, allow_partial_fleet=False):
+        """Asks every server for `dataset`'s shard (DatasetInfo.shard_index/shard_count, a
+        server's `--shard I/N`). When the dataset is sharded (count > 1), the servers must serve
+        every index 0..count-1 exactly once; otherwise raises SluiceError(FAILED_PRECONDITION)
+        naming the missing (or doubly served) shards and the targets reached, or with
+        allow_partial_fleet logs that as a warning. A server that does not answer within
+        connect_timeout raises SluiceError(UNAVAILABLE) naming it. Servers without the dataset
+        are left to the stream (which fails NOT_FOUND)."""
+        request = service_pb2.ListDatasetsRequest()
+        calls = [(t, self._stub(t).ListDatasets.future(
+            request, timeout=self.connect_timeout, metadata=self._metadata, wait_for_ready=True))
+            for t in self.targets]
+        shards = []  # (target, index, count) of the servers with the dataset
+        for target, call in calls:
+            try:
+                response = call.result()
+            except grpc.RpcError as e:
+                for _, other in calls:
+                    other.cancel()
+                if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                    raise SluiceError(grpc.StatusCode.UNAVAILABLE,
+                                      "no answer within connect_timeout %g s: is `sluice serve` "
+                                      "running there, on that port?" % self.connect_timeout,
+                                      target) from None
+                raise SluiceError.from_rpc_error(e, target) from None
+            for info in response.datasets:
+                if info.name == dataset:
+                    shards.append((target, info.shard_index,
+                                   info.shard_count if info.shard_count > 1 else 1))
+        problem = fleet_problem(dataset, shards)
+        if problem is None:
+            return
+        if not allow_partial_fleet:
+            raise SluiceError(grpc.StatusCode.FAILED_PRECONDITION,
+                              problem + "; pass allow_partial_fleet=True to read only that part",
+                              self.target)
+        log.warning("%s; reading only that part (allow_partial_fleet)", problem)
 
     def stream(self, dataset, batch_size=None, image_size=None, mode=None, seed=None,
                epochs=None, shard=None, job_name=None, start_position=None,
-               drop_remainder=None, prefetch=2, shared_memory=False, max_held=4):
-        """Streams ready batches of `dataset`. Returns a BatchStream: iterate it for
-        (images, labels, position) — images uint8 [N, H, W, 3] (a read-only view of the received
-        message), labels int32 [N], position a Position.
+               drop_remainder=None, prefetch=2, shared_memory=False, max_held=4,
+               on_max_held="raise", allow_partial_fleet=False, skip_warn_percent=10):
+        """Streams ready batches of `dataset`, from every server of the client (fan-in).
+        Returns a BatchStream: iterate it for (images, labels, position) — images uint8
+        [N, H, W, 3] (a read-only view of the received message), labels int32 [N], position a
+        Position (of the server's stream the batch came from).
 
         Unset (None) arguments take the dataset's defaults (see datasets()).
         image_size: N or (height, width).
         mode: "train" (random resized crop + flip) or "eval" (centre crop).
-        epochs: 0 repeats forever.
+        epochs: the stream's last epoch + 1 (counted from epoch 0 even when start_position
+            starts later); 0 repeats forever.
         shard: (index, count): this consumer's disjoint part of the data.
         job_name: consumers naming the same job share one pipeline, each batch going to one of
             them; such a stream rejoins its job on reconnect instead of resuming at a position.
         start_position: resume a private stream (a Position, or (epoch, index, end_record[,
             shuffle_bytes])): give the last kept batch's position.after(), which carries the
             shuffle's byte share so that a resume under another share is refused, not reordered.
-        prefetch: batches read ahead (at least 1).
+            (epoch, 0, 0) starts at an epoch, exactly as that epoch of a stream from 0; it is the
+            only start_position that applies to several servers at once.
+        prefetch: batches read ahead per server (at least 1).
         shared_memory: from a server on this host (unix: or loopback target; x86-64), take the
             images from a shared-memory segment in place instead of through the socket. Each
             batch's images then hold a slot of the segment until nothing references them, and at
@@ -114,6 +261,13 @@ class Client:
             SluiceError(FAILED_PRECONDITION) rather than wait for a slot only the caller can
             free. Falls back to ordinary batches when the server declines or the segment cannot
             be mapped.
+        on_max_held: "raise" (above) or "wait": next() waits until another thread releases a
+            held batch. Only for consumers whose batches another thread always releases (a
+            DataLoader worker's queue feeder copies each tensor out and drops it).
+        allow_partial_fleet: read a sharded dataset from servers that serve only some of its
+            shards, logging a warning, instead of failing (see check_fleet).
+        skip_warn_percent: log a warning when an epoch of a server's stream skipped more than
+            this share of its records (the server's own threshold is its skip_warn_percent).
 
         A request the server refuses raises SluiceError here, with the server's status and
         message; errors later in the stream are raised by the iteration.
@@ -139,27 +293,85 @@ class Client:
             request.job_name = job_name
         if start_position is not None:
             _set_position(request.start_position, start_position)
+            p = request.start_position
+            if len(self.targets) > 1 and (p.index or p.end_record):
+                raise ValueError("start_position %r resumes one server's stream; from %d servers "
+                                 "only an epoch's start (epoch, 0, 0) applies"
+                                 % (tuple(start_position), len(self.targets)))
         if drop_remainder is not None:
             request.drop_remainder = drop_remainder
         if prefetch < 1:
             raise ValueError("prefetch must be at least 1")
         if max_held < 1:
             raise ValueError("max_held must be at least 1")
-        if shared_memory and _shm.supported() and _shm.is_local(self.target):
-            request.shared_memory = True
-            # Read ahead, being queued, and held: the server never waits on a slot we cannot free.
-            request.shared_memory_slots = prefetch + max_held + 1
-        return BatchStream(_Reader(self, request, prefetch), max_held)
+        if on_max_held not in ("raise", "wait"):
+            raise ValueError("on_max_held must be 'raise' or 'wait', got %r" % (on_max_held,))
+        self.check_fleet(dataset, allow_partial_fleet)
+        held = _shm.HeldCount()
+        hub = threading.Condition()
+        readers = []
+        try:
+            for target in self.targets:
+                r = request
+                if shared_memory and _shm.supported() and _shm.is_local(target):
+                    r = service_pb2.StreamRequest()
+                    r.CopyFrom(request)
+                    r.shared_memory = True
+                    # Read ahead, being queued, and held: the server never waits on a slot we
+                    # cannot free.
+                    r.shared_memory_slots = prefetch + max_held + 1
+                readers.append(_Reader(self, target, r, prefetch, hub, held, skip_warn_percent))
+        except BaseException:
+            for r in readers:
+                r.stop()
+            raise
+        return BatchStream(readers, max_held, hub=hub, held=held, wait=on_max_held == "wait")
 
     def close(self):
-        """Closes the channel of datasets() and stats(); streams have their own."""
-        self._channel.close()
+        """Closes the channels of datasets(), stats() and check_fleet(); streams have their
+        own."""
+        with self._lock:
+            stubs, self._stubs = self._stubs, {}
+        for channel, _ in stubs.values():
+            channel.close()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
+
+
+def fleet_problem(dataset, shards):
+    """What is wrong with the part of a sharded `dataset` that these servers serve, or None.
+    shards: (target, shard_index, shard_count) per server that has the dataset, count 1 for a
+    server that serves all of it."""
+    counts = sorted({count for _, _, count in shards})
+    if not counts or counts == [1]:
+        return None
+    if len(counts) > 1:
+        return "the servers disagree on the shards of %r: %s" % (dataset, "; ".join(
+            "%s serves %s" % (t, "all of it" if c == 1 else "shard %d of %d" % (i, c))
+            for t, i, c in shards))
+    count = counts[0]
+    serving = collections.defaultdict(list)
+    for target, index, _ in shards:
+        serving[index].append(target)
+    said = ", ".join("%s serves shard %d of %d of %r" % (t, i, count, dataset)
+                     for t, i, _ in shards)
+    problems = []
+    missing = [i for i in range(count) if i not in serving]
+    if missing:
+        problems.append("no target serves shard%s %s" % (
+            "s" if len(missing) > 1 else "", ", ".join(map(str, missing))))
+    twice = {i: ts for i, ts in sorted(serving.items()) if len(ts) > 1}
+    if twice:
+        problems.append("; ".join("shard %d is served by %s (its records would come %d times)"
+                                  % (i, " and ".join(ts), len(ts)) for i, ts in twice.items()))
+    if not problems:
+        return None
+    return "%s; %s (targets reached: %s)" % (said, "; ".join(problems),
+                                             ", ".join(t for t, _, _ in shards))
 
 
 def image_hw(image_size):
@@ -194,40 +406,48 @@ def _parse_mode(mode):
 class BatchStream:
     """An iterator of Batch(images, labels, position) tuples; see Client.stream().
 
-    Iteration ends when the requested epochs are done. Each batch's arrays stay valid as long as
-    they are referenced (they keep their message alive); nothing is reused.
+    From several servers, batches are taken round-robin among the servers with one ready. The
+    iteration ends when every server's stream has ended; an error from any server ends it (and
+    stops the others). Each batch's arrays stay valid as long as they are referenced (they keep
+    their message alive); nothing is reused.
     Close it (or use it as a context manager) to stop a stream before its end.
     """
 
-    def __init__(self, reader, max_held=4):
-        self._reader = reader
+    def __init__(self, readers, max_held=4, *, hub, held, wait=False):
+        self._readers = readers
         self._max_held = max_held
-        self._done = False
+        self._hub = hub    # the condition readers notify when they queue an item or end
+        self._held = held  # shared-memory batches handed out and not yet released
+        self._wait = wait  # on max_held: wait for a release instead of raising
+        self._done = [False] * len(readers)  # consumer only
+        self._next = 0                       # consumer only: where round-robin starts
+        self._closed = False
         self.position = None  # of the last batch handed out
-        # As the C++ client: wait for the first batch or the final status, so that a request the
-        # server refuses fails here rather than at the first next().
-        first = reader.get()
-        if isinstance(first, SluiceError):
+        _OPEN_STREAMS.add(self)
+        # As the C++ client: wait until every server has answered (a batch or its final status),
+        # so that a request a server refuses fails here rather than at the first next().
+        with hub:
+            hub.wait_for(lambda: all(r.items for r in readers))
+            first_error = next((r.items[0] for r in readers
+                                if isinstance(r.items[0], SluiceError)), None)
+        if first_error is not None:
             self.close()
-            raise first
-        self._first = first
+            raise first_error
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        if self._done:
+        if self._closed:
             raise StopIteration
-        held = self._reader.held.value
-        if held >= self._max_held:
-            raise SluiceError(grpc.StatusCode.FAILED_PRECONDITION,
-                              "holding %d shared-memory batches (max_held): drop one (and the "
-                              "arrays or tensors made from it) before the next" % held,
-                              self._reader.target)
-        if self._first is not None:
-            item, self._first = self._first, None
-        else:
-            item = self._reader.get()
+        if self._held.value >= self._max_held:
+            if not self._wait:
+                raise SluiceError(grpc.StatusCode.FAILED_PRECONDITION,
+                                  "holding %d shared-memory batches (max_held): drop one (and "
+                                  "the arrays or tensors made from it) before the next"
+                                  % self._held.value, self._readers[0].target)
+            self._held.wait_below(self._max_held)
+        item = self._take()
         if item is _END:
             self.close()
             raise StopIteration
@@ -240,27 +460,72 @@ class BatchStream:
         self.position = item.position
         return item
 
+    def _take(self):
+        """The next batch round-robin among the servers with one ready, a server's error, or
+        _END once every server's stream has ended."""
+        n = len(self._readers)
+        with self._hub:
+            while True:
+                all_done = True
+                for k in range(n):
+                    i = (self._next + k) % n
+                    if self._done[i]:
+                        continue
+                    items = self._readers[i].items
+                    if not items:
+                        all_done = False
+                        continue
+                    item = items.popleft()
+                    self._hub.notify_all()  # room in that reader's queue
+                    if item is _END:
+                        self._done[i] = True
+                        continue
+                    self._next = (i + 1) % n
+                    return item
+                if all_done:
+                    return _END
+                self._hub.wait()
+
+    @property
+    def servers(self):
+        """The servers (resolved targets) this stream reads from."""
+        return [r.target for r in self._readers]
+
     @property
     def reconnects(self):
-        """Reconnections made so far."""
-        return self._reader.reconnects
+        """Reconnections made so far, over all servers."""
+        return sum(r.reconnects for r in self._readers)
 
     @property
     def shared_memory_batches(self):
         """Batches received so far whose images came through shared memory."""
-        return self._reader.shared_batches
+        return sum(r.shared_batches for r in self._readers)
 
     @property
     def skipped_records(self):
-        """Corrupt or unusable records the server skipped in this stream so far: those of the
-        batches received, and at the end of the stream those after its last batch."""
-        return self._reader.skipped_records
+        """Corrupt or unusable records the servers skipped in this stream so far: those of the
+        batches received, and at the end of a server's stream those after its last batch."""
+        return sum(r.epochs.total_skipped for r in self._readers)
+
+    @property
+    def skipped_by_epoch(self):
+        """{epoch: records skipped} over the batches received so far, from all servers. The
+        skips after an epoch's last batch count when the next epoch's first batch (or the
+        stream's end) reports them."""
+        return _merge(r.epochs.snapshot()[0] for r in self._readers)
+
+    @property
+    def records_by_epoch(self):
+        """{epoch: records} that the batches received so far covered, skipped ones included
+        (their positions' end_record): the base of skipped_by_epoch's share."""
+        return _merge(r.epochs.snapshot()[1] for r in self._readers)
 
     def close(self):
-        """Cancels the call and stops the reader thread. Idempotent."""
-        self._done = True
-        self._first = None
-        self._reader.stop()
+        """Cancels the calls and stops the reader threads. Idempotent."""
+        self._closed = True
+        _OPEN_STREAMS.discard(self)
+        for r in self._readers:
+            r.stop()
 
     def __enter__(self):
         return self
@@ -269,9 +534,113 @@ class BatchStream:
         self.close()
 
     def __del__(self):
-        reader = getattr(self, "_reader", None)
-        if reader is not None:
-            reader.stop(join=False)
+        # At interpreter exit the readers (daemon threads) may be frozen holding gRPC's locks:
+        # _close_at_exit stopped every open stream before that.
+        if sys.is_finalizing():
+            return
+        for r in getattr(self, "_readers", ()):
+            r.stop(join=False)
+
+
+_OPEN_STREAMS = weakref.WeakSet()  # BatchStreams not yet closed
+
+
+@atexit.register
+def _close_at_exit():
+    """Cancels the streams still open when the interpreter exits, while their reader threads
+    still run (a stream left to the finalizer could wait on a lock a frozen thread holds)."""
+    for stream in list(_OPEN_STREAMS):
+        stream.close()
+
+
+def _merge(dicts):
+    out = {}
+    for d in dicts:
+        for key, value in d.items():
+            out[key] = out.get(key, 0) + value
+    return dict(sorted(out.items()))
+
+
+class _EpochSkips:
+    """Records skipped per epoch in one server's stream, and the records each epoch's batches
+    covered (thread-safe: the reader adds, the consumer reads).
+
+    A batch's skipped_records are the records skipped since the server's previous batch, which
+    may lie in the epoch before; its position's end_record counts the epoch's records up to its
+    last image, skipped ones included. So the first batch of an epoch splits its skips: those
+    before it in its own epoch (end_record less the images so far) and the rest, which close the
+    previous epoch. A shared job's consumer sees only some of the job's batches, whose positions
+    leave gaps: there each batch's skips count for its own epoch.
+    """
+
+    def __init__(self, what, warn_percent, start_position, shared_job):
+        self._what = what
+        self._warn_percent = warn_percent
+        self._shared_job = shared_job
+        self._lock = threading.Lock()
+        self._skipped = {}  # epoch -> records skipped; guarded by _lock
+        self._records = {}  # epoch -> records covered, skipped ones included; guarded by _lock
+        self.total_skipped = 0
+        self._epoch = None  # of the last batch; reader thread only
+        self._end = 0       # end_record of the last batch; reader thread only
+        # A stream started inside an epoch has not seen the records before its start.
+        self._start = ((start_position.epoch, start_position.end_record)
+                       if start_position is not None else None)
+
+    def add(self, position, images, skipped):
+        """Counts a batch of `images` at `position` that reported `skipped` records."""
+        epoch = position.epoch
+        if self._shared_job:
+            own, carried = skipped, 0
+            records = images + skipped
+        elif epoch != self._epoch:
+            base = 0
+            if self._start is not None and self._start[0] == epoch:
+                base = self._start[1]
+            self._start = None
+            own = min(max(position.end_record - base - images, 0), skipped)
+            carried = skipped - own
+            records = position.end_record - base
+        else:
+            own, carried = skipped, 0
+            records = position.end_record - self._end
+        finished = None
+        with self._lock:
+            self.total_skipped += skipped
+            if carried:
+                previous = self._epoch if self._epoch is not None else epoch
+                self._skipped[previous] = self._skipped.get(previous, 0) + carried
+                self._records[previous] = self._records.get(previous, 0) + carried
+            self._skipped[epoch] = self._skipped.get(epoch, 0) + own
+            self._records[epoch] = self._records.get(epoch, 0) + max(records, images + own)
+        if self._epoch is not None and epoch != self._epoch:
+            finished = self._epoch
+        self._epoch, self._end = epoch, position.end_record
+        if finished is not None:
+            self._warn(finished)
+
+    def finish(self, trailing):
+        """The stream ended; `trailing` records were skipped after its last batch."""
+        with self._lock:
+            self.total_skipped += trailing
+            if trailing and self._epoch is not None:
+                self._skipped[self._epoch] = self._skipped.get(self._epoch, 0) + trailing
+                self._records[self._epoch] = self._records.get(self._epoch, 0) + trailing
+        if self._epoch is not None:
+            self._warn(self._epoch)
+
+    def snapshot(self):
+        with self._lock:
+            return dict(self._skipped), dict(self._records)
+
+    def _warn(self, epoch):
+        with self._lock:
+            skipped, records = self._skipped.get(epoch, 0), self._records.get(epoch, 0)
+        if records and skipped * 100 > self._warn_percent * records:
+            log.warning("%s: epoch %d skipped %d of %d records (%d%%, over skip_warn_percent "
+                        "%d%%); the server's log and GetStats name the reasons",
+                        self._what, epoch, skipped, records, skipped * 100 // records,
+                        self._warn_percent)
 
 
 class _Token:
@@ -307,35 +676,46 @@ class _Shared:
 
 
 class _Reader:
-    """The thread that receives, parses and queues a stream's batches, reconnecting on
+    """The thread that receives, parses and queues one server's batches, reconnecting on
     UNAVAILABLE. It holds no reference to its BatchStream, so an abandoned stream is collected and
-    stops its reader."""
+    stops its reader.
 
-    def __init__(self, client, request, prefetch):
+    items: the queue the consumer takes from (at most `prefetch` batches, then _END or a
+    SluiceError, which end it); guarded by `hub`, which is notified on every change.
+    """
+
+    def __init__(self, client, target, request, prefetch, hub, held, skip_warn_percent):
         self._client = client
+        self.target = target
         self._request = request
-        self._queue = queue.Queue(maxsize=prefetch)
+        self._prefetch = prefetch
+        self._hub = hub
+        self.items = collections.deque()  # guarded by hub
         self._stop = threading.Event()
         # Reentrant: stop() may run from a BatchStream's __del__ on any thread.
         self._lock = threading.RLock()
-        self._call = None  # the call in progress; guarded by _lock
+        self._call = None   # the call in progress; guarded by _lock
+        self._ready = None  # the connectivity wait in progress; guarded by _lock
         self.reconnects = 0       # written by the reader thread only
-        self.skipped_records = 0  # written by the reader thread only
         self.shared_batches = 0   # written by the reader thread only
-        self.held = _shm.HeldCount()
-        self.target = client.target
+        self.held = held
+        self._what = "stream of %r from %s" % (request.dataset, target)
+        self.epochs = _EpochSkips(
+            self._what, skip_warn_percent,
+            request.start_position if request.HasField("start_position") else None,
+            bool(request.job_name))
         self._thread = threading.Thread(target=self._run, name="sluice-stream", daemon=True)
         self._thread.start()
-
-    def get(self):
-        """Blocks for the next item: a Batch, _END or a SluiceError (the last two end it)."""
-        return self._queue.get()
 
     def stop(self, join=True):
         self._stop.set()
         with self._lock:
             if self._call is not None:
                 self._call.cancel()
+            if self._ready is not None:
+                self._ready.cancel()
+        with self._hub:
+            self._hub.notify_all()
         if join and threading.current_thread() is not self._thread:
             self._thread.join()
             self._drain()
@@ -344,29 +724,27 @@ class _Reader:
         """Drops the batches queued and never handed out: a stopped stream's shared-memory slots
         (and with the last of them the segment) go back to the server now, not when the stream
         object is collected."""
-        while True:
-            try:
-                self._queue.get_nowait()
-            except queue.Empty:
-                return
+        with self._hub:
+            self.items.clear()
 
-    def _put(self, item):
-        """Queues item, waiting for room; False when stopped first."""
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                pass
-        return False
+    def _put(self, item, final=False):
+        """Queues item, waiting for room (a final item, _END or an error, always has room);
+        False when stopped first."""
+        with self._hub:
+            while not final and len(self.items) >= self._prefetch and not self._stop.is_set():
+                self._hub.wait()
+            if self._stop.is_set():
+                return False
+            self.items.append(item)
+            self._hub.notify_all()
+            return True
 
-    def _add_trailing_skips(self, call):
-        """Adds the records the server skipped after the call's last batch (its trailers)."""
+    def _trailing_skips(self, call):
+        """The records the server skipped after the call's last batch (its trailers)."""
         # An RpcError raised outside a call (e.g. by an interceptor) has no trailers.
         trailing = getattr(call, "trailing_metadata", None)
-        for key, value in (trailing() if trailing else None) or ():
-            if key == "sluice-skipped-records":
-                self.skipped_records += int(value)
+        return sum(int(value) for key, value in (trailing() if trailing else None) or ()
+                   if key == "sluice-skipped-records")
 
     @staticmethod
     def _map_segment(call, request):
@@ -390,25 +768,56 @@ class _Reader:
             final = self._serve()
         except BaseException as e:  # a bug in the client, not a status: still end the stream
             final = SluiceError(grpc.StatusCode.INTERNAL, "sluice client: %r" % (e,),
-                                self._client.target)
+                                self.target)
         if final is not None:
-            self._put(final)
+            self._put(final, final=True)
         if self._stop.is_set():
             self._drain()
+
+    def _connected(self, channel, deadline):
+        """Waits for the channel to connect until `deadline` (time.monotonic()): True when it
+        did, False when not by then, None when stopped."""
+        future = grpc.channel_ready_future(channel)
+        with self._lock:
+            if self._stop.is_set():
+                return None
+            self._ready = future
+        try:
+            future.result(timeout=max(deadline - time.monotonic(), 0))
+            return True
+        except grpc.FutureTimeoutError:
+            return False
+        except grpc.FutureCancelledError:
+            return None
+        finally:
+            future.cancel()
+            with self._lock:
+                self._ready = None
 
     def _serve(self):
         """Runs the stream to its end. Returns _END, a SluiceError, or None when stopped."""
         client = self._client
-        channel = client._new_channel()
+        channel = client._new_channel(self.target)
         try:
             method = channel.unary_stream(
                 _STREAM_METHOD,
                 request_serializer=service_pb2.StreamRequest.SerializeToString,
                 response_deserializer=None)  # raw bytes: decode_batch parses them copy-free
             backoff = client.reconnect_initial
-            last_progress = time.monotonic()
+            started = last_progress = time.monotonic()
+            received = False  # a batch came: connect_timeout is over, reconnect_deadline rules
             resume = None  # private streams: the position after the last batch received
             while True:
+                if not received:
+                    connected = self._connected(channel, started + client.connect_timeout)
+                    if connected is None:
+                        return None
+                    if not connected:
+                        return SluiceError(
+                            grpc.StatusCode.UNAVAILABLE,
+                            "no connection within connect_timeout %g s: is `sluice serve` "
+                            "running there, on that port?" % client.connect_timeout,
+                            self.target)
                 request = self._request
                 if resume is not None:
                     request = service_pb2.StreamRequest()
@@ -425,7 +834,7 @@ class _Reader:
                     for message in call:
                         token = _Token(self.held)
                         batch, skipped = decode_batch(message, segment, token)
-                        self.skipped_records += skipped
+                        self.epochs.add(batch.position, len(batch.labels), skipped)
                         # A shared job goes on where it is: only a private stream resumes.
                         if not self._request.job_name:
                             resume = batch.position.after()
@@ -433,35 +842,46 @@ class _Reader:
                             self.shared_batches += 1
                             batch = _Shared(batch, token)
                         last_progress = time.monotonic()
+                        received = True
                         backoff = client.reconnect_initial
                         if not self._put(batch):
                             return None
                     # Skips after the last batch ride on no batch: the trailers carry them.
-                    self._add_trailing_skips(call)
+                    self.epochs.finish(self._trailing_skips(call))
                     return _END
                 except grpc.RpcError as e:
                     if self._stop.is_set():
                         return None
-                    waited = time.monotonic() - last_progress
+                    now = time.monotonic()
+                    waited = now - (last_progress if received else started)
+                    limit = client.reconnect_deadline if received else client.connect_timeout
                     # CANCELLED that we did not ask for (_stop is clear) comes from a server that
                     # is shutting down: as transient as UNAVAILABLE (as in the C++ client).
                     if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
-                        if waited < client.reconnect_deadline:
-                            if self._stop.wait(backoff):
+                        if waited < limit:
+                            # Before the first batch, never past connect_timeout.
+                            pause = backoff if received else min(backoff, limit - waited)
+                            self.reconnects += 1
+                            log.warning("%s: %s: %s; reconnect %d in %.1f s (%.0f s without a "
+                                        "batch; gives up after %g s)", self._what,
+                                        e.code().name, e.details(), self.reconnects, pause,
+                                        waited, limit)
+                            if self._stop.wait(pause):
                                 return None
                             backoff = min(backoff * 2, client.reconnect_max)
-                            self.reconnects += 1
                             continue
                         # A call that is not resumed: its trailer counts (a resumed one would
                         # skip those records again and say so itself).
-                        self._add_trailing_skips(e)
+                        self.epochs.finish(self._trailing_skips(e))
                         return SluiceError.from_rpc_error(
-                            e, client.target, " (gave up reconnecting after %.0f s)" % waited)
-                    self._add_trailing_skips(e)
-                    return SluiceError.from_rpc_error(e, client.target)
+                            e, self.target,
+                            " (gave up reconnecting after %.0f s%s)"
+                            % (waited, "" if received else " without a batch, connect_timeout"))
+                    self.epochs.finish(self._trailing_skips(e))
+                    return SluiceError.from_rpc_error(e, self.target)
                 except SluiceError as e:
                     call.cancel()
-                    return SluiceError(e.code, e.message, client.target)
+                    return SluiceError(e.code, e.message, self.target)
                 finally:
                     with self._lock:
                         self._call = None
@@ -469,4 +889,3 @@ class _Reader:
                         segment.close()
         finally:
             channel.close()
-

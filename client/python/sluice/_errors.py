@@ -6,8 +6,9 @@ class SluiceError(Exception):
     """A failed call or stream: the gRPC status code and the server's message.
 
     code: a grpc.StatusCode (NOT_FOUND for an unknown dataset, INVALID_ARGUMENT for a request out
-    of the dataset's limits, UNAVAILABLE when the server could not be reached before the
-    reconnect deadline, DATA_LOSS for a malformed batch, ...).
+    of the dataset's limits, UNAVAILABLE when a server could not be reached within
+    connect_timeout or, after a first batch, the reconnect deadline, FAILED_PRECONDITION for a
+    fleet that serves only part of a sharded dataset, DATA_LOSS for a malformed batch, ...).
     message: the server's message (what to change), or the client's for errors it detects.
     target: the server's address, when the error came from one.
     """

@@ -233,9 +233,17 @@ class HeldCount:
     """Shared-memory batches handed to the consumer and not yet released (thread-safe)."""
 
     def __init__(self):
-        self._lock = threading.RLock()
+        # Reentrant: a release may come from a finalizer run by the garbage collector on a thread
+        # that is inside wait_below().
+        self._changed = threading.Condition(threading.RLock())
         self.value = 0
 
     def add(self, delta):
-        with self._lock:
+        with self._changed:
             self.value += delta
+            self._changed.notify_all()
+
+    def wait_below(self, limit):
+        """Blocks until fewer than `limit` are held (another thread must release one)."""
+        with self._changed:
+            self._changed.wait_for(lambda: self.value < limit)

@@ -1,11 +1,14 @@
 """tf.data adapter: ready batches from `sluice serve` as a tf.data.Dataset.
 
     ds = sluice.tf.dataset("127.0.0.1:50051", "train", batch_size=256, image_size=224)
-    model.fit(ds.map(lambda x, y: (tf.cast(x, tf.float32) / 255, y)), steps_per_epoch=1000)
+    model.fit(ds.map(lambda x, y: (tf.cast(x, tf.float32) / 255, y)), epochs=10)
 
 Elements are (images, labels): uint8 [N, H, W, 3] (NHWC, RGB) and int32 [N]. Each iteration of
-the dataset opens its own stream.
+the dataset opens its own stream and is the next epoch of the server's numbering (new file order,
+shuffle and crops), so Keras fit(epochs=E) trains on E different epochs.
 """
+import threading
+
 import tensorflow as tf
 
 from sluice._client import Client, image_hw
@@ -18,28 +21,71 @@ def output_signature(image_size):
             tf.TensorSpec(shape=(None,), dtype=tf.int32))
 
 
-def dataset(target, dataset, batch_size, image_size, mode=None, seed=None, epochs=None,
+def dataset(target, dataset, batch_size=None, image_size=None, mode=None, seed=None, epochs=1,
             shard=None, job_name=None, start_position=None, drop_remainder=None, prefetch=2,
-            token=None, root_certificates=None):
-    """A tf.data.Dataset of (images, labels) batches of `dataset` served at `target`.
+            token=None, root_certificates=None, connect_timeout=10.0,
+            allow_partial_fleet=False):
+    """A tf.data.Dataset of (images, labels) batches of `dataset` served at `target` (one server
+    or several: see Client).
 
-    image_size (N or (height, width)) is required: it fixes the output signature. batch_size may
-    be None for the dataset's default. Other arguments are Client.stream()'s and Client's;
-    `prefetch` batches are read ahead by the client and as many again by tf.data.
+    batch_size, image_size (N or (height, width)): None for the dataset's defaults; the image
+    size, which fixes the output signature, is then asked of the server (ListDatasets) here.
+    epochs: epochs per iteration of the dataset (default 1: one per Keras epoch; 0: one endless
+    iteration). Iteration i starts where iteration i-1 ended (at epoch 0, or at
+    start_position's epoch, whose position the first iteration resumes), each exactly that
+    epoch of one long stream. With job_name the epochs are the shared job's.
+    Other arguments are Client.stream()'s and Client's; `prefetch` batches are read ahead by the
+    client and as many again by tf.data.
     Errors (e.g. SluiceError NOT_FOUND for an unknown dataset) surface when the dataset is
-    iterated, as tf.errors with the server's message.
+    iterated, as tf.errors with the server's message (or here, when the image size is asked
+    for).
     """
+    if epochs is None or epochs < 0:
+        raise ValueError("epochs is the epochs per iteration, 0 (forever) or more; got %r"
+                         % (epochs,))
+
+    def client():
+        return Client(target, token=token, root_certificates=root_certificates,
+                      connect_timeout=connect_timeout)
+
     if image_size is None:
-        raise ValueError("sluice.tf.dataset needs image_size: it fixes the output signature")
+        with client() as c:
+            info = c.dataset_info(dataset)
+        image_size = (info.image_height, info.image_width or info.image_height)
     height, width = image_hw(image_size)
+    lock = threading.Lock()
+    state = {"next": start_position[0] if start_position is not None else 0,
+             "resume": start_position}  # guarded by lock
+
+    def claim():
+        """The start epoch and position of a new iteration, which takes its epochs from
+        there."""
+        with lock:
+            epoch = state["next"]
+            state["next"] = epoch + max(epochs, 1)
+            resume, state["resume"] = state["resume"], None
+        if job_name:
+            return None, None
+        if resume is not None and resume[0] == epoch:
+            return epoch, resume
+        return epoch, (epoch, 0, 0) if epoch > 0 else None
+
+    def reached(epoch):
+        with lock:
+            state["next"] = max(state["next"], epoch + 1)
 
     def batches():
-        with Client(target, token=token, root_certificates=root_certificates) as client:
-            with client.stream(dataset, batch_size=batch_size, image_size=(height, width),
-                               mode=mode, seed=seed, epochs=epochs, shard=shard,
-                               job_name=job_name, start_position=start_position,
-                               drop_remainder=drop_remainder, prefetch=prefetch) as stream:
-                for images, labels, _ in stream:
+        epoch, start = claim()
+        with client() as c:
+            with c.stream(dataset, batch_size=batch_size, image_size=(height, width),
+                          mode=mode, seed=seed,
+                          epochs=epochs if epoch is None or not epochs else epoch + epochs,
+                          shard=shard, job_name=job_name, start_position=start,
+                          drop_remainder=drop_remainder, prefetch=prefetch,
+                          allow_partial_fleet=allow_partial_fleet) as stream:
+                for images, labels, position in stream:
+                    if epoch is not None:
+                        reached(position.epoch)
                     yield images, labels
 
     ds = tf.data.Dataset.from_generator(batches, output_signature=output_signature((height, width)))

@@ -1,0 +1,121 @@
+"""The Python client reading a fleet: several targets or a dns: name, one stream per server
+(client/python/sluice/_client.py, as the C++ client's FanInStream), against real `sluice serve`
+processes started with --shard I/N; and the check that a client reaches every shard of a sharded
+dataset.
+"""
+import hashlib
+
+import grpc
+import pytest
+
+import sluice
+from client_support import IMAGES, Server
+from sluice._client import fleet_problem, resolve_targets
+
+
+@pytest.fixture(scope="module")
+def fleet(sluice_bin, data_dir, tmp_path_factory):
+    servers = [Server(sluice_bin, tmp_path_factory.mktemp("shard%d" % i), data_dir,
+                      args=["--shard", "%d/2" % i]) for i in range(2)]
+    yield servers
+    for s in servers:
+        s.stop()
+
+
+def _hashes(images):
+    return [hashlib.sha1(image).hexdigest() for image in images]
+
+
+def _by_epoch(stream):
+    seen = {}
+    for images, _, position in stream:
+        seen.setdefault(position.epoch, []).extend(_hashes(images))
+    return seen
+
+
+def test_two_shard_servers_deliver_every_record_once_per_epoch(fleet, client):
+    # The issue's spelling: gRPC alone would pick one of the two addresses and read half.
+    target = "ipv4:%s,%s" % (fleet[0].target, fleet[1].target)
+    whole = sorted(h for b in client.stream("ordered") for h in _hashes(b.images))
+    # 100 records per shard (2 of the 4 files each): batches of 20 divide them, so no equal-
+    # shares padding or dropping enters the count.
+    with sluice.Client(target) as c:
+        assert c.targets == ["ipv4:" + fleet[0].target, "ipv4:" + fleet[1].target]
+        stream = c.stream("ordered", batch_size=20, epochs=2)
+        seen = _by_epoch(stream)
+        assert stream.servers == c.targets
+    assert len(whole) == IMAGES
+    assert sorted(seen) == [0, 1]
+    for epoch in (0, 1):
+        assert sorted(seen[epoch]) == whole
+
+
+def test_a_dns_name_of_a_literal_address_is_one_server(fleet):
+    with sluice.Client(["dns:///" + fleet[0].target, fleet[1].target]) as c:
+        assert c.targets == ["ipv4:" + fleet[0].target, fleet[1].target]
+        images = sum(len(b.labels) for b in c.stream("ordered", batch_size=20))
+    assert images == IMAGES
+
+
+def test_one_shard_server_alone_fails_naming_the_missing_shard(fleet, caplog):
+    with sluice.Client(fleet[0].target) as c:
+        with pytest.raises(sluice.SluiceError) as e:
+            c.stream("ordered")
+        assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION
+        assert ("%s serves shard 0 of 2 of 'ordered'; no target serves shard 1 (targets "
+                "reached: %s)" % (fleet[0].target, fleet[0].target)) in e.value.message
+        assert "allow_partial_fleet" in e.value.message
+        # Asked for explicitly: that server's part, with a warning.
+        with caplog.at_level("WARNING", logger="sluice"):
+            part = sum(len(b.labels) for b in c.stream("ordered", allow_partial_fleet=True))
+    assert part == IMAGES // 2
+    assert any("no target serves shard 1" in r.getMessage() for r in caplog.records)
+
+
+def test_an_error_from_one_server_ends_the_fan_in_stream(sluice_bin, data_dir, fleet, tmp_path):
+    lost = Server(sluice_bin, tmp_path, data_dir, args=["--shard", "1/2"])
+    try:
+        with sluice.Client([fleet[0].target, lost.target], reconnect_deadline=1.0) as c:
+            stream = c.stream("train", seed=3, prefetch=1)  # repeats forever
+            next(stream)
+            lost.kill()
+            with pytest.raises(sluice.SluiceError) as e:
+                for _ in stream:
+                    pass
+    finally:
+        lost.stop()
+    assert e.value.code == grpc.StatusCode.UNAVAILABLE and e.value.target == lost.target
+
+
+@pytest.mark.parametrize("target, expected", [
+    ("a:1", ["a:1"]),
+    ("a:1, b:2,a:1", ["a:1", "b:2"]),
+    (["a:1", "b:2,c:3"], ["a:1", "b:2", "c:3"]),
+    ("ipv4:10.0.0.1:1,10.0.0.2:2", ["ipv4:10.0.0.1:1", "ipv4:10.0.0.2:2"]),
+    ("ipv6:[::1]:1,[::2]:2", ["ipv6:[::1]:1", "ipv6:[::2]:2"]),
+    ("unix:/tmp/a,b.sock", ["unix:/tmp/a,b.sock"]),
+    ("dns:///127.0.0.1:7", ["ipv4:127.0.0.1:7"]),
+    ("dns:[::1]:7", ["ipv6:[::1]:7"]),
+])
+def test_targets_split_and_resolve_as_the_cpp_client_does(target, expected):
+    assert resolve_targets(target) == expected
+
+
+@pytest.mark.parametrize("target, error", [
+    ("", ValueError), ([], ValueError), ("a:1,,b:2", ValueError), ("dns:///nohostport", ValueError),
+    ("dns:///no-such-host.invalid:7", sluice.SluiceError),
+])
+def test_malformed_or_unresolvable_targets_fail_at_once(target, error):
+    with pytest.raises(error):
+        resolve_targets(target)
+
+
+def test_fleet_problems_name_missing_doubled_and_mismatched_shards():
+    assert fleet_problem("t", []) is None
+    assert fleet_problem("t", [("a", 0, 1), ("b", 0, 1)]) is None  # replicas of all of it
+    assert fleet_problem("t", [("a", 1, 2), ("b", 0, 2)]) is None
+    assert fleet_problem("t", [("a", 0, 3), ("b", 0, 3)]) == (
+        "a serves shard 0 of 3 of 't', b serves shard 0 of 3 of 't'; no target serves shards "
+        "1, 2; shard 0 is served by a and b (its records would come 2 times) (targets reached: "
+        "a, b)")
+    assert "disagree" in fleet_problem("t", [("a", 0, 2), ("b", 0, 1)])

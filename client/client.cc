@@ -42,8 +42,14 @@ Result<std::vector<std::string>> ResolveTargets(const std::vector<std::string>& 
     if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &res); rc != 0) {
       return Unavailable("cannot resolve '" + t + "': " + gai_strerror(rc));
     }
+    // One address family: a dual-stack name (localhost; a pod with A and AAAA records) would
+    // otherwise be two streams from one server, reading an unsharded dataset twice. IPv4 when
+    // the name has any IPv4 address.
+    bool any_ipv4 = false;
+    for (addrinfo* a = res; a != nullptr; a = a->ai_next) any_ipv4 |= a->ai_family == AF_INET;
     std::vector<std::string> resolved;
     for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
+      if (any_ipv4 && a->ai_family != AF_INET) continue;
       char ip[NI_MAXHOST];
       if (getnameinfo(a->ai_addr, a->ai_addrlen, ip, sizeof(ip), nullptr, 0, NI_NUMERICHOST) != 0) {
         continue;

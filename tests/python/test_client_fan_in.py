@@ -110,6 +110,19 @@ def test_malformed_or_unresolvable_targets_fail_at_once(target, error):
         resolve_targets(target)
 
 
+def test_a_dual_stack_name_is_one_server_per_host_not_one_per_address_family(monkeypatch):
+    # localhost on many systems, and pods with A and AAAA records: the same servers twice over.
+    import socket
+    answers = [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("::1", 50051, 0, 0)),
+               (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", 50051)),
+               (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.2", 50051))]
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: answers)
+    assert resolve_targets("dns:///sluice:50051") == ["ipv4:127.0.0.1:50051",
+                                                      "ipv4:10.0.0.2:50051"]
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: answers[:1])
+    assert resolve_targets("dns:///sluice:50051") == ["ipv6:[::1]:50051"]
+
+
 def test_fleet_problems_name_missing_doubled_and_mismatched_shards():
     assert fleet_problem("t", []) is None
     assert fleet_problem("t", [("a", 0, 1), ("b", 0, 1)]) is None  # replicas of all of it

@@ -94,6 +94,11 @@ def _resolve_dns(name):
     except (OSError, UnicodeError) as e:
         raise SluiceError(grpc.StatusCode.UNAVAILABLE, "cannot resolve %r: %s" % (name, e),
                           name) from None
+    # One address family: a dual-stack name (localhost; a pod with A and AAAA records) would
+    # otherwise be two streams from one server, reading an unsharded dataset twice. IPv4 when
+    # the name has any IPv4 address, as ResolveTargets in the C++ client.
+    if any(info[0] == socket.AF_INET for info in infos):
+        infos = [info for info in infos if info[0] == socket.AF_INET]
     out = []
     for family, _, _, _, address in infos:
         if family == socket.AF_INET6:

@@ -84,6 +84,10 @@ class GrpcClient : public Client {
     return List(0, &context);
   }
 
+  Result<std::vector<v1::DatasetInfo>> ListDatasetsWhenReady() override {
+    return ListWhenReady(0, std::chrono::system_clock::now() + options_.reconnect_deadline);
+  }
+
   Result<v1::Stats> GetStats(const std::string& dataset) override {
     grpc::ClientContext context;
     Prepare(&context);
@@ -121,6 +125,21 @@ class GrpcClient : public Client {
     return std::vector<v1::DatasetInfo>(response.datasets().begin(), response.datasets().end());
   }
 
+  // List(), waiting for the server to come up until `deadline`.
+  Result<std::vector<v1::DatasetInfo>> ListWhenReady(
+      size_t server, std::chrono::system_clock::time_point deadline) {
+    grpc::ClientContext context;
+    context.set_deadline(deadline);
+    context.set_wait_for_ready(true);
+    AddToken(&context, options_.token);
+    Result<std::vector<v1::DatasetInfo>> infos = List(server, &context);
+    if (!infos.ok() && infos.status().code() == StatusCode::kDeadlineExceeded) {
+      return Unavailable(targets_[server] +
+                         ": no answer within reconnect_deadline (gave up reconnecting)");
+    }
+    return infos;
+  }
+
   // CheckFleet over the part of `dataset` each target serves, asked before any stream starts (a
   // consumer of a shared job that started and then left would take batches from the others).
   // A server that is down is waited for as long as a stream would wait for it
@@ -130,18 +149,8 @@ class GrpcClient : public Client {
     const auto deadline = std::chrono::system_clock::now() + options_.reconnect_deadline;
     std::vector<ServerShard> shards;
     for (size_t i = 0; i < targets_.size(); ++i) {
-      grpc::ClientContext context;
-      context.set_deadline(deadline);
-      context.set_wait_for_ready(true);
-      AddToken(&context, options_.token);
-      Result<std::vector<v1::DatasetInfo>> infos = List(i, &context);
-      if (!infos.ok()) {
-        if (infos.status().code() == StatusCode::kDeadlineExceeded) {
-          return Unavailable(targets_[i] +
-                             ": no answer within reconnect_deadline (gave up reconnecting)");
-        }
-        return infos.status();
-      }
+      Result<std::vector<v1::DatasetInfo>> infos = ListWhenReady(i, deadline);
+      if (!infos.ok()) return infos.status();
       auto info = std::find_if(infos->begin(), infos->end(),
                                [&](const v1::DatasetInfo& d) { return d.name() == dataset; });
       if (info == infos->end()) return Status::OK();

@@ -140,6 +140,9 @@ class Client {
 
   // From the first server.
   virtual Result<std::vector<v1::DatasetInfo>> ListDatasets() = 0;
+  // ListDatasets, but a first server that is not up yet (or reconnecting) is waited for as a
+  // stream waits for it: UNAVAILABLE naming the target only after reconnect_deadline.
+  virtual Result<std::vector<v1::DatasetInfo>> ListDatasetsWhenReady() = 0;
   virtual Result<v1::Stats> GetStats(const std::string& dataset = "") = 0;
   // Starts one stream per server with this request. A bad request fails here with the server's
   // status (first batch read ahead), not at the first Next(); so does a fleet that does not

@@ -65,7 +65,8 @@ Batcher::Batcher(const ResolvedOptions& options, PipelineStats* stats, BatcherSi
       out_index_(start.index),
       end_record_(start.end_record),
       partial_epoch_(start.end_record > 0),
-      equal_batches_(equal_batches) {}
+      equal_batches_(equal_batches),
+      index_without_records_(start.index > 0 && start.end_record == 0) {}
 
 Batcher::~Batcher() {
   if (keep_) stats_->pool(Pool::kBatchPool).Remove(static_cast<int64_t>(keep_->bytes()));
@@ -241,6 +242,7 @@ void Batcher::AddRecord(const WorkItem& w) {
     if (out_index_ >= equal_batches_) {
       // Past the epoch's equal share: usable, but dropped so every shard yields the same.
       ++epoch_images_;
+      ++epoch_dropped_;
       stats_->dropped_records.fetch_add(1, std::memory_order_relaxed);
       sink_->DropItems(1);
       return;
@@ -317,6 +319,20 @@ void Batcher::WarnPadded(int64_t epoch, uint64_t seen) {
                " repeated samples, marked invalid" + *since);
 }
 
+void Batcher::WarnShortCount(int64_t epoch) {
+  const std::optional<std::string> since = short_count_warnings_.Admit();
+  if (!since) return;
+  stats_->Warn(options_.name + ": epoch " + std::to_string(epoch) + " of shard " +
+               std::to_string(options_.shard_index) + " of " +
+               std::to_string(options_.shard_count) + " read " + std::to_string(epoch_dropped_) +
+               " more records than its " + std::to_string(equal_batches_) + " equal batches of " +
+               std::to_string(batch_size_) +
+               " hold (equal_shares PAD): the record count from the files was short, probably a "
+               "stale or wrong .idx (rebuild it with `sluice index`) or a file that grew since; "
+               "those records were dropped (dropped_records)" +
+               *since);
+}
+
 void Batcher::EndEpoch(int64_t epoch) {
   if (equal_batches_ > 0 && dst_ != nullptr) {
     EmitPadded(epoch);
@@ -363,6 +379,13 @@ void Batcher::EndEpoch(int64_t epoch) {
   if (options_.equal_shares == EqualShares::kDrop && epoch_padded_ > 0 && !partial_epoch_) {
     WarnPadded(epoch, seen);
   }
+  if (options_.equal_shares == EqualShares::kPad && epoch_dropped_ > 0 && !index_without_records_) {
+    WarnShortCount(epoch);
+  }
+  // Every usable record fell past the equal batches: the run started at or after the last of
+  // them (and, with no batch emitted, out_index_ is still where it started).
+  const bool past_equal_batches = no_batch && equal_batches_ > 0 && epoch_dropped_ == usable;
+  const int64_t start_index = out_index_;
   base_ = 0;
   dst_ = nullptr;
   filled_ = 0;
@@ -374,6 +397,8 @@ void Batcher::EndEpoch(int64_t epoch) {
   epoch_batches_ = 0;
   kept_ = 0;
   epoch_padded_ = 0;
+  epoch_dropped_ = 0;
+  index_without_records_ = false;
   partial_epoch_ = false;
   epoch_reasons_.clear();
   epoch_other_reasons_ = 0;
@@ -382,6 +407,13 @@ void Batcher::EndEpoch(int64_t epoch) {
     // Empty files, or a shard that got none of them: a stream of nothing, as below.
     Fail(FailedPrecondition("epoch " + std::to_string(epoch) +
                             " has no records: " + NoRecordsCause()));
+  } else if (past_equal_batches) {
+    Fail(FailedPrecondition(
+        "epoch " + std::to_string(epoch) + " yields no batch: it starts at batch index " +
+        std::to_string(start_index) + " (start_position.index), not before its " +
+        std::to_string(equal_batches_) + " equal batches (equal_shares), so all its " +
+        std::to_string(usable) + " usable records fell past them; start at an index below " +
+        std::to_string(equal_batches_)));
   } else if (no_batch) {
     // Finite or not, a stream that never yields is no success: with epochs: 0 it would decode
     // the same records forever.

@@ -55,6 +55,9 @@ class Batcher {
   // PipelineStats::dropped_records); an epoch short of them is padded with copies of the first
   // samples this run produced in the epoch (up to batch_size kept; with none, zero images with
   // label 0 and record ids -1), marked 0 in the batch's valid mask (PipelineStats::padded_samples).
+  // Under PAD the equal batches hold every counted record, so records dropped past them mean the
+  // count from the files was short (a stale or wrong .idx, a file grown since): they are still
+  // dropped (every shard must yield the same) but counted and warned of.
   // Padding follows the run: a run resumed mid-epoch repeats its own first samples, so only the
   // real samples and the mask are the same as in the run it resumes.
   Batcher(const ResolvedOptions& options, PipelineStats* stats, BatcherSink* sink,
@@ -84,10 +87,14 @@ class Batcher {
   void CountReason(const WorkItem& w);
   // "44× reason; 3× other" for the epoch's most common reasons.
   std::string TopReasons() const;
-  // Logs an epoch whose skips passed skip_warn_percent, at most once a minute (EpochWarningLimiter).
+  // Logs an epoch whose skips passed skip_warn_percent, at most once a minute
+  // (EpochWarningLimiter).
   void WarnSkips(int64_t epoch, uint64_t seen, const std::string& reasons);
   // Logs a DROP epoch that skips left short of its equal batches, at most once a minute.
   void WarnPadded(int64_t epoch, uint64_t seen);
+  // Logs a PAD epoch that read more records than its equal batches hold (the files' record count
+  // was short), at most once a minute.
+  void WarnShortCount(int64_t epoch);
   // Why an epoch saw no record at all: the files, or the shard's share of them, are empty.
   std::string NoRecordsCause() const;
 
@@ -131,7 +138,12 @@ class Batcher {
   std::unique_ptr<BatchBuffer> keep_;  // the epoch's first samples, for padding; made on first use
   int kept_ = 0;                       // samples in keep_ from this epoch
   uint64_t epoch_padded_ = 0;          // padding samples emitted in this epoch
+  uint64_t epoch_dropped_ = 0;         // usable records past the equal batches in this epoch
   EpochWarningLimiter pad_warnings_{"padded epochs"};
+  EpochWarningLimiter short_count_warnings_{"epochs read past their count"};
+  // The run's first epoch is numbered from start.index > 0 with start.end_record 0: its records
+  // fill batches from that index on, so the epoch ends before start.index of them are read.
+  bool index_without_records_ = false;
   uint64_t errors_ = 0;  // over the whole stream
   Status last_error_;
   bool failed_ = false;

@@ -33,19 +33,52 @@ std::vector<int64_t> ShardRecords(const ResolvedOptions& options,
   return out;
 }
 
+namespace {
+
+// This shard's peers, the consumers of its part (ResolvedOptions::shard_consumers): the shards
+// first, first + stride, ... of shard_count.
+struct Peers {
+  int first = 0;
+  int stride = 1;
+};
+
+Peers PeersOf(const ResolvedOptions& options) {
+  Peers p;
+  p.stride = std::max(1, options.shard_count / std::max(1, options.shard_consumers));
+  p.first = options.shard_count > 1 ? options.shard_index % p.stride : 0;
+  return p;
+}
+
+}  // namespace
+
+std::vector<bool> PeerFiles(const ResolvedOptions& options) {
+  std::vector<bool> needed(options.files.size(), false);
+  const int shards = std::max(1, options.shard_count);
+  const Peers peers = PeersOf(options);
+  ResolvedOptions one = options;
+  for (int s = peers.first; s < shards; s += peers.stride) {
+    one.shard_index = s;
+    for (uint32_t f : PlanSharding(one).files) needed[f] = true;
+  }
+  return needed;
+}
+
 SharePlan PlanShares(const ResolvedOptions& options, const std::vector<FileRecords>& counts) {
   const std::vector<int64_t> shards = ShardRecords(options, counts);
   SharePlan plan;
   plan.equal_shares = options.equalizes() ? options.equal_shares : EqualShares::kOff;
   plan.records_per_epoch =
       shards[static_cast<size_t>(options.shard_count > 1 ? options.shard_index : 0)];
-  // This shard's peers: the consumers of its part (ResolvedOptions::shard_consumers).
-  const int stride = std::max(1, options.shard_count / std::max(1, options.shard_consumers));
-  const int first = options.shard_count > 1 ? options.shard_index % stride : 0;
-  plan.min_shard_records = shards[static_cast<size_t>(first)];
+  const Peers peers = PeersOf(options);
+  plan.smallest_shard = peers.first;
+  plan.min_shard_records = shards[static_cast<size_t>(peers.first)];
   plan.max_shard_records = plan.min_shard_records;
-  for (size_t s = static_cast<size_t>(first); s < shards.size(); s += static_cast<size_t>(stride)) {
-    plan.min_shard_records = std::min(plan.min_shard_records, shards[s]);
+  for (size_t s = static_cast<size_t>(peers.first); s < shards.size();
+       s += static_cast<size_t>(peers.stride)) {
+    if (shards[s] < plan.min_shard_records) {
+      plan.min_shard_records = shards[s];
+      plan.smallest_shard = static_cast<int>(s);
+    }
     plan.max_shard_records = std::max(plan.max_shard_records, shards[s]);
   }
   const int64_t batch = options.batch_size;
@@ -66,15 +99,33 @@ SharePlan PlanShares(const ResolvedOptions& options, const std::vector<FileRecor
 }
 
 Result<SharePlan> PlanSharesForFiles(const ResolvedOptions& options) {
-  const SharePlan plan = PlanShares(options, CountRecords(options.files, options.compression));
-  if (plan.equal_shares != EqualShares::kOff && plan.batches_per_epoch == 0) {
+  // Only the peers' files: a --shard I/N server does not count the fleet's other parts.
+  const std::vector<bool> needed = PeerFiles(options);
+  std::vector<std::string> files;
+  for (size_t f = 0; f < options.files.size(); ++f) {
+    if (needed[f]) files.push_back(options.files[f]);
+  }
+  const std::vector<FileRecords> counted = CountRecords(files, options.compression);
+  std::vector<FileRecords> counts(options.files.size());
+  for (size_t f = 0, next = 0; f < options.files.size(); ++f) {
+    if (needed[f]) counts[f] = counted[next++];
+  }
+  const SharePlan plan = PlanShares(options, counts);
+  if (plan.equal_shares == EqualShares::kOff) return plan;
+  const bool pad = plan.equal_shares == EqualShares::kPad;
+  // Every peer sees the same shards, so every peer is refused alike: none streams while another
+  // fails (a DDP rank that dies while the others wait for it).
+  if (plan.batches_per_epoch == 0 || (pad && plan.min_shard_records == 0)) {
+    const std::string what = pad ? "leave a consumer nothing to pad from" : "give no batch";
     return FailedPrecondition(
-        "equal shares (" + std::string(plan.equal_shares == EqualShares::kDrop ? "DROP" : "PAD") +
-        ") give no batch: the smallest of the " + std::to_string(options.shard_consumers) +
-        " consumers' shards holds " + std::to_string(plan.min_shard_records) +
-        " records, the largest " + std::to_string(plan.max_shard_records) + ", under batch_size " +
+        "equal shares (" + std::string(pad ? "PAD" : "DROP") + ") " + what + ": shard " +
+        std::to_string(plan.smallest_shard) + ", the smallest of the " +
+        std::to_string(options.shard_consumers) + " consumers' shards, holds " +
+        std::to_string(plan.min_shard_records) + " records, the largest " +
+        std::to_string(plan.max_shard_records) + ", under batch_size " +
         std::to_string(options.batch_size) +
-        "; use a smaller batch_size, fewer shards, or equal_shares PAD");
+        (pad ? "; use fewer shards or more files"
+             : "; use a smaller batch_size, fewer shards, or equal_shares PAD"));
   }
   return plan;
 }

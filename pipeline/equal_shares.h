@@ -20,6 +20,7 @@ struct SharePlan {
   int64_t records_per_epoch = 0;                 // this shard's, skipped ones included
   int64_t min_shard_records = 0;
   int64_t max_shard_records = 0;
+  int smallest_shard = 0;  // a peer holding min_shard_records (0 when unsharded)
   int64_t batches_per_epoch = 0;
 };
 
@@ -28,12 +29,19 @@ struct SharePlan {
 std::vector<int64_t> ShardRecords(const ResolvedOptions& options,
                                   const std::vector<FileRecords>& counts);
 
-// REQUIRES: counts[i] is options.files[i]'s.
+// The indexes into options.files that this stream's peers read (the shards congruent to its own
+// modulo shard_count / shard_consumers, ResolvedOptions::shard_consumers): all that PlanShares
+// needs counted. Every file when the plan shards records, or when unsharded.
+std::vector<bool> PeerFiles(const ResolvedOptions& options);
+
+// REQUIRES: counts[i] is options.files[i]'s for every file PeerFiles names (the others' counts
+// only change ShardRecords of shards that are not peers, which the plan does not use).
 SharePlan PlanShares(const ResolvedOptions& options, const std::vector<FileRecords>& counts);
 
-// PlanShares over the files' counts (CountRecords: cached). FailedPrecondition when equal shares
-// would give the stream no batch at all (DROP with a shard smaller than one batch), naming the
-// shard and its records.
+// PlanShares over the counts of the files the peers read (CountRecords: cached), never the other
+// parts of a fleet. FailedPrecondition, the same for every peer, when equal shares would leave a
+// consumer with no batch (DROP with a shard smaller than one batch) or with nothing to pad from
+// (PAD with a shard of no records), naming the shard and its records.
 Result<SharePlan> PlanSharesForFiles(const ResolvedOptions& options);
 
 }  // namespace sluice

@@ -3,8 +3,10 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <tuple>
 
@@ -78,16 +80,41 @@ struct Key {
   auto operator<=>(const Key&) const = default;
 };
 
+// Counts by key, each file counted once however many streams ask at the same time: the first
+// caller counts it outside the lock, later callers of the same key wait for its result (streams
+// that start together, DDP ranks times workers, would otherwise each scan every file).
 class CountCache {
  public:
-  std::optional<FileRecords> Find(const Key& key) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = counts_.find(key);
-    if (it == counts_.end()) return std::nullopt;
-    return it->second;
+  template <typename Count>
+  FileRecords Get(const Key& key, Count count) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (auto it = counts_.find(key); it != counts_.end()) return it->second;
+    if (auto it = counting_.find(key); it != counting_.end()) {
+      const std::shared_ptr<Counting> pending = it->second;
+      done_.wait(lock, [&] { return pending->done; });
+      return pending->records;
+    }
+    auto pending = std::make_shared<Counting>();
+    counting_.emplace(key, pending);
+    lock.unlock();
+    const FileRecords records = count();
+    lock.lock();
+    pending->records = records;
+    pending->done = true;
+    counting_.erase(key);
+    Insert(key, records);
+    lock.unlock();
+    done_.notify_all();
+    return records;
   }
-  void Insert(const Key& key, FileRecords records) {
-    std::lock_guard<std::mutex> lock(mu_);
+
+ private:
+  struct Counting {
+    bool done = false;  // guarded by mu_
+    FileRecords records;
+  };
+
+  void Insert(const Key& key, FileRecords records) {  // REQUIRES: mu_ held
     if (!counts_.emplace(key, records).second) return;
     order_.push_back(key);
     while (order_.size() > kMaxCachedCounts) {
@@ -96,10 +123,12 @@ class CountCache {
     }
   }
 
- private:
   std::mutex mu_;
+  std::condition_variable done_;       // a count in counting_ finished
   std::map<Key, FileRecords> counts_;  // guarded by mu_
   std::deque<Key> order_;              // insertion order, for eviction; guarded by mu_
+  // Counts in progress, at most one per key (one per concurrent caller); guarded by mu_.
+  std::map<Key, std::shared_ptr<Counting>> counting_;
 };
 
 CountCache& Cache() {
@@ -147,14 +176,10 @@ std::vector<FileRecords> CountRecords(const std::vector<std::string>& files,
     const Key key{path, static_cast<uint64_t>(st.st_size),
                   int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec,
                   compression ? static_cast<int>(*compression) : -1};
-    if (std::optional<FileRecords> hit = Cache().Find(key)) {
-      out.push_back(*hit);
-      continue;
-    }
-    g_scans.fetch_add(1, std::memory_order_relaxed);
-    FileRecords counted = CountFileRecords(path, compression);
-    Cache().Insert(key, counted);
-    out.push_back(counted);
+    out.push_back(Cache().Get(key, [&] {
+      g_scans.fetch_add(1, std::memory_order_relaxed);
+      return CountFileRecords(path, compression);
+    }));
   }
   return out;
 }

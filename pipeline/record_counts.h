@@ -1,8 +1,8 @@
 // The number of records in each file of a data set, as the pipeline's source counts them in
 // BatchPosition::end_record terms: every frame, intact or corrupt, and one more for the damage
-// that ends a file early. Equal shares need every shard's count, so every file is counted, not
-// only this shard's. Counts are cached process-wide per (path, size, mtime, compression), so a
-// job's start and DescribeStream do not scan a file twice.
+// that ends a file early. Equal shares need the counts of every peer shard (the consumers of one
+// part), so those files are counted, not only this shard's. Counts are cached process-wide per
+// (path, size, mtime, compression), so a job's start and DescribeStream do not scan a file twice.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +34,8 @@ struct FileRecords {
 FileRecords CountFileRecords(const std::string& path, std::optional<Compression> compression);
 
 // Counts every file through the process-wide cache (at most kMaxCachedCounts entries; the oldest
-// go first). Thread-safe; files are counted outside the cache's lock.
+// go first). Thread-safe; files are counted outside the cache's lock, each once: a caller that
+// asks for a file another caller is counting waits for that count.
 std::vector<FileRecords> CountRecords(const std::vector<std::string>& files,
                                       std::optional<Compression> compression);
 

@@ -325,7 +325,7 @@ grpc::ServerUnaryReactor* DataService::ListDatasets(grpc::CallbackServerContext*
     return reactor;
   }
   for (const v1::DatasetConfig& d : config_.datasets()) {
-    *response->add_datasets() = DescribeDataset(d);
+    *response->add_datasets() = DescribeDataset(d, config_.fleet_shard());
   }
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -228,7 +228,7 @@ Result<v1::PipelineOptions> PipelineForRequest(const v1::ServerConfig& config,
   return o;
 }
 
-v1::DatasetInfo DescribeDataset(const v1::DatasetConfig& dataset) {
+v1::DatasetInfo DescribeDataset(const v1::DatasetConfig& dataset, const v1::FleetShard& fleet) {
   const v1::PipelineOptions& o = dataset.pipeline();
   const v1::ClientLimits& limits = dataset.limits();
   v1::DatasetInfo info;
@@ -247,10 +247,11 @@ v1::DatasetInfo DescribeDataset(const v1::DatasetConfig& dataset) {
   for (const Fixable& f : kFixable) {
     if ((limits.*f.fixed)()) info.add_fixed_fields(std::string(f.field));
   }
-  // The server's own part (--shard I/N folded into the pipeline's shard by ApplyShard).
-  if (o.shard().count() > 1) {
-    info.set_shard_index(o.shard().index());
-    info.set_shard_count(o.shard().count());
+  // The server's part of a fleet only: a dataset's own pipeline.shard is how this server reads
+  // its files, and a client fanning in from it alone has the whole of what it serves.
+  if (fleet.count() > 1) {
+    info.set_shard_index(fleet.index());
+    info.set_shard_count(fleet.count());
   }
   return info;
 }

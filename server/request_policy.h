@@ -36,8 +36,9 @@ Result<v1::PipelineOptions> PipelineForRequest(const v1::ServerConfig& config,
 
 // The dataset as ListDatasets shows it. fixed_fields holds the StreamRequest field names the
 // limits fix ("batch_size", "image_height", "image_width", "mode", "seed", "epochs",
-// "drop_remainder").
+// "drop_remainder"). shard_index/shard_count are the server's part of a fleet (`--shard I/N`,
+// ServerConfig.fleet_shard), not the dataset's own pipeline.shard.
 // REQUIRES: dataset comes from ValidateServerConfig.
-v1::DatasetInfo DescribeDataset(const v1::DatasetConfig& dataset);
+v1::DatasetInfo DescribeDataset(const v1::DatasetConfig& dataset, const v1::FleetShard& fleet);
 
 }  // namespace sluice

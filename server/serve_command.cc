@@ -60,6 +60,8 @@ Result<v1::ServerConfig> ApplyShard(v1::ServerConfig config, const std::string& 
     s->set_index(w + m * index);
     s->set_count(m * count);
   }
+  config.mutable_fleet_shard()->set_index(index);
+  config.mutable_fleet_shard()->set_count(count);
   return ValidateServerConfig(std::move(config), limit);
 }
 

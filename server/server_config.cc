@@ -272,6 +272,11 @@ Result<v1::ServerConfig> LoadServerConfig(const std::string& path, const MemoryL
                                           std::vector<std::string>* warnings) {
   v1::ServerConfig config;
   RETURN_IF_ERROR(ParseTextProtoFile(path, &config));
+  if (config.has_fleet_shard()) {
+    return InvalidArgument(path +
+                           ": fleet_shard is set by `sluice serve --shard I/N`, not in a config "
+                           "file (a dataset's own part is its pipeline.shard)");
+  }
   return ValidateServerConfig(std::move(config), limit, warnings);
 }
 

@@ -1,7 +1,8 @@
-// Helpers shared by tests: a temporary directory removed at scope exit, file I/O shortcuts, and
-// running the `sluice` binary.
+// Helpers shared by tests: a temporary directory removed at scope exit, file I/O shortcuts,
+// capturing this process's stderr, and running the `sluice` binary.
 #pragma once
 
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -86,5 +87,38 @@ inline std::string RandomBytes(size_t n, uint32_t seed) {
   for (char& c : s) c = static_cast<char>(rng());
   return s;
 }
+
+// What this process writes to stderr while it lives (until Text()).
+class StderrCapture {
+ public:
+  StderrCapture() : path_(dir_.file("stderr")), saved_(dup(2)) {
+    std::fflush(stderr);
+    const int fd = open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) throw std::runtime_error("cannot open " + path_);
+    dup2(fd, 2);
+    close(fd);
+  }
+  ~StderrCapture() { Restore(); }
+  StderrCapture(const StderrCapture&) = delete;
+  StderrCapture& operator=(const StderrCapture&) = delete;
+
+  std::string Text() {
+    Restore();
+    return ReadAll(path_);
+  }
+
+ private:
+  void Restore() {
+    if (saved_ < 0) return;
+    std::fflush(stderr);
+    dup2(saved_, 2);
+    close(saved_);
+    saved_ = -1;
+  }
+
+  TempDir dir_;
+  std::string path_;
+  int saved_;
+};
 
 }  // namespace sluice::testing

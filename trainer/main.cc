@@ -77,6 +77,9 @@ int main(int argc, char** argv) {
   app.add_option("--eval-every", o.eval_every, "Evaluate every M steps (default: at the end only)");
   app.add_option("--seed", o.seed, "Model init and training-stream seed (default 0)");
   app.add_option("--token-file", token_file, "File holding the server's bearer token");
+  app.add_flag("--allow-partial-fleet", o.allow_partial_fleet,
+               "When the targets do not reach every part of a `sluice serve --shard I/N` fleet, "
+               "warn and train on the parts reached (default: refuse)");
   CLI11_PARSE(app, argc, argv);
 
   if (!token_file.empty()) {

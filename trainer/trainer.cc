@@ -45,9 +45,10 @@ Result<v1::DatasetInfo> FindDataset(const std::vector<v1::DatasetInfo>& datasets
 
 // The model the options ask for; its number of classes from ListDatasets unless given. Both
 // datasets are looked up first, so that a mistyped name fails before any step (and not, for the
-// eval dataset, after the whole run).
+// eval dataset, after the whole run). A server that is not up yet is waited for as the stream
+// would wait for it (reconnect_deadline).
 Result<ModelConfig> ModelFor(const TrainerOptions& o, Client& client) {
-  ASSIGN_OR_RETURN(std::vector<v1::DatasetInfo> datasets, client.ListDatasets());
+  ASSIGN_OR_RETURN(std::vector<v1::DatasetInfo> datasets, client.ListDatasetsWhenReady());
   ASSIGN_OR_RETURN(const v1::DatasetInfo info, FindDataset(datasets, o.dataset, "--dataset"));
   if (!o.eval_dataset.empty()) {
     RETURN_IF_ERROR(FindDataset(datasets, o.eval_dataset, "--eval-dataset").status());
@@ -134,6 +135,7 @@ Result<TrainSummary> Train(const TrainerOptions& o, std::ostream& log) {
   ClientOptions client_options;
   client_options.targets = o.targets;
   client_options.token = o.token;
+  client_options.allow_partial_fleet = o.allow_partial_fleet;
   // GPU: the step in flight holds its micro-batches and the next step's are fetched meanwhile.
   client_options.max_held = 2 * o.accum;
   client_options.allocator = BatchAllocatorFor(summary.device);

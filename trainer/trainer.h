@@ -23,6 +23,7 @@ namespace sluice::trainer {
 struct TrainerOptions {
   std::vector<std::string> targets;  // the client's targets ("HOST:PORT", "dns:///…", "unix:…")
   std::string token;
+  bool allow_partial_fleet = false;  // ClientOptions::allow_partial_fleet
   std::string dataset = "train";
   std::string eval_dataset;  // empty: no evaluation
   int64_t steps = 100;       // optimizer steps in all (a resumed run continues up to it)

@@ -59,6 +59,7 @@ struct ProfileFlags {
   std::string tls_ca_file;
   std::string job_name;
   bool no_shared_memory = false;
+  bool allow_partial_fleet = false;
 };
 
 // "512M", "2G", "1.5GiB", "1000000" → bytes.
@@ -364,6 +365,9 @@ void RegisterProfileCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--job-name", f->job_name, "With --target: join this shared job");
   cmd->add_flag("--no-shared-memory", f->no_shared_memory,
                 "With --target: images through the socket even from a server on this host");
+  cmd->add_flag("--allow-partial-fleet", f->allow_partial_fleet,
+                "With --target: when the targets do not reach every part of a `sluice serve "
+                "--shard I/N` fleet, warn and read the parts reached (default: refuse)");
   cmd->callback([f, exit_code] {
     if (f->targets.empty()) {
       *exit_code = RunProfile(*f);
@@ -382,6 +386,7 @@ void RegisterProfileCommand(CLI::App& app, int* exit_code) {
     r.tls_ca_file = f->tls_ca_file;
     r.job_name = f->job_name;
     r.shared_memory = !f->no_shared_memory;
+    r.allow_partial_fleet = f->allow_partial_fleet;
     r.batch_size = f->batch_size;
     if (!f->image_size.empty()) {
       const Result<std::pair<int, int>> size = ParseImageSize(f->image_size);

@@ -49,6 +49,7 @@ Result<std::unique_ptr<Client>> Connect(const RemoteProfileFlags& f) {
   co.targets = f.targets;
   if (f.prefetch > 0) co.prefetch = f.prefetch;
   co.shared_memory = f.shared_memory;
+  co.allow_partial_fleet = f.allow_partial_fleet;
   if (!f.token_file.empty()) {
     ASSIGN_OR_RETURN(co.token, ReadTokenFile(f.token_file));
   }

@@ -27,6 +27,7 @@ struct RemoteProfileFlags {
   int64_t warmup_batches = 2;
   bool json = false;
   bool shared_memory = true;  // ClientOptions::shared_memory
+  bool allow_partial_fleet = false;  // ClientOptions::allow_partial_fleet
 };
 
 // Exit status: 0, or 1 with the server's status on stderr.

@@ -84,7 +84,8 @@ TEST_CASE("DropWithAShardSmallerThanABatchIsRefusedNamingTheShard") {
   REQUIRE(options.ok());
   auto plan = PlanSharesForFiles(*options);
   CHECK(plan.status().code() == StatusCode::kFailedPrecondition);
-  CHECK(plan.status().message().find("the smallest of the 3 consumers' shards holds 2 records") !=
+  CHECK(plan.status().message().find(
+            "shard 0, the smallest of the 3 consumers' shards, holds 2 records") !=
         std::string::npos);
   // The pipeline refuses it the same way when it starts.
   auto pipeline = Pipeline::Create(o);
@@ -149,6 +150,54 @@ TEST_CASE("ConsumersThatDoNotDivideTheShardCountAreRefused") {
   o.mutable_shard()->set_consumers(2);
   REQUIRE(ResolveOptions(o).ok());
   CHECK(ResolveOptions(o)->shard_consumers == 2);
+}
+
+// A --shard I/N server's stream counts the files of its own part's consumers, never the fleet's
+// other parts; a plan that shards records reads, and counts, every file.
+TEST_CASE("APlanCountsOnlyTheFilesItsPeersRead") {
+  testing::TempDir dir;
+  testing::WriteTestShards(dir, 8, 3);
+  v1::PipelineOptions o = testing::BaseOptions(dir);
+  o.mutable_shard()->set_index(3);
+  o.mutable_shard()->set_count(8);
+  o.mutable_shard()->set_consumers(1);  // one consumer of server 3's part of 8
+  auto options = ResolveOptions(o);
+  REQUIRE(options.ok());
+  CHECK(PeerFiles(*options) ==
+        std::vector<bool>{false, false, false, true, false, false, false, false});
+  uint64_t before = RecordCountScans();
+  auto plan = PlanSharesForFiles(*options);
+  REQUIRE(plan.ok());
+  CHECK(RecordCountScans() - before == 1);
+  CHECK(plan->records_per_epoch == 3);
+
+  // Two consumers of server 3's part of 4 (combined shard 3 + 4·r of 8): peers 3 and 7.
+  o.mutable_shard()->set_consumers(2);
+  o.set_equal_shares(v1::EQUAL_SHARES_PAD);
+  options = ResolveOptions(o);
+  REQUIRE(options.ok());
+  CHECK(PeerFiles(*options) ==
+        std::vector<bool>{false, false, false, true, false, false, false, true});
+  before = RecordCountScans();
+  plan = PlanSharesForFiles(*options);
+  REQUIRE(plan.ok());
+  CHECK(RecordCountScans() - before == 1);  // file 3 is cached; file 7 is new
+  CHECK(plan->min_shard_records == 3);
+  CHECK(plan->max_shard_records == 3);
+
+  // Fewer files than shards: every shard takes records of every file.
+  testing::TempDir few;
+  testing::WriteTestShards(few, 2, 8);
+  v1::PipelineOptions r = testing::BaseOptions(few);
+  r.mutable_shard()->set_index(1);
+  r.mutable_shard()->set_count(4);
+  r.set_equal_shares(v1::EQUAL_SHARES_PAD);
+  options = ResolveOptions(r);
+  REQUIRE(options.ok());
+  CHECK(PeerFiles(*options) == std::vector<bool>{true, true});
+  before = RecordCountScans();
+  REQUIRE(PlanSharesForFiles(*options).ok());
+  CHECK(RecordCountScans() - before == 2);
 }
 
 }  // namespace

@@ -1,13 +1,16 @@
 // Equal shares through the whole pipeline: every shard of a data set of uneven files yields the
 // same number of full batches per epoch; PAD marks its repeats invalid and keeps every record
 // exactly once among the valid samples; DROP drops exactly the counted tail; skips that leave a
-// shard short pad it; resumed streams continue exactly; unsharded streams are unchanged.
+// shard short pad it; resumed streams continue exactly; unsharded streams are unchanged. PAD with
+// an empty peer shard is refused for every peer; a count that falls short of what a PAD stream
+// reads is warned of.
 #include <catch2/catch.hpp>
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "formats/record_index.h"
 #include "pipeline/equal_shares.h"
 #include "tests/pipeline/pipeline_test_data.h"
 
@@ -302,6 +305,97 @@ TEST_CASE("ShardedStreamsWithEqualSharesOffKeepTheirOwnCounts") {
   for (const auto& batch : g.batches) {
     for (const Sample& s : batch) CHECK(s.valid);
   }
+}
+
+// An .idx that tiles its file but merges two entries makes the file's count one short: the largest
+// shard's equal batches then hold one record less than it reads. The batches stay equal, so that
+// record is dropped, but loudly: counted and warned of, naming the shard and the stale index.
+TEST_CASE("PadWithAnIndexThatMergesTwoRecordsWarnsOfTheRecordItDrops") {
+  TempDir dir;
+  const Uneven u = WriteUneven(dir, {10, 13, 9});
+  std::vector<IndexEntry> merged = u.index[1];
+  merged[0].length += merged[1].length;
+  merged.erase(merged.begin() + 1);
+  REQUIRE(WriteRecordIndex(IndexPathFor(u.paths[1]), merged).ok());
+  std::set<int32_t> valid;
+  uint64_t dropped = 0;
+  std::string warnings;
+  for (int shard = 0; shard < 3; ++shard) {
+    testing::StderrCapture err;
+    const Got g = Run(Options(dir, shard, 3, v1::EQUAL_SHARES_PAD));
+    warnings += err.Text();
+    REQUIRE(g.status.ok());
+    CHECK(g.sizes.size() == 3);  // ceil(12 counted / 4) for every shard
+    for (const auto& batch : g.batches) {
+      for (const Sample& s : batch) {
+        if (s.valid) valid.insert(s.label);
+      }
+    }
+    dropped += g.stats.dropped_records;
+  }
+  INFO(warnings);
+  CHECK(dropped == 1);
+  CHECK(static_cast<int>(valid.size()) == u.records - 1);
+  CHECK(warnings.find("epoch 0 of shard 1 of 3 read 1 more records than its 3 equal batches") !=
+        std::string::npos);
+  CHECK(warnings.find("record count from the files was short") != std::string::npos);
+  CHECK(warnings.find("sluice index") != std::string::npos);
+  CHECK(warnings.find("shard 0 of 3 read") == std::string::npos);
+}
+
+// A peer shard with no records has nothing to pad from: PAD refuses every peer the same way, so
+// no rank streams while another fails.
+TEST_CASE("PadWithAnEmptyPeerShardIsRefusedForEveryPeer") {
+  TempDir dir;
+  WriteUneven(dir, {10, 0, 10});
+  for (int shard = 0; shard < 3; ++shard) {
+    const Got g = Run(Options(dir, shard, 3, v1::EQUAL_SHARES_PAD));
+    INFO("shard " << shard << ": " << g.status.ToString());
+    CHECK(g.status.code() == StatusCode::kFailedPrecondition);
+    CHECK(g.sizes.empty());
+    const std::string& m = g.status.message();
+    CHECK(m.find("equal shares (PAD)") != std::string::npos);
+    CHECK(m.find("shard 1, the smallest of the 3 consumers' shards, holds 0 records") !=
+          std::string::npos);
+    CHECK(m.find("equal_shares PAD") == std::string::npos);  // already PAD: not suggested
+  }
+}
+
+// start_position.index at or past the epoch's equal batches (end_record 0): every record falls
+// past them; the error says so, not "drop_remainder".
+TEST_CASE("AStartIndexPastTheEqualBatchesFailsNamingIt") {
+  TempDir dir;
+  WriteUneven(dir, {10, 13, 9});
+  // DROP: floor(9 / 4) = 2 equal batches per shard.
+  for (auto mode : {v1::EQUAL_SHARES_DROP, v1::EQUAL_SHARES_PAD}) {
+    const Got g = Run(Options(dir, 0, 3, mode), BatchPosition{0, 5, 0, 0});
+    INFO(g.status.ToString());
+    CHECK(g.status.code() == StatusCode::kFailedPrecondition);
+    CHECK(g.sizes.empty());
+    CHECK(g.status.message().find("starts at batch index 5 (start_position.index)") !=
+          std::string::npos);
+    CHECK(g.status.message().find("drop_remainder") == std::string::npos);
+  }
+}
+
+// DescribeStream's batches_per_epoch for an unsharded stream counts every record, corrupt ones
+// included: skips shorten the epoch, so it is an upper bound there (StreamPlan).
+TEST_CASE("AnUnshardedPlanIsAnUpperBoundWhenARecordIsCorrupt") {
+  TempDir dir;
+  const Uneven u = WriteUneven(dir, {10});
+  std::string data = testing::ReadAll(u.paths[0]);
+  data[u.index[0][4].offset + 12 + 3] ^= 0x20;  // a payload byte: the data CRC fails
+  testing::WriteAll(u.paths[0], data);
+  v1::PipelineOptions o = testing::BaseOptions(dir);
+  o.set_batch_size(3);
+  auto resolved = ResolveOptions(o);
+  REQUIRE(resolved.ok());
+  auto plan = PlanSharesForFiles(*resolved);
+  REQUIRE(plan.ok());
+  CHECK(plan->batches_per_epoch == 4);  // ceil(10 / 3)
+  const Got g = Run(o);
+  REQUIRE(g.status.ok());
+  CHECK(g.sizes.size() == 3);  // 9 usable records
 }
 
 }  // namespace

@@ -1,12 +1,13 @@
 // Record counts as the source counts records (end_record terms): from the frames of plain, GZIP
 // and ZLIB shards, from a record index that tiles the file, and for damaged files the same number
 // of items RecordSource yields before it gives up on the file. The cache rescans a changed file
-// only.
+// only, and callers asking at once for the same files scan each once.
 #include "pipeline/record_counts.h"
 
 #include <catch2/catch.hpp>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "formats/crc32c.h"
@@ -157,6 +158,29 @@ TEST_CASE("CacheCountsAFileOnceAndAgainWhenItChanges") {
   Write(path, Frames(9).bytes, Compression::kNone);  // another size
   CHECK(CountRecords(files, std::nullopt)[0].records == 9);
   CHECK(RecordCountScans() == before + 2);
+}
+
+// Streams that start together (DDP ranks times workers) count the same files at the same time:
+// the first caller of a file counts it, the others wait for its count.
+TEST_CASE("ConcurrentCountsOfTheSameFilesScanEachOnce") {
+  TempDir dir;
+  std::vector<std::string> files;
+  for (int f = 0; f < 8; ++f) {
+    files.push_back(dir.file("c" + std::to_string(f) + ".tfrecord"));
+    Write(files.back(), Frames(300, 100).bytes, Compression::kGzip);
+  }
+  const uint64_t before = RecordCountScans();
+  std::vector<std::vector<FileRecords>> got(8);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] { got[t] = CountRecords(files, std::nullopt); });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(RecordCountScans() - before == files.size());
+  for (const auto& counts : got) {
+    REQUIRE(counts.size() == files.size());
+    for (const FileRecords& c : counts) CHECK(c == FileRecords{300, false});
+  }
 }
 
 }  // namespace

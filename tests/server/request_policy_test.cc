@@ -210,7 +210,8 @@ TEST_CASE("DatasetsAreFoundByNameNeverByPath") {
 
 TEST_CASE("DescribeDatasetShowsDefaultsLimitsAndFixedFields") {
   Server server;
-  v1::DatasetInfo train = DescribeDataset(server.config().datasets(0));
+  v1::DatasetInfo train =
+      DescribeDataset(server.config().datasets(0), server.config().fleet_shard());
   v1::DatasetInfo want;
   REQUIRE(TextFormat::ParseFromString(
       "name: \"train\" files: 3 num_classes: 10 batch_size: 256 image_height: 224 "
@@ -219,7 +220,8 @@ TEST_CASE("DescribeDatasetShowsDefaultsLimitsAndFixedFields") {
       &want));
   CHECK(google::protobuf::util::MessageDifferencer::Equals(train, want));
 
-  v1::DatasetInfo eval = DescribeDataset(server.config().datasets(1));
+  v1::DatasetInfo eval =
+      DescribeDataset(server.config().datasets(1), server.config().fleet_shard());
   CHECK(eval.batch_size() == 32);
   CHECK(eval.image_height() == 128);
   CHECK(eval.image_width() == 128);

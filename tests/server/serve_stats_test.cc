@@ -73,6 +73,23 @@ TEST_CASE("ProfileTargetMeasuresTheServiceFromTheClientSide") {
   CHECK(bad.err.find("NOT_FOUND") != std::string::npos);
 }
 
+TEST_CASE("ProfileTargetOfPartOfAFleetIsRefusedUnlessAllowed") {
+  Fixture f(4, 30);
+  ServerProcess server({"--config", f.config, "--shard", "0/2"});
+  REQUIRE(server.running());
+  const std::string args =
+      "profile --target " + server.address() + " --dataset train --batches 2 --warmup-batches 0";
+  auto refused = testing::RunSluice(args);
+  INFO(refused.err);
+  CHECK(refused.exit_code == 1);
+  CHECK(refused.err.find("no target serves shard 1") != std::string::npos);
+  auto allowed = testing::RunSluice(args + " --allow-partial-fleet");
+  INFO(allowed.err);
+  CHECK(allowed.exit_code == 0);
+  CHECK(allowed.err.find("WARNING") != std::string::npos);
+  CHECK(allowed.err.find("no target serves shard 1") != std::string::npos);
+}
+
 TEST_CASE("MetricsAndHealthAreServedOverHttp") {
   Fixture f(4, 40, "metrics_address: \"127.0.0.1:0\"\n");
   ServerProcess server(f.Args());

@@ -26,6 +26,7 @@ using serve_testing::Got;
 using serve_testing::ReadAll;
 using serve_testing::Request;
 using testing::ServerProcess;
+using testing::StderrCapture;
 using testing::TempDir;
 using testing::WriteTestShards;
 
@@ -204,36 +205,6 @@ Result<std::unique_ptr<BatchStream>> StreamFrom(std::vector<std::string> targets
   return (*client)->Stream(Request());
 }
 
-// What this process writes to stderr while it lives.
-class StderrCapture {
- public:
-  StderrCapture() : path_(dir_.file("stderr")), saved_(dup(2)) {
-    std::fflush(stderr);
-    const int fd = open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    REQUIRE(fd >= 0);
-    dup2(fd, 2);
-    close(fd);
-  }
-  ~StderrCapture() { Restore(); }
-  std::string Text() {
-    Restore();
-    return testing::ReadAll(path_);
-  }
-
- private:
-  void Restore() {
-    if (saved_ < 0) return;
-    std::fflush(stderr);
-    dup2(saved_, 2);
-    close(saved_);
-    saved_ = -1;
-  }
-
-  TempDir dir_;
-  std::string path_;
-  int saved_;
-};
-
 TEST_CASE("ClientReachingOneShardOfTwoFailsNamingTheMissingShard") {
   Fixture f(4, 30);
   auto servers = ShardedFleet(f);
@@ -261,6 +232,60 @@ TEST_CASE("ClientReachingOneShardOfTwoFailsNamingTheMissingShard") {
   REQUIRE(g.status.ok());
   CHECK(g.labels.size() == 60);
   CHECK(std::set<int32_t>(g.labels.begin(), g.labels.end()).size() == 60);
+}
+
+// f's configuration with the dataset's own pipeline shard {index, count}: how that one server
+// reads the files, not a part of a fleet.
+void ShardTheConfig(const Fixture& f, int index, int count) {
+  std::string text = testing::ReadAll(f.config);
+  const std::string at = "    epochs: 1\n";
+  REQUIRE(text.find(at) != std::string::npos);
+  text.replace(text.find(at), at.size(),
+               at + "    shard { index: " + std::to_string(index) +
+                   " count: " + std::to_string(count) + " }\n");
+  testing::WriteAll(f.config, text);
+}
+
+TEST_CASE("AServerWhoseConfigShardsItsDatasetIsNoFleet") {
+  Fixture f(4, 30);
+  ShardTheConfig(f, 1, 2);
+  ServerProcess server(f.Args());
+  REQUIRE(server.running());
+  auto infos = Connect(server.address())->ListDatasets();
+  REQUIRE(infos.ok());
+  REQUIRE(infos->size() == 1);
+  CHECK(infos->front().shard_count() == 0);
+  // A client of it alone reads all it serves: files 1 and 3, no fleet check refusing it.
+  auto s = StreamFrom({server.address()});
+  REQUIRE(s.ok());
+  Got g = ReadAll(**s);
+  REQUIRE(g.status.ok());
+  CHECK(g.labels.size() == 60);
+  CHECK(std::set<int32_t>(g.labels.begin(), g.labels.end()).size() == 60);
+}
+
+TEST_CASE("AFleetOverAConfigShardReportsOnlyTheFleetPart") {
+  Fixture f(4, 30);
+  ShardTheConfig(f, 1, 2);
+  auto servers = ShardedFleet(f);  // pipeline shards {1, 4} and {3, 4}
+  for (int i = 0; i < 2; ++i) {
+    auto infos = Connect(servers[i]->address())->ListDatasets();
+    REQUIRE(infos.ok());
+    REQUIRE(infos->size() == 1);
+    CHECK(infos->front().shard_index() == i);
+    CHECK(infos->front().shard_count() == 2);
+  }
+  auto both = StreamFrom({servers[0]->address(), servers[1]->address()});
+  REQUIRE(both.ok());
+  Got g = ReadAll(**both);
+  REQUIRE(g.status.ok());
+  CHECK(g.labels.size() == 60);
+  CHECK(std::set<int32_t>(g.labels.begin(), g.labels.end()).size() == 60);
+  // Half the fleet is still refused, naming the part it misses.
+  auto half = StreamFrom({servers[1]->address()});
+  REQUIRE(!half.ok());
+  CHECK(half.status().code() == StatusCode::kFailedPrecondition);
+  CHECK(half.status().message().find("no target serves shard 0") != std::string::npos);
 }
 
 TEST_CASE("TwoTargetsServingTheSameShardFail") {

@@ -92,6 +92,16 @@ TEST_CASE("GoodConfigLoadsWithDefaultsWrittenIn") {
   CHECK(google::protobuf::util::MessageDifferencer::Equals(*c, *again));
 }
 
+TEST_CASE("FleetShardInAConfigFileIsRefused") {
+  TempDir dir;
+  WriteAll(dir.file("fleet.textproto"), "fleet_shard { index: 0 count: 2 }\n");
+  Result<v1::ServerConfig> c = LoadServerConfig(dir.file("fleet.textproto"), MemoryLimit{});
+  REQUIRE(!c.ok());
+  CHECK(c.status().code() == StatusCode::kInvalidArgument);
+  CHECK(c.status().message().find("fleet_shard is set by `sluice serve --shard I/N`") !=
+        std::string::npos);
+}
+
 TEST_CASE("EmptyListenIsLoopbackOnly") {
   TempDir dir;
   WriteShards(dir);

@@ -3,7 +3,9 @@
 #include "trainer/trainer.h"
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <sstream>
+#include <thread>
 
 #include "tests/trainer/trainer_test_support.h"
 
@@ -144,6 +146,28 @@ TEST_CASE("UnknownDatasetIsNotFoundListingTheServersDatasetsBeforeAnyStep") {
     CHECK(s.message().find(c.says) != std::string::npos);
     CHECK(log.str().find("step") == std::string::npos);
   }
+}
+
+// A trainer started before its server (pods that come up in any order) waits for it, as its
+// stream would (reconnect_deadline), instead of failing at its first ListDatasets; with
+// --num-classes too, which needs nothing from the server's list but the dataset's name.
+TEST_CASE("ATrainerStartedBeforeItsServerWaitsForItAndTrains") {
+  testing::TempDir sockets;
+  SynthServer server(4, "unix:" + sockets.file("sluice.sock"), /*start=*/false);
+  TrainerOptions o = server.Options();
+  o.eval_dataset.clear();
+  o.num_classes = 4;
+  o.steps = 10;
+  std::ostringstream log;
+  Result<TrainSummary> s = InvalidArgument("not run");
+  std::thread trainer([&] { s = Train(o, log); });
+  // The scenario itself, not a wait for a condition: the server comes up seconds after.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  server.Start();
+  trainer.join();
+  INFO(log.str());
+  REQUIRE(s.ok());
+  CHECK(s->steps == 10);
 }
 
 TEST_CASE("AutoDeviceSaysWhyAndCudaWithoutDeviceFailsClearly") {

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "tests/server/serve_test_support.h"
 #include "trainer/trainer.h"
@@ -12,7 +13,9 @@
 namespace sluice::testing {
 
 struct SynthServer {
-  explicit SynthServer(int num_classes = 4) {
+  // listen: the server's address; start false: Start() starts it later.
+  explicit SynthServer(int num_classes = 4, std::string listen = "127.0.0.1:0", bool start = true)
+      : listen(std::move(listen)) {
     // $SLUICE_PHOTOS where Debian's mate-backgrounds is not installed (the lent GPU machine).
     const char* photos = std::getenv("SLUICE_PHOTOS");
     const CommandResult synth = RunSluice(
@@ -26,13 +29,17 @@ struct SynthServer {
     const std::string classes =
         num_classes > 0 ? "num_classes: " + std::to_string(num_classes) + " " : "";
     WriteAll(dir.file("sluice.textproto"),
-             "listen: \"127.0.0.1:0\"\n"
-             "datasets { name: \"train\" " +
+             "listen: \"" + this->listen + "\"\n" +
+                 "datasets { name: \"train\" " +
                  classes + "pipeline { files: \"" + dir.file("data/train-*") +
                  "\" cache { mode: CACHE_DECODED } threads: 2 shuffle { buffer_size: 320 } } }\n"
                  "datasets { name: \"val\" " +
                  classes + "pipeline { files: \"" + dir.file("data/validation-*") +
                  "\" mode: MODE_EVAL epochs: 1 threads: 2 } }\n");
+    if (start) Start();
+  }
+
+  void Start() {
     server = std::make_unique<ServerProcess>(
         std::vector<std::string>{"--config", dir.file("sluice.textproto")});
     if (!server->running()) throw std::runtime_error("sluice serve failed: " + server->output());
@@ -40,7 +47,7 @@ struct SynthServer {
 
   trainer::TrainerOptions Options() const {
     trainer::TrainerOptions o;
-    o.targets = {server->address()};
+    o.targets = {server ? server->address() : listen};
     o.device = trainer::Device::kCpu;  // the CPU reference; the GPU tests ask for kCuda
     o.dataset = "train";
     o.eval_dataset = "val";
@@ -55,6 +62,7 @@ struct SynthServer {
     return o;
   }
 
+  std::string listen;
   TempDir dir;
   std::unique_ptr<ServerProcess> server;
 };

@@ -231,10 +231,73 @@ class Client:
                               self.target)
         log.warning("%s; reading only that part (allow_partial_fleet)", problem)
 
+    def _request(self, dataset, batch_size=None, image_size=None, mode=None, seed=None,
+                 epochs=None, shard=None, job_name=None, start_position=None,
+                 drop_remainder=None, equal_shares=None, record_ids=False):
+        """The StreamRequest of stream()'s and describe()'s arguments."""
+        request = service_pb2.StreamRequest(dataset=dataset)
+        if batch_size is not None:
+            request.batch_size = batch_size
+        if image_size is not None:
+            request.image_height, request.image_width = image_hw(image_size)
+        if mode is not None:
+            request.mode = _parse_mode(mode)
+        if seed is not None:
+            request.seed = seed
+        if epochs is not None:
+            request.epochs = epochs
+        if shard is not None:
+            index, count = shard
+            if count < 1 or not 0 <= index < count:
+                raise ValueError("shard must be (index, count) with 0 <= index < count, got %r"
+                                 % (shard,))
+            request.shard.index, request.shard.count = index, count
+        if job_name:
+            request.job_name = job_name
+        if start_position is not None:
+            _set_position(request.start_position, start_position)
+            p = request.start_position
+            if len(self.targets) > 1 and (p.index or p.end_record):
+                raise ValueError("start_position %r resumes one server's stream; from %d servers "
+                                 "only an epoch's start (epoch, 0, 0) applies"
+                                 % (tuple(start_position), len(self.targets)))
+        if drop_remainder is not None:
+            request.drop_remainder = drop_remainder
+        if equal_shares is not None:
+            request.equal_shares = _parse_equal_shares(equal_shares)
+        request.record_ids = bool(record_ids)
+        return request
+
+    def describe(self, dataset, batch_size=None, image_size=None, mode=None, seed=None,
+                 epochs=None, shard=None, job_name=None, start_position=None,
+                 drop_remainder=None, equal_shares=None, record_ids=False, **_stream_only):
+        """What stream() with these arguments would deliver, without starting it
+        (DescribeStream): a StreamPlan, summed over every server of the client as a fan-in
+        stream delivers them (batches_per_epoch: a PyTorch dataset's length per epoch). The
+        servers must agree on the resolved batch size, image size, mode, epochs and equal shares
+        (else SluiceError FAILED_PRECONDITION naming them). Arguments that only shape the
+        transport (prefetch, shared_memory, ...) are accepted and ignored. Raises what stream()
+        would raise for the request (SluiceError with the server's status)."""
+        request = self._request(dataset, batch_size, image_size, mode, seed, epochs, shard,
+                                job_name, start_position, drop_remainder, equal_shares,
+                                record_ids)
+        calls = [(t, self._stub(t).DescribeStream.future(
+            request, timeout=self.rpc_timeout, metadata=self._metadata)) for t in self.targets]
+        plans = []
+        for target, call in calls:
+            try:
+                plans.append((target, call.result()))
+            except grpc.RpcError as e:
+                for _, other in calls:
+                    other.cancel()
+                raise SluiceError.from_rpc_error(e, target) from None
+        return StreamPlan(dataset, plans)
+
     def stream(self, dataset, batch_size=None, image_size=None, mode=None, seed=None,
                epochs=None, shard=None, job_name=None, start_position=None,
                drop_remainder=None, prefetch=2, shared_memory=False, max_held=4,
-               on_max_held="raise", allow_partial_fleet=False, skip_warn_percent=10):
+               on_max_held="raise", allow_partial_fleet=False, skip_warn_percent=10,
+               equal_shares=None, record_ids=False):
         """Streams ready batches of `dataset`, from every server of the client (fan-in).
         Returns a BatchStream: iterate it for (images, labels, position) — images uint8
         [N, H, W, 3] (a read-only view of the received message), labels int32 [N], position a
@@ -268,38 +331,20 @@ class Client:
             shards, logging a warning, instead of failing (see check_fleet).
         skip_warn_percent: log a warning when an epoch of a server's stream skipped more than
             this share of its records (the server's own threshold is its skip_warn_percent).
+        equal_shares: how the consumers of a sharded data set (a `shard` count > 1, within each
+            server's own part) are kept equal: None (the dataset's; by default "drop" in train,
+            "pad" in eval), "drop" (every consumer the same number of full batches, as many as
+            the smallest share fills; the rest is dropped and counted), "pad" (as many as the
+            largest share needs; the others repeat their epoch's first samples, marked False in
+            Batch.valid) or "off" (each share as it is). See sluice.v1.EqualShares.
+        record_ids: each Batch carries record_ids, int64 [N, 2] of (file, record) per sample.
 
         A request the server refuses raises SluiceError here, with the server's status and
         message; errors later in the stream are raised by the iteration.
         """
-        request = service_pb2.StreamRequest(dataset=dataset)
-        if batch_size is not None:
-            request.batch_size = batch_size
-        if image_size is not None:
-            request.image_height, request.image_width = image_hw(image_size)
-        if mode is not None:
-            request.mode = _parse_mode(mode)
-        if seed is not None:
-            request.seed = seed
-        if epochs is not None:
-            request.epochs = epochs
-        if shard is not None:
-            index, count = shard
-            if count < 1 or not 0 <= index < count:
-                raise ValueError("shard must be (index, count) with 0 <= index < count, got %r"
-                                 % (shard,))
-            request.shard.index, request.shard.count = index, count
-        if job_name:
-            request.job_name = job_name
-        if start_position is not None:
-            _set_position(request.start_position, start_position)
-            p = request.start_position
-            if len(self.targets) > 1 and (p.index or p.end_record):
-                raise ValueError("start_position %r resumes one server's stream; from %d servers "
-                                 "only an epoch's start (epoch, 0, 0) applies"
-                                 % (tuple(start_position), len(self.targets)))
-        if drop_remainder is not None:
-            request.drop_remainder = drop_remainder
+        request = self._request(dataset, batch_size, image_size, mode, seed, epochs, shard,
+                                job_name, start_position, drop_remainder, equal_shares,
+                                record_ids)
         if prefetch < 1:
             raise ValueError("prefetch must be at least 1")
         if max_held < 1:
@@ -372,6 +417,67 @@ def fleet_problem(dataset, shards):
         return None
     return "%s; %s (targets reached: %s)" % (said, "; ".join(problems),
                                              ", ".join(t for t, _, _ in shards))
+
+
+_EQUAL_SHARES = {"drop": config_pb2.EQUAL_SHARES_DROP, "pad": config_pb2.EQUAL_SHARES_PAD,
+                 "off": config_pb2.EQUAL_SHARES_OFF}
+_EQUAL_SHARES_NAMES = {v: k for k, v in _EQUAL_SHARES.items()}
+
+
+def _parse_equal_shares(value):
+    if isinstance(value, str):
+        if value.lower() not in _EQUAL_SHARES:
+            raise ValueError("equal_shares must be None, 'drop', 'pad' or 'off', got %r" % value)
+        return _EQUAL_SHARES[value.lower()]
+    if value not in _EQUAL_SHARES.values():
+        raise ValueError("equal_shares must be None, 'drop', 'pad', 'off' or a "
+                         "sluice.v1.EqualShares value other than DEFAULT, got %r" % (value,))
+    return value
+
+
+class StreamPlan:
+    """DescribeStream's answer for a stream from every server of a Client (Client.describe()).
+
+    batch_size, image_size ((height, width)), mode ("train" or "eval"), epochs (0: forever),
+    equal_shares ("drop", "pad" or "off"): as the servers resolved the request.
+    batches_per_epoch, records_per_epoch: the stream's, summed over the servers (batches are
+        exact under "drop" and "pad"; under "off" an upper bound when records turn out corrupt).
+    min_shard_records, max_shard_records: the smallest and largest share among the stream's
+        peers (the request's shard count) on any server.
+    plans: [(target, sluice.v1.StreamPlan)], each server's own answer.
+    """
+
+    def __init__(self, dataset, plans):
+        self.plans = plans
+        first = plans[0][1]
+        key = lambda p: (p.batch_size, p.image_height, p.image_width, p.mode, p.epochs,
+                         p.equal_shares)
+        if any(key(p) != key(first) for _, p in plans):
+            raise SluiceError(grpc.StatusCode.FAILED_PRECONDITION, "the servers resolve a "
+                              "stream of %r differently: %s" % (dataset, "; ".join(
+                                  "%s: batch_size %d, image %dx%d, mode %s, epochs %d, "
+                                  "equal_shares %s" % ((t,) + key(p)[:3]
+                                                       + (config_pb2.Mode.Name(p.mode),
+                                                          p.epochs,
+                                                          config_pb2.EqualShares.Name(
+                                                              p.equal_shares)))
+                                  for t, p in plans)), ",".join(t for t, _ in plans))
+        self.batch_size = first.batch_size
+        self.image_size = (first.image_height, first.image_width)
+        self.mode = {v: k for k, v in _MODES.items()}.get(first.mode, first.mode)
+        self.epochs = first.epochs
+        self.equal_shares = _EQUAL_SHARES_NAMES.get(first.equal_shares, first.equal_shares)
+        self.batches_per_epoch = sum(p.batches_per_epoch for _, p in plans)
+        self.records_per_epoch = sum(p.records_per_epoch for _, p in plans)
+        self.min_shard_records = min(p.min_shard_records for _, p in plans)
+        self.max_shard_records = max(p.max_shard_records for _, p in plans)
+
+    def __repr__(self):
+        return ("StreamPlan(batches_per_epoch=%d, records_per_epoch=%d, batch_size=%d, "
+                "image_size=%r, mode=%r, epochs=%d, equal_shares=%r, servers=%d)" % (
+                    self.batches_per_epoch, self.records_per_epoch, self.batch_size,
+                    self.image_size, self.mode, self.epochs, self.equal_shares,
+                    len(self.plans)))
 
 
 def image_hw(image_size):

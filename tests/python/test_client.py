@@ -169,11 +169,18 @@ def test_eval_stream_matches_an_independent_decode_of_the_records(client, data_d
     assert all(3 * e < m for e, m in zip(errors, mirrored)), (errors, mirrored)
 
 
-def test_shards_are_disjoint_and_together_cover_the_epoch(client):
-    seen = []
+@pytest.mark.parametrize("equal_shares", ["off", "pad"])
+def test_shards_are_disjoint_and_together_cover_the_epoch(client, equal_shares):
+    # "off": each share as the sharding rule makes it; "pad" ("ordered" is eval, so also the
+    # default): as many batches for every share, the repeats marked invalid.
+    seen, counts = [], set()
     for index in range(3):
-        for images, labels, _ in client.stream("ordered", shard=(index, 3)):
-            seen += [hashlib.sha1(image).hexdigest() for image in images]
+        batches = list(client.stream("ordered", shard=(index, 3), equal_shares=equal_shares))
+        counts.add(len(batches))
+        for b in batches:
+            valid = b.valid if b.valid is not None else [True] * len(b.labels)
+            seen += [hashlib.sha1(image).hexdigest() for image, ok in zip(b.images, valid) if ok]
+    assert len(counts) == (1 if equal_shares == "pad" else 2)
     whole = [hashlib.sha1(image).hexdigest()
              for b in client.stream("ordered") for image in b.images]
     assert len(seen) == IMAGES and sorted(seen) == sorted(whole)

@@ -321,7 +321,8 @@ def test_tf_dataset_has_the_declared_signature_and_feeds_keras_fit(server):
     assert np.isfinite(history.history["loss"][0])
 
 
-def test_keras_fit_epochs_differ_and_evaluate_sees_every_record_once(server, client):
+def test_keras_fit_epochs_differ_and_validation_and_evaluate_see_every_record_once(server,
+                                                                                  client):
     tf = pytest.importorskip("tensorflow")
     import sluice.tf
     seen = []  # per batch: (image sha1s, labels), and an "epoch" marker at each epoch's start
@@ -351,7 +352,40 @@ def test_keras_fit_epochs_differ_and_evaluate_sees_every_record_once(server, cli
                                  tf.keras.layers.Dense(4)])
     model.compile(optimizer="sgd", metrics=["accuracy"],
                   loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    model.fit(recorded(train), epochs=2, verbose=0, callbacks=[Marker()])
+    # Validation as one of 3 DDP ranks would run it: shard 1 of 3 (one 50-record file),
+    # padded to the 7 batches of the largest share, the mask as Keras's sample weights.
+    validated = []  # per validation pass: the record ids of its valid samples
+
+    def validation(shard):
+        ds = sluice.tf.dataset(server.target, "train", mode="eval", shard=(shard, 3),
+                               with_valid=True, record_ids=True)
+        assert ds.element_spec[2:] == (tf.TensorSpec((None,), tf.bool),
+                                       tf.TensorSpec((None, 2), tf.int64))
+        # The batch count is exact under "pad": Keras knows its steps.
+        assert int(tf.data.experimental.cardinality(ds)) == 7
+
+        def record(ids, valid):
+            validated[-1] += [tuple(i) for i in ids.numpy()[valid.numpy()].tolist()]
+            return valid
+
+        def step(images, labels, valid, ids):
+            valid = tf.ensure_shape(tf.py_function(record, [ids, valid], tf.bool), (None,))
+            return images, labels, tf.cast(valid, tf.float32)
+        return ds.map(step)
+
+    class Validations(tf.keras.callbacks.Callback):
+        def on_test_begin(self, logs=None):
+            validated.append([])
+
+    model.fit(recorded(train), epochs=2, verbose=0, callbacks=[Marker(), Validations()],
+              validation_data=validation(1))
+    shard_1 = sorted((1, i) for i in range(IMAGES // 4))  # the sorted file list's second file
+    assert len(validated) == 2 and all(sorted(v) == shard_1 for v in validated)
+    for shard in (0, 2):
+        validated.append([])
+        model.evaluate(validation(shard), verbose=0)
+    every = sorted(i for v in validated[1:] for i in v)
+    assert every == sorted((f, i) for f in range(4) for i in range(IMAGES // 4))
     marks = [i for i, s in enumerate(seen) if s == "epoch"]
     assert len(marks) == 2
     epochs = [_merge(seen[marks[0] + 1:marks[1]]), _merge(seen[marks[1] + 1:])]

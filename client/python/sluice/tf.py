@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from sluice._client import Client, image_hw
+from sluice._errors import SluiceError
 
 
 def output_signature(image_size, with_valid=False, record_ids=False):
@@ -78,10 +79,13 @@ def dataset(target, dataset, batch_size=None, image_size=None, mode=None, seed=N
                    record_ids=record_ids)
     cardinality = None
     if epochs and not job_name and start_position is None:
-        with client() as c:
-            plan = c.describe(dataset, **request)
-        if plan.equal_shares in ("drop", "pad") and all(p.shard.count > 1
-                                                        for _, p in plan.plans):
+        try:
+            with client() as c:
+                plan = c.describe(dataset, **request)
+        except SluiceError:
+            plan = None  # a request the server refuses fails when iterated, with its message
+        if plan is not None and plan.equal_shares in ("drop", "pad") and all(
+                p.shard.count > 1 for _, p in plan.plans):
             cardinality = plan.batches_per_epoch * epochs
     lock = threading.Lock()
     state = {"next": start_position[0] if start_position is not None else 0,

@@ -161,3 +161,28 @@ def test_describe_refuses_what_the_stream_refuses(fleet):
         assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
         with pytest.raises(ValueError, match="equal_shares"):
             c.describe("ordered", equal_shares="even")
+
+
+def test_a_fan_in_stream_resumes_each_server_after_its_own_last_batch(fleet):
+    target = [fleet[0].target, fleet[1].target]
+    args = dict(batch_size=12, seed=6, epochs=2, record_ids=True)
+    with sluice.Client(target) as c:
+        whole = [(b.position.epoch, tuple(i)) for b in c.stream("train", **args)
+                 for i in b.record_ids]
+        stream = c.stream("train", **args)
+        before = []
+        for b in stream:
+            before += [(b.position.epoch, tuple(i)) for i in b.record_ids]
+            if len(before) >= 5 * 12:
+                break
+        positions = dict(stream.positions)
+        stream.close()
+        assert sorted(positions) == c.targets
+        resumed = c.stream("train", start_position={t: p.after() for t, p in positions.items()},
+                           **args)
+        after = [(b.position.epoch, tuple(i)) for b in resumed for i in b.record_ids]
+        with pytest.raises(ValueError, match="does not stream from"):
+            c.stream("train", start_position={"elsewhere:1": (0, 0, 0)})
+    # Every record of both epochs once: nothing lost or repeated across the stop.
+    assert len(set(before + after)) == len(before + after) == len(whole)
+    assert sorted(before + after) == sorted(whole)

@@ -194,3 +194,49 @@ def test_torch_ddp_ranks_get_equal_batches_every_record_once_and_resume_exactly(
     eval_counts = resumed[0]["eval"]["counts"]
     assert len(set(eval_counts)) == 1
     assert all(resumed[r]["eval"]["len"] == eval_counts[0] for r in range(world))
+
+
+@pytest.fixture(scope="module")
+def fleet(sluice_bin, data_dir, tmp_path_factory):
+    servers = [Server(sluice_bin, tmp_path_factory.mktemp("shard%d" % i), data_dir,
+                      args=["--shard", "%d/2" % i]) for i in range(2)]
+    yield servers
+    for s in servers:
+        s.stop()
+
+
+def test_torch_workers_fanning_in_from_a_fleet_resume_every_server_exactly(fleet):
+    torch = pytest.importorskip("torch")
+    import sluice.torch
+    target = [fleet[0].target, fleet[1].target]
+
+    def dataset():
+        return sluice.torch.SluiceDataset(target, "train", batch_size=8, image_size=32, seed=8,
+                                          record_ids=True, with_position=True,
+                                          num_workers=WORKERS)
+
+    def loader(ds):
+        return torch.utils.data.DataLoader(ds, batch_size=None, num_workers=WORKERS,
+                                           multiprocessing_context="spawn")
+
+    def epoch(ds, stop_after=None):
+        seen = []
+        for _, _, ids, position in loader(ds):
+            ds.record(position)
+            seen += [(position.epoch, tuple(i)) for i in ids.tolist()]
+            if stop_after and len(seen) == stop_after * 8:
+                break
+        return seen
+
+    reference = dataset()
+    epochs = [epoch(reference), epoch(reference)]
+    stopped = dataset()
+    before = epoch(stopped, stop_after=5)
+    state = stopped.state_dict()
+    assert all(len(servers) == 2 for *_, servers in state["workers"].values())
+    resumed = dataset()
+    resumed.load_state_dict(state)
+    after = epoch(resumed)
+    assert len(set(before + after)) == len(before + after)
+    assert sorted(before + after) == sorted(epochs[0])
+    assert sorted(epoch(resumed)) == sorted(epochs[1])

@@ -254,7 +254,9 @@ class Client:
             request.shard.index, request.shard.count = index, count
         if job_name:
             request.job_name = job_name
-        if start_position is not None:
+        if isinstance(start_position, dict):
+            pass  # one per server: stream() gives each reader its own
+        elif start_position is not None:
             _set_position(request.start_position, start_position)
             p = request.start_position
             if len(self.targets) > 1 and (p.index or p.end_record):
@@ -315,7 +317,10 @@ class Client:
             shuffle_bytes])): give the last kept batch's position.after(), which carries the
             shuffle's byte share so that a resume under another share is refused, not reordered.
             (epoch, 0, 0) starts at an epoch, exactly as that epoch of a stream from 0; it is the
-            only start_position that applies to several servers at once.
+            only start_position that applies to several servers at once. From several servers,
+            a dict {target: position} (BatchStream.positions of the last kept batch, each
+            position's after()) resumes each server's stream where its own stopped; a server
+            it does not name starts at the earliest epoch it names.
         prefetch: batches read ahead per server (at least 1).
         shared_memory: from a server on this host (unix: or loopback target; x86-64), take the
             images from a shared-memory segment in place instead of through the socket. Each
@@ -352,15 +357,20 @@ class Client:
         if on_max_held not in ("raise", "wait"):
             raise ValueError("on_max_held must be 'raise' or 'wait', got %r" % (on_max_held,))
         self.check_fleet(dataset, allow_partial_fleet)
+        starts = _per_server_starts(self.targets, start_position)
         held = _shm.HeldCount()
         hub = threading.Condition()
         readers = []
         try:
             for target in self.targets:
                 r = request
-                if shared_memory and _shm.supported() and _shm.is_local(target):
+                if starts is not None:
                     r = service_pb2.StreamRequest()
                     r.CopyFrom(request)
+                    _set_position(r.start_position, starts[target])
+                if shared_memory and _shm.supported() and _shm.is_local(target):
+                    r, shared = service_pb2.StreamRequest(), r
+                    r.CopyFrom(shared)
                     r.shared_memory = True
                     # Read ahead, being queued, and held: the server never waits on a slot we
                     # cannot free.
@@ -480,6 +490,20 @@ class StreamPlan:
                     len(self.plans)))
 
 
+def _per_server_starts(targets, start_position):
+    """{target: position} of a start_position given per server, or None."""
+    if not isinstance(start_position, dict):
+        return None
+    unknown = sorted(set(start_position) - set(targets))
+    if unknown:
+        raise ValueError("start_position names %s, which this client does not stream from "
+                         "(its servers: %s)" % (", ".join(unknown), ", ".join(targets)))
+    if not start_position:
+        raise ValueError("start_position: an empty dict names no server's position")
+    epoch = min(int(p[0]) for p in start_position.values())
+    return {t: start_position.get(t, (epoch, 0, 0)) for t in targets}
+
+
 def image_hw(image_size):
     """(height, width) of an image_size given as N or (height, width)."""
     if isinstance(image_size, numbers.Integral):
@@ -529,6 +553,9 @@ class BatchStream:
         self._next = 0                       # consumer only: where round-robin starts
         self._closed = False
         self.position = None  # of the last batch handed out
+        # Each server's last batch handed out: {target: Position}, what start_position takes to
+        # resume every server's stream right after it.
+        self.positions = {}
         _OPEN_STREAMS.add(self)
         # As the C++ client: wait until every server has answered (a batch or its final status),
         # so that a request a server refuses fails here rather than at the first next().
@@ -553,7 +580,7 @@ class BatchStream:
                                   "the arrays or tensors made from it) before the next"
                                   % self._held.value, self._readers[0].target)
             self._held.wait_below(self._max_held)
-        item = self._take()
+        item, target = self._take()
         if item is _END:
             self.close()
             raise StopIteration
@@ -564,11 +591,12 @@ class BatchStream:
             item.token.hand_over()
             item = item.batch
         self.position = item.position
+        self.positions[target] = item.position
         return item
 
     def _take(self):
-        """The next batch round-robin among the servers with one ready, a server's error, or
-        _END once every server's stream has ended."""
+        """(item, target): the next batch round-robin among the servers with one ready, a
+        server's error, or _END once every server's stream has ended."""
         n = len(self._readers)
         with self._hub:
             while True:
@@ -587,9 +615,9 @@ class BatchStream:
                         self._done[i] = True
                         continue
                     self._next = (i + 1) % n
-                    return item
+                    return item, self._readers[i].target
                 if all_done:
-                    return _END
+                    return _END, None
                 self._hub.wait()
 
     @property

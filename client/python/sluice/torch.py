@@ -167,33 +167,42 @@ class StreamPosition:
     SluiceDataset.record() once the batch is trained on.
 
     worker: the DataLoader worker id (0 without workers); num_workers: the DataLoader's (0
-    without workers); epoch; position: that worker's sluice.Position; last: the batch is its
-    worker's last of the epoch. A plain object, so that DataLoader passes it through as it is.
+    without workers); epoch; position: the batch's sluice.Position (in its server's stream);
+    positions: {server: Position} of each server's last batch so far in that worker's stream
+    (several when it fans in from a fleet); last: the batch is its worker's last of the epoch.
+    A plain object, so that DataLoader passes it through as it is.
     """
 
-    __slots__ = ("worker", "num_workers", "position", "last")
+    __slots__ = ("worker", "num_workers", "position", "positions", "last")
 
-    def __init__(self, worker, num_workers, position, last):
+    def __init__(self, worker, num_workers, position, last, positions=None):
         self.worker = worker
         self.num_workers = num_workers
         self.position = position
         self.last = last
+        self.positions = positions or {}
 
     @property
     def epoch(self):
         return self.position.epoch
 
     def __getstate__(self):
-        return (self.worker, self.num_workers, tuple(self.position),
-                self.position.shuffle_bytes, self.last)
+        return (self.worker, self.num_workers, _plain(self.position), self.last,
+                {t: _plain(p) for t, p in self.positions.items()})
 
     def __setstate__(self, state):
-        self.worker, self.num_workers, position, shuffle_bytes, self.last = state
-        self.position = Position(*position, shuffle_bytes)
+        self.worker, self.num_workers, position, self.last, positions = state
+        self.position = Position(*position)
+        self.positions = {t: Position(*p) for t, p in positions.items()}
 
     def __repr__(self):
         return "StreamPosition(worker=%d, num_workers=%d, position=%r, last=%r)" % (
             self.worker, self.num_workers, self.position, self.last)
+
+
+def _plain(position):
+    """[epoch, index, end_record, shuffle_bytes] of a Position."""
+    return [position.epoch, position.index, position.end_record, position.shuffle_bytes]
 
 
 def _default_shard():
@@ -321,6 +330,9 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         self._state = _SharedState()
         self._base_epoch = 0       # main process: where iteration starts when nothing recorded
         self._recorded = {}        # main process: worker -> its last recorded StreamPosition
+        # worker -> {server: start_position} of a loaded state that fans in from several
+        # servers (the shared table holds one position per worker); pickled into the workers.
+        self._resumes = {}
         self._lengths = {}         # workers -> batches per epoch
         if start_position is not None:
             self._base_epoch = int(start_position[0])
@@ -392,8 +404,8 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         return {"version": 1, "dataset": self.dataset, "shard": self.shard,
                 "num_workers": num_workers,
                 "epoch": min(nexts) if nexts else self._base_epoch,
-                "workers": {w: [p.position.epoch, p.position.index, p.position.end_record,
-                                p.position.shuffle_bytes, bool(p.last)]
+                "workers": {w: _plain(p.position) + [bool(p.last), {
+                                t: _plain(q) for t, q in p.positions.items()}]
                             for w, p in sorted(self._recorded.items())}}
 
     def load_state_dict(self, state):
@@ -414,14 +426,21 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         epoch = int(state["epoch"])
         self._state.set(epoch)
         self._recorded = {}
-        for w, (e, index, end_record, shuffle_bytes, last) in state["workers"].items():
+        self._resumes = {}
+        for w, (e, index, end_record, shuffle_bytes, last, servers) in state["workers"].items():
             w = int(w)
             if not 0 <= w < max(workers, 1):
                 raise ValueError("the state names worker %d of %d" % (w, workers))
             position = Position(e, index, end_record, shuffle_bytes)
-            self._recorded[w] = StreamPosition(w, workers, position, last)
+            servers = {t: Position(*p) for t, p in servers.items()}
+            self._recorded[w] = StreamPosition(w, workers, position, last, servers)
             if last:
                 self._state.set_worker(w, e + 1)
+            elif len(servers) > 1:
+                # Each server's stream resumes after its own last batch, from the earliest.
+                self._resumes[w] = {t: p.after() for t, p in servers.items()}
+                self._state.set_worker(w, min(p.epoch for p in servers.values()),
+                                       position.after())
             else:
                 self._state.set_worker(w, e, position.after())
         self._state.assumed_workers = workers
@@ -460,7 +479,8 @@ class SluiceDataset(torch.utils.data.IterableDataset):
             epoch, resume = self._state.claim(worker, self.epochs)
             args["epochs"] = epoch + self.epochs if self.epochs else 0
             if resume is not None:
-                args["start_position"] = resume
+                args["start_position"] = self._resumes.get(0 if worker is None else worker,
+                                                           resume)
             elif epoch > 0:
                 args["start_position"] = (epoch, 0, 0)
         args["shared_memory"] = self.shared_memory is not False
@@ -482,6 +502,7 @@ class SluiceDataset(torch.utils.data.IterableDataset):
                 warned = False
                 batch = next(stream, None)
                 while batch is not None:
+                    positions = dict(stream.positions)
                     # A position says whether it is its epoch's last: read one batch ahead.
                     following = next(stream, None) if self.with_position else None
                     out = [_images_tensor(batch.images, copy),
@@ -501,7 +522,7 @@ class SluiceDataset(torch.utils.data.IterableDataset):
                     if self.with_position:
                         last = following is None or following.position.epoch != position.epoch
                         out.append(StreamPosition(0 if worker is None else worker, count,
-                                                  position, last))
+                                                  position, last, positions))
                     # Hold nothing of a batch once it is handed out: a shared-memory slot goes
                     # back as soon as the consumer (a worker's queue) drops the tensor.
                     del batch

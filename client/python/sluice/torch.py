@@ -8,12 +8,13 @@
             ...
 
 The server batches: use DataLoader(batch_size=None). Each DataLoader worker streams its own
-disjoint shard (worker i of n asks for shard i of n within the dataset's own `shard`), so the
-workers together see every image once per epoch. Each iteration of the dataset is the next epoch
-of the server's numbering (new file order, shuffle and crops), as a DistributedSampler's
-set_epoch gives. Workers create their client after they start. gRPC does not support fork() while
-it is in use: when the parent process streams or calls the server itself, start the workers with
-DataLoader(multiprocessing_context="spawn").
+disjoint shard (worker i of n asks for shard i of n within the dataset's own `shard`, which under
+torch.distributed is (rank, world size) by default), so the workers together see every image once
+per epoch, and equal shares give every rank's workers the same number of batches. Each iteration
+of the dataset is the next epoch of the server's numbering (new file order, shuffle and crops), as
+a DistributedSampler's set_epoch gives. Workers create their client after they start. gRPC does
+not support fork() while it is in use: when the parent process streams or calls the server itself
+(len(), a describe()), start the workers with DataLoader(multiprocessing_context="spawn").
 """
 import logging
 import multiprocessing

@@ -132,3 +132,70 @@ def test_fleet_problems_name_missing_doubled_and_mismatched_shards():
         "1, 2; shard 0 is served by a and b (its records would come 2 times) (targets reached: "
         "a, b)")
     assert "disagree" in fleet_problem("t", [("a", 0, 2), ("b", 0, 1)])
+
+
+@pytest.mark.parametrize("equal_shares", ["pad", "drop", "off"])
+def test_describe_sums_every_servers_plan_as_the_fan_in_stream_delivers(fleet, equal_shares):
+    # Each server serves 100 records (2 of the 4 files); 3 consumers split each server's part
+    # unevenly, so equal shares pad or drop within each server, and the fan-in's batches per
+    # epoch are the sum of the two servers' plans.
+    target = [fleet[0].target, fleet[1].target]
+    with sluice.Client(target) as c:
+        valid_ids = []
+        for rank in range(3):
+            args = dict(batch_size=8, shard=(rank, 3), equal_shares=equal_shares,
+                        record_ids=True)
+            plan = c.describe("ordered", **args)
+            assert [t for t, _ in plan.plans] == c.targets
+            assert plan.equal_shares == equal_shares and plan.mode == "eval"
+            assert plan.batches_per_epoch == sum(p.batches_per_epoch for _, p in plan.plans)
+            each = [p.batches_per_epoch for _, p in plan.plans]
+            with sluice.Client(target[0]) as one:
+                alone = one.describe("ordered", allow_partial_fleet=True, **args)
+            assert alone.batches_per_epoch == each[0]
+            batches = list(c.stream("ordered", **args))
+            assert len(batches) == plan.batches_per_epoch
+            for b in batches:
+                valid_ids += [tuple(i) for i, ok in zip(
+                    b.record_ids, b.valid if b.valid is not None else [True] * len(b.labels))
+                    if ok]
+    # Padding repeats records under a False mask; dropping loses the counted tails; off is
+    # every record as it is.
+    if equal_shares == "drop":
+        assert len(set(valid_ids)) == len(valid_ids) < IMAGES
+    else:
+        assert len(set(valid_ids)) == len(valid_ids) == IMAGES
+
+
+def test_describe_refuses_what_the_stream_refuses(fleet):
+    with sluice.Client([fleet[0].target, fleet[1].target]) as c:
+        with pytest.raises(sluice.SluiceError) as e:
+            c.describe("ordered", batch_size=100000)
+        assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        with pytest.raises(ValueError, match="equal_shares"):
+            c.describe("ordered", equal_shares="even")
+
+
+def test_a_fan_in_stream_resumes_each_server_after_its_own_last_batch(fleet):
+    target = [fleet[0].target, fleet[1].target]
+    args = dict(batch_size=12, seed=6, epochs=2, record_ids=True)
+    with sluice.Client(target) as c:
+        whole = [(b.position.epoch, tuple(i)) for b in c.stream("train", **args)
+                 for i in b.record_ids]
+        stream = c.stream("train", **args)
+        before = []
+        for b in stream:
+            before += [(b.position.epoch, tuple(i)) for i in b.record_ids]
+            if len(before) >= 5 * 12:
+                break
+        positions = dict(stream.positions)
+        stream.close()
+        assert sorted(positions) == c.targets
+        resumed = c.stream("train", start_position={t: p.after() for t, p in positions.items()},
+                           **args)
+        after = [(b.position.epoch, tuple(i)) for b in resumed for i in b.record_ids]
+        with pytest.raises(ValueError, match="does not stream from"):
+            c.stream("train", start_position={"elsewhere:1": (0, 0, 0)})
+    # Every record of both epochs once: nothing lost or repeated across the stop.
+    assert len(set(before + after)) == len(before + after) == len(whole)
+    assert sorted(before + after) == sorted(whole)

@@ -76,14 +76,21 @@ def test_torch_dataset_over_shared_memory_gives_the_socket_streams_tensors(serve
 def test_torch_dataloader_workers_take_disjoint_shards(server):
     torch = pytest.importorskip("torch")
     import sluice.torch
-    ds = sluice.torch.SluiceDataset(server.target, "ordered", prefetch=1)
+    # "ordered" is an eval dataset: its two workers' shares (100 records each, batches of 16)
+    # are padded to 7 batches each, the repeats marked in the valid mask.
+    ds = sluice.torch.SluiceDataset(server.target, "ordered", prefetch=1, with_valid=True,
+                                    num_workers=2)
     # Spawned workers: this process has gRPC threads running (the other tests' streams), and
     # gRPC does not support fork() then.
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2,
                                          multiprocessing_context="spawn")
-    seen = [hashlib.sha1(image.numpy()).hexdigest() for images, _ in loader for image in images]
+    assert len(loader) == 2 * -(-(IMAGES // 2) // 16)
+    batches = list(loader)
+    seen = [hashlib.sha1(image.numpy()).hexdigest()
+            for images, _, valid in batches for image in images[valid]]
     with sluice.Client(server.target) as c:
         whole = [hashlib.sha1(image).hexdigest() for b in c.stream("ordered") for image in b.images]
+    assert len(batches) == len(loader)
     assert len(seen) == IMAGES and sorted(seen) == sorted(whole)
 
 
@@ -167,9 +174,10 @@ def test_torch_workers_take_shared_memory_by_default_and_wait_for_their_feeder(s
         shared_streams = max(shared_streams, client.stats().shared_memory_streams)
         got.append((images, labels))
     assert shared_streams == 2
-    # Worker w streams shard w of 2: each shard's batches, whole and unharmed.
-    assert len(got) == 2 * 3 * -(-(IMAGES // 2) // 16)
-    assert sum(len(labels) for _, labels in got) == 3 * IMAGES
+    # Worker w streams shard w of 2: each shard's batches, whole and unharmed; training's equal
+    # shares drop each 100-record share's tail after 6 full batches.
+    assert len(got) == 2 * 3 * (IMAGES // 2 // 16)
+    assert sum(len(labels) for _, labels in got) == 3 * 2 * (IMAGES // 2 // 16) * 16
     for w in range(2):
         with sluice.Client(server.target) as c:
             shard = [(torch.from_numpy(np.array(b.images)), b.labels.tolist())
@@ -177,6 +185,92 @@ def test_torch_workers_take_shared_memory_by_default_and_wait_for_their_feeder(s
         mine = got[w::2]
         assert [labels.tolist() for _, labels in mine] == [labels for _, labels in shard]
         assert all(torch.equal(a, b) for (a, _), (b, _) in zip(mine, shard))
+
+
+def test_torch_dataset_yields_mask_ids_and_position_in_order_and_warns_once_on_padding(
+        server, caplog):
+    torch = pytest.importorskip("torch")
+    import sluice.torch
+    # "ordered" (eval: equal shares "pad") in 3 shares: shard 1 has one 50-record file, padded
+    # to the 7 batches of 16 that the largest share (two files) needs.
+    args = dict(batch_size=16, shard=(1, 3))
+    plain = sluice.torch.SluiceDataset(server.target, "ordered", **args)
+    with caplog.at_level("WARNING", logger="sluice"):
+        for _ in range(2):
+            assert sum(1 for _ in plain) == len(plain) == 7
+    warnings = [r for r in caplog.records if "with_valid=True" in r.getMessage()]
+    assert len(warnings) == 2  # once per iteration
+    full = sluice.torch.SluiceDataset(server.target, "ordered", with_valid=True, record_ids=True,
+                                      with_position=True, **args)
+    batches = list(full)
+    assert len(batches) == 7
+    real = []
+    for k, (images, labels, valid, ids, position) in enumerate(batches):
+        assert images.shape == (16, SIZE, SIZE, 3) and labels.dtype == torch.int64
+        assert valid.dtype == torch.bool and valid.shape == (16,)
+        assert ids.dtype == torch.int64 and ids.shape == (16, 2)
+        assert isinstance(position, sluice.torch.StreamPosition)
+        assert (position.worker, position.num_workers, position.epoch) == (0, 0, 0)
+        assert position.position.index == k and position.last == (k == 6)
+        real += [tuple(i) for i in ids[valid].tolist()]
+    assert batches[0][2].all() and not batches[-1][2].any()
+    assert len(real) == len(set(real)) == IMAGES // 4
+    # Unsharded: no padding, the mask is all True.
+    unsharded = sluice.torch.SluiceDataset(server.target, "ordered", batch_size=16,
+                                           with_valid=True)
+    masks = [valid for _, _, valid in unsharded]
+    assert all(m.all() for m in masks) and sum(len(m) for m in masks) == IMAGES
+
+
+def _ids_by_iteration(ds, stop_after=None):
+    """[(epoch, [record ids])] per batch of one iteration of `ds` (record_ids, with_position),
+    recording each batch; stops after `stop_after` batches."""
+    out = []
+    for _, _, ids, position in ds:
+        ds.record(position)
+        out.append((position.epoch, ids.tolist()))
+        if len(out) == stop_after:
+            break
+    return out
+
+
+def test_torch_dataset_resumes_mid_epoch_from_its_state_without_loss_or_repeat(server):
+    pytest.importorskip("torch")
+    import sluice.torch
+    args = dict(batch_size=16, image_size=32, seed=5, record_ids=True, with_position=True)
+    reference = sluice.torch.SluiceDataset(server.target, "train", **args)
+    epochs = [_ids_by_iteration(reference) for _ in range(2)]
+    assert [{e for e, _ in epoch} for epoch in epochs] == [{0}, {1}]
+    killed = sluice.torch.SluiceDataset(server.target, "train", **args)
+    before = _ids_by_iteration(killed, stop_after=4)
+    state = killed.state_dict()
+    assert state["workers"] == {0: [0, 3, 64, 0, False, {server.target: [0, 3, 64, 0]}]}
+    resumed = sluice.torch.SluiceDataset(server.target, "train", **args)
+    resumed.load_state_dict(state)
+    resumed.set_epoch(0)  # a loop that sets every epoch keeps the resume inside it
+    assert before + _ids_by_iteration(resumed) == epochs[0]
+    # Saved after the epoch's last batch: the next iteration is the next epoch.
+    again = sluice.torch.SluiceDataset(server.target, "train", **args)
+    again.load_state_dict(resumed.state_dict())
+    assert _ids_by_iteration(again) == epochs[1]
+    with pytest.raises(ValueError, match="shard"):
+        sluice.torch.SluiceDataset(server.target, "train", shard=(0, 2),
+                                   **args).load_state_dict(state)
+
+
+def test_torch_dataloader_with_other_workers_than_assumed_raises_value_error(server):
+    torch = pytest.importorskip("torch")
+    import sluice.torch
+    declared = sluice.torch.SluiceDataset(server.target, "train", batch_size=16, num_workers=2)
+    with pytest.raises(ValueError, match="assume 2 DataLoader workers"):
+        next(iter(declared))
+    assumed = sluice.torch.SluiceDataset(server.target, "train", batch_size=16, epochs=1)
+    assert len(assumed) == -(-IMAGES // 16)  # no workers assumed: one unsharded stream
+    loader = torch.utils.data.DataLoader(assumed, batch_size=None, num_workers=2,
+                                         multiprocessing_context="spawn")
+    with pytest.raises(ValueError, match="with 2 DataLoader workers, but its length and "
+                                         "resume state assume 0"):
+        next(iter(loader))
 
 
 def test_torch_tensors_share_the_message_or_copy_when_asked():
@@ -227,7 +321,8 @@ def test_tf_dataset_has_the_declared_signature_and_feeds_keras_fit(server):
     assert np.isfinite(history.history["loss"][0])
 
 
-def test_keras_fit_epochs_differ_and_evaluate_sees_every_record_once(server, client):
+def test_keras_fit_epochs_differ_and_validation_and_evaluate_see_every_record_once(server,
+                                                                                  client):
     tf = pytest.importorskip("tensorflow")
     import sluice.tf
     seen = []  # per batch: (image sha1s, labels), and an "epoch" marker at each epoch's start
@@ -257,7 +352,40 @@ def test_keras_fit_epochs_differ_and_evaluate_sees_every_record_once(server, cli
                                  tf.keras.layers.Dense(4)])
     model.compile(optimizer="sgd", metrics=["accuracy"],
                   loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    model.fit(recorded(train), epochs=2, verbose=0, callbacks=[Marker()])
+    # Validation as one of 3 DDP ranks would run it: shard 1 of 3 (one 50-record file),
+    # padded to the 7 batches of the largest share, the mask as Keras's sample weights.
+    validated = []  # per validation pass: the record ids of its valid samples
+
+    def validation(shard):
+        ds = sluice.tf.dataset(server.target, "train", mode="eval", shard=(shard, 3),
+                               with_valid=True, record_ids=True)
+        assert ds.element_spec[2:] == (tf.TensorSpec((None,), tf.bool),
+                                       tf.TensorSpec((None, 2), tf.int64))
+        # The batch count is exact under "pad": Keras knows its steps.
+        assert int(tf.data.experimental.cardinality(ds)) == 7
+
+        def record(ids, valid):
+            validated[-1] += [tuple(i) for i in ids.numpy()[valid.numpy()].tolist()]
+            return valid
+
+        def step(images, labels, valid, ids):
+            valid = tf.ensure_shape(tf.py_function(record, [ids, valid], tf.bool), (None,))
+            return images, labels, tf.cast(valid, tf.float32)
+        return ds.map(step)
+
+    class Validations(tf.keras.callbacks.Callback):
+        def on_test_begin(self, logs=None):
+            validated.append([])
+
+    model.fit(recorded(train), epochs=2, verbose=0, callbacks=[Marker(), Validations()],
+              validation_data=validation(1))
+    shard_1 = sorted((1, i) for i in range(IMAGES // 4))  # the sorted file list's second file
+    assert len(validated) == 2 and all(sorted(v) == shard_1 for v in validated)
+    for shard in (0, 2):
+        validated.append([])
+        model.evaluate(validation(shard), verbose=0)
+    every = sorted(i for v in validated[1:] for i in v)
+    assert every == sorted((f, i) for f in range(4) for i in range(IMAGES // 4))
     marks = [i for i, s in enumerate(seen) if s == "epoch"]
     assert len(marks) == 2
     epochs = [_merge(seen[marks[0] + 1:marks[1]]), _merge(seen[marks[1] + 1:])]

@@ -14,11 +14,11 @@ sluice.tune_malloc() makes glibc keep freed memory for the next batches (faster;
 sluice.torch.SluiceDataset and sluice.tf.dataset adapt streams to PyTorch and tf.data; they import
 their framework when imported themselves, so `import sluice` needs neither.
 """
-from sluice._client import BatchStream, Client
+from sluice._client import BatchStream, Client, StreamPlan
 from sluice._errors import SluiceError
 from sluice._malloc import tune_malloc
 from sluice._wire import Batch, Position, decode_batch
 
 __version__ = "0.1.0"
-__all__ = ["Batch", "BatchStream", "Client", "Position", "SluiceError", "decode_batch",
-           "tune_malloc"]
+__all__ = ["Batch", "BatchStream", "Client", "Position", "SluiceError", "StreamPlan",
+           "decode_batch", "tune_malloc"]

@@ -236,47 +236,10 @@ class Client:
                               self.target)
         log.warning("%s; reading only that part (allow_partial_fleet)", problem)
 
-    def stream(self, dataset, batch_size=None, image_size=None, mode=None, seed=None,
-               epochs=None, shard=None, job_name=None, start_position=None,
-               drop_remainder=None, prefetch=2, shared_memory=False, max_held=4,
-               on_max_held="raise", allow_partial_fleet=False, skip_warn_percent=10):
-        """Streams ready batches of `dataset`, from every server of the client (fan-in).
-        Returns a BatchStream: iterate it for (images, labels, position) — images uint8
-        [N, H, W, 3] (a read-only view of the received message), labels int32 [N], position a
-        Position (of the server's stream the batch came from).
-
-        Unset (None) arguments take the dataset's defaults (see datasets()).
-        image_size: N or (height, width).
-        mode: "train" (random resized crop + flip) or "eval" (centre crop).
-        epochs: the stream's last epoch + 1 (counted from epoch 0 even when start_position
-            starts later); 0 repeats forever.
-        shard: (index, count): this consumer's disjoint part of the data.
-        job_name: consumers naming the same job share one pipeline, each batch going to one of
-            them; such a stream rejoins its job on reconnect instead of resuming at a position.
-        start_position: resume a private stream (a Position, or (epoch, index, end_record[,
-            shuffle_bytes])): give the last kept batch's position.after(), which carries the
-            shuffle's byte share so that a resume under another share is refused, not reordered.
-            (epoch, 0, 0) starts at an epoch, exactly as that epoch of a stream from 0; it is the
-            only start_position that applies to several servers at once.
-        prefetch: batches read ahead per server (at least 1).
-        shared_memory: from a server on this host (unix: or loopback target; x86-64), take the
-            images from a shared-memory segment in place instead of through the socket. Each
-            batch's images then hold a slot of the segment until nothing references them, and at
-            most `max_held` such batches may be held at once: one more next() raises
-            SluiceError(FAILED_PRECONDITION) rather than wait for a slot only the caller can
-            free. Falls back to ordinary batches when the server declines or the segment cannot
-            be mapped.
-        on_max_held: "raise" (above) or "wait": next() waits until another thread releases a
-            held batch. Only for consumers whose batches another thread always releases (a
-            DataLoader worker's queue feeder copies each tensor out and drops it).
-        allow_partial_fleet: read a sharded dataset from servers that serve only some of its
-            shards, logging a warning, instead of failing (see check_fleet).
-        skip_warn_percent: log a warning when an epoch of a server's stream skipped more than
-            this share of its records (the server's own threshold is its skip_warn_percent).
-
-        A request the server refuses raises SluiceError here, with the server's status and
-        message; errors later in the stream are raised by the iteration.
-        """
+    def _request(self, dataset, batch_size=None, image_size=None, mode=None, seed=None,
+                 epochs=None, shard=None, job_name=None, start_position=None,
+                 drop_remainder=None, equal_shares=None, record_ids=False):
+        """The StreamRequest of stream()'s and describe()'s arguments."""
         request = service_pb2.StreamRequest(dataset=dataset)
         if batch_size is not None:
             request.batch_size = batch_size
@@ -296,7 +259,9 @@ class Client:
             request.shard.index, request.shard.count = index, count
         if job_name:
             request.job_name = job_name
-        if start_position is not None:
+        if isinstance(start_position, dict):
+            pass  # one per server: stream() gives each reader its own
+        elif start_position is not None:
             _set_position(request.start_position, start_position)
             p = request.start_position
             if len(self.targets) > 1 and (p.index or p.end_record):
@@ -305,6 +270,91 @@ class Client:
                                  % (tuple(start_position), len(self.targets)))
         if drop_remainder is not None:
             request.drop_remainder = drop_remainder
+        if equal_shares is not None:
+            request.equal_shares = _parse_equal_shares(equal_shares)
+        request.record_ids = bool(record_ids)
+        return request
+
+    def describe(self, dataset, batch_size=None, image_size=None, mode=None, seed=None,
+                 epochs=None, shard=None, job_name=None, start_position=None,
+                 drop_remainder=None, equal_shares=None, record_ids=False, **_stream_only):
+        """What stream() with these arguments would deliver, without starting it
+        (DescribeStream): a StreamPlan, summed over every server of the client as a fan-in
+        stream delivers them (batches_per_epoch: a PyTorch dataset's length per epoch). The
+        servers must agree on the resolved batch size, image size, mode, epochs and equal shares
+        (else SluiceError FAILED_PRECONDITION naming them). Arguments that only shape the
+        transport (prefetch, shared_memory, ...) are accepted and ignored. Raises what stream()
+        would raise for the request (SluiceError with the server's status)."""
+        request = self._request(dataset, batch_size, image_size, mode, seed, epochs, shard,
+                                job_name, start_position, drop_remainder, equal_shares,
+                                record_ids)
+        calls = [(t, self._stub(t).DescribeStream.future(
+            request, timeout=self.rpc_timeout, metadata=self._metadata)) for t in self.targets]
+        plans = []
+        for target, call in calls:
+            try:
+                plans.append((target, call.result()))
+            except grpc.RpcError as e:
+                for _, other in calls:
+                    other.cancel()
+                raise SluiceError.from_rpc_error(e, target) from None
+        return StreamPlan(dataset, plans)
+
+    def stream(self, dataset, batch_size=None, image_size=None, mode=None, seed=None,
+               epochs=None, shard=None, job_name=None, start_position=None,
+               drop_remainder=None, prefetch=2, shared_memory=False, max_held=4,
+               on_max_held="raise", allow_partial_fleet=False, skip_warn_percent=10,
+               equal_shares=None, record_ids=False):
+        """Streams ready batches of `dataset`, from every server of the client (fan-in).
+        Returns a BatchStream: iterate it for (images, labels, position) — images uint8
+        [N, H, W, 3] (a read-only view of the received message), labels int32 [N], position a
+        Position (of the server's stream the batch came from).
+
+        Unset (None) arguments take the dataset's defaults (see datasets()).
+        image_size: N or (height, width).
+        mode: "train" (random resized crop + flip) or "eval" (centre crop).
+        epochs: the stream's last epoch + 1 (counted from epoch 0 even when start_position
+            starts later); 0 repeats forever.
+        shard: (index, count): this consumer's disjoint part of the data.
+        job_name: consumers naming the same job share one pipeline, each batch going to one of
+            them; such a stream rejoins its job on reconnect instead of resuming at a position.
+        start_position: resume a private stream (a Position, or (epoch, index, end_record[,
+            shuffle_bytes])): give the last kept batch's position.after(), which carries the
+            shuffle's byte share so that a resume under another share is refused, not reordered.
+            (epoch, 0, 0) starts at an epoch, exactly as that epoch of a stream from 0; it is the
+            only start_position that applies to several servers at once. From several servers,
+            a dict {target: position} (BatchStream.positions of the last kept batch, each
+            position's after()) resumes each server's stream where its own stopped; a server
+            it does not name starts at the earliest epoch it names.
+        prefetch: batches read ahead per server (at least 1).
+        shared_memory: from a server on this host (unix: or loopback target; x86-64), take the
+            images from a shared-memory segment in place instead of through the socket. Each
+            batch's images then hold a slot of the segment until nothing references them, and at
+            most `max_held` such batches may be held at once: one more next() raises
+            SluiceError(FAILED_PRECONDITION) rather than wait for a slot only the caller can
+            free. Falls back to ordinary batches when the server declines or the segment cannot
+            be mapped.
+        on_max_held: "raise" (above) or "wait": next() waits until another thread releases a
+            held batch. Only for consumers whose batches another thread always releases (a
+            DataLoader worker's queue feeder copies each tensor out and drops it).
+        allow_partial_fleet: read a sharded dataset from servers that serve only some of its
+            shards, logging a warning, instead of failing (see check_fleet).
+        skip_warn_percent: log a warning when an epoch of a server's stream skipped more than
+            this share of its records (the server's own threshold is its skip_warn_percent).
+        equal_shares: how the consumers of a sharded data set (a `shard` count > 1, within each
+            server's own part) are kept equal: None (the dataset's; by default "drop" in train,
+            "pad" in eval), "drop" (every consumer the same number of full batches, as many as
+            the smallest share fills; the rest is dropped and counted), "pad" (as many as the
+            largest share needs; the others repeat their epoch's first samples, marked False in
+            Batch.valid) or "off" (each share as it is). See sluice.v1.EqualShares.
+        record_ids: each Batch carries record_ids, int64 [N, 2] of (file, record) per sample.
+
+        A request the server refuses raises SluiceError here, with the server's status and
+        message; errors later in the stream are raised by the iteration.
+        """
+        request = self._request(dataset, batch_size, image_size, mode, seed, epochs, shard,
+                                job_name, start_position, drop_remainder, equal_shares,
+                                record_ids)
         if prefetch < 1:
             raise ValueError("prefetch must be at least 1")
         if max_held < 1:
@@ -312,15 +362,20 @@ class Client:
         if on_max_held not in ("raise", "wait"):
             raise ValueError("on_max_held must be 'raise' or 'wait', got %r" % (on_max_held,))
         self.check_fleet(dataset, allow_partial_fleet)
+        starts = _per_server_starts(self.targets, start_position)
         held = _shm.HeldCount()
         hub = threading.Condition()
         readers = []
         try:
             for target in self.targets:
                 r = request
-                if shared_memory and _shm.supported() and _shm.is_local(target):
+                if starts is not None:
                     r = service_pb2.StreamRequest()
                     r.CopyFrom(request)
+                    _set_position(r.start_position, starts[target])
+                if shared_memory and _shm.supported() and _shm.is_local(target):
+                    r, shared = service_pb2.StreamRequest(), r
+                    r.CopyFrom(shared)
                     r.shared_memory = True
                     # Read ahead, being queued, and held: the server never waits on a slot we
                     # cannot free.
@@ -379,6 +434,81 @@ def fleet_problem(dataset, shards):
                                              ", ".join(t for t, _, _ in shards))
 
 
+_EQUAL_SHARES = {"drop": config_pb2.EQUAL_SHARES_DROP, "pad": config_pb2.EQUAL_SHARES_PAD,
+                 "off": config_pb2.EQUAL_SHARES_OFF}
+_EQUAL_SHARES_NAMES = {v: k for k, v in _EQUAL_SHARES.items()}
+
+
+def _parse_equal_shares(value):
+    if isinstance(value, str):
+        if value.lower() not in _EQUAL_SHARES:
+            raise ValueError("equal_shares must be None, 'drop', 'pad' or 'off', got %r" % value)
+        return _EQUAL_SHARES[value.lower()]
+    if value not in _EQUAL_SHARES.values():
+        raise ValueError("equal_shares must be None, 'drop', 'pad', 'off' or a "
+                         "sluice.v1.EqualShares value other than DEFAULT, got %r" % (value,))
+    return value
+
+
+class StreamPlan:
+    """DescribeStream's answer for a stream from every server of a Client (Client.describe()).
+
+    batch_size, image_size ((height, width)), mode ("train" or "eval"), epochs (0: forever),
+    equal_shares ("drop", "pad" or "off"): as the servers resolved the request.
+    batches_per_epoch, records_per_epoch: the stream's, summed over the servers (batches are
+        exact under "drop" and "pad"; under "off" an upper bound when records turn out corrupt).
+    min_shard_records, max_shard_records: the smallest and largest share among the stream's
+        peers (the request's shard count) on any server.
+    plans: [(target, sluice.v1.StreamPlan)], each server's own answer.
+    """
+
+    def __init__(self, dataset, plans):
+        self.plans = plans
+        first = plans[0][1]
+        key = lambda p: (p.batch_size, p.image_height, p.image_width, p.mode, p.epochs,
+                         p.equal_shares)
+        if any(key(p) != key(first) for _, p in plans):
+            raise SluiceError(grpc.StatusCode.FAILED_PRECONDITION, "the servers resolve a "
+                              "stream of %r differently: %s" % (dataset, "; ".join(
+                                  "%s: batch_size %d, image %dx%d, mode %s, epochs %d, "
+                                  "equal_shares %s" % ((t,) + key(p)[:3]
+                                                       + (config_pb2.Mode.Name(p.mode),
+                                                          p.epochs,
+                                                          config_pb2.EqualShares.Name(
+                                                              p.equal_shares)))
+                                  for t, p in plans)), ",".join(t for t, _ in plans))
+        self.batch_size = first.batch_size
+        self.image_size = (first.image_height, first.image_width)
+        self.mode = {v: k for k, v in _MODES.items()}.get(first.mode, first.mode)
+        self.epochs = first.epochs
+        self.equal_shares = _EQUAL_SHARES_NAMES.get(first.equal_shares, first.equal_shares)
+        self.batches_per_epoch = sum(p.batches_per_epoch for _, p in plans)
+        self.records_per_epoch = sum(p.records_per_epoch for _, p in plans)
+        self.min_shard_records = min(p.min_shard_records for _, p in plans)
+        self.max_shard_records = max(p.max_shard_records for _, p in plans)
+
+    def __repr__(self):
+        return ("StreamPlan(batches_per_epoch=%d, records_per_epoch=%d, batch_size=%d, "
+                "image_size=%r, mode=%r, epochs=%d, equal_shares=%r, servers=%d)" % (
+                    self.batches_per_epoch, self.records_per_epoch, self.batch_size,
+                    self.image_size, self.mode, self.epochs, self.equal_shares,
+                    len(self.plans)))
+
+
+def _per_server_starts(targets, start_position):
+    """{target: position} of a start_position given per server, or None."""
+    if not isinstance(start_position, dict):
+        return None
+    unknown = sorted(set(start_position) - set(targets))
+    if unknown:
+        raise ValueError("start_position names %s, which this client does not stream from "
+                         "(its servers: %s)" % (", ".join(unknown), ", ".join(targets)))
+    if not start_position:
+        raise ValueError("start_position: an empty dict names no server's position")
+    epoch = min(int(p[0]) for p in start_position.values())
+    return {t: start_position.get(t, (epoch, 0, 0)) for t in targets}
+
+
 def image_hw(image_size):
     """(height, width) of an image_size given as N or (height, width)."""
     if isinstance(image_size, numbers.Integral):
@@ -428,6 +558,9 @@ class BatchStream:
         self._next = 0                       # consumer only: where round-robin starts
         self._closed = False
         self.position = None  # of the last batch handed out
+        # Each server's last batch handed out: {target: Position}, what start_position takes to
+        # resume every server's stream right after it.
+        self.positions = {}
         _OPEN_STREAMS.add(self)
         # As the C++ client: wait until every server has answered (a batch or its final status),
         # so that a request a server refuses fails here rather than at the first next().
@@ -452,7 +585,7 @@ class BatchStream:
                                   "the arrays or tensors made from it) before the next"
                                   % self._held.value, self._readers[0].target)
             self._held.wait_below(self._max_held)
-        item = self._take()
+        item, target = self._take()
         if item is _END:
             self.close()
             raise StopIteration
@@ -463,11 +596,12 @@ class BatchStream:
             item.token.hand_over()
             item = item.batch
         self.position = item.position
+        self.positions[target] = item.position
         return item
 
     def _take(self):
-        """The next batch round-robin among the servers with one ready, a server's error, or
-        _END once every server's stream has ended."""
+        """(item, target): the next batch round-robin among the servers with one ready, a
+        server's error, or _END once every server's stream has ended."""
         n = len(self._readers)
         with self._hub:
             while True:
@@ -486,9 +620,9 @@ class BatchStream:
                         self._done[i] = True
                         continue
                     self._next = (i + 1) % n
-                    return item
+                    return item, self._readers[i].target
                 if all_done:
-                    return _END
+                    return _END, None
                 self._hub.wait()
 
     @property

@@ -3,28 +3,41 @@
     ds = sluice.tf.dataset("127.0.0.1:50051", "train", batch_size=256, image_size=224)
     model.fit(ds.map(lambda x, y: (tf.cast(x, tf.float32) / 255, y)), epochs=10)
 
-Elements are (images, labels): uint8 [N, H, W, 3] (NHWC, RGB) and int32 [N]. Each iteration of
-the dataset opens its own stream and is the next epoch of the server's numbering (new file order,
-shuffle and crops), so Keras fit(epochs=E) trains on E different epochs.
+Elements are (images, labels): uint8 [N, H, W, 3] (NHWC, RGB) and int32 [N], then the valid mask
+(with_valid=True) and the record ids (record_ids=True). Each iteration of the dataset opens its own
+stream and is the next epoch of the server's numbering (new file order, shuffle and crops), so
+Keras fit(epochs=E) trains on E different epochs. The mask as a third element is what Keras takes
+for sample weights, so padding samples count for nothing in losses and metrics:
+
+    val = sluice.tf.dataset(target, "val", mode="eval", shard=(rank, ranks), with_valid=True)
+    model.fit(train, epochs=10, validation_data=val.map(
+        lambda x, y, valid: (x, y, tf.cast(valid, tf.float32))))
 """
 import threading
 
+import numpy as np
 import tensorflow as tf
 
 from sluice._client import Client, image_hw
+from sluice._errors import SluiceError
 
 
-def output_signature(image_size):
+def output_signature(image_size, with_valid=False, record_ids=False):
     """The element spec of dataset(): N is unknown (a last partial batch is smaller)."""
     height, width = image_hw(image_size)
-    return (tf.TensorSpec(shape=(None, height, width, 3), dtype=tf.uint8),
+    spec = (tf.TensorSpec(shape=(None, height, width, 3), dtype=tf.uint8),
             tf.TensorSpec(shape=(None,), dtype=tf.int32))
+    if with_valid:
+        spec += (tf.TensorSpec(shape=(None,), dtype=tf.bool),)
+    if record_ids:
+        spec += (tf.TensorSpec(shape=(None, 2), dtype=tf.int64),)
+    return spec
 
 
 def dataset(target, dataset, batch_size=None, image_size=None, mode=None, seed=None, epochs=1,
             shard=None, job_name=None, start_position=None, drop_remainder=None, prefetch=2,
             token=None, root_certificates=None, connect_timeout=10.0,
-            allow_partial_fleet=False):
+            allow_partial_fleet=False, equal_shares=None, record_ids=False, with_valid=False):
     """A tf.data.Dataset of (images, labels) batches of `dataset` served at `target` (one server
     or several: see Client).
 
@@ -34,6 +47,13 @@ def dataset(target, dataset, batch_size=None, image_size=None, mode=None, seed=N
     iteration). Iteration i starts where iteration i-1 ended (at epoch 0, or at
     start_position's epoch, whose position the first iteration resumes), each exactly that
     epoch of one long stream. With job_name the epochs are the shared job's.
+    equal_shares: None (the server's: "drop" in train, "pad" in eval), "drop", "pad" or "off":
+    how the consumers of a sharded stream (`shard` count > 1) are kept equal (Client.stream()).
+    with_valid: a third element, bool [N], False for a padding sample (all True without
+    padding); record_ids: then int64 [N, 2], (file, record) per sample.
+    When every server's DescribeStream says the batch count is exact (a sharded stream under
+    "drop" or "pad") and epochs > 0 without job_name, the dataset's cardinality is that count
+    (tf.data.experimental.assert_cardinality), so Keras knows its steps per epoch.
     Other arguments are Client.stream()'s and Client's; `prefetch` batches are read ahead by the
     client and as many again by tf.data.
     Errors (e.g. SluiceError NOT_FOUND for an unknown dataset) surface when the dataset is
@@ -53,6 +73,20 @@ def dataset(target, dataset, batch_size=None, image_size=None, mode=None, seed=N
             info = c.dataset_info(dataset)
         image_size = (info.image_height, info.image_width or info.image_height)
     height, width = image_hw(image_size)
+    request = dict(batch_size=batch_size, image_size=(height, width), mode=mode, seed=seed,
+                   shard=shard, job_name=job_name, drop_remainder=drop_remainder,
+                   allow_partial_fleet=allow_partial_fleet, equal_shares=equal_shares,
+                   record_ids=record_ids)
+    cardinality = None
+    if epochs and not job_name and start_position is None:
+        try:
+            with client() as c:
+                plan = c.describe(dataset, **request)
+        except SluiceError:
+            plan = None  # a request the server refuses fails when iterated, with its message
+        if plan is not None and plan.equal_shares in ("drop", "pad") and all(
+                p.shard.count > 1 for _, p in plan.plans):
+            cardinality = plan.batches_per_epoch * epochs
     lock = threading.Lock()
     state = {"next": start_position[0] if start_position is not None else 0,
              "resume": start_position}  # guarded by lock
@@ -77,16 +111,22 @@ def dataset(target, dataset, batch_size=None, image_size=None, mode=None, seed=N
     def batches():
         epoch, start = claim()
         with client() as c:
-            with c.stream(dataset, batch_size=batch_size, image_size=(height, width),
-                          mode=mode, seed=seed,
-                          epochs=epochs if epoch is None or not epochs else epoch + epochs,
-                          shard=shard, job_name=job_name, start_position=start,
-                          drop_remainder=drop_remainder, prefetch=prefetch,
-                          allow_partial_fleet=allow_partial_fleet) as stream:
-                for images, labels, position in stream:
+            with c.stream(dataset, epochs=epochs if epoch is None or not epochs
+                          else epoch + epochs, start_position=start, prefetch=prefetch,
+                          **request) as stream:
+                for batch in stream:
                     if epoch is not None:
-                        reached(position.epoch)
-                    yield images, labels
+                        reached(batch.position.epoch)
+                    out = (batch.images, batch.labels)
+                    if with_valid:
+                        out += (batch.valid if batch.valid is not None
+                                else np.ones(len(batch.labels), dtype=np.bool_),)
+                    if record_ids:
+                        out += (batch.record_ids,)
+                    yield out
 
-    ds = tf.data.Dataset.from_generator(batches, output_signature=output_signature((height, width)))
+    ds = tf.data.Dataset.from_generator(
+        batches, output_signature=output_signature((height, width), with_valid, record_ids))
+    if cardinality is not None:
+        ds = ds.apply(tf.data.experimental.assert_cardinality(cardinality))
     return ds.prefetch(prefetch)

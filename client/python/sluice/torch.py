@@ -8,13 +8,15 @@
             ...
 
 The server batches: use DataLoader(batch_size=None). Each DataLoader worker streams its own
-disjoint shard (worker i of n asks for shard i of n within the dataset's own `shard`), so the
-workers together see every image once per epoch. Each iteration of the dataset is the next epoch
-of the server's numbering (new file order, shuffle and crops), as a DistributedSampler's
-set_epoch gives. Workers create their client after they start. gRPC does not support fork() while
-it is in use: when the parent process streams or calls the server itself, start the workers with
-DataLoader(multiprocessing_context="spawn").
+disjoint shard (worker i of n asks for shard i of n within the dataset's own `shard`, which under
+torch.distributed is (rank, world size) by default), so the workers together see every image once
+per epoch, and equal shares give every rank's workers the same number of batches. Each iteration
+of the dataset is the next epoch of the server's numbering (new file order, shuffle and crops), as
+a DistributedSampler's set_epoch gives. Workers create their client after they start. gRPC does
+not support fork() while it is in use: when the parent process streams or calls the server itself
+(len(), a describe()), start the workers with DataLoader(multiprocessing_context="spawn").
 """
+import logging
 import multiprocessing
 import multiprocessing.context
 import warnings
@@ -26,6 +28,9 @@ import torch.utils.data
 from sluice import _shm
 from sluice._client import Client
 from sluice._malloc import tune_malloc as _tune_malloc
+from sluice._wire import Position
+
+log = logging.getLogger("sluice")
 
 # DataLoader workers whose epochs one dataset object keeps apart (worker ids 0..N-1).
 _MAX_WORKERS = 1024
@@ -54,21 +59,33 @@ def _images_tensor(images, writable):
         return torch.from_numpy(images)
 
 
-class _NextEpochs:
-    """The epoch each consumer of a dataset object starts its next iteration at: one int64 per
-    DataLoader worker id, in shared memory that the main process and every worker process of
-    every DataLoader iteration map (a forked worker inherits the mapping; a spawned or
-    forkserver one receives it while being started). Pickled any other way (a deepcopy, saving
-    the dataset) it is copied, values and all, into a mapping of its own.
+# Layout of _SharedState's int64s: each worker's next epoch, then each worker's resume (flag,
+# epoch, index, end_record, shuffle_bytes), then the DataLoader worker count (assumed by __len__
+# or a loaded state, and seen by the workers), -1 while unknown.
+_RESUME = _MAX_WORKERS
+_RESUME_FIELDS = 5
+_WORKERS = _RESUME + _MAX_WORKERS * _RESUME_FIELDS
+_SIZE = _WORKERS + 2
+
+
+class _SharedState:
+    """What a dataset object's consumers share: the epoch each consumer (DataLoader worker id,
+    or the main process at slot 0) starts its next iteration at, the position each resumes
+    at (load_state_dict), and the worker count. int64s in shared memory that the main process
+    and every worker process of every DataLoader iteration map (a forked worker inherits the
+    mapping; a spawned or forkserver one receives it while being started). Pickled any other
+    way (a deepcopy, saving the dataset) it is copied, values and all, into a mapping of its own.
 
     Each slot has one writer at a time: worker i of the running iteration, or the main process
-    (set_epoch, and iterating without workers) while no worker runs.
+    (set_epoch, load_state_dict, and iterating without workers) while no worker runs.
     """
 
     def __init__(self, values=None):
-        self._slots = multiprocessing.RawArray("q", _MAX_WORKERS)
+        self._slots = multiprocessing.RawArray("q", _SIZE)
         if values is not None:
             self._slots[:] = values
+        else:
+            self._slots[_WORKERS:_SIZE] = [-1, -1]
 
     @classmethod
     def _shared(cls, slots):
@@ -78,35 +95,152 @@ class _NextEpochs:
 
     def __reduce__(self):
         if multiprocessing.context.get_spawning_popen() is not None:
-            return _NextEpochs._shared, (self._slots,)
-        return _NextEpochs, (list(self._slots),)
+            return _SharedState._shared, (self._slots,)
+        return _SharedState, (list(self._slots),)
 
     def set(self, epoch):
-        self._slots[:] = [epoch] * _MAX_WORKERS
+        """Every consumer's next iteration starts at `epoch`; resumes inside another epoch are
+        dropped."""
+        self._slots[:_MAX_WORKERS] = [epoch] * _MAX_WORKERS
+        for w in range(_MAX_WORKERS):
+            base = _RESUME + w * _RESUME_FIELDS
+            if self._slots[base] and self._slots[base + 1] != epoch:
+                self._slots[base] = 0
+
+    def set_worker(self, worker, epoch, resume=None):
+        """Worker `worker`'s next iteration starts at `epoch`, at `resume` (a start_position in
+        that epoch) when given."""
+        self._slots[worker] = epoch
+        base = _RESUME + worker * _RESUME_FIELDS
+        if resume is None:
+            self._slots[base] = 0
+        else:
+            self._slots[base + 1:base + _RESUME_FIELDS] = [
+                int(resume[0]), int(resume[1]), int(resume[2]),
+                int(getattr(resume, "shuffle_bytes", 0))]
+            self._slots[base] = 1
 
     def claim(self, worker, epochs):
-        """The epoch iteration starts at for `worker` (None: the main process, for all), which
-        takes `epochs` (0: forever) from there."""
-        epoch = self._slots[0 if worker is None else worker]
+        """(epoch, start_position or None): where iteration starts for `worker` (None: the main
+        process, for all), which takes `epochs` (0: forever) from there."""
+        slot = 0 if worker is None else worker
+        epoch = self._slots[slot]
+        base = _RESUME + slot * _RESUME_FIELDS
+        resume = None
+        if self._slots[base]:
+            self._slots[base] = 0
+            if self._slots[base + 1] == epoch:
+                resume = Position(*self._slots[base + 1:base + _RESUME_FIELDS])
         self.reached(worker, epoch + max(epochs, 1) - 1)
-        return epoch
+        return epoch, resume
 
     def reached(self, worker, epoch):
         """`worker`'s stream has a batch of `epoch`: its next iteration starts after it."""
         if worker is None:
             if self._slots[0] <= epoch:
-                self.set(epoch + 1)
+                self._slots[:_MAX_WORKERS] = [epoch + 1] * _MAX_WORKERS
         elif self._slots[worker] <= epoch:
             self._slots[worker] = epoch + 1
+
+    @property
+    def assumed_workers(self):
+        """The DataLoader worker count __len__ or load_state_dict assumed, or None."""
+        value = self._slots[_WORKERS]
+        return None if value < 0 else value
+
+    @assumed_workers.setter
+    def assumed_workers(self, value):
+        self._slots[_WORKERS] = -1 if value is None else value
+
+    @property
+    def seen_workers(self):
+        """The worker count a consumer last iterated with (0: the main process), or None."""
+        value = self._slots[_WORKERS + 1]
+        return None if value < 0 else value
+
+    @seen_workers.setter
+    def seen_workers(self, value):
+        self._slots[_WORKERS + 1] = value
+
+
+class StreamPosition:
+    """Where a SluiceDataset batch came from (with_position=True): give it to
+    SluiceDataset.record() once the batch is trained on.
+
+    worker: the DataLoader worker id (0 without workers); num_workers: the DataLoader's (0
+    without workers); epoch; position: the batch's sluice.Position (in its server's stream);
+    positions: {server: Position} of each server's last batch so far in that worker's stream
+    (several when it fans in from a fleet); last: the batch is its worker's last of the epoch.
+    A plain object, so that DataLoader passes it through as it is.
+    """
+
+    __slots__ = ("worker", "num_workers", "position", "positions", "last")
+
+    def __init__(self, worker, num_workers, position, last, positions=None):
+        self.worker = worker
+        self.num_workers = num_workers
+        self.position = position
+        self.last = last
+        self.positions = positions or {}
+
+    @property
+    def epoch(self):
+        return self.position.epoch
+
+    def __getstate__(self):
+        return (self.worker, self.num_workers, _plain(self.position), self.last,
+                {t: _plain(p) for t, p in self.positions.items()})
+
+    def __setstate__(self, state):
+        self.worker, self.num_workers, position, self.last, positions = state
+        self.position = Position(*position)
+        self.positions = {t: Position(*p) for t, p in positions.items()}
+
+    def __repr__(self):
+        return "StreamPosition(worker=%d, num_workers=%d, position=%r, last=%r)" % (
+            self.worker, self.num_workers, self.position, self.last)
+
+
+def _plain(position):
+    """[epoch, index, end_record, shuffle_bytes] of a Position."""
+    return [position.epoch, position.index, position.end_record, position.shuffle_bytes]
+
+
+def _default_shard():
+    """(rank, world size) when torch.distributed is initialized with several ranks, else
+    None."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist.get_rank(), dist.get_world_size()
+    return None
 
 
 class SluiceDataset(torch.utils.data.IterableDataset):
     """Ready (images, labels) batches of `dataset` served at `target`.
 
     images: uint8 [N, H, W, 3] (NHWC, RGB); labels: int64 [N] (the class-index type of torch's
-    losses). Arguments are Client.stream()'s (batch_size, image_size, mode, seed, shard,
-    job_name, start_position, drop_remainder, prefetch, allow_partial_fleet) and Client's
-    (target, with its fan-in from several servers, token, root_certificates, connect_timeout).
+    losses). Arguments are Client.stream()'s (batch_size, image_size, mode, seed, job_name,
+    start_position, drop_remainder, prefetch, allow_partial_fleet, equal_shares, record_ids)
+    and Client's (target, with its fan-in from several servers, token, root_certificates,
+    connect_timeout).
+    shard: (index, count), this process's part of the data. None (default): (rank, world size)
+        when torch.distributed is initialized (when the dataset is made) with several ranks, as
+        DistributedSampler does; else all of it. (0, 1) opts out.
+    equal_shares: None (default, the server's: "drop" in train, "pad" in eval), "drop", "pad"
+        or "off": how the consumers of a sharded stream (ranks x DataLoader workers) are kept
+        equal, so that every DDP rank gets the same number of batches per epoch and none waits
+        forever in a collective (see Client.stream()).
+    num_workers: the DataLoader's num_workers, for __len__ and state_dict (None: whatever the
+        DataLoader has; __len__ then assumes 0 unless workers already ran). A worker that finds
+        another count than the one __len__ or load_state_dict assumed raises ValueError.
+    Outputs: (images, labels), then in this order when asked for:
+        with_valid=True: bool [N], False for a padding sample (equal_shares "pad": a repeat that
+            losses and metrics should ignore), all True when the batch has no padding. Without
+            it, padding is delivered unmarked and logged as a warning once per iteration
+            (logger "sluice").
+        record_ids=True: int64 [N, 2], (file, record) per sample (file: its index in the
+            dataset's sorted file list; a padding sample names the record it repeats).
+        with_position=True: a StreamPosition, for record() and state_dict().
     epochs: epochs per iteration of the dataset (default 1, an epoch per `for ... in loader`;
         0: one endless iteration).
     writable: copy each batch's images into a tensor of its own (default: share the received
@@ -122,33 +256,57 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         holding more than max_held tensors at once raises SluiceError(FAILED_PRECONDITION)
         (Client.stream()). False: the socket.
 
+    Length. len(dataset) (and so len(loader)) is the batches this process gets per iteration:
+    DescribeStream of every worker's shard, from every server, summed (exact under equal shares
+    "drop" and "pad"; with "off" or unsharded an upper bound when records turn out corrupt). It
+    asks the server: with DataLoader workers started by fork, call it after they started or use
+    multiprocessing_context="spawn" (gRPC does not survive fork() while in use). A shared job
+    (job_name) or epochs=0 has no length (TypeError).
+
     Epochs. Iteration i of the dataset starts at the epoch set_epoch() set, or else where the
     iteration before it ended (epoch 0, 1, 2, ... with the default epochs=1): file order,
     shuffle and crops are those of that epoch of the server's numbering, exactly as the same
     epoch of one long stream, so `for epoch in range(E): for x, y in loader` trains on E
     different epochs, with or without set_epoch. It works whichever way DataLoader runs its
     workers: the next epoch of each worker id is kept in a small shared-memory table that the
-    dataset object carries into every worker process. With the default persistent_workers=False,
-    every iter(loader) starts new workers with a copy of the dataset: they read and advance the
-    table that the main process's dataset (where set_epoch writes) shares. With
-    persistent_workers=True the same workers serve every iteration, each calling iter() on its
-    own copy per iteration: they read the table too, so a set_epoch() in the main process between
-    iterations reaches them. A start_position (a Position, single-process loading only) resumes
-    the first iteration inside its epoch; the ones after continue from there.
+    dataset object carries into every worker process (fresh ones each iteration, or
+    persistent_workers=True ones, which read it at each iteration). A start_position (a
+    Position, single-process loading only) resumes the first iteration inside its epoch.
+
+    Resuming mid-epoch (with or without DataLoader workers):
+        ds = SluiceDataset(..., with_position=True)
+        if checkpoint: ds.load_state_dict(checkpoint["data"])   # before iterating
+        for images, labels, pos in loader:
+            ...train...
+            ds.record(pos)                  # in the main process, once the batch is trained on
+            checkpoint = {"model": ..., "data": ds.state_dict()}
+    Each worker then resumes right after its own last recorded batch (batches never recorded
+    come again), the iteration ends with that epoch, and later ones continue with the next
+    epochs. Nothing is lost or repeated when the DataLoader, rank and worker counts are the
+    same; load_state_dict refuses another shard or worker count (ValueError). In DDP each rank
+    saves and loads its own state.
 
     With job_name, workers join that shared job instead of taking shards: each batch goes to one
-    of them, and the epochs are the job's (a shared job cannot start at a chosen epoch).
+    of them, and the epochs are the job's (a shared job cannot start at a chosen epoch, nor
+    resume).
     """
 
     def __init__(self, target, dataset, batch_size=None, image_size=None, mode=None, seed=None,
                  epochs=1, shard=None, job_name=None, start_position=None,
                  drop_remainder=None, prefetch=2, token=None, root_certificates=None,
                  writable=False, tune_malloc=False, shared_memory=None, max_held=4,
-                 connect_timeout=10.0, allow_partial_fleet=False):
+                 connect_timeout=10.0, allow_partial_fleet=False, equal_shares=None,
+                 record_ids=False, with_valid=False, with_position=False, num_workers=None):
         super().__init__()
         if epochs is None or epochs < 0:
             raise ValueError("epochs is the epochs per iteration, 0 (forever) or more; got %r"
                              % (epochs,))
+        if num_workers is not None and num_workers < 0:
+            raise ValueError("num_workers must be None or 0 or more, got %r" % (num_workers,))
+        if shard is None:
+            shard = _default_shard()
+        elif tuple(shard) == (0, 1):
+            shard = None
         self.target = target
         self.dataset = dataset
         self.token = token
@@ -160,73 +318,217 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         self.shared_memory = shared_memory
         self.job_name = job_name
         self.start_position = start_position
+        self.shard = None if shard is None else tuple(shard)
+        self.num_workers = num_workers
+        self.with_valid = with_valid
+        self.record_ids = record_ids
+        self.with_position = with_position
         self.stream_args = dict(batch_size=batch_size, image_size=image_size, mode=mode,
-                                seed=seed, shard=shard, job_name=job_name,
+                                seed=seed, shard=self.shard, job_name=job_name,
                                 drop_remainder=drop_remainder, prefetch=prefetch,
-                                max_held=max_held, allow_partial_fleet=allow_partial_fleet)
-        self._next_epochs = _NextEpochs()
+                                max_held=max_held, allow_partial_fleet=allow_partial_fleet,
+                                equal_shares=equal_shares, record_ids=record_ids)
+        self._state = _SharedState()
+        self._base_epoch = 0       # main process: where iteration starts when nothing recorded
+        self._recorded = {}        # main process: worker -> its last recorded StreamPosition
+        # worker -> {server: start_position} of a loaded state that fans in from several
+        # servers (the shared table holds one position per worker); pickled into the workers.
+        self._resumes = {}
+        self._lengths = {}         # workers -> batches per epoch
         if start_position is not None:
-            self._next_epochs.set(int(start_position[0]))
+            self._base_epoch = int(start_position[0])
+            self._state.set(self._base_epoch)
+            self._state.set_worker(0, self._base_epoch, start_position)
+
+    def _client(self):
+        return Client(self.target, token=self.token, root_certificates=self.root_certificates,
+                      connect_timeout=self.connect_timeout)
 
     def set_epoch(self, epoch):
         """The next iteration (of this process, or of every DataLoader worker) starts at `epoch`;
-        the ones after it continue from there."""
+        the ones after it continue from there. A loaded state's resumes inside `epoch` are kept
+        (so a loop calling set_epoch(epoch) every epoch resumes where it stopped)."""
         if epoch < 0:
             raise ValueError("epoch must be 0 or more, got %r" % (epoch,))
-        self._next_epochs.set(int(epoch))
+        epoch = int(epoch)
+        self._state.set(epoch)
+        self._base_epoch = epoch
+        self._recorded = {w: p for w, p in self._recorded.items()
+                          if p.epoch + (1 if p.last else 0) == epoch}
+
+    def _workers_for_length(self):
+        if self.num_workers is not None:
+            return self.num_workers
+        for known in (self._state.assumed_workers, self._state.seen_workers):
+            if known is not None:
+                return known
+        return 0
+
+    def __len__(self):
+        if self.job_name:
+            raise TypeError("SluiceDataset with job_name has no length: the job's batches are "
+                            "split among its consumers as they take them")
+        if not self.epochs:
+            raise TypeError("SluiceDataset with epochs=0 is endless: it has no length")
+        workers = self._workers_for_length()
+        if workers not in self._lengths:
+            args = dict(self.stream_args)
+            total = 0
+            with self._client() as client:
+                for w in range(max(workers, 1)):
+                    args["shard"] = worker_shard(self.shard, w, workers)
+                    total += client.describe(self.dataset, **args).batches_per_epoch
+            self._lengths[workers] = total
+        self._state.assumed_workers = workers
+        return self._lengths[workers] * self.epochs
+
+    def record(self, position):
+        """Notes that the batch at `position` (the StreamPosition a with_position=True batch
+        carries) is consumed: state_dict() resumes after it. Call it in the main process for
+        every batch, in the order the DataLoader delivers them."""
+        if not isinstance(position, StreamPosition):
+            raise TypeError("record() takes the StreamPosition of a batch of a SluiceDataset "
+                            "with with_position=True, got %r" % (position,))
+        self._recorded[position.worker] = position
+
+    def state_dict(self):
+        """Where iteration resumes: per DataLoader worker the last position record() saw (a
+        dict of plain values, for torch.save with the model's)."""
+        if self.job_name:
+            raise ValueError("a shared job (job_name) cannot resume at a position")
+        counts = {p.num_workers for p in self._recorded.values()}
+        if len(counts) > 1:
+            raise ValueError("record() saw batches of DataLoaders with %s workers: one "
+                             "state resumes one DataLoader" % sorted(counts))
+        num_workers = counts.pop() if counts else self._workers_for_length()
+        nexts = [p.epoch + (1 if p.last else 0) for p in self._recorded.values()]
+        return {"version": 1, "dataset": self.dataset, "shard": self.shard,
+                "num_workers": num_workers,
+                "epoch": min(nexts) if nexts else self._base_epoch,
+                "workers": {w: _plain(p.position) + [bool(p.last), {
+                                t: _plain(q) for t, q in p.positions.items()}]
+                            for w, p in sorted(self._recorded.items())}}
+
+    def load_state_dict(self, state):
+        """Resumes from a state_dict(): each worker's next iteration starts right after its
+        last recorded batch (or at the next epoch when that was its epoch's last). Call before
+        iterating (persistent workers read it at their next iteration too). ValueError when the
+        state is of another dataset, shard or DataLoader worker count."""
+        if state.get("version") != 1:
+            raise ValueError("not a SluiceDataset state (version %r)" % (state.get("version"),))
+        shard = None if state["shard"] is None else tuple(state["shard"])
+        if state["dataset"] != self.dataset or shard != self.shard:
+            raise ValueError("the state is of dataset %r shard %r; this SluiceDataset reads %r "
+                             "shard %r" % (state["dataset"], shard, self.dataset, self.shard))
+        workers = int(state["num_workers"])
+        if self.num_workers is not None and max(self.num_workers, 1) != max(workers, 1):
+            raise ValueError("the state is of a DataLoader with %d workers; this dataset "
+                             "declares num_workers=%d" % (workers, self.num_workers))
+        epoch = int(state["epoch"])
+        self._state.set(epoch)
+        self._recorded = {}
+        self._resumes = {}
+        for w, (e, index, end_record, shuffle_bytes, last, servers) in state["workers"].items():
+            w = int(w)
+            if not 0 <= w < max(workers, 1):
+                raise ValueError("the state names worker %d of %d" % (w, workers))
+            position = Position(e, index, end_record, shuffle_bytes)
+            servers = {t: Position(*p) for t, p in servers.items()}
+            self._recorded[w] = StreamPosition(w, workers, position, last, servers)
+            if last:
+                self._state.set_worker(w, e + 1)
+            elif len(servers) > 1:
+                # Each server's stream resumes after its own last batch, from the earliest.
+                self._resumes[w] = {t: p.after() for t, p in servers.items()}
+                self._state.set_worker(w, min(p.epoch for p in servers.values()),
+                                       position.after())
+            else:
+                self._state.set_worker(w, e, position.after())
+        self._state.assumed_workers = workers
+        self._base_epoch = epoch
 
     def __iter__(self):
         args = dict(self.stream_args)
         info = torch.utils.data.get_worker_info()
         worker = None if info is None else info.id
-        if info is not None and info.num_workers > 1:
+        count = 0 if info is None else info.num_workers
+        expected = self.num_workers
+        if expected is None:
+            expected = self._state.assumed_workers
+        if expected is not None and max(expected, 1) != max(count, 1):
+            raise ValueError(
+                "SluiceDataset: iterated %s, but its length and resume state assume %d "
+                "DataLoader workers (num_workers=%r given to the dataset, or assumed by "
+                "len() or load_state_dict()): pass the DataLoader's num_workers to the "
+                "dataset" % ("with %d DataLoader workers" % count if count else
+                             "without DataLoader workers", expected, self.num_workers))
+        if worker is None or worker == 0:
+            self._state.seen_workers = count
+        if count > 1:
             if self.start_position is not None:
                 raise ValueError("SluiceDataset: start_position applies to one stream; with "
-                                 "%d DataLoader workers use num_workers=0" % info.num_workers)
+                                 "%d DataLoader workers use num_workers=0 or load_state_dict"
+                                 % count)
             if not args["job_name"]:
-                args["shard"] = worker_shard(args["shard"], info.id, info.num_workers)
+                args["shard"] = worker_shard(args["shard"], info.id, count)
         if worker is not None and worker >= _MAX_WORKERS:
             raise ValueError("SluiceDataset keeps the epochs of at most %d DataLoader workers"
                              % _MAX_WORKERS)
         if self.job_name:
             args["epochs"] = self.epochs
         else:
-            epoch = self._next_epochs.claim(worker, self.epochs)
+            epoch, resume = self._state.claim(worker, self.epochs)
             args["epochs"] = epoch + self.epochs if self.epochs else 0
-            resume = self.start_position
-            if resume is not None and resume[0] == epoch:
-                self.start_position = None  # the first iteration only
-                args["start_position"] = resume
+            if resume is not None:
+                args["start_position"] = self._resumes.get(0 if worker is None else worker,
+                                                           resume)
             elif epoch > 0:
                 args["start_position"] = (epoch, 0, 0)
         args["shared_memory"] = self.shared_memory is not False
         # A worker's tensors are released by its queue's feeder thread, never by its caller.
         args["on_max_held"] = "wait" if worker is not None else "raise"
-        return self._batches(worker, args)
+        return self._batches(worker, count, args)
 
-    def _batches(self, worker, args):
+    def _batches(self, worker, count, args):
         if self.tune_malloc:
             _tune_malloc()
         # The client is made here, in the process that iterates (a DataLoader worker).
-        with Client(self.target, token=self.token, root_certificates=self.root_certificates,
-                    connect_timeout=self.connect_timeout) as client:
+        with self._client() as client:
             # Without workers, by default, a shared-memory batch is copied out of its slot at
             # once (its tensor may be kept); the copy costs less than the socket path.
             copy = self.writable or (
                 worker is None and self.shared_memory is None and _shm.supported()
                 and any(map(_shm.is_local, client.targets)))
             with client.stream(self.dataset, **args) as stream:
-                while True:
-                    try:
-                        images, labels, position = next(stream)
-                    except StopIteration:
-                        return
-                    out = (_images_tensor(images, copy),
-                           torch.from_numpy(labels.astype(np.int64)))
+                warned = False
+                batch = next(stream, None)
+                while batch is not None:
+                    positions = dict(stream.positions)
+                    # A position says whether it is its epoch's last: read one batch ahead.
+                    following = next(stream, None) if self.with_position else None
+                    out = [_images_tensor(batch.images, copy),
+                           torch.from_numpy(batch.labels.astype(np.int64))]
+                    if batch.valid is not None and not self.with_valid and not warned:
+                        warned = True
+                        log.warning("SluiceDataset %r: batches carry padding samples (equal "
+                                    "shares \"pad\"), repeats that losses and metrics should "
+                                    "ignore: pass with_valid=True for their mask",
+                                    self.dataset)
+                    if self.with_valid:
+                        out.append(torch.from_numpy(batch.valid) if batch.valid is not None
+                                   else torch.ones(len(batch.labels), dtype=torch.bool))
+                    if self.record_ids:
+                        out.append(torch.from_numpy(batch.record_ids))
+                    position = batch.position
+                    if self.with_position:
+                        last = following is None or following.position.epoch != position.epoch
+                        out.append(StreamPosition(0 if worker is None else worker, count,
+                                                  position, last, positions))
                     # Hold nothing of a batch once it is handed out: a shared-memory slot goes
                     # back as soon as the consumer (a worker's queue) drops the tensor.
-                    del images, labels
+                    del batch
                     if not self.job_name:
-                        self._next_epochs.reached(worker, position.epoch)
-                    yield out
+                        self._state.reached(worker, position.epoch)
+                    yield tuple(out)
                     del out
+                    batch = following if self.with_position else next(stream, None)

@@ -19,6 +19,7 @@ namespace sluice {
 namespace {
 
 using serve_testing::Connect;
+using serve_testing::FetchMetrics;
 using serve_testing::Request;
 using testing::ServerProcess;
 using testing::TempDir;
@@ -83,17 +84,6 @@ v1::StreamRequest ShardRequest(int shard, std::optional<v1::EqualShares> mode) {
   if (mode) r.set_equal_shares(*mode);
   r.set_record_ids(true);
   return r;
-}
-
-std::string FetchMetrics(ServerProcess& server) {
-  const std::string out = server.output();
-  const size_t at = out.find("http://");
-  REQUIRE(at != std::string::npos);
-  const std::string url = out.substr(at, out.find('\n', at) - at);
-  TempDir tmp;
-  const std::string cmd = "curl -s -o " + tmp.file("body") + " '" + url + "'";
-  REQUIRE(std::system(cmd.c_str()) == 0);
-  return testing::ReadAll(tmp.file("body"));
 }
 
 TEST_CASE("ThreeShardStreamsOfUnevenFilesGetEqualFullBatchesWithMasksAndIds") {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -83,6 +84,18 @@ inline v1::StreamRequest Request(std::string dataset = "train") {
   v1::StreamRequest r;
   r.set_dataset(std::move(dataset));
   return r;
+}
+
+// GET of the metrics URL the server printed (its metrics_address), through curl.
+inline std::string FetchMetrics(testing::ServerProcess& server) {
+  const std::string out = server.output();
+  const size_t at = out.find("http://");
+  REQUIRE(at != std::string::npos);
+  const std::string url = out.substr(at, out.find('\n', at) - at);
+  TempDir tmp;
+  const std::string cmd = "curl -s -o " + tmp.file("body") + " '" + url + "'";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  return testing::ReadAll(tmp.file("body"));
 }
 
 }  // namespace sluice::serve_testing

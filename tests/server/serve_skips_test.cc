@@ -23,6 +23,7 @@ namespace {
 
 using serve_testing::Connect;
 using serve_testing::EachLabelOnce;
+using serve_testing::FetchMetrics;
 using serve_testing::Got;
 using serve_testing::ReadAll;
 using serve_testing::Request;
@@ -59,17 +60,6 @@ void WriteMixedShard(const TempDir& dir, int n, GoodFn good) {
     REQUIRE((*writer)->Write(EncodeImageExample(r)).ok());
   }
   REQUIRE((*writer)->Close().ok());
-}
-
-std::string FetchMetrics(ServerProcess& server) {
-  const std::string out = server.output();
-  const size_t at = out.find("http://");
-  REQUIRE(at != std::string::npos);
-  const std::string url = out.substr(at, out.find('\n', at) - at);
-  TempDir tmp;
-  const std::string cmd = "curl -s -o " + tmp.file("body") + " '" + url + "'";
-  REQUIRE(std::system(cmd.c_str()) == 0);
-  return testing::ReadAll(tmp.file("body"));
 }
 
 struct RawStream {

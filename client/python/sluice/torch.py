@@ -258,8 +258,9 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         equal, so that every DDP rank gets the same number of batches per epoch and none waits
         forever in a collective (see Client.stream()).
     num_workers: the DataLoader's num_workers, for __len__ and state_dict (None: whatever the
-        DataLoader has; __len__ then assumes 0 unless workers already ran). A worker that finds
-        another count than the one __len__ or load_state_dict assumed raises ValueError.
+        DataLoader has; __len__ then counts for the workers of the last iteration, or none
+        before the first, and binds nothing). A worker that finds another count than the one
+        declared here or in a loaded state raises ValueError.
     Outputs: (images, labels), then in this order when asked for:
         with_valid=True: bool [N], False for a padding sample (equal_shares "pad": a repeat that
             losses and metrics should ignore), all True when the batch has no padding. Without
@@ -308,10 +309,15 @@ class SluiceDataset(torch.utils.data.IterableDataset):
             ds.record(pos)                  # in the main process, once the batch is trained on
             checkpoint = {"model": ..., "data": ds.state_dict()}
     Each worker then resumes right after its own last recorded batch (batches never recorded
-    come again), the iteration ends with that epoch, and later ones continue with the next
-    epochs. Nothing is lost or repeated when the DataLoader, rank and worker counts are the
-    same; load_state_dict refuses another shard or worker count (ValueError). In DDP each rank
-    saves and loads its own state.
+    come again; a worker whose epoch's last batch was recorded while another's was not gets no
+    more of that epoch), the iteration ends where the saved one would have (its last epoch,
+    with epochs > 1 too), and later ones continue with the next epochs. From several servers
+    each server's stream resumes after its own last batch. Nothing is lost or repeated when the
+    DataLoader, rank and worker counts are the same; load_state_dict refuses another shard or
+    worker count (ValueError). In DDP each rank saves and loads its own state. With
+    persistent_workers=True and several servers, load the state before the first iteration:
+    workers that started before it hold their own copy of the servers' positions, and raise
+    ValueError rather than resume from the wrong ones.
 
     With job_name, workers join that shared job instead of taking shards: each batch goes to one
     of them, and the epochs are the job's (a shared job cannot start at a chosen epoch, nor

@@ -244,7 +244,7 @@ def test_torch_dataset_resumes_mid_epoch_from_its_state_without_loss_or_repeat(s
     killed = sluice.torch.SluiceDataset(server.target, "train", **args)
     before = _ids_by_iteration(killed, stop_after=4)
     state = killed.state_dict()
-    assert state["workers"] == {0: [0, 3, 64, 0, False, {server.target: [0, 3, 64, 0]}]}
+    assert state["workers"] == {0: [0, 3, 64, 0, False, {server.target: [0, 3, 64, 0]}, 1]}
     resumed = sluice.torch.SluiceDataset(server.target, "train", **args)
     resumed.load_state_dict(state)
     resumed.set_epoch(0)  # a loop that sets every epoch keeps the resume inside it
@@ -264,9 +264,10 @@ def test_torch_dataloader_with_other_workers_than_assumed_raises_value_error(ser
     declared = sluice.torch.SluiceDataset(server.target, "train", batch_size=16, num_workers=2)
     with pytest.raises(ValueError, match="assume 2 DataLoader workers"):
         next(iter(declared))
-    assumed = sluice.torch.SluiceDataset(server.target, "train", batch_size=16, epochs=1)
-    assert len(assumed) == -(-IMAGES // 16)  # no workers assumed: one unsharded stream
-    loader = torch.utils.data.DataLoader(assumed, batch_size=None, num_workers=2,
+    loaded = sluice.torch.SluiceDataset(server.target, "train", batch_size=16, epochs=1)
+    loaded.load_state_dict({"version": 1, "dataset": "train", "shard": None, "num_workers": 0,
+                            "epoch": 0, "workers": {}})
+    loader = torch.utils.data.DataLoader(loaded, batch_size=None, num_workers=2,
                                          multiprocessing_context="spawn")
     with pytest.raises(ValueError, match="with 2 DataLoader workers, but its length and "
                                          "resume state assume 0"):

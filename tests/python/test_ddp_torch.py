@@ -233,7 +233,7 @@ def test_torch_workers_fanning_in_from_a_fleet_resume_every_server_exactly(fleet
     stopped = dataset()
     before = epoch(stopped, stop_after=5)
     state = stopped.state_dict()
-    assert all(len(servers) == 2 for *_, servers in state["workers"].values())
+    assert all(len(servers) == 2 for *_, servers, _end in state["workers"].values())
     resumed = dataset()
     resumed.load_state_dict(state)
     after = epoch(resumed)

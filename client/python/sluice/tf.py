@@ -85,7 +85,9 @@ def dataset(target, dataset, batch_size=None, image_size=None, mode=None, seed=N
         except SluiceError:
             plan = None  # a request the server refuses fails when iterated, with its message
         if plan is not None and plan.equal_shares in ("drop", "pad") and all(
-                p.shard.count > 1 for _, p in plan.plans):
+                p.shard.consumers > 1 for _, p in plan.plans):
+            # Equal shares among the request's consumers (not a server's own --shard, which an
+            # unsharded fan-in reads whole): the count is exact, else only an upper bound.
             cardinality = plan.batches_per_epoch * epochs
     lock = threading.Lock()
     state = {"next": start_position[0] if start_position is not None else 0,

@@ -60,12 +60,17 @@ def _images_tensor(images, writable):
 
 
 # Layout of _SharedState's int64s: each worker's next epoch, then each worker's resume (flag,
-# epoch, index, end_record, shuffle_bytes), then the DataLoader worker count (assumed by __len__
-# or a loaded state, and seen by the workers), -1 while unknown.
+# epoch, index, end_record, shuffle_bytes, and the end epoch of the iteration it resumes, 0 for
+# none), then the DataLoader worker count (assumed by a loaded state or a declared num_workers,
+# and seen by the workers), -1 while unknown, then the count of load_state_dict() calls (what
+# tells a persistent worker that its copy of the per-server resumes is stale).
 _RESUME = _MAX_WORKERS
-_RESUME_FIELDS = 5
+_RESUME_FIELDS = 6
 _WORKERS = _RESUME + _MAX_WORKERS * _RESUME_FIELDS
-_SIZE = _WORKERS + 2
+_LOADS = _WORKERS + 2
+_SIZE = _LOADS + 1
+# Resume flags.
+_FRESH, _AT_POSITION, _PER_SERVER = 0, 1, 2
 
 
 class _SharedState:
@@ -85,7 +90,7 @@ class _SharedState:
         if values is not None:
             self._slots[:] = values
         else:
-            self._slots[_WORKERS:_SIZE] = [-1, -1]
+            self._slots[_WORKERS:_WORKERS + 2] = [-1, -1]
 
     @classmethod
     def _shared(cls, slots):
@@ -100,39 +105,49 @@ class _SharedState:
 
     def set(self, epoch):
         """Every consumer's next iteration starts at `epoch`; resumes inside another epoch are
-        dropped."""
+        dropped, and so are iteration ends not after it."""
         self._slots[:_MAX_WORKERS] = [epoch] * _MAX_WORKERS
         for w in range(_MAX_WORKERS):
             base = _RESUME + w * _RESUME_FIELDS
             if self._slots[base] and self._slots[base + 1] != epoch:
-                self._slots[base] = 0
+                self._slots[base] = _FRESH
+            if self._slots[base + 5] <= epoch:
+                self._slots[base + 5] = 0
 
-    def set_worker(self, worker, epoch, resume=None):
+    def set_worker(self, worker, epoch, resume=None, end=None, flag=_AT_POSITION):
         """Worker `worker`'s next iteration starts at `epoch`, at `resume` (a start_position in
-        that epoch) when given."""
+        that epoch) when given, and ends before epoch `end` when given (a resumed iteration
+        ends where the saved one would have)."""
         self._slots[worker] = epoch
         base = _RESUME + worker * _RESUME_FIELDS
+        self._slots[base + 5] = end if end is not None and end > epoch else 0
         if resume is None:
-            self._slots[base] = 0
+            self._slots[base] = _FRESH
         else:
-            self._slots[base + 1:base + _RESUME_FIELDS] = [
+            self._slots[base + 1:base + 5] = [
                 int(resume[0]), int(resume[1]), int(resume[2]),
                 int(getattr(resume, "shuffle_bytes", 0))]
-            self._slots[base] = 1
+            self._slots[base] = flag
 
     def claim(self, worker, epochs):
-        """(epoch, start_position or None): where iteration starts for `worker` (None: the main
-        process, for all), which takes `epochs` (0: forever) from there."""
+        """(epoch, start_position or None, per_server, end): where iteration starts for
+        `worker` (None: the main process, for all), which takes `epochs` (0: forever) from
+        there, or ends before `end` when a resume set one. per_server: the resume is the
+        per-server one load_state_dict() kept."""
         slot = 0 if worker is None else worker
         epoch = self._slots[slot]
         base = _RESUME + slot * _RESUME_FIELDS
-        resume = None
-        if self._slots[base]:
-            self._slots[base] = 0
+        resume, flag = None, self._slots[base]
+        if flag:
+            self._slots[base] = _FRESH
             if self._slots[base + 1] == epoch:
-                resume = Position(*self._slots[base + 1:base + _RESUME_FIELDS])
-        self.reached(worker, epoch + max(epochs, 1) - 1)
-        return epoch, resume
+                resume = Position(*self._slots[base + 1:base + 5])
+        end = self._slots[base + 5]
+        self._slots[base + 5] = 0
+        if end <= epoch or not epochs:
+            end = epoch + epochs if epochs else 0
+        self.reached(worker, (end if epochs else epoch + 1) - 1)
+        return epoch, resume, resume is not None and flag == _PER_SERVER, end
 
     def reached(self, worker, epoch):
         """`worker`'s stream has a batch of `epoch`: its next iteration starts after it."""
@@ -153,6 +168,15 @@ class _SharedState:
         self._slots[_WORKERS] = -1 if value is None else value
 
     @property
+    def loads(self):
+        """How many times load_state_dict() filled this table."""
+        return self._slots[_LOADS]
+
+    @loads.setter
+    def loads(self, value):
+        self._slots[_LOADS] = value
+
+    @property
     def seen_workers(self):
         """The worker count a consumer last iterated with (0: the main process), or None."""
         value = self._slots[_WORKERS + 1]
@@ -170,18 +194,21 @@ class StreamPosition:
     worker: the DataLoader worker id (0 without workers); num_workers: the DataLoader's (0
     without workers); epoch; position: the batch's sluice.Position (in its server's stream);
     positions: {server: Position} of each server's last batch so far in that worker's stream
-    (several when it fans in from a fleet); last: the batch is its worker's last of the epoch.
+    (several when it fans in from a fleet); last: the batch is its worker's last of the epoch
+    (from several servers: the stream ended, or every server's stream was already in a later
+    epoch); end: the epoch the batch's iteration ends before (0: endless).
     A plain object, so that DataLoader passes it through as it is.
     """
 
-    __slots__ = ("worker", "num_workers", "position", "positions", "last")
+    __slots__ = ("worker", "num_workers", "position", "positions", "last", "end")
 
-    def __init__(self, worker, num_workers, position, last, positions=None):
+    def __init__(self, worker, num_workers, position, last, positions=None, end=0):
         self.worker = worker
         self.num_workers = num_workers
         self.position = position
         self.last = last
         self.positions = positions or {}
+        self.end = end
 
     @property
     def epoch(self):
@@ -189,10 +216,10 @@ class StreamPosition:
 
     def __getstate__(self):
         return (self.worker, self.num_workers, _plain(self.position), self.last,
-                {t: _plain(p) for t, p in self.positions.items()})
+                {t: _plain(p) for t, p in self.positions.items()}, self.end)
 
     def __setstate__(self, state):
-        self.worker, self.num_workers, position, self.last, positions = state
+        self.worker, self.num_workers, position, self.last, positions, self.end = state
         self.position = Position(*position)
         self.positions = {t: Position(*p) for t, p in positions.items()}
 
@@ -231,8 +258,9 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         equal, so that every DDP rank gets the same number of batches per epoch and none waits
         forever in a collective (see Client.stream()).
     num_workers: the DataLoader's num_workers, for __len__ and state_dict (None: whatever the
-        DataLoader has; __len__ then assumes 0 unless workers already ran). A worker that finds
-        another count than the one __len__ or load_state_dict assumed raises ValueError.
+        DataLoader has; __len__ then counts for the workers of the last iteration, or none
+        before the first, and binds nothing). A worker that finds another count than the one
+        declared here or in a loaded state raises ValueError.
     Outputs: (images, labels), then in this order when asked for:
         with_valid=True: bool [N], False for a padding sample (equal_shares "pad": a repeat that
             losses and metrics should ignore), all True when the batch has no padding. Without
@@ -281,10 +309,15 @@ class SluiceDataset(torch.utils.data.IterableDataset):
             ds.record(pos)                  # in the main process, once the batch is trained on
             checkpoint = {"model": ..., "data": ds.state_dict()}
     Each worker then resumes right after its own last recorded batch (batches never recorded
-    come again), the iteration ends with that epoch, and later ones continue with the next
-    epochs. Nothing is lost or repeated when the DataLoader, rank and worker counts are the
-    same; load_state_dict refuses another shard or worker count (ValueError). In DDP each rank
-    saves and loads its own state.
+    come again; a worker whose epoch's last batch was recorded while another's was not gets no
+    more of that epoch), the iteration ends where the saved one would have (its last epoch,
+    with epochs > 1 too), and later ones continue with the next epochs. From several servers
+    each server's stream resumes after its own last batch. Nothing is lost or repeated when the
+    DataLoader, rank and worker counts are the same; load_state_dict refuses another shard or
+    worker count (ValueError). In DDP each rank saves and loads its own state. With
+    persistent_workers=True and several servers, load the state before the first iteration:
+    workers that started before it hold their own copy of the servers' positions, and raise
+    ValueError rather than resume from the wrong ones.
 
     With job_name, workers join that shared job instead of taking shards: each batch goes to one
     of them, and the epochs are the job's (a shared job cannot start at a chosen epoch, nor
@@ -334,6 +367,7 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         # worker -> {server: start_position} of a loaded state that fans in from several
         # servers (the shared table holds one position per worker); pickled into the workers.
         self._resumes = {}
+        self._loads = 0            # the shared table's load count that _resumes belongs to
         self._lengths = {}         # workers -> batches per epoch
         if start_position is not None:
             self._base_epoch = int(start_position[0])
@@ -379,7 +413,6 @@ class SluiceDataset(torch.utils.data.IterableDataset):
                     args["shard"] = worker_shard(self.shard, w, workers)
                     total += client.describe(self.dataset, **args).batches_per_epoch
             self._lengths[workers] = total
-        self._state.assumed_workers = workers
         return self._lengths[workers] * self.epochs
 
     def record(self, position):
@@ -401,12 +434,13 @@ class SluiceDataset(torch.utils.data.IterableDataset):
             raise ValueError("record() saw batches of DataLoaders with %s workers: one "
                              "state resumes one DataLoader" % sorted(counts))
         num_workers = counts.pop() if counts else self._workers_for_length()
-        nexts = [p.epoch + (1 if p.last else 0) for p in self._recorded.values()]
+        nexts = [p.epoch + 1 if p.last else min([p.epoch] + [q.epoch for q in p.positions.values()])
+                 for p in self._recorded.values()]
         return {"version": 1, "dataset": self.dataset, "shard": self.shard,
                 "num_workers": num_workers,
                 "epoch": min(nexts) if nexts else self._base_epoch,
                 "workers": {w: _plain(p.position) + [bool(p.last), {
-                                t: _plain(q) for t, q in p.positions.items()}]
+                                t: _plain(q) for t, q in p.positions.items()}, int(p.end)]
                             for w, p in sorted(self._recorded.items())}}
 
     def load_state_dict(self, state):
@@ -428,22 +462,32 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         self._state.set(epoch)
         self._recorded = {}
         self._resumes = {}
-        for w, (e, index, end_record, shuffle_bytes, last, servers) in state["workers"].items():
+        self._state.loads += 1
+        self._loads = self._state.loads
+        for w, entry in state["workers"].items():
+            e, index, end_record, shuffle_bytes, last, servers = entry[:6]
+            end = int(entry[6]) if len(entry) > 6 else 0  # the iteration's end epoch
             w = int(w)
             if not 0 <= w < max(workers, 1):
                 raise ValueError("the state names worker %d of %d" % (w, workers))
             position = Position(e, index, end_record, shuffle_bytes)
             servers = {t: Position(*p) for t, p in servers.items()}
-            self._recorded[w] = StreamPosition(w, workers, position, last, servers)
-            if last:
-                self._state.set_worker(w, e + 1)
+            self._recorded[w] = StreamPosition(w, workers, position, last, servers, end)
+            if last and e + 1 == epoch:
+                # Every worker finished epoch e: the next iteration starts at e + 1 (still the
+                # saved iteration when it has epochs left).
+                self._state.set_worker(w, e + 1, end=end)
             elif len(servers) > 1:
                 # Each server's stream resumes after its own last batch, from the earliest.
                 self._resumes[w] = {t: p.after() for t, p in servers.items()}
-                self._state.set_worker(w, min(p.epoch for p in servers.values()),
-                                       position.after())
+                first = min(servers.values(), key=lambda p: p.epoch)
+                self._state.set_worker(w, first.epoch, first.after(), end=end,
+                                       flag=_PER_SERVER)
             else:
-                self._state.set_worker(w, e, position.after())
+                # Also after an epoch's last batch while other workers are still in it: the
+                # server starts just after that batch, with no more of the epoch, so this worker
+                # iterates the same epochs as the others.
+                self._state.set_worker(w, e, position.after(), end=end)
         self._state.assumed_workers = workers
         self._base_epoch = epoch
 
@@ -477,17 +521,34 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         if self.job_name:
             args["epochs"] = self.epochs
         else:
-            epoch, resume = self._state.claim(worker, self.epochs)
-            args["epochs"] = epoch + self.epochs if self.epochs else 0
-            if resume is not None:
-                args["start_position"] = self._resumes.get(0 if worker is None else worker,
-                                                           resume)
+            epoch, resume, per_server, args["epochs"] = self._state.claim(worker, self.epochs)
+            if per_server:
+                resumes = self._resumes.get(0 if worker is None else worker)
+                if resumes is None or self._loads != self._state.loads:
+                    # Raised by the first next(), so that a DataLoader worker hands it over.
+                    return self._fail(ValueError(
+                        "SluiceDataset: load_state_dict() of a state that fans in from several "
+                        "servers was called after this DataLoader's persistent workers "
+                        "started, and they hold their own copy of each server's position: "
+                        "load the state before the first iteration, or use "
+                        "persistent_workers=False"))
+                args["start_position"] = resumes
+            elif resume is not None:
+                args["start_position"] = resume
             elif epoch > 0:
                 args["start_position"] = (epoch, 0, 0)
         args["shared_memory"] = self.shared_memory is not False
+        if self.with_position:
+            # The read-ahead (below) holds one batch more than the caller.
+            args["max_held"] += 1
         # A worker's tensors are released by its queue's feeder thread, never by its caller.
         args["on_max_held"] = "wait" if worker is not None else "raise"
         return self._batches(worker, count, args)
+
+    @staticmethod
+    def _fail(error):
+        raise error
+        yield
 
     def _batches(self, worker, count, args):
         if self.tune_malloc:
@@ -499,6 +560,7 @@ class SluiceDataset(torch.utils.data.IterableDataset):
             copy = self.writable or (
                 worker is None and self.shared_memory is None and _shm.supported()
                 and any(map(_shm.is_local, client.targets)))
+            servers = len(client.targets)
             with client.stream(self.dataset, **args) as stream:
                 warned = False
                 batch = next(stream, None)
@@ -521,9 +583,17 @@ class SluiceDataset(torch.utils.data.IterableDataset):
                         out.append(torch.from_numpy(batch.record_ids))
                     position = batch.position
                     if self.with_position:
-                        last = following is None or following.position.epoch != position.epoch
+                        if following is None:
+                            last = True
+                        elif servers > 1:
+                            # The next batch may be another server's: the epoch ended only once
+                            # every server's stream is past it.
+                            last = len(stream.positions) == servers and all(
+                                q.epoch > position.epoch for q in stream.positions.values())
+                        else:
+                            last = following.position.epoch != position.epoch
                         out.append(StreamPosition(0 if worker is None else worker, count,
-                                                  position, last, positions))
+                                                  position, last, positions, args["epochs"]))
                     # Hold nothing of a batch once it is handed out: a shared-memory slot goes
                     # back as soon as the consumer (a worker's queue) drops the tensor.
                     del batch

@@ -404,6 +404,78 @@ def test_keras_fit_epochs_differ_and_validation_and_evaluate_see_every_record_on
     assert sorted(hashes) == whole and len(whole) == IMAGES
 
 
+@pytest.mark.parametrize("form", ["fit(ds)", "fit(ds.repeat(), steps_per_epoch)",
+                                  "fit(ds, steps_per_epoch) of a declared count"])
+def test_keras_fit_trains_each_epoch_on_the_next_with_or_without_steps_per_epoch(
+        server, client, form):
+    tf = pytest.importorskip("tensorflow")
+    import sluice.tf
+    args = dict(batch_size=20, image_size=32, seed=5)
+    if "declared" in form:
+        # A sharded TRAIN stream has an exact count (equal shares "drop"), which the dataset
+        # declares as its cardinality: 5 batches of shard 0's 100 records an epoch.
+        args["shard"], steps = (0, 2), 5
+    else:
+        steps = 10  # unsharded: only an upper bound, no cardinality
+    stream = {}
+    for b in client.stream("train", epochs=3, **args):
+        stream.setdefault(b.position.epoch, []).append(b.labels.tolist())
+    assert [len(stream[e]) for e in range(3)] == [steps] * 3
+    seen = []  # per Keras epoch, the labels of its batches
+
+    def record(labels):
+        seen[-1].append(labels.numpy().tolist())
+        return labels
+
+    class Epochs(tf.keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            seen.append([])
+
+    ds = sluice.tf.dataset(server.target, "train", **args)
+    assert int(ds.cardinality()) == (steps if "declared" in form else tf.data.UNKNOWN_CARDINALITY)
+    if "repeat" in form:
+        # Keras keeps one iterator across its epochs: it must not end after the first.
+        ds = ds.repeat()
+    ds = ds.map(lambda x, y: (x, tf.ensure_shape(tf.py_function(record, [y], tf.int32),
+                                                 (None,))))
+    model = tf.keras.Sequential([tf.keras.Input((32, 32, 3)),
+                                 tf.keras.layers.Rescaling(1 / 255),
+                                 tf.keras.layers.GlobalAveragePooling2D(),
+                                 tf.keras.layers.Dense(4)])
+    model.compile(optimizer="sgd",
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(ds, epochs=3, steps_per_epoch=None if form == "fit(ds)" else steps,
+                        verbose=0, callbacks=[Epochs()])
+    assert len(history.history["loss"]) == 3
+    # Read-ahead may record batches early (of the next Keras epoch, or after the last step of
+    # a repeated dataset): compare the run's first 3 epochs.
+    assert [b for epoch in seen for b in epoch][:3 * steps] == stream[0] + stream[1] + stream[2]
+
+
+def test_keras_fit_steps_per_epoch_of_a_dataset_without_a_count_runs_out_of_data(server):
+    tf = pytest.importorskip("tensorflow")
+    import sluice.tf
+    # Unsharded: no declared cardinality, so Keras keeps one iterator across its epochs, and the
+    # dataset's one epoch (10 batches) runs out before 3 x 10 steps: what the module's docstring
+    # says to use ds.repeat() for.
+    ds = sluice.tf.dataset(server.target, "train", batch_size=20, image_size=32, seed=5)
+    steps = []
+
+    class Steps(tf.keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            steps.append(batch)
+
+    model = tf.keras.Sequential([tf.keras.Input((32, 32, 3)),
+                                 tf.keras.layers.Rescaling(1 / 255),
+                                 tf.keras.layers.GlobalAveragePooling2D(),
+                                 tf.keras.layers.Dense(4)])
+    model.compile(optimizer="sgd",
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    with pytest.warns(UserWarning, match="ran out of data"):
+        model.fit(ds, epochs=3, steps_per_epoch=10, verbose=0, callbacks=[Steps()])
+    assert len(steps) < 30
+
+
 def _merge(parts):
     hashes, labels = [], []
     for h, l in parts:

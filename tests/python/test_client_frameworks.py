@@ -274,6 +274,28 @@ def test_torch_dataloader_with_other_workers_than_assumed_raises_value_error(ser
         next(iter(loader))
 
 
+@pytest.mark.parametrize("with_position", [False, True])
+def test_torch_worker_that_collates_more_batches_than_max_held_does_not_hang(server, client,
+                                                                             with_position):
+    torch = pytest.importorskip("torch")
+    import sluice.torch
+    # Auto-collation: the worker keeps 6 batches (default max_held 4) before handing them over
+    # collated, so it must not wait for its own tensors' slots to go; with_position reads one
+    # batch ahead too (a list collates the StreamPositions). timeout: a hang fails.
+    ds = sluice.torch.SluiceDataset(server.target, "train", batch_size=4,
+                                    with_position=with_position)
+    loader = torch.utils.data.DataLoader(ds, batch_size=6, num_workers=1, timeout=60,
+                                         multiprocessing_context="spawn",
+                                         collate_fn=list if with_position else None)
+    if with_position:
+        labels = [torch.stack([y for _, y, _ in batches]) for batches in loader]
+    else:
+        labels = [y for _, y in loader]
+    assert [tuple(y.shape) for y in labels] == [(6, 4)] * 8 + [(2, 4)]
+    expected = [b.labels.tolist() for b in client.stream("train", batch_size=4, epochs=1)]
+    assert [batch for y in labels for batch in y.tolist()] == expected
+
+
 def test_torch_tensors_share_the_message_or_copy_when_asked():
     torch = pytest.importorskip("torch")
     import warnings

@@ -641,6 +641,11 @@ class BatchStream:
         return sum(r.shared_batches for r in self._readers)
 
     @property
+    def held_batches(self):
+        """Shared-memory batches handed out whose slots are not yet released (see max_held)."""
+        return self._held.value
+
+    @property
     def skipped_records(self):
         """Corrupt or unusable records the servers skipped in this stream so far: those of the
         batches received, and at the end of a server's stream those after its last batch."""

@@ -278,7 +278,9 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         shared memory (x86-64; else the socket). In DataLoader workers they stay in place: a
         worker hands each tensor over by copying it into torch's shared memory and drops it, so
         it holds only the batches in flight, and it waits for one of those to go rather than
-        fail when it holds max_held. Without workers (num_workers=0) the tensors go to the
+        fail when it holds max_held; the batch that makes max_held (one more with
+        with_position's read-ahead) is copied out of its slot at once, so a worker never waits
+        on tensors it keeps itself (auto-collation, a buffering wrapper). Without workers (num_workers=0) the tensors go to the
         caller, who may keep them: each batch is copied out of its slot at once (a tensor of its
         own, as writable=True; cheaper than the socket path). True: in place there too, where
         holding more than max_held tensors at once raises SluiceError(FAILED_PRECONDITION)
@@ -562,12 +564,25 @@ class SluiceDataset(torch.utils.data.IterableDataset):
                 and any(map(_shm.is_local, client.targets)))
             servers = len(client.targets)
             with client.stream(self.dataset, **args) as stream:
+
+                def take():
+                    """The stream's next batch or None. In a worker, the batch that makes the
+                    stream's max_held is copied out of its slot at once: the next take would
+                    wait for one of them to go, and a caller in the worker that keeps tensors
+                    before handing them on (DataLoader's auto-collation of batch_size
+                    batches, a wrapper that buffers) would then wait for ever."""
+                    batch = next(stream, None)
+                    if (batch is not None and worker is not None and not copy
+                            and stream.held_batches >= args["max_held"]):
+                        batch = batch._replace(images=np.array(batch.images))
+                    return batch
+
                 warned = False
-                batch = next(stream, None)
+                batch = take()
                 while batch is not None:
                     positions = dict(stream.positions)
                     # A position says whether it is its epoch's last: read one batch ahead.
-                    following = next(stream, None) if self.with_position else None
+                    following = take() if self.with_position else None
                     out = [_images_tensor(batch.images, copy),
                            torch.from_numpy(batch.labels.astype(np.int64))]
                     if batch.valid is not None and not self.with_valid and not warned:
@@ -601,4 +616,4 @@ class SluiceDataset(torch.utils.data.IterableDataset):
                         self._state.reached(worker, position.epoch)
                     yield tuple(out)
                     del out
-                    batch = following if self.with_position else next(stream, None)
+                    batch = following if self.with_position else take()

@@ -157,6 +157,38 @@ def test_torch_iterations_are_the_epochs_of_one_long_stream(server, client):
     assert iteration(ds)[:len(long[2])] != long[0]  # epoch 2, not 0 again
 
 
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_torch_workers_of_an_iteration_read_one_epoch_when_num_workers_changes(server,
+                                                                               client):
+    torch = pytest.importorskip("torch")
+    import sluice.torch
+    args = dict(batch_size=20, image_size=32, seed=6)
+
+    def epoch_batches(epoch, workers):
+        """The batches of `epoch` that `workers` DataLoader workers' shards hold."""
+        out = []
+        for w in range(workers):
+            out += [b.labels.tolist() for b in client.stream(
+                "train", shard=(w, workers), start_position=(epoch, 0, 0), epochs=epoch + 1,
+                **args)]
+        return sorted(out)
+
+    def iteration(workers):
+        loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers,
+                                             multiprocessing_context="spawn", timeout=60)
+        return sorted(labels.tolist() for _, labels in loader)
+
+    # Two workers for epochs 0 and 1, then three (a worker id new to the dataset), then two,
+    # then three again (worker 2 idle for an iteration), then none: every worker of an
+    # iteration reads the iteration's epoch, not where its id last stopped.
+    ds = sluice.torch.SluiceDataset(server.target, "train", **args)
+    assert [iteration(2), iteration(2)] == [epoch_batches(0, 2), epoch_batches(1, 2)]
+    assert iteration(3) == epoch_batches(2, 3)
+    assert iteration(2) == epoch_batches(3, 2)
+    assert iteration(3) == epoch_batches(4, 3)
+    assert sorted(labels.tolist() for _, labels in ds) == epoch_batches(5, 1)
+
+
 def test_torch_workers_take_shared_memory_by_default_and_wait_for_their_feeder(server, client):
     torch = pytest.importorskip("torch")
     import sluice.torch

@@ -285,6 +285,21 @@ def test_skips_count_per_epoch_and_an_epoch_over_skip_warn_percent_is_logged(
         for e in (0, 1)]
 
 
+def test_records_by_epoch_counts_no_padding_samples_of_a_padded_shard(client):
+    # An EVAL stream of a shard pads its batches up to its peers' equal count (EqualShares PAD):
+    # the repeats cover no records, so they must not swell the base of skipped_by_epoch's share.
+    stream = client.stream("train", mode="eval", shard=(1, 3), epochs=2, batch_size=16,
+                           image_size=32)
+    real, padding = {}, 0
+    for batch in stream:
+        n = len(batch.labels) if batch.valid is None else int(batch.valid.sum())
+        real[batch.position.epoch] = real.get(batch.position.epoch, 0) + n
+        padding += len(batch.labels) - n
+    assert padding > 0  # the case at hand: some samples are padding
+    assert stream.records_by_epoch == real and real[0] == real[1] > 0
+    assert stream.skipped_by_epoch == {0: 0, 1: 0}
+
+
 class _FailAfterThreeErrors(Server):
     def config(self):
         return super().config().replace("mode: MODE_EVAL", "mode: MODE_EVAL max_errors: 3")

@@ -157,6 +157,38 @@ def test_torch_iterations_are_the_epochs_of_one_long_stream(server, client):
     assert iteration(ds)[:len(long[2])] != long[0]  # epoch 2, not 0 again
 
 
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_torch_workers_of_an_iteration_read_one_epoch_when_num_workers_changes(server,
+                                                                               client):
+    torch = pytest.importorskip("torch")
+    import sluice.torch
+    args = dict(batch_size=20, image_size=32, seed=6)
+
+    def epoch_batches(epoch, workers):
+        """The batches of `epoch` that `workers` DataLoader workers' shards hold."""
+        out = []
+        for w in range(workers):
+            out += [b.labels.tolist() for b in client.stream(
+                "train", shard=(w, workers), start_position=(epoch, 0, 0), epochs=epoch + 1,
+                **args)]
+        return sorted(out)
+
+    def iteration(workers):
+        loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers,
+                                             multiprocessing_context="spawn", timeout=60)
+        return sorted(labels.tolist() for _, labels in loader)
+
+    # Two workers for epochs 0 and 1, then three (a worker id new to the dataset), then two,
+    # then three again (worker 2 idle for an iteration), then none: every worker of an
+    # iteration reads the iteration's epoch, not where its id last stopped.
+    ds = sluice.torch.SluiceDataset(server.target, "train", **args)
+    assert [iteration(2), iteration(2)] == [epoch_batches(0, 2), epoch_batches(1, 2)]
+    assert iteration(3) == epoch_batches(2, 3)
+    assert iteration(2) == epoch_batches(3, 2)
+    assert iteration(3) == epoch_batches(4, 3)
+    assert sorted(labels.tolist() for _, labels in ds) == epoch_batches(5, 1)
+
+
 def test_torch_workers_take_shared_memory_by_default_and_wait_for_their_feeder(server, client):
     torch = pytest.importorskip("torch")
     import sluice.torch
@@ -272,6 +304,28 @@ def test_torch_dataloader_with_other_workers_than_assumed_raises_value_error(ser
     with pytest.raises(ValueError, match="with 2 DataLoader workers, but its length and "
                                          "resume state assume 0"):
         next(iter(loader))
+
+
+@pytest.mark.parametrize("with_position", [False, True])
+def test_torch_worker_that_collates_more_batches_than_max_held_does_not_hang(server, client,
+                                                                             with_position):
+    torch = pytest.importorskip("torch")
+    import sluice.torch
+    # Auto-collation: the worker keeps 6 batches (default max_held 4) before handing them over
+    # collated, so it must not wait for its own tensors' slots to go; with_position reads one
+    # batch ahead too (a list collates the StreamPositions). timeout: a hang fails.
+    ds = sluice.torch.SluiceDataset(server.target, "train", batch_size=4,
+                                    with_position=with_position)
+    loader = torch.utils.data.DataLoader(ds, batch_size=6, num_workers=1, timeout=60,
+                                         multiprocessing_context="spawn",
+                                         collate_fn=list if with_position else None)
+    if with_position:
+        labels = [torch.stack([y for _, y, _ in batches]) for batches in loader]
+    else:
+        labels = [y for _, y in loader]
+    assert [tuple(y.shape) for y in labels] == [(6, 4)] * 8 + [(2, 4)]
+    expected = [b.labels.tolist() for b in client.stream("train", batch_size=4, epochs=1)]
+    assert [batch for y in labels for batch in y.tolist()] == expected
 
 
 def test_torch_tensors_share_the_message_or_copy_when_asked():
@@ -402,6 +456,78 @@ def test_keras_fit_epochs_differ_and_validation_and_evaluate_see_every_record_on
     model.evaluate(recorded(evaluation), verbose=0)
     hashes, _ = _merge(seen)
     assert sorted(hashes) == whole and len(whole) == IMAGES
+
+
+@pytest.mark.parametrize("form", ["fit(ds)", "fit(ds.repeat(), steps_per_epoch)",
+                                  "fit(ds, steps_per_epoch) of a declared count"])
+def test_keras_fit_trains_each_epoch_on_the_next_with_or_without_steps_per_epoch(
+        server, client, form):
+    tf = pytest.importorskip("tensorflow")
+    import sluice.tf
+    args = dict(batch_size=20, image_size=32, seed=5)
+    if "declared" in form:
+        # A sharded TRAIN stream has an exact count (equal shares "drop"), which the dataset
+        # declares as its cardinality: 5 batches of shard 0's 100 records an epoch.
+        args["shard"], steps = (0, 2), 5
+    else:
+        steps = 10  # unsharded: only an upper bound, no cardinality
+    stream = {}
+    for b in client.stream("train", epochs=3, **args):
+        stream.setdefault(b.position.epoch, []).append(b.labels.tolist())
+    assert [len(stream[e]) for e in range(3)] == [steps] * 3
+    seen = []  # per Keras epoch, the labels of its batches
+
+    def record(labels):
+        seen[-1].append(labels.numpy().tolist())
+        return labels
+
+    class Epochs(tf.keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            seen.append([])
+
+    ds = sluice.tf.dataset(server.target, "train", **args)
+    assert int(ds.cardinality()) == (steps if "declared" in form else tf.data.UNKNOWN_CARDINALITY)
+    if "repeat" in form:
+        # Keras keeps one iterator across its epochs: it must not end after the first.
+        ds = ds.repeat()
+    ds = ds.map(lambda x, y: (x, tf.ensure_shape(tf.py_function(record, [y], tf.int32),
+                                                 (None,))))
+    model = tf.keras.Sequential([tf.keras.Input((32, 32, 3)),
+                                 tf.keras.layers.Rescaling(1 / 255),
+                                 tf.keras.layers.GlobalAveragePooling2D(),
+                                 tf.keras.layers.Dense(4)])
+    model.compile(optimizer="sgd",
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(ds, epochs=3, steps_per_epoch=None if form == "fit(ds)" else steps,
+                        verbose=0, callbacks=[Epochs()])
+    assert len(history.history["loss"]) == 3
+    # Read-ahead may record batches early (of the next Keras epoch, or after the last step of
+    # a repeated dataset): compare the run's first 3 epochs.
+    assert [b for epoch in seen for b in epoch][:3 * steps] == stream[0] + stream[1] + stream[2]
+
+
+def test_keras_fit_steps_per_epoch_of_a_dataset_without_a_count_runs_out_of_data(server):
+    tf = pytest.importorskip("tensorflow")
+    import sluice.tf
+    # Unsharded: no declared cardinality, so Keras keeps one iterator across its epochs, and the
+    # dataset's one epoch (10 batches) runs out before 3 x 10 steps: what the module's docstring
+    # says to use ds.repeat() for.
+    ds = sluice.tf.dataset(server.target, "train", batch_size=20, image_size=32, seed=5)
+    steps = []
+
+    class Steps(tf.keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            steps.append(batch)
+
+    model = tf.keras.Sequential([tf.keras.Input((32, 32, 3)),
+                                 tf.keras.layers.Rescaling(1 / 255),
+                                 tf.keras.layers.GlobalAveragePooling2D(),
+                                 tf.keras.layers.Dense(4)])
+    model.compile(optimizer="sgd",
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    with pytest.warns(UserWarning, match="ran out of data"):
+        model.fit(ds, epochs=3, steps_per_epoch=10, verbose=0, callbacks=[Steps()])
+    assert len(steps) < 30
 
 
 def _merge(parts):

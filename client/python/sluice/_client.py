@@ -641,6 +641,11 @@ class BatchStream:
         return sum(r.shared_batches for r in self._readers)
 
     @property
+    def held_batches(self):
+        """Shared-memory batches handed out whose slots are not yet released (see max_held)."""
+        return self._held.value
+
+    @property
     def skipped_records(self):
         """Corrupt or unusable records the servers skipped in this stream so far: those of the
         batches received, and at the end of a server's stream those after its last batch."""
@@ -656,7 +661,8 @@ class BatchStream:
     @property
     def records_by_epoch(self):
         """{epoch: records} that the batches received so far covered, skipped ones included
-        (their positions' end_record): the base of skipped_by_epoch's share."""
+        (their positions' end_record; padding samples, Batch.valid false, are no records): the
+        base of skipped_by_epoch's share."""
         return _merge(r.epochs.snapshot()[1] for r in self._readers)
 
     def close(self):
@@ -700,6 +706,12 @@ def _merge(dicts):
     return dict(sorted(out.items()))
 
 
+def _real_samples(batch):
+    """The samples of `batch` that are records, not padding (Batch.valid false: a repeat that
+    covers no record of its own)."""
+    return len(batch.labels) if batch.valid is None else int(batch.valid.sum())
+
+
 class _EpochSkips:
     """Records skipped per epoch in one server's stream, and the records each epoch's batches
     covered (thread-safe: the reader adds, the consumer reads).
@@ -727,7 +739,8 @@ class _EpochSkips:
                        if start_position is not None else None)
 
     def add(self, position, images, skipped):
-        """Counts a batch of `images` at `position` that reported `skipped` records."""
+        """Counts a batch of `images` records (its padding samples excluded) at `position`
+        that reported `skipped` records."""
         epoch = position.epoch
         if self._shared_job:
             own, carried = skipped, 0
@@ -973,7 +986,7 @@ class _Reader:
                     for message in call:
                         token = _Token(self.held)
                         batch, skipped = decode_batch(message, segment, token)
-                        self.epochs.add(batch.position, len(batch.labels), skipped)
+                        self.epochs.add(batch.position, _real_samples(batch), skipped)
                         # A shared job goes on where it is: only a private stream resumes.
                         if not self._request.job_name:
                             resume = batch.position.after()

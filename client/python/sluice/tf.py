@@ -12,6 +12,16 @@ for sample weights, so padding samples count for nothing in losses and metrics:
     val = sluice.tf.dataset(target, "val", mode="eval", shard=(rank, ranks), with_valid=True)
     model.fit(train, epochs=10, validation_data=val.map(
         lambda x, y, valid: (x, y, tf.cast(valid, tf.float32))))
+
+With fit(steps_per_epoch=S), Keras takes a new iterator (the next epoch) only after the
+dataset's cardinality in steps, when it is known: a dataset whose count is exact declares it (a
+sharded stream under equal shares, see dataset()), and fit(ds, epochs=E, steps_per_epoch=S)
+with S that count trains each Keras epoch on the next epoch. Without a declared count Keras keeps
+one iterator across its epochs and the plain dataset runs out after its first epoch ("Your
+input ran out of data", and Keras epochs with fewer or no steps): pass ds.repeat(), whose every
+repetition streams the next epoch, or epochs=0 (one endless stream):
+
+    model.fit(ds.repeat(), epochs=E, steps_per_epoch=S)
 """
 import threading
 
@@ -46,7 +56,9 @@ def dataset(target, dataset, batch_size=None, image_size=None, mode=None, seed=N
     epochs: epochs per iteration of the dataset (default 1: one per Keras epoch; 0: one endless
     iteration). Iteration i starts where iteration i-1 ended (at epoch 0, or at
     start_position's epoch, whose position the first iteration resumes), each exactly that
-    epoch of one long stream. With job_name the epochs are the shared job's.
+    epoch of one long stream; so do the repetitions of dataset(...).repeat(), which Keras
+    fit(steps_per_epoch=S) needs without a declared cardinality (see the module's docstring).
+    With job_name the epochs are the shared job's.
     equal_shares: None (the server's: "drop" in train, "pad" in eval), "drop", "pad" or "off":
     how the consumers of a sharded stream (`shard` count > 1) are kept equal (Client.stream()).
     with_valid: a third element, bool [N], False for a padding sample (all True without

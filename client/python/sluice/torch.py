@@ -63,12 +63,17 @@ def _images_tensor(images, writable):
 # epoch, index, end_record, shuffle_bytes, and the end epoch of the iteration it resumes, 0 for
 # none), then the DataLoader worker count (assumed by a loaded state or a declared num_workers,
 # and seen by the workers), -1 while unknown, then the count of load_state_dict() calls (what
-# tells a persistent worker that its copy of the per-server resumes is stale).
+# tells a persistent worker that its copy of the per-server resumes is stale), then the epoch
+# after every consumer's so far, then the running iteration (its number, worker count and start
+# epoch), then the iteration each worker joined last.
 _RESUME = _MAX_WORKERS
 _RESUME_FIELDS = 6
 _WORKERS = _RESUME + _MAX_WORKERS * _RESUME_FIELDS
 _LOADS = _WORKERS + 2
-_SIZE = _LOADS + 1
+_NEXT = _LOADS + 1
+_ITERATION, _ITERATION_WORKERS, _ITERATION_START = _NEXT + 1, _NEXT + 2, _NEXT + 3
+_JOINED = _NEXT + 4
+_SIZE = _JOINED + _MAX_WORKERS
 # Resume flags.
 _FRESH, _AT_POSITION, _PER_SERVER = 0, 1, 2
 
@@ -78,35 +83,51 @@ class _SharedState:
     or the main process at slot 0) starts its next iteration at, the position each resumes
     at (load_state_dict), and the worker count. int64s in shared memory that the main process
     and every worker process of every DataLoader iteration map (a forked worker inherits the
-    mapping; a spawned or forkserver one receives it while being started). Pickled any other
-    way (a deepcopy, saving the dataset) it is copied, values and all, into a mapping of its own.
+    mapping and its lock; a spawned or forkserver one receives them while being started).
+    Pickled any other way (a deepcopy, saving the dataset) it is copied, values and all, into a
+    mapping and lock of its own.
 
-    Each slot has one writer at a time: worker i of the running iteration, or the main process
-    (set_epoch, load_state_dict, and iterating without workers) while no worker runs.
+    The workers of one DataLoader iteration start at one epoch whichever claims first: the
+    first to claim opens the iteration (its start epoch, after every consumer's so far, and its
+    worker count), the others join it. A worker opens a new one when it already joined the
+    running one (its previous iteration's) or the worker count differs (none after set() or a
+    main-process iteration), so a worker id new to the dataset, or idle in the iterations
+    before, reads the epoch its peers read. A resume that load_state_dict() or start_position
+    set for a worker wins: that worker starts at its own epoch and position.
+
+    Claims and the epoch after every consumer's take the lock; each other slot has one writer
+    at a time: worker i of the running iteration, or the main process (set_epoch,
+    load_state_dict, and iterating without workers) while no worker runs.
     """
 
     def __init__(self, values=None):
         self._slots = multiprocessing.RawArray("q", _SIZE)
+        # A spawn context's lock is one that forked, spawned and forkserver workers all take.
+        self._lock = multiprocessing.get_context("spawn").Lock()
         if values is not None:
             self._slots[:] = values
         else:
             self._slots[_WORKERS:_WORKERS + 2] = [-1, -1]
 
     @classmethod
-    def _shared(cls, slots):
+    def _shared(cls, slots, lock):
         self = cls.__new__(cls)
-        self._slots = slots
+        self._slots, self._lock = slots, lock
         return self
 
     def __reduce__(self):
         if multiprocessing.context.get_spawning_popen() is not None:
-            return _SharedState._shared, (self._slots,)
-        return _SharedState, (list(self._slots),)
+            return _SharedState._shared, (self._slots, self._lock)
+        with self._lock:
+            return _SharedState, (list(self._slots),)
 
     def set(self, epoch):
         """Every consumer's next iteration starts at `epoch`; resumes inside another epoch are
         dropped, and so are iteration ends not after it."""
-        self._slots[:_MAX_WORKERS] = [epoch] * _MAX_WORKERS
+        with self._lock:
+            self._slots[:_MAX_WORKERS] = [epoch] * _MAX_WORKERS
+            self._slots[_NEXT] = epoch
+            self._slots[_ITERATION_WORKERS] = 0  # no worker joins an iteration from before
         for w in range(_MAX_WORKERS):
             base = _RESUME + w * _RESUME_FIELDS
             if self._slots[base] and self._slots[base + 1] != epoch:
@@ -129,24 +150,42 @@ class _SharedState:
                 int(getattr(resume, "shuffle_bytes", 0))]
             self._slots[base] = flag
 
-    def claim(self, worker, epochs):
+    def claim(self, worker, epochs, num_workers=None):
         """(epoch, start_position or None, per_server, end): where iteration starts for
-        `worker` (None: the main process, for all), which takes `epochs` (0: forever) from
-        there, or ends before `end` when a resume set one. per_server: the resume is the
-        per-server one load_state_dict() kept."""
+        `worker` (None: the main process, for all) of `num_workers` (None: as many as the
+        running iteration's), which takes `epochs` (0: forever) from there, or ends before
+        `end` when a resume set one. per_server: the resume is the per-server one
+        load_state_dict() kept."""
         slot = 0 if worker is None else worker
-        epoch = self._slots[slot]
         base = _RESUME + slot * _RESUME_FIELDS
-        resume, flag = None, self._slots[base]
-        if flag:
-            self._slots[base] = _FRESH
-            if self._slots[base + 1] == epoch:
-                resume = Position(*self._slots[base + 1:base + 5])
-        end = self._slots[base + 5]
-        self._slots[base + 5] = 0
-        if end <= epoch or not epochs:
-            end = epoch + epochs if epochs else 0
-        self.reached(worker, (end if epochs else epoch + 1) - 1)
+        with self._lock:
+            t = self._slots
+            if worker is None:
+                start = t[_NEXT]
+                t[_ITERATION_WORKERS] = 0
+            else:
+                if num_workers is None:
+                    num_workers = t[_ITERATION_WORKERS]
+                if t[_JOINED + worker] == t[_ITERATION] or t[_ITERATION_WORKERS] != num_workers:
+                    t[_ITERATION] += 1
+                    t[_ITERATION_WORKERS] = num_workers
+                    t[_ITERATION_START] = t[_NEXT]
+                t[_JOINED + worker] = t[_ITERATION]
+                start = t[_ITERATION_START]
+            resume, flag = None, t[base]
+            # A loaded resume's own epoch, else the iteration's.
+            epoch = t[slot] if flag else start
+            if flag:
+                t[base] = _FRESH
+                if t[base + 1] == epoch:
+                    resume = Position(*t[base + 1:base + 5])
+            end = t[base + 5]
+            t[base + 5] = 0
+            if end <= epoch or not epochs:
+                end = epoch + epochs if epochs else 0
+            after = end if epochs else epoch + 1
+            t[_NEXT] = max(t[_NEXT], after)
+        self.reached(worker, after - 1)
         return epoch, resume, resume is not None and flag == _PER_SERVER, end
 
     def reached(self, worker, epoch):
@@ -156,6 +195,9 @@ class _SharedState:
                 self._slots[:_MAX_WORKERS] = [epoch + 1] * _MAX_WORKERS
         elif self._slots[worker] <= epoch:
             self._slots[worker] = epoch + 1
+        if self._slots[_NEXT] <= epoch:  # one aligned word: read without the lock
+            with self._lock:
+                self._slots[_NEXT] = max(self._slots[_NEXT], epoch + 1)
 
     @property
     def assumed_workers(self):
@@ -278,7 +320,9 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         shared memory (x86-64; else the socket). In DataLoader workers they stay in place: a
         worker hands each tensor over by copying it into torch's shared memory and drops it, so
         it holds only the batches in flight, and it waits for one of those to go rather than
-        fail when it holds max_held. Without workers (num_workers=0) the tensors go to the
+        fail when it holds max_held; the batch that makes max_held (one more with
+        with_position's read-ahead) is copied out of its slot at once, so a worker never waits
+        on tensors it keeps itself (auto-collation, a buffering wrapper). Without workers (num_workers=0) the tensors go to the
         caller, who may keep them: each batch is copied out of its slot at once (a tensor of its
         own, as writable=True; cheaper than the socket path). True: in place there too, where
         holding more than max_held tensors at once raises SluiceError(FAILED_PRECONDITION)
@@ -296,9 +340,11 @@ class SluiceDataset(torch.utils.data.IterableDataset):
     shuffle and crops are those of that epoch of the server's numbering, exactly as the same
     epoch of one long stream, so `for epoch in range(E): for x, y in loader` trains on E
     different epochs, with or without set_epoch. It works whichever way DataLoader runs its
-    workers: the next epoch of each worker id is kept in a small shared-memory table that the
-    dataset object carries into every worker process (fresh ones each iteration, or
-    persistent_workers=True ones, which read it at each iteration). A start_position (a
+    workers: the next epoch is kept in a small shared-memory table that the dataset object
+    carries into every worker process (fresh ones each iteration, or persistent_workers=True
+    ones, which read it at each iteration), where all workers of an iteration agree on its
+    epoch, also when num_workers changes between iterations (a loaded state's resume still
+    starts its worker at its own position). A start_position (a
     Position, single-process loading only) resumes the first iteration inside its epoch.
 
     Resuming mid-epoch (with or without DataLoader workers):
@@ -521,7 +567,8 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         if self.job_name:
             args["epochs"] = self.epochs
         else:
-            epoch, resume, per_server, args["epochs"] = self._state.claim(worker, self.epochs)
+            epoch, resume, per_server, args["epochs"] = self._state.claim(
+                worker, self.epochs, count)
             if per_server:
                 resumes = self._resumes.get(0 if worker is None else worker)
                 if resumes is None or self._loads != self._state.loads:
@@ -562,12 +609,25 @@ class SluiceDataset(torch.utils.data.IterableDataset):
                 and any(map(_shm.is_local, client.targets)))
             servers = len(client.targets)
             with client.stream(self.dataset, **args) as stream:
+
+                def take():
+                    """The stream's next batch or None. In a worker, the batch that makes the
+                    stream's max_held is copied out of its slot at once: the next take would
+                    wait for one of them to go, and a caller in the worker that keeps tensors
+                    before handing them on (DataLoader's auto-collation of batch_size
+                    batches, a wrapper that buffers) would then wait for ever."""
+                    batch = next(stream, None)
+                    if (batch is not None and worker is not None and not copy
+                            and stream.held_batches >= args["max_held"]):
+                        batch = batch._replace(images=np.array(batch.images))
+                    return batch
+
                 warned = False
-                batch = next(stream, None)
+                batch = take()
                 while batch is not None:
                     positions = dict(stream.positions)
                     # A position says whether it is its epoch's last: read one batch ahead.
-                    following = next(stream, None) if self.with_position else None
+                    following = take() if self.with_position else None
                     out = [_images_tensor(batch.images, copy),
                            torch.from_numpy(batch.labels.astype(np.int64))]
                     if batch.valid is not None and not self.with_valid and not warned:
@@ -601,4 +661,4 @@ class SluiceDataset(torch.utils.data.IterableDataset):
                         self._state.reached(worker, position.epoch)
                     yield tuple(out)
                     del out
-                    batch = following if self.with_position else next(stream, None)
+                    batch = following if self.with_position else take()

@@ -105,6 +105,16 @@ def server(sluice_bin, data_dir, tmp_path_factory):
     s.stop()
 
 
+@pytest.fixture(scope="module")
+def fleet(sluice_bin, data_dir, tmp_path_factory):
+    """Two servers of one data set started with --shard 0/2 and 1/2, as a fleet's workers."""
+    servers = [Server(sluice_bin, tmp_path_factory.mktemp("shard%d" % i), data_dir,
+                      args=["--shard", "%d/2" % i]) for i in range(2)]
+    yield servers
+    for s in servers:
+        s.stop()
+
+
 @pytest.fixture
 def client(server):
     import sluice  # here, not at the top: conftest.py imports this module in every venv

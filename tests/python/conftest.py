@@ -27,4 +27,4 @@ def run_sluice(sluice_bin):
 
 # The Python client tests' served data set (client_support.py), here so that one server serves
 # every module of a session.
-from client_support import client, data_dir, server  # noqa: E402,F401
+from client_support import client, data_dir, fleet, server  # noqa: E402,F401

@@ -13,15 +13,6 @@ from client_support import IMAGES, Server
 from sluice._client import fleet_problem, resolve_targets
 
 
-@pytest.fixture(scope="module")
-def fleet(sluice_bin, data_dir, tmp_path_factory):
-    servers = [Server(sluice_bin, tmp_path_factory.mktemp("shard%d" % i), data_dir,
-                      args=["--shard", "%d/2" % i]) for i in range(2)]
-    yield servers
-    for s in servers:
-        s.stop()
-
-
 def _hashes(images):
     return [hashlib.sha1(image).hexdigest() for image in images]
 

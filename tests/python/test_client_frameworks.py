@@ -314,6 +314,9 @@ def test_torch_worker_that_collates_more_batches_than_max_held_does_not_hang(ser
     # Auto-collation: the worker keeps 6 batches (default max_held 4) before handing them over
     # collated, so it must not wait for its own tensors' slots to go; with_position reads one
     # batch ahead too (a list collates the StreamPositions). timeout: a hang fails.
+    # The reference first: in this process, after the loader spawned its worker, a new stream's
+    # connect once took over connect_timeout (10 s) on the loaded 2-core machine (issue note).
+    expected = [b.labels.tolist() for b in client.stream("train", batch_size=4, epochs=1)]
     ds = sluice.torch.SluiceDataset(server.target, "train", batch_size=4,
                                     with_position=with_position)
     loader = torch.utils.data.DataLoader(ds, batch_size=6, num_workers=1, timeout=60,
@@ -324,7 +327,6 @@ def test_torch_worker_that_collates_more_batches_than_max_held_does_not_hang(ser
     else:
         labels = [y for _, y in loader]
     assert [tuple(y.shape) for y in labels] == [(6, 4)] * 8 + [(2, 4)]
-    expected = [b.labels.tolist() for b in client.stream("train", batch_size=4, epochs=1)]
     assert [batch for y in labels for batch in y.tolist()] == expected
 
 

@@ -196,15 +196,6 @@ def test_torch_ddp_ranks_get_equal_batches_every_record_once_and_resume_exactly(
     assert all(resumed[r]["eval"]["len"] == eval_counts[0] for r in range(world))
 
 
-@pytest.fixture(scope="module")
-def fleet(sluice_bin, data_dir, tmp_path_factory):
-    servers = [Server(sluice_bin, tmp_path_factory.mktemp("shard%d" % i), data_dir,
-                      args=["--shard", "%d/2" % i]) for i in range(2)]
-    yield servers
-    for s in servers:
-        s.stop()
-
-
 def test_torch_workers_fanning_in_from_a_fleet_resume_every_server_exactly(fleet):
     torch = pytest.importorskip("torch")
     import sluice.torch

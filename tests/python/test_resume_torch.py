@@ -9,18 +9,9 @@ import collections
 
 import pytest
 
-from client_support import IMAGES, Server
+from client_support import IMAGES
 
 BATCH = 16
-
-
-@pytest.fixture(scope="module")
-def fleet(sluice_bin, data_dir, tmp_path_factory):
-    servers = [Server(sluice_bin, tmp_path_factory.mktemp("resume-shard%d" % i), data_dir,
-                      args=["--shard", "%d/2" % i]) for i in range(2)]
-    yield servers
-    for s in servers:
-        s.stop()
 
 
 def _loader(ds, workers):

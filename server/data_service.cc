@@ -572,9 +572,9 @@ Status DataService::Defer(StartingCall* call, std::function<void()> start) {
   {
     std::lock_guard<std::mutex> lock(starts_mu_);
     if (drain_) return *drain_;
+    call->Hold();  // the start's, before a drain can find the call
     starting_.insert(call);
   }
-  call->Hold();  // the start's
   auto unregister = [this, call] {
     {
       std::lock_guard<std::mutex> lock(starts_mu_);

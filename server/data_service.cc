@@ -136,25 +136,19 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   void Opened(
       Result<std::shared_ptr<Job>> job,
       const std::function<std::shared_ptr<SharedSegment>(const ResolvedOptions&)>& segment_for) {
-    std::shared_ptr<Job> unused;
-    Status refused;
+    bool ended;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (finished_) {
-        if (job.ok()) unused = std::move(*job);
-      } else if (!job.ok()) {
-        finished_ = true;
-        refused = job.status();
-      } else {
-        phase_ = Phase::kStarting;
-      }
+      ended = finished_;
+      if (!ended && job.ok()) phase_ = Phase::kStarting;
+      if (!ended && !job.ok()) finished_ = true;
     }
-    if (unused) {
-      registry_->Close(std::move(unused));
+    if (ended) {
+      if (job.ok()) registry_->Close(std::move(*job));
       return;
     }
-    if (!refused.ok()) {
-      Finish(ToGrpc(refused));
+    if (!job.ok()) {
+      Finish(ToGrpc(job.status()));
       return;
     }
     job_ = std::move(*job);

@@ -2,7 +2,8 @@
 // they hold no gRPC thread, so other calls (ListDatasets, GetStats, another stream's batches) go
 // on; a start cancelled by its client gives back everything once its open returns; the bound on
 // starts in flight refuses with RESOURCE_EXHAUSTED; SIGTERM ends a start in flight at once and
-// the server exits 0 even when the start never returns.
+// the server exits 0 even when the start never returns, and stops cleanly when it returns during
+// the drain.
 //
 // The wait is made deterministic with a FIFO: once the server has started, a peer shard's file
 // of "train" is replaced by one. Equal shares count every peer file's records, and opening a FIFO
@@ -365,6 +366,32 @@ TEST_CASE("SigtermWhileStartsBlockEndsTheirCallsAndExitsZeroWithoutThem") {
                              "their files after the drain; exiting without "
                              "them") != std::string::npos);
   CHECK(server.output().find("stopped") != std::string::npos);
+}
+
+TEST_CASE("StartReturningDuringTheDrainLetsTheServerStopWithoutAbandoningIt") {
+  BlockedFixture f(/*max_streams=*/8);
+  std::vector<std::string> args = f.Args();
+  args.push_back("--drain-seconds");
+  args.push_back("60");
+  ServerProcess server(args);
+  INFO(server.output());
+  REQUIRE(server.running());
+  auto stub = Stub(server.address());
+  f.BlockTrain();
+  RawStream start(stub.get(), BlockedRequest());
+  StatsWhen(stub.get(), [](const v1::Stats& s) {
+    return s.starts_in_flight() == 1 && s.active_streams() == 1;
+  });
+  REQUIRE(::kill(server.pid(), SIGTERM) == 0);
+  // The drain ended the call; its open still blocks.
+  start.Join();
+  CHECK(start.status().error_code() == grpc::StatusCode::UNAVAILABLE);
+  f.Release();
+  // Signal 0 sends nothing: the server exits on its own once the open has returned.
+  CHECK(server.Stop(0, std::chrono::seconds(30)) == 0);
+  INFO(server.output());
+  CHECK(server.output().find("stopped") != std::string::npos);
+  CHECK(server.output().find("exiting without them") == std::string::npos);
 }
 
 }  // namespace

@@ -256,9 +256,10 @@ int Serve(const ServeFlags& f) {
   server->Shutdown(std::chrono::system_clock::now() + drain);
   server->Wait();
   if (http) http->Stop();
-  // Their calls have ended; what they wait for may never come (a FIFO without a writer, a hung
-  // network file system: no signal takes a thread out of such a wait), so after the drain the
-  // process exits without joining them (the kernel reclaims what they hold).
+  // Starts still in flight had their calls ended by Drain, but what they wait for may never come
+  // (a FIFO without a writer, a hung network file system: no signal takes a thread out of such a
+  // wait, and the file layer retries EINTR). After the drain the process exits without joining
+  // them; what they hold is the process's (descriptors, memory, memfd segments) and goes with it.
   if (!service.WaitForStarts(drained_by)) {
     std::fprintf(stderr,
                  "sluice serve: %d stream start(s) or DescribeStream call(s) still waiting on "

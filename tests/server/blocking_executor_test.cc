@@ -3,8 +3,9 @@
 // queued before it joins.
 #include "server/blocking_executor.h"
 
-#include <atomic>
 #include <catch2/catch.hpp>
+
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <memory>

@@ -9,13 +9,13 @@
 // of "train" is replaced by one. Equal shares count every peer file's records, and opening a FIFO
 // for reading blocks until a writer opens it, which the test does to release the starts (the
 // count of a FIFO is then 0 records: its size).
+#include <catch2/catch.hpp>
+
 #include <fcntl.h>
-#include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -23,6 +23,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <grpcpp/grpcpp.h>
 
 #include "tests/server/serve_fixture.h"
 

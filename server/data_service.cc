@@ -17,6 +17,29 @@
 #include "server/token_auth.h"
 
 namespace sluice {
+
+// A call whose start (a job's opening, a plan's record counts) runs on the executor. It ends
+// once, whichever comes first: its start's answer, its client's cancel, the server's drain
+// (Refuse). It is destroyed when nobody holds it any more: the call until OnDone, its start
+// until it has run, a drain while it refuses it.
+class StartingCall {
+ public:
+  virtual ~StartingCall() = default;
+  // Ends the call with `status` (the server is draining) unless it has ended or started.
+  virtual void Refuse(const Status& status) = 0;
+  void Hold() { holds_.fetch_add(1, std::memory_order_relaxed); }
+  void Release() {
+    if (holds_.fetch_sub(1, std::memory_order_acq_rel) == 1) Destroy();
+  }
+
+ protected:
+  // Gives back what the call holds, and deletes it.
+  virtual void Destroy() = 0;
+
+ private:
+  std::atomic<int> holds_{1};  // the call's, released by OnDone
+};
+
 namespace {
 
 // A stream refused before it started.
@@ -52,48 +75,106 @@ BatchExtras ExtrasOf(const Batch& batch) {
 // back to ordinary batches (a client in another pid namespace, or of another user, never does).
 constexpr auto kAttachTimeout = std::chrono::seconds(2);
 
-class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public JobConsumer {
+// DescribeStream's call: answered from the executor, or ended by its cancel or the drain.
+class PlanReactor : public grpc::ServerUnaryReactor, public StartingCall {
  public:
-  // segment: the stream's shared-memory segment, already named in the initial metadata and
-  // reserved in the registry; null for ordinary batches.
-  BatchWriter(grpc::CallbackServerContext* context, JobRegistry* registry, std::shared_ptr<Job> job,
-              std::shared_ptr<SharedSegment> segment, SlotWatcher* watcher)
-      : context_(context),
-        registry_(registry),
-        job_(std::move(job)),
-        counters_(&registry->counters(job_->dataset())),
-        offered_(segment != nullptr),
-        segment_(std::move(segment)),
-        watcher_(watcher) {
-    job_->Attach(this);
-    if (!offered_) {
-      job_->Want(this);
+  explicit PlanReactor(v1::StreamPlan* response) : response_(response) {}
+
+  bool ended() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return finished_;
+  }
+  // The plan (or why there is none), unless the call has ended.
+  void Answer(Result<v1::StreamPlan> plan) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finished_) return;
+      finished_ = true;
+      if (plan.ok()) *response_ = std::move(*plan);
+    }
+    Finish(plan.ok() ? grpc::Status::OK : ToGrpc(plan.status()));
+  }
+  void Refuse(const Status& status) override { FinishOnce(ToGrpc(status)); }
+  void OnCancel() override { FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled")); }
+  void OnDone() override { Release(); }
+
+ private:
+  void Destroy() override { delete this; }
+  void FinishOnce(grpc::Status status) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finished_) return;
+      finished_ = true;
+    }
+    Finish(std::move(status));
+  }
+
+  v1::StreamPlan* const response_;  // the call's: written only before Finish
+  mutable std::mutex mu_;
+  bool finished_ = false;  // guarded by mu_
+};
+
+class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
+                    public JobConsumer,
+                    public StartingCall {
+ public:
+  // The call's stream, returned to gRPC at once; its job is opened on the executor (Opened).
+  BatchWriter(grpc::CallbackServerContext* context, JobRegistry* registry, SlotWatcher* watcher)
+      : context_(context), registry_(registry), watcher_(watcher) {}
+
+  // Whether the call has ended: there is no stream to open a job for. Any thread.
+  bool ended() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return finished_;
+  }
+
+  // On the executor, with the stream's job as JobRegistry::Open gave it (or why not): the stream
+  // is refused, or starts writing. A call that ended meanwhile (cancelled, drained) gives the job
+  // straight back. segment_for: the stream's shared-memory segment, named in the initial
+  // metadata and reserved in the registry, or null for ordinary batches
+  // (DataService::SharedSegmentFor); called once the job is known, while the call is still on.
+  void Opened(
+      Result<std::shared_ptr<Job>> job,
+      const std::function<std::shared_ptr<SharedSegment>(const ResolvedOptions&)>& segment_for) {
+    bool ended;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ended = finished_;
+      if (!ended && job.ok()) phase_ = Phase::kStarting;
+      if (!ended && !job.ok()) finished_ = true;
+    }
+    if (ended) {
+      if (job.ok()) registry_->Close(std::move(*job));
       return;
     }
-    reserved_ = static_cast<int64_t>(segment_->total_bytes());
-    StartSendInitialMetadata();
-    const auto deadline = std::chrono::steady_clock::now() + kAttachTimeout;
-    watcher_->Watch(
-        this,
-        [this, deadline] {
-          return segment_->attached() || std::chrono::steady_clock::now() >= deadline;
-        },
-        [this] {
-          // Attached: the name is no longer needed (the mappings stay), and a client that
-          // opens it later finds nothing or another file. Not: ordinary batches, and the
-          // segment's memory goes back now rather than with the stream, whoever maps it.
-          segment_->Retract();
-          if (segment_->attached()) {
-            registry_->CountSharedMemoryStream(1);
-            shared_ = true;
-          } else {
-            segment_->Discard();
-            segment_.reset();
-            registry_->ReleaseSharedMemory(reserved_);
-            reserved_ = 0;
-          }
-          WantIfOpen();
-        });
+    if (!job.ok()) {
+      Finish(ToGrpc(job.status()));
+      return;
+    }
+    job_ = std::move(*job);
+    counters_ = &registry_->counters(job_->dataset());
+    segment_ = segment_for(job_->options());
+    offered_ = segment_ != nullptr;
+    Start();
+    // A cancel that came while starting left the call to end here (or to the write in flight).
+    bool cancel;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      phase_ = Phase::kStarted;
+      cancel = cancelled_ && !writing_ && !finished_;
+      if (cancel) finished_ = true;
+    }
+    if (cancel) Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+  }
+
+  // While the job is being opened only: afterwards the job's Stop ends the stream.
+  void Refuse(const Status& status) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finished_ || phase_ != Phase::kOpening) return;
+      finished_ = true;
+    }
+    Finish(ToGrpc(status));
   }
 
   bool OnEvent(JobEvent event) override {
@@ -138,16 +219,62 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
   void OnCancel() override {
     {
       // One critical section: an OnEvent on a pipeline thread either started its write before
-      // (OnWriteDone finishes the call) or sees finished_ and writes nothing.
+      // (OnWriteDone finishes the call) or sees finished_ and writes nothing. While the job is
+      // being opened the call ends now (Opened gives the job back); while the stream starts,
+      // Opened ends it.
       std::lock_guard<std::mutex> lock(mu_);
       cancelled_ = true;
-      if (writing_ || finished_) return;
+      if (writing_ || finished_ || phase_ == Phase::kStarting) return;
       finished_ = true;
     }
     Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
   }
 
-  void OnDone() override {
+  void OnDone() override { Release(); }
+
+ private:
+  enum class Phase { kOpening, kStarting, kStarted };
+
+  // The stream's first steps once its job is known: attach, then the first Want, or the segment
+  // offered to the client and its attachment watched.
+  void Start() {
+    job_->Attach(this);
+    if (!offered_) {
+      job_->Want(this);
+      return;
+    }
+    reserved_ = static_cast<int64_t>(segment_->total_bytes());
+    StartSendInitialMetadata();
+    const auto deadline = std::chrono::steady_clock::now() + kAttachTimeout;
+    watcher_->Watch(
+        this,
+        [this, deadline] {
+          return segment_->attached() || std::chrono::steady_clock::now() >= deadline;
+        },
+        [this] {
+          // Attached: the name is no longer needed (the mappings stay), and a client that
+          // opens it later finds nothing or another file. Not: ordinary batches, and the
+          // segment's memory goes back now rather than with the stream, whoever maps it.
+          segment_->Retract();
+          if (segment_->attached()) {
+            registry_->CountSharedMemoryStream(1);
+            shared_ = true;
+          } else {
+            segment_->Discard();
+            segment_.reset();
+            registry_->ReleaseSharedMemory(reserved_);
+            reserved_ = 0;
+          }
+          WantIfOpen();
+        });
+  }
+
+  // Once the call is done (OnDone) and its start has returned: whatever thread gets there last.
+  void Destroy() override {
+    if (!job_) {
+      delete this;
+      return;
+    }
     // After Cancel the watcher's ready() is not running and will not run: reserved_ and shared_
     // are settled, and nothing asks the job for this stream again.
     if (offered_) watcher_->Cancel(this);
@@ -168,7 +295,6 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
     delete this;
   }
 
- private:
   // skipped: records skipped after the stream's last batch, for its trailing metadata. False
   // when the stream had already finished (nothing is sent).
   bool FinishOnce(grpc::Status status, uint64_t skipped = 0) {
@@ -274,25 +400,28 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
     return true;
   }
 
-  grpc::CallbackServerContext* const context_;  // the call's; outlives the reactor
+  // The call's; valid until OnDone, which comes only after Finish, so while the call is on.
+  grpc::CallbackServerContext* const context_;
   JobRegistry* const registry_;
+  SlotWatcher* const watcher_;
+  // job_, counters_, offered_: set by Opened before the stream starts, fixed afterwards.
   std::shared_ptr<Job> job_;
-  DatasetCounters* const counters_;
-  const bool offered_;  // a segment was named to the client (the watcher is in use)
+  DatasetCounters* counters_ = nullptr;
+  bool offered_ = false;  // a segment was named to the client (the watcher is in use)
   // Null for ordinary batches; reset by the watcher's ready() when the client did not attach
   // (before any Want, so nothing else reads it then).
   std::shared_ptr<SharedSegment> segment_;
-  SlotWatcher* const watcher_;
   int64_t reserved_ = 0;  // registry bytes held for segment_; ready() and OnDone only
   // Images go through segment_: set (before the first Want) once the client attached.
   std::atomic<bool> shared_{false};
-  grpc::ByteBuffer out_;  // the write in flight
-  BatchMeta pending_;  // of the write in flight, counted as served when it completes
+  grpc::ByteBuffer out_;   // the write in flight
+  BatchMeta pending_;      // of the write in flight, counted as served when it completes
   int pending_slot_ = -1;  // the slot the write in flight names, or -1
-  std::mutex mu_;
-  bool writing_ = false;   // guarded by mu_
-  bool finished_ = false;  // Finish called or about to be; guarded by mu_
-  bool cancelled_ = false;  // guarded by mu_
+  mutable std::mutex mu_;
+  Phase phase_ = Phase::kOpening;  // guarded by mu_
+  bool writing_ = false;           // guarded by mu_
+  bool finished_ = false;          // Finish called or about to be; guarded by mu_
+  bool cancelled_ = false;         // guarded by mu_
 };
 
 }  // namespace
@@ -303,7 +432,12 @@ grpc::Status ToGrpc(const Status& s) {
 }
 
 DataService::DataService(const v1::ServerConfig& config, JobRegistry* registry, std::string token)
-    : config_(config), registry_(registry), token_(std::move(token)) {}
+    : config_(config),
+      registry_(registry),
+      token_(std::move(token)),
+      executor_(kStartThreads, config.max_streams()) {}
+
+DataService::~DataService() = default;
 
 Status DataService::Authenticate(const grpc::CallbackServerContext& context) const {
   // The credentials refused a call without the token before its message was read
@@ -337,7 +471,10 @@ grpc::ServerUnaryReactor* DataService::GetStats(grpc::CallbackServerContext* con
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   Status s = Authenticate(*context);
   if (s.ok() && !request->dataset().empty()) s = FindDataset(config_, request->dataset()).status();
-  if (s.ok()) registry_->FillStats(request->dataset(), response);
+  if (s.ok()) {
+    registry_->FillStats(request->dataset(), response);
+    response->set_starts_in_flight(executor_.busy());
+  }
   reactor->Finish(ToGrpc(s));
   return reactor;
 }
@@ -345,14 +482,18 @@ grpc::ServerUnaryReactor* DataService::GetStats(grpc::CallbackServerContext* con
 grpc::ServerUnaryReactor* DataService::DescribeStream(grpc::CallbackServerContext* context,
                                                       const v1::StreamRequest* request,
                                                       v1::StreamPlan* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpc(Describe(*context, *request, response)));
+  auto* reactor = new PlanReactor(response);
+  Status s = Authenticate(*context);
+  if (s.ok()) {
+    s = Defer(reactor, [this, reactor, request = *request] {
+      if (!reactor->ended()) reactor->Answer(Plan(request));
+    });
+  }
+  if (!s.ok()) reactor->Refuse(s);
   return reactor;
 }
 
-Status DataService::Describe(const grpc::CallbackServerContext& context,
-                             const v1::StreamRequest& request, v1::StreamPlan* response) const {
-  RETURN_IF_ERROR(Authenticate(context));
+Result<v1::StreamPlan> DataService::Plan(const v1::StreamRequest& request) const {
   ASSIGN_OR_RETURN(const v1::DatasetConfig* dataset, FindDataset(config_, request.dataset()));
   ASSIGN_OR_RETURN(v1::PipelineOptions options, PipelineForRequest(config_, *dataset, request));
   ASSIGN_OR_RETURN(ResolvedOptions resolved, ResolveOptions(options));
@@ -360,30 +501,31 @@ Status DataService::Describe(const grpc::CallbackServerContext& context,
   RETURN_IF_ERROR(CheckResumePosition(
       resolved, BatchPosition{p.epoch(), p.index(), p.end_record(), p.shuffle_bytes()}));
   ASSIGN_OR_RETURN(SharePlan plan, PlanSharesForFiles(resolved));
-  response->set_batch_size(resolved.batch_size);
-  response->set_image_height(resolved.height);
-  response->set_image_width(resolved.width);
-  response->set_mode(resolved.mode == PipelineMode::kEval ? v1::MODE_EVAL : v1::MODE_TRAIN);
-  response->set_epochs(resolved.epochs);
-  response->mutable_shard()->set_index(resolved.shard_index);
-  response->mutable_shard()->set_count(resolved.shard_count);
-  response->mutable_shard()->set_consumers(resolved.shard_consumers);
+  v1::StreamPlan out;
+  out.set_batch_size(resolved.batch_size);
+  out.set_image_height(resolved.height);
+  out.set_image_width(resolved.width);
+  out.set_mode(resolved.mode == PipelineMode::kEval ? v1::MODE_EVAL : v1::MODE_TRAIN);
+  out.set_epochs(resolved.epochs);
+  out.mutable_shard()->set_index(resolved.shard_index);
+  out.mutable_shard()->set_count(resolved.shard_count);
+  out.mutable_shard()->set_consumers(resolved.shard_consumers);
   switch (resolved.equal_shares) {
     case EqualShares::kDrop:
-      response->set_equal_shares(v1::EQUAL_SHARES_DROP);
+      out.set_equal_shares(v1::EQUAL_SHARES_DROP);
       break;
     case EqualShares::kPad:
-      response->set_equal_shares(v1::EQUAL_SHARES_PAD);
+      out.set_equal_shares(v1::EQUAL_SHARES_PAD);
       break;
     case EqualShares::kOff:
-      response->set_equal_shares(v1::EQUAL_SHARES_OFF);
+      out.set_equal_shares(v1::EQUAL_SHARES_OFF);
       break;
   }
-  response->set_records_per_epoch(plan.records_per_epoch);
-  response->set_batches_per_epoch(plan.batches_per_epoch);
-  response->set_min_shard_records(plan.min_shard_records);
-  response->set_max_shard_records(plan.max_shard_records);
-  return Status::OK();
+  out.set_records_per_epoch(plan.records_per_epoch);
+  out.set_batches_per_epoch(plan.batches_per_epoch);
+  out.set_min_shard_records(plan.min_shard_records);
+  out.set_max_shard_records(plan.max_shard_records);
+  return out;
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* DataService::StreamBatches(
@@ -405,12 +547,66 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* DataService::StreamBatches(
   BatchPosition start{request.start_position().epoch(), request.start_position().index(),
                       request.start_position().end_record(),
                       request.start_position().shuffle_bytes()};
-  Result<std::shared_ptr<Job>> job =
-      registry_->Open(request.dataset(), request.job_name(), *options, start, request.record_ids());
-  if (!job.ok()) return new RefusedStream(job.status());
-  std::shared_ptr<SharedSegment> segment;
-  if (request.shared_memory()) segment = SharedSegmentFor(*context, request, (*job)->options());
-  return new BatchWriter(context, registry_, std::move(*job), std::move(segment), &watcher_);
+  auto* stream = new BatchWriter(context, registry_, &watcher_);
+  Status deferred = Defer(stream, [this, stream, context, request = std::move(request),
+                                   options = std::move(*options), start] {
+    if (stream->ended()) return;  // cancelled or drained while queued: no job to open
+    stream->Opened(registry_->Open(request.dataset(), request.job_name(), options, start,
+                                   request.record_ids()),
+                   [&](const ResolvedOptions& resolved) -> std::shared_ptr<SharedSegment> {
+                     if (!request.shared_memory()) return nullptr;
+                     return SharedSegmentFor(*context, request, resolved);
+                   });
+  });
+  if (!deferred.ok()) stream->Refuse(deferred);
+  return stream;
+}
+
+Status DataService::Defer(StartingCall* call, std::function<void()> start) {
+  {
+    std::lock_guard<std::mutex> lock(starts_mu_);
+    if (drain_) return *drain_;
+    call->Hold();  // the start's, before a drain can find the call
+    starting_.insert(call);
+  }
+  auto unregister = [this, call] {
+    {
+      std::lock_guard<std::mutex> lock(starts_mu_);
+      starting_.erase(call);
+    }
+    call->Release();
+  };
+  if (executor_.TrySubmit([start = std::move(start), unregister] {
+        start();
+        unregister();
+      })) {
+    return Status::OK();
+  }
+  unregister();  // not the last hold: the call's remains
+  return ResourceExhausted(
+      "this server already has " + std::to_string(executor_.max_tasks()) +
+      " stream starts and DescribeStream calls waiting for their files (its max_streams); try "
+      "again later or another server");
+}
+
+void DataService::Drain(const Status& status) {
+  std::vector<StartingCall*> calls;
+  {
+    std::lock_guard<std::mutex> lock(starts_mu_);
+    drain_ = status;
+    for (StartingCall* call : starting_) {
+      call->Hold();
+      calls.push_back(call);
+    }
+  }
+  for (StartingCall* call : calls) {
+    call->Refuse(status);
+    call->Release();
+  }
+}
+
+bool DataService::WaitForStarts(std::chrono::steady_clock::time_point deadline) {
+  return executor_.WaitIdle(deadline);
 }
 
 std::shared_ptr<SharedSegment> DataService::SharedSegmentFor(grpc::CallbackServerContext& context,

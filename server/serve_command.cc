@@ -1,10 +1,13 @@
 // `sluice serve`: the daemon. Loads and checks the configuration (or makes one from --files),
 // serves DataService (+ health and reflection) on every listen address, /metrics, /healthz and /
 // on the metrics address, and drains on SIGINT/SIGTERM: new streams are refused, every stream
-// ends with UNAVAILABLE after its write in flight, and the process exits 0.
+// ends with UNAVAILABLE after its write in flight (one whose job is still being opened, and a
+// DescribeStream still counting, at once), and the process exits 0.
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -245,11 +248,28 @@ int Serve(const ServeFlags& f) {
   std::fflush(stdout);
   pages.SetDraining();
   server->GetHealthCheckService()->SetServingStatus(false);
-  registry.StopAll(Unavailable("the server is shutting down; reconnect to continue"));
-  server->Shutdown(std::chrono::system_clock::now() +
-                   std::chrono::milliseconds(static_cast<int64_t>(f.drain_seconds * 1000)));
+  const Status draining = Unavailable("the server is shutting down; reconnect to continue");
+  registry.StopAll(draining);
+  service.Drain(draining);
+  const auto drain = std::chrono::milliseconds(static_cast<int64_t>(f.drain_seconds * 1000));
+  const auto drained_by = std::chrono::steady_clock::now() + drain;
+  server->Shutdown(std::chrono::system_clock::now() + drain);
   server->Wait();
   if (http) http->Stop();
+  // Starts still in flight had their calls ended by Drain, but what they wait for may never come
+  // (a FIFO without a writer, a hung network file system: no signal takes a thread out of such a
+  // wait, and the file layer retries EINTR). After the drain the process exits without joining
+  // them; what they hold is the process's (descriptors, memory, memfd segments) and goes with it.
+  if (!service.WaitForStarts(drained_by)) {
+    std::fprintf(stderr,
+                 "sluice serve: %d stream start(s) or DescribeStream call(s) still waiting on "
+                 "their files after the drain; exiting without them\n",
+                 service.starts_in_flight());
+    std::printf("sluice serve: stopped\n");
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(0);
+  }
   std::printf("sluice serve: stopped\n");
   return 0;
 }

@@ -1,0 +1,400 @@
+// Stream starts and DescribeStream calls that wait on their files, against a real `sluice serve`:
+// they hold no gRPC thread, so other calls (ListDatasets, GetStats, another stream's batches) go
+// on; a start cancelled by its client gives back everything once its open returns; the bound on
+// starts in flight refuses with RESOURCE_EXHAUSTED; SIGTERM ends a start in flight at once and
+// the server exits 0 even when the start never returns, and stops cleanly when it returns during
+// the drain.
+//
+// The wait is made deterministic with a FIFO: once the server has started, a peer shard's file
+// of "train" is replaced by one. Equal shares count every peer file's records, and opening a FIFO
+// for reading blocks until a writer opens it, which the test does to release the starts (the
+// count of a FIFO is then 0 records: its size).
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "tests/server/serve_fixture.h"
+
+namespace sluice {
+namespace {
+
+using testing::ServerProcess;
+using testing::TempDir;
+using testing::WriteTestShards;
+
+constexpr auto kCallDeadline = std::chrono::seconds(20);
+
+// Datasets "train" (4 files of 40 records) and "other" (2 files), batches of 8.
+struct BlockedFixture {
+  explicit BlockedFixture(int max_streams) {
+    WriteTestShards(train, 4, 40);
+    WriteTestShards(other, 2, 40);
+    config = dir.file("sluice.textproto");
+    auto dataset = [](const std::string& name, const TempDir& d) {
+      return "datasets {\n  name: \"" + name + "\"\n  pipeline {\n    files: \"" +
+             d.file("shard-*.tfrecord") +
+             "\"\n    batch_size: 8\n    image_height: 32\n    image_width: 40\n"
+             "    threads: 1\n    seed: 7\n    epochs: 1\n    memory_budget_bytes: 25165824\n"
+             "  }\n}\n";
+    };
+    testing::WriteAll(config,
+                      "listen: \"127.0.0.1:0\"\nmax_streams: " + std::to_string(max_streams) +
+                          "\nmemory_budget_bytes: 1073741824\n" + dataset("train", train) +
+                          dataset("other", other));
+  }
+
+  // Replaces train's shard-3 (a peer file of shard 0 of 2) by a FIFO: counting it blocks.
+  void BlockTrain() {
+    const std::string path = train.file("shard-3.tfrecord");
+    REQUIRE(::unlink(path.c_str()) == 0);
+    REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+  }
+  // Opens the FIFO as a writer, which lets every open for reading through, then and later.
+  void Release() {
+    writer = ::open(train.file("shard-3.tfrecord").c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
+    REQUIRE(writer >= 0);
+  }
+  ~BlockedFixture() {
+    if (writer >= 0) ::close(writer);
+  }
+
+  std::vector<std::string> Args() const { return {"--config", config}; }
+
+  TempDir dir, train, other;
+  std::string config;
+  int writer = -1;
+};
+
+// Shard 0 of 2 of train: equal shares (DROP) count shard 1's files, the FIFO among them.
+v1::StreamRequest BlockedRequest() {
+  v1::StreamRequest r = serve_testing::Request("train");
+  r.mutable_shard()->set_index(0);
+  r.mutable_shard()->set_count(2);
+  return r;
+}
+
+std::unique_ptr<v1::DataService::Stub> Stub(const std::string& address) {
+  return v1::DataService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+}
+
+// A StreamBatches call read to its end on a thread of its own.
+class RawStream {
+ public:
+  RawStream(v1::DataService::Stub* stub, v1::StreamRequest request) {
+    thread_ = std::thread([this, stub, request = std::move(request)] {
+      auto reader = stub->StreamBatches(&context_, request);
+      v1::Batch b;
+      while (reader->Read(&b)) {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++batches_;
+        cv_.notify_all();
+      }
+      status_ = reader->Finish();
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+      cv_.notify_all();
+    });
+  }
+  ~RawStream() {
+    context_.TryCancel();
+    Join();
+  }
+  void Cancel() { context_.TryCancel(); }
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  // Whether n batches came within kCallDeadline.
+  bool WaitForBatches(int n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, kCallDeadline, [&] { return batches_ >= n || done_; });
+    return batches_ >= n;
+  }
+  // After Join.
+  const grpc::Status& status() const { return status_; }
+  int batches() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return batches_;
+  }
+
+ private:
+  grpc::ClientContext context_;
+  std::thread thread_;
+  grpc::Status status_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  int batches_ = 0;    // guarded by mu_
+  bool done_ = false;  // guarded by mu_
+};
+
+// A DescribeStream call on a thread of its own.
+class RawDescribe {
+ public:
+  RawDescribe(v1::DataService::Stub* stub, v1::StreamRequest request) {
+    thread_ = std::thread([this, stub, request = std::move(request)] {
+      status_ = stub->DescribeStream(&context_, request, &plan_);
+    });
+  }
+  ~RawDescribe() {
+    context_.TryCancel();
+    Join();
+  }
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  const grpc::Status& status() const { return status_; }
+  const v1::StreamPlan& plan() const { return plan_; }
+
+ private:
+  grpc::ClientContext context_;
+  std::thread thread_;
+  grpc::Status status_;
+  v1::StreamPlan plan_;
+};
+
+grpc::Status GetStats(v1::DataService::Stub* stub, v1::Stats* stats) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+  return stub->GetStats(&context, v1::GetStatsRequest(), stats);
+}
+
+// GetStats until `done` holds of them; fails when a call fails or times out.
+template <typename Done>
+v1::Stats StatsWhen(v1::DataService::Stub* stub, Done done) {
+  const auto deadline = std::chrono::steady_clock::now() + kCallDeadline;
+  for (;;) {
+    v1::Stats stats;
+    const grpc::Status s = GetStats(stub, &stats);
+    INFO(s.error_message());
+    REQUIRE(s.ok());
+    if (done(stats)) return stats;
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+// Streams of "train" that run (a stream whose job is being opened is counted in the server's
+// active_streams only).
+int TrainStreams(const v1::Stats& stats) {
+  for (const v1::DatasetStats& d : stats.datasets()) {
+    if (d.name() == "train") return d.active_streams();
+  }
+  return -1;
+}
+
+TEST_CASE("StartsAndDescribesBlockedOnTheirFilesStopNoOtherCall") {
+  // More starts than any gRPC build has callback threads (at most 16 on the largest machine).
+  constexpr int kStarts = 24;
+  constexpr int kDescribes = 4;
+  BlockedFixture f(/*max_streams=*/64);
+  ServerProcess server(f.Args());
+  INFO(server.output());
+  REQUIRE(server.running());
+  auto stub = Stub(server.address());
+
+  // A stream of "other" that runs throughout: its writes are reactions too.
+  v1::StreamRequest forever = serve_testing::Request("other");
+  forever.set_epochs(0);
+  RawStream running(stub.get(), forever);
+  REQUIRE(running.WaitForBatches(1));
+
+  f.BlockTrain();
+  std::vector<std::unique_ptr<RawStream>> starts;
+  std::vector<std::unique_ptr<RawDescribe>> describes;
+  for (int i = 0; i < kStarts; ++i) {
+    starts.push_back(std::make_unique<RawStream>(stub.get(), BlockedRequest()));
+  }
+  for (int i = 0; i < kDescribes; ++i) {
+    describes.push_back(std::make_unique<RawDescribe>(stub.get(), BlockedRequest()));
+  }
+  // Every one is at the server, waiting for its job or its plan; a start whose job is being
+  // opened counts as a stream from then on.
+  StatsWhen(stub.get(), [](const v1::Stats& s) {
+    return s.starts_in_flight() == kStarts + kDescribes && s.active_streams() >= 2;
+  });
+
+  grpc::ClientContext list_context;
+  list_context.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+  v1::ListDatasetsResponse list;
+  const grpc::Status listed = stub->ListDatasets(&list_context, {}, &list);
+  INFO(listed.error_message());
+  REQUIRE(listed.ok());
+  CHECK(list.datasets_size() == 2);
+  v1::Stats stats;
+  REQUIRE(GetStats(stub.get(), &stats).ok());
+  CHECK(stats.active_streams() >= 2);
+  CHECK(TrainStreams(stats) == 0);
+  CHECK(stats.starts_in_flight() == kStarts + kDescribes);
+  // The running stream still gets its batches.
+  CHECK(running.WaitForBatches(running.batches() + 10));
+
+  f.Release();
+  // The FIFO counts as empty: shard 1 holds file 1's 40 records, so DROP gives 5 batches.
+  for (const auto& d : describes) {
+    d->Join();
+    INFO(d->status().error_message());
+    REQUIRE(d->status().ok());
+    CHECK(d->plan().batches_per_epoch() == 5);
+  }
+  for (const auto& s : starts) {
+    s->Join();
+    INFO(s->status().error_message());
+    CHECK(s->status().ok());
+    CHECK(s->batches() == 5);
+  }
+  running.Cancel();
+  running.Join();
+  StatsWhen(stub.get(), [](const v1::Stats& s) {
+    return s.active_streams() == 0 && s.starts_in_flight() == 0;
+  });
+}
+
+TEST_CASE("StreamsCancelledWhileTheirJobsOpenLeaveNoStreamOrReservationBehind") {
+  // More than the server's start threads, so some are still queued when cancelled; max_streams
+  // as many, so a stream the cancels leaked would refuse the next round.
+  constexpr int kStarts = 6;
+  BlockedFixture f(/*max_streams=*/kStarts);
+  ServerProcess server(f.Args());
+  INFO(server.output());
+  REQUIRE(server.running());
+  auto stub = Stub(server.address());
+  f.BlockTrain();
+  v1::StreamRequest shared_memory = BlockedRequest();
+  shared_memory.set_shared_memory(true);
+  shared_memory.set_shared_memory_slots(2);
+  std::vector<std::unique_ptr<RawStream>> starts;
+  for (int i = 0; i < kStarts; ++i) {
+    starts.push_back(std::make_unique<RawStream>(stub.get(), shared_memory));
+  }
+  // Some jobs are being opened, the others wait for a start thread.
+  StatsWhen(stub.get(), [](const v1::Stats& s) {
+    return s.starts_in_flight() == kStarts && s.active_streams() >= 1;
+  });
+  for (const auto& s : starts) s->Cancel();
+  for (const auto& s : starts) {
+    s->Join();
+    CHECK(s->status().error_code() == grpc::StatusCode::CANCELLED);
+    CHECK(s->batches() == 0);
+  }
+  // The opens still block; once they return, their jobs go straight back.
+  f.Release();
+  const v1::Stats after = StatsWhen(stub.get(), [](const v1::Stats& s) {
+    return s.starts_in_flight() == 0 && s.active_streams() == 0 && s.memory_reserved_bytes() == 0 &&
+           s.jobs_size() == 0;
+  });
+  CHECK(TrainStreams(after) == 0);
+  CHECK(after.shared_memory_bytes() == 0);
+  CHECK(after.shared_memory_streams() == 0);
+  // Every stream slot is free: max_streams streams run to their end.
+  std::vector<std::unique_ptr<RawStream>> again;
+  for (int i = 0; i < kStarts; ++i) {
+    again.push_back(std::make_unique<RawStream>(stub.get(), BlockedRequest()));
+  }
+  for (const auto& s : again) {
+    s->Join();
+    INFO(s->status().error_message());
+    CHECK(s->status().ok());
+    CHECK(s->batches() == 5);
+  }
+}
+
+TEST_CASE("StartsInFlightPastMaxStreamsAreRefusedResourceExhausted") {
+  BlockedFixture f(/*max_streams=*/2);
+  ServerProcess server(f.Args());
+  INFO(server.output());
+  REQUIRE(server.running());
+  auto stub = Stub(server.address());
+  f.BlockTrain();
+  RawStream a(stub.get(), BlockedRequest());
+  RawStream b(stub.get(), BlockedRequest());
+  // Both jobs are being opened (fewer than the start threads): the bound is reached.
+  StatsWhen(stub.get(), [](const v1::Stats& s) {
+    return s.starts_in_flight() == 2 && s.active_streams() == 2;
+  });
+  RawDescribe describe(stub.get(), BlockedRequest());
+  describe.Join();
+  CHECK(describe.status().error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(describe.status().error_message().find("DescribeStream calls waiting for their files") !=
+        std::string::npos);
+  CHECK(describe.status().error_message().find("max_streams") != std::string::npos);
+  // A start on a healthy dataset is refused the same way, at once, not queued.
+  RawStream c(stub.get(), serve_testing::Request("other"));
+  c.Join();
+  CHECK(c.status().error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  f.Release();
+  a.Join();
+  b.Join();
+  CHECK(a.status().ok());
+  CHECK(b.status().ok());
+  CHECK(a.batches() == 5);
+}
+
+TEST_CASE("SigtermWhileStartsBlockEndsTheirCallsAndExitsZeroWithoutThem") {
+  BlockedFixture f(/*max_streams=*/8);
+  std::vector<std::string> args = f.Args();
+  args.push_back("--drain-seconds");
+  args.push_back("1");
+  ServerProcess server(args);
+  INFO(server.output());
+  REQUIRE(server.running());
+  auto stub = Stub(server.address());
+  f.BlockTrain();
+  RawStream start(stub.get(), BlockedRequest());
+  RawDescribe describe(stub.get(), BlockedRequest());
+  StatsWhen(stub.get(), [](const v1::Stats& s) {
+    return s.starts_in_flight() == 2 && s.active_streams() == 1;
+  });
+  // The FIFO is never released: the open blocks until the process exits.
+  CHECK(server.Stop(SIGTERM, std::chrono::seconds(20)) == 0);
+  start.Join();
+  describe.Join();
+  INFO(server.output());
+  CHECK(start.status().error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK(start.status().error_message().find("shutting down") != std::string::npos);
+  CHECK(describe.status().error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK(server.output().find("2 stream start(s) or DescribeStream call(s) still waiting on "
+                             "their files after the drain; exiting without "
+                             "them") != std::string::npos);
+  CHECK(server.output().find("stopped") != std::string::npos);
+}
+
+TEST_CASE("StartReturningDuringTheDrainLetsTheServerStopWithoutAbandoningIt") {
+  BlockedFixture f(/*max_streams=*/8);
+  std::vector<std::string> args = f.Args();
+  args.push_back("--drain-seconds");
+  args.push_back("60");
+  ServerProcess server(args);
+  INFO(server.output());
+  REQUIRE(server.running());
+  auto stub = Stub(server.address());
+  f.BlockTrain();
+  RawStream start(stub.get(), BlockedRequest());
+  StatsWhen(stub.get(), [](const v1::Stats& s) {
+    return s.starts_in_flight() == 1 && s.active_streams() == 1;
+  });
+  REQUIRE(::kill(server.pid(), SIGTERM) == 0);
+  // The drain ended the call; its open still blocks.
+  start.Join();
+  CHECK(start.status().error_code() == grpc::StatusCode::UNAVAILABLE);
+  f.Release();
+  // Signal 0 sends nothing: the server exits on its own once the open has returned.
+  CHECK(server.Stop(0, std::chrono::seconds(30)) == 0);
+  INFO(server.output());
+  CHECK(server.output().find("stopped") != std::string::npos);
+  CHECK(server.output().find("exiting without them") == std::string::npos);
+}
+
+}  // namespace
+}  // namespace sluice

@@ -23,6 +23,7 @@ namespace sluice {
 namespace {
 
 using serve_testing::Connect;
+using serve_testing::FetchMetrics;
 using serve_testing::Request;
 using testing::ServerProcess;
 using testing::TempDir;
@@ -46,11 +47,13 @@ std::string WriteDataset(const TempDir& dir, int linger) {
     REQUIRE((*writer)->Close().ok());
   }
   const std::string path = dir.file("sluice.textproto");
-  testing::WriteAll(path, "listen: \"127.0.0.1:0\"\njob_linger_seconds: " + std::to_string(linger) +
-                              "\ndatasets {\n  name: \"train\"\n" + "  pipeline {\n    files: \"" +
-                              dir.file("shard-*.tfrecord") +
-                              "\"\n    batch_size: 4\n    image_height: 32\n    threads: 2\n" +
-                              "    epochs: 2\n    memory_budget_bytes: 67108864\n  }\n}\n");
+  testing::WriteAll(path,
+                    std::string("listen: \"127.0.0.1:0\"\nmetrics_address: \"127.0.0.1:0\"\n") +
+                        "job_linger_seconds: " + std::to_string(linger) +
+                        "\ndatasets {\n  name: \"train\"\n" + "  pipeline {\n    files: \"" +
+                        dir.file("shard-*.tfrecord") +
+                        "\"\n    batch_size: 4\n    image_height: 32\n    threads: 2\n" +
+                        "    epochs: 2\n    memory_budget_bytes: 67108864\n  }\n}\n");
   return path;
 }
 
@@ -200,6 +203,8 @@ TEST_CASE("ThreeConsumersInLockstepGetEqualFullBatchesWithEveryRecordOncePerEpoc
     CHECK(j.dropped_records() == (j.name() == "drop" ? 8u : 0u));
     CHECK(j.padded_samples() == (j.name() == "pad" ? 2u * (15 * 4 - kRecords) : 0u));
   }
+  CHECK(FetchMetrics(server).find("sluice_job_num_consumers{dataset=\"train\",job=\"drop\"} 3\n") !=
+        std::string::npos);
 }
 
 TEST_CASE("ARunNamedByItsStartEpochIsThatEpochOfARunFromZero") {

@@ -412,5 +412,54 @@ TEST_CASE("LockstepRequestsThatCannotJoinAreRefusedNamingTheField") {
   (void)reader->Finish();
 }
 
+TEST_CASE("TheCppClientStreamsAJobInLockstepThroughSharedMemory") {
+  TempDir dir;
+  ServerProcess server({"--config", WriteDataset(dir, 60)});
+  REQUIRE(server.running());
+  std::vector<serve_testing::Got> got(2);
+  std::vector<int64_t> shared(2);
+  std::vector<std::thread> threads;
+  for (int c = 0; c < 2; ++c) {
+    threads.emplace_back([&, c] {
+      auto client = Connect(server.address());
+      Result<std::unique_ptr<BatchStream>> s = client->Stream(Lockstep("cpp", c, 2));
+      if (!s.ok()) {
+        got[c].status = s.status();
+        return;
+      }
+      got[c] = serve_testing::ReadAll(**s);
+      shared[c] = (*s)->shared_memory_batches();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int c = 0; c < 2; ++c) {
+    INFO("consumer " << c << ": " << got[c].status.ToString());
+    REQUIRE(got[c].status.ok());
+    std::vector<Position> positions;
+    for (const BatchMeta& m : got[c].metas) positions.emplace_back(m.epoch, m.index);
+    CHECK(positions == Share(c, 2, 12));
+    CHECK(shared[c] == 12);
+  }
+}
+
+TEST_CASE("ProfileTargetJoinsAJobInLockstepUnderItsIndex") {
+  TempDir dir;
+  ServerProcess server({"--config", WriteDataset(dir, 60)});
+  REQUIRE(server.running());
+  const std::string args = "profile --target " + server.address() +
+                           " --dataset train --job-name prof --batches 4 --warmup-batches 0";
+  auto alone = testing::RunSluice(args + " --num-consumers 1 --consumer-index 0");
+  INFO(alone.err);
+  CHECK(alone.exit_code == 0);
+  auto stats = Connect(server.address())->GetStats("train");
+  REQUIRE(stats.ok());
+  REQUIRE(stats->jobs_size() == 1);
+  CHECK(stats->jobs(0).num_consumers() == 1);
+  auto outside = testing::RunSluice(args + " --num-consumers 2 --consumer-index 3");
+  CHECK(outside.exit_code == 1);
+  CHECK(outside.err.find("consumer_index 3 is outside [0, 2) (num_consumers)") !=
+        std::string::npos);
+}
+
 }  // namespace
 }  // namespace sluice

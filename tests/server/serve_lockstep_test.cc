@@ -233,9 +233,18 @@ TEST_CASE("ARunNamedByItsStartEpochIsThatEpochOfARunFromZero") {
       CHECK(google::protobuf::util::MessageDifferencer::Equals(one.batches[i], epoch_one[i]));
     }
   }
+  // Both runs, told apart by their start epochs, in GetStats and /metrics.
   auto stats = Connect(server.address())->GetStats("train");
   REQUIRE(stats.ok());
-  CHECK(stats->jobs_size() == 2);
+  REQUIRE(stats->jobs_size() == 2);
+  std::set<int64_t> starts;
+  for (const v1::JobStats& j : stats->jobs()) starts.insert(j.start_epoch());
+  CHECK(starts == std::set<int64_t>{0, 1});
+  const std::string metrics = FetchMetrics(server);
+  CHECK(metrics.find("sluice_job_num_consumers{dataset=\"train\",job=\"epochs\"} 3\n") !=
+        std::string::npos);
+  CHECK(metrics.find("sluice_job_num_consumers{dataset=\"train\",job=\"epochs\",start_epoch="
+                     "\"1\"} 3\n") != std::string::npos);
 }
 
 TEST_CASE("AConsumerThatReconnectsContinuesItsShareLosingAtMostTheBatchBeingWritten") {

@@ -207,6 +207,21 @@ TEST_CASE("ThreeConsumersInLockstepGetEqualFullBatchesWithEveryRecordOncePerEpoc
         std::string::npos);
 }
 
+TEST_CASE("MoreConsumersThanTheJobsBatchPoolAllGetTheirShares") {
+  TempDir dir;
+  ServerProcess server({"--config", WriteDataset(dir, 60)});
+  REQUIRE(server.running());
+  // Batches of 2: 26 full per epoch, 24 for 8 consumers; the pool holds prefetch (2) + 5.
+  std::vector<v1::StreamRequest> requests = AllOf("many", 8);
+  for (v1::StreamRequest& r : requests) r.set_batch_size(2);
+  const std::vector<Raw> got = ReadTogether(server.address(), requests);
+  for (int c = 0; c < 8; ++c) {
+    INFO("consumer " << c << ": " << got[c].status.error_message());
+    REQUIRE(got[c].status.ok());
+    CHECK(Positions(got[c].batches) == Share(c, 8, 24));
+  }
+}
+
 TEST_CASE("ARunNamedByItsStartEpochIsThatEpochOfARunFromZero") {
   TempDir dir;
   ServerProcess server({"--config", WriteDataset(dir, 60)});

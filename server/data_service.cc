@@ -2,6 +2,7 @@
 
 #include <grpcpp/support/proto_buffer_reader.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -119,8 +120,13 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
                     public StartingCall {
  public:
   // The call's stream, returned to gRPC at once; its job is opened on the executor (Opened).
-  BatchWriter(grpc::CallbackServerContext* context, JobRegistry* registry, SlotWatcher* watcher)
-      : context_(context), registry_(registry), watcher_(watcher) {}
+  // consumer_index: the stream's index in a job in lockstep (Job::Attach).
+  BatchWriter(grpc::CallbackServerContext* context, JobRegistry* registry, SlotWatcher* watcher,
+              int consumer_index)
+      : context_(context),
+        registry_(registry),
+        watcher_(watcher),
+        consumer_index_(consumer_index) {}
 
   // Whether the call has ended: there is no stream to open a job for. Any thread.
   bool ended() const {
@@ -177,13 +183,21 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
     Finish(ToGrpc(status));
   }
 
-  bool OnEvent(JobEvent event) override {
+  bool OnEvent(JobEvent& event) override {
     if (event.end || !event.error.ok()) {
       // Skips after the job's last batch ride on no batch: told to the client in the trailing
       // metadata (GetStats counts them from the pipeline).
       return FinishOnce(ToGrpc(event.error), event.skipped);
     }
-    if (shared_) return WriteShared(std::move(event.batch));
+    {
+      // Whether this stream writes the batch is settled before it is taken: a stream that has
+      // ended leaves it to the job (in lockstep, for the next stream under its index). From
+      // here OnCancel leaves the ending to OnWriteDone.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finished_) return false;
+      writing_ = true;
+    }
+    if (shared_) return WriteShared(event.batch);
     Batch* batch = new Batch(std::move(event.batch));
     const BatchMeta meta = MetaOf(*batch);
     grpc::Slice slices[2] = {
@@ -238,7 +252,7 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   // The stream's first steps once its job is known: attach, then the first Want, or the segment
   // offered to the client and its attachment watched.
   void Start() {
-    job_->Attach(this);
+    job_->Attach(this, consumer_index_);
     if (!offered_) {
       job_->Want(this);
       return;
@@ -360,7 +374,7 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   // batch with the slot's number; the batch's pooled buffer goes back at once. Whatever the
   // client does to the segment meanwhile, the copy cannot fault: its size is sealed. False when
   // the batch was not written (the stream ends).
-  bool WriteShared(Batch batch) {
+  bool WriteShared(const Batch& batch) {
     Result<int> found = segment_->FindFree();
     if (!found.ok()) {
       FinishOnce(ToGrpc(found.status()));
@@ -404,6 +418,7 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   grpc::CallbackServerContext* const context_;
   JobRegistry* const registry_;
   SlotWatcher* const watcher_;
+  const int consumer_index_;  // in a job in lockstep
   // job_, counters_, offered_: set by Opened before the stream starts, fixed afterwards.
   std::shared_ptr<Job> job_;
   DatasetCounters* counters_ = nullptr;
@@ -496,7 +511,7 @@ grpc::ServerUnaryReactor* DataService::DescribeStream(grpc::CallbackServerContex
 Result<v1::StreamPlan> DataService::Plan(const v1::StreamRequest& request) const {
   ASSIGN_OR_RETURN(const v1::DatasetConfig* dataset, FindDataset(config_, request.dataset()));
   ASSIGN_OR_RETURN(v1::PipelineOptions options, PipelineForRequest(config_, *dataset, request));
-  ASSIGN_OR_RETURN(ResolvedOptions resolved, ResolveOptions(options));
+  ASSIGN_OR_RETURN(ResolvedOptions resolved, ResolveOptions(options, request.num_consumers()));
   const v1::Position& p = request.start_position();
   RETURN_IF_ERROR(CheckResumePosition(
       resolved, BatchPosition{p.epoch(), p.index(), p.end_record(), p.shuffle_bytes()}));
@@ -522,7 +537,9 @@ Result<v1::StreamPlan> DataService::Plan(const v1::StreamRequest& request) const
       break;
   }
   out.set_records_per_epoch(plan.records_per_epoch);
-  out.set_batches_per_epoch(plan.batches_per_epoch);
+  // In lockstep the plan is the job's, and each consumer gets batches i with i mod N its index.
+  out.set_num_consumers(request.num_consumers());
+  out.set_batches_per_epoch(plan.batches_per_epoch / std::max(1, request.num_consumers()));
   out.set_min_shard_records(plan.min_shard_records);
   out.set_max_shard_records(plan.max_shard_records);
   return out;
@@ -547,12 +564,12 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* DataService::StreamBatches(
   BatchPosition start{request.start_position().epoch(), request.start_position().index(),
                       request.start_position().end_record(),
                       request.start_position().shuffle_bytes()};
-  auto* stream = new BatchWriter(context, registry_, &watcher_);
+  auto* stream = new BatchWriter(context, registry_, &watcher_, request.consumer_index());
   Status deferred = Defer(stream, [this, stream, context, request = std::move(request),
                                    options = std::move(*options), start] {
     if (stream->ended()) return;  // cancelled or drained while queued: no job to open
     stream->Opened(registry_->Open(request.dataset(), request.job_name(), options, start,
-                                   request.record_ids()),
+                                   request.record_ids(), request.num_consumers()),
                    [&](const ResolvedOptions& resolved) -> std::shared_ptr<SharedSegment> {
                      if (!request.shared_memory()) return nullptr;
                      return SharedSegmentFor(*context, request, resolved);

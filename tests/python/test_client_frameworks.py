@@ -276,7 +276,8 @@ def test_torch_dataset_resumes_mid_epoch_from_its_state_without_loss_or_repeat(s
     killed = sluice.torch.SluiceDataset(server.target, "train", **args)
     before = _ids_by_iteration(killed, stop_after=4)
     state = killed.state_dict()
-    assert state["workers"] == {0: [0, 3, 64, 0, False, {server.target: [0, 3, 64, 0]}, 1]}
+    assert state["workers"] == {0: [0, 3, 64, 0, False, {server.target: [0, 3, 64, 0]}, 1,
+                                     0]}
     resumed = sluice.torch.SluiceDataset(server.target, "train", **args)
     resumed.load_state_dict(state)
     resumed.set_epoch(0)  # a loop that sets every epoch keeps the resume inside it

@@ -60,22 +60,23 @@ def _images_tensor(images, writable):
 
 
 # Layout of _SharedState's int64s: each worker's next epoch, then each worker's resume (flag,
-# epoch, index, end_record, shuffle_bytes, and the end epoch of the iteration it resumes, 0 for
-# none), then the DataLoader worker count (assumed by a loaded state or a declared num_workers,
+# epoch, index, end_record, shuffle_bytes, the end epoch of the iteration it resumes, 0 for
+# none, and that iteration's first epoch), then the DataLoader worker count (assumed by a loaded state or a declared num_workers,
 # and seen by the workers), -1 while unknown, then the count of load_state_dict() calls (what
 # tells a persistent worker that its copy of the per-server resumes is stale), then the epoch
 # after every consumer's so far, then the running iteration (its number, worker count and start
 # epoch), then the iteration each worker joined last.
 _RESUME = _MAX_WORKERS
-_RESUME_FIELDS = 6
+_RESUME_FIELDS = 7
 _WORKERS = _RESUME + _MAX_WORKERS * _RESUME_FIELDS
 _LOADS = _WORKERS + 2
 _NEXT = _LOADS + 1
 _ITERATION, _ITERATION_WORKERS, _ITERATION_START = _NEXT + 1, _NEXT + 2, _NEXT + 3
 _JOINED = _NEXT + 4
 _SIZE = _JOINED + _MAX_WORKERS
-# Resume flags.
-_FRESH, _AT_POSITION, _PER_SERVER = 0, 1, 2
+# Resume flags. _AT_EPOCH: at an epoch's start, for a worker of a saved iteration that
+# recorded none of its batches.
+_FRESH, _AT_POSITION, _PER_SERVER, _AT_EPOCH = 0, 1, 2, 3
 
 
 class _SharedState:
@@ -135,14 +136,19 @@ class _SharedState:
             if self._slots[base + 5] <= epoch:
                 self._slots[base + 5] = 0
 
-    def set_worker(self, worker, epoch, resume=None, end=None, flag=_AT_POSITION):
+    def set_worker(self, worker, epoch, resume=None, end=None, flag=_AT_POSITION, first=None):
         """Worker `worker`'s next iteration starts at `epoch`, at `resume` (a start_position in
-        that epoch) when given, and ends before epoch `end` when given (a resumed iteration
-        ends where the saved one would have)."""
+        that epoch) when given or at the epoch's start with flag _AT_EPOCH, and ends before
+        epoch `end` when given (a resumed iteration ends where the saved one would have), the
+        rest of the iteration that started at epoch `first` (default `epoch`)."""
         self._slots[worker] = epoch
         base = _RESUME + worker * _RESUME_FIELDS
         self._slots[base + 5] = end if end is not None and end > epoch else 0
-        if resume is None:
+        self._slots[base + 6] = epoch if first is None else min(first, epoch)
+        if flag == _AT_EPOCH:
+            self._slots[base + 1:base + 5] = [epoch, 0, 0, 0]
+            self._slots[base] = flag
+        elif resume is None:
             self._slots[base] = _FRESH
         else:
             self._slots[base + 1:base + 5] = [
@@ -151,11 +157,12 @@ class _SharedState:
             self._slots[base] = flag
 
     def claim(self, worker, epochs, num_workers=None):
-        """(epoch, start_position or None, per_server, end): where iteration starts for
+        """(epoch, start_position or None, per_server, end, first): where iteration starts for
         `worker` (None: the main process, for all) of `num_workers` (None: as many as the
         running iteration's), which takes `epochs` (0: forever) from there, or ends before
-        `end` when a resume set one. per_server: the resume is the per-server one
-        load_state_dict() kept."""
+        `end` when a resume set one; first: the epoch the iteration started at (the saved
+        one's, for a resume). per_server: the resume is the per-server one load_state_dict()
+        kept."""
         slot = 0 if worker is None else worker
         base = _RESUME + slot * _RESUME_FIELDS
         with self._lock:
@@ -175,18 +182,21 @@ class _SharedState:
             resume, flag = None, t[base]
             # A loaded resume's own epoch, else the iteration's.
             epoch = t[slot] if flag else start
+            first = t[base + 6] if flag else epoch
             if flag:
                 t[base] = _FRESH
-                if t[base + 1] == epoch:
+                if flag != _AT_EPOCH and t[base + 1] == epoch:
                     resume = Position(*t[base + 1:base + 5])
             end = t[base + 5]
             t[base + 5] = 0
             if end <= epoch or not epochs:
                 end = epoch + epochs if epochs else 0
+                if epochs:
+                    first = epoch
             after = end if epochs else epoch + 1
             t[_NEXT] = max(t[_NEXT], after)
         self.reached(worker, after - 1)
-        return epoch, resume, resume is not None and flag == _PER_SERVER, end
+        return epoch, resume, resume is not None and flag == _PER_SERVER, end, first
 
     def reached(self, worker, epoch):
         """`worker`'s stream has a batch of `epoch`: its next iteration starts after it."""
@@ -238,19 +248,21 @@ class StreamPosition:
     positions: {server: Position} of each server's last batch so far in that worker's stream
     (several when it fans in from a fleet); last: the batch is its worker's last of the epoch
     (from several servers: the stream ended, or every server's stream was already in a later
-    epoch); end: the epoch the batch's iteration ends before (0: endless).
+    epoch); end: the epoch the batch's iteration ends before (0: endless); first: the epoch
+    it started at (a resumed iteration's: the saved one's).
     A plain object, so that DataLoader passes it through as it is.
     """
 
-    __slots__ = ("worker", "num_workers", "position", "positions", "last", "end")
+    __slots__ = ("worker", "num_workers", "position", "positions", "last", "end", "first")
 
-    def __init__(self, worker, num_workers, position, last, positions=None, end=0):
+    def __init__(self, worker, num_workers, position, last, positions=None, end=0, first=None):
         self.worker = worker
         self.num_workers = num_workers
         self.position = position
         self.last = last
         self.positions = positions or {}
         self.end = end
+        self.first = position.epoch if first is None else first
 
     @property
     def epoch(self):
@@ -258,10 +270,11 @@ class StreamPosition:
 
     def __getstate__(self):
         return (self.worker, self.num_workers, _plain(self.position), self.last,
-                {t: _plain(p) for t, p in self.positions.items()}, self.end)
+                {t: _plain(p) for t, p in self.positions.items()}, self.end, self.first)
 
     def __setstate__(self, state):
-        self.worker, self.num_workers, position, self.last, positions, self.end = state
+        (self.worker, self.num_workers, position, self.last, positions, self.end,
+         self.first) = state
         self.position = Position(*position)
         self.positions = {t: Position(*p) for t, p in positions.items()}
 
@@ -356,8 +369,9 @@ class SluiceDataset(torch.utils.data.IterableDataset):
             checkpoint = {"model": ..., "data": ds.state_dict()}
     Each worker then resumes right after its own last recorded batch (batches never recorded
     come again; a worker whose epoch's last batch was recorded while another's was not gets no
-    more of that epoch), the iteration ends where the saved one would have (its last epoch,
-    with epochs > 1 too), and later ones continue with the next epochs. From several servers
+    more of that epoch; a worker none of whose batches was recorded starts the saved
+    iteration at its first epoch), the iteration ends where the saved one would have (its last
+    epoch, with epochs > 1 too), and later ones continue with the next epochs. From several servers
     each server's stream resumes after its own last batch. Nothing is lost or repeated when the
     DataLoader, rank and worker counts are the same; load_state_dict refuses another shard or
     worker count (ValueError). In DDP each rank saves and loads its own state. With
@@ -482,12 +496,20 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         num_workers = counts.pop() if counts else self._workers_for_length()
         nexts = [p.epoch + 1 if p.last else min([p.epoch] + [q.epoch for q in p.positions.values()])
                  for p in self._recorded.values()]
-        return {"version": 1, "dataset": self.dataset, "shard": self.shard,
-                "num_workers": num_workers,
-                "epoch": min(nexts) if nexts else self._base_epoch,
-                "workers": {w: _plain(p.position) + [bool(p.last), {
-                                t: _plain(q) for t, q in p.positions.items()}, int(p.end)]
-                            for w, p in sorted(self._recorded.items())}}
+        state = {"version": 1, "dataset": self.dataset, "shard": self.shard,
+                 "num_workers": num_workers,
+                 "workers": {w: _plain(p.position) + [bool(p.last), {
+                                 t: _plain(q) for t, q in p.positions.items()}, int(p.end),
+                                 int(p.first)]
+                             for w, p in sorted(self._recorded.items())}}
+        if self._recorded and len(self._recorded) < max(num_workers, 1):
+            # Workers none of whose batches were recorded start the latest iteration a
+            # recorded worker is in at its first epoch, and end it where it ends.
+            latest = max(self._recorded.values(), key=lambda p: p.first)
+            state["unrecorded"] = [int(latest.first), int(latest.end)]
+            nexts.append(latest.first)
+        state["epoch"] = min(nexts) if nexts else self._base_epoch
+        return state
 
     def load_state_dict(self, state):
         """Resumes from a state_dict(): each worker's next iteration starts right after its
@@ -513,6 +535,7 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         for w, entry in state["workers"].items():
             e, index, end_record, shuffle_bytes, last, servers = entry[:6]
             end = int(entry[6]) if len(entry) > 6 else 0  # the iteration's end epoch
+            first = int(entry[7]) if len(entry) > 7 else None  # and its first
             w = int(w)
             if not 0 <= w < max(workers, 1):
                 raise ValueError("the state names worker %d of %d" % (w, workers))
@@ -522,18 +545,23 @@ class SluiceDataset(torch.utils.data.IterableDataset):
             if last and e + 1 == epoch:
                 # Every worker finished epoch e: the next iteration starts at e + 1 (still the
                 # saved iteration when it has epochs left).
-                self._state.set_worker(w, e + 1, end=end)
+                self._state.set_worker(w, e + 1, end=end, first=first)
             elif len(servers) > 1:
                 # Each server's stream resumes after its own last batch, from the earliest.
                 self._resumes[w] = {t: p.after() for t, p in servers.items()}
-                first = min(servers.values(), key=lambda p: p.epoch)
-                self._state.set_worker(w, first.epoch, first.after(), end=end,
-                                       flag=_PER_SERVER)
+                earliest = min(servers.values(), key=lambda p: p.epoch)
+                self._state.set_worker(w, earliest.epoch, earliest.after(), end=end,
+                                       flag=_PER_SERVER, first=first)
             else:
                 # Also after an epoch's last batch while other workers are still in it: the
                 # server starts just after that batch, with no more of the epoch, so this worker
                 # iterates the same epochs as the others.
-                self._state.set_worker(w, e, position.after(), end=end)
+                self._state.set_worker(w, e, position.after(), end=end, first=first)
+        if "unrecorded" in state:
+            first, end = map(int, state["unrecorded"])
+            for w in range(max(workers, 1)):
+                if w not in self._recorded:
+                    self._state.set_worker(w, first, end=end, flag=_AT_EPOCH)
         self._state.assumed_workers = workers
         self._base_epoch = epoch
 
@@ -564,10 +592,11 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         if worker is not None and worker >= _MAX_WORKERS:
             raise ValueError("SluiceDataset keeps the epochs of at most %d DataLoader workers"
                              % _MAX_WORKERS)
+        first = None
         if self.job_name:
             args["epochs"] = self.epochs
         else:
-            epoch, resume, per_server, args["epochs"] = self._state.claim(
+            epoch, resume, per_server, args["epochs"], first = self._state.claim(
                 worker, self.epochs, count)
             if per_server:
                 resumes = self._resumes.get(0 if worker is None else worker)
@@ -590,14 +619,14 @@ class SluiceDataset(torch.utils.data.IterableDataset):
             args["max_held"] += 1
         # A worker's tensors are released by its queue's feeder thread, never by its caller.
         args["on_max_held"] = "wait" if worker is not None else "raise"
-        return self._batches(worker, count, args)
+        return self._batches(worker, count, args, first)
 
     @staticmethod
     def _fail(error):
         raise error
         yield
 
-    def _batches(self, worker, count, args):
+    def _batches(self, worker, count, args, first):
         if self.tune_malloc:
             _tune_malloc()
         # The client is made here, in the process that iterates (a DataLoader worker).
@@ -653,7 +682,8 @@ class SluiceDataset(torch.utils.data.IterableDataset):
                         else:
                             last = following.position.epoch != position.epoch
                         out.append(StreamPosition(0 if worker is None else worker, count,
-                                                  position, last, positions, args["epochs"]))
+                                                  position, last, positions, args["epochs"],
+                                                  first))
                     # Hold nothing of a batch once it is handed out: a shared-memory slot goes
                     # back as soon as the consumer (a worker's queue) drops the tensor.
                     del batch

@@ -260,6 +260,65 @@ def test_shared_job_gives_each_batch_to_one_consumer(client):
     assert not set(got[0]) & set(got[1])
 
 
+@pytest.mark.parametrize("equal_shares", ["drop", "pad"])
+def test_three_lockstep_consumers_of_a_job_get_equal_batches_and_every_record_once(
+        client, equal_shares):
+    """num_consumers=3: batch i of each epoch of the job goes to consumer i mod 3, and the epoch
+    holds a multiple of 3 full batches: 200 records in batches of 20 fill 10, so "drop" gives 9
+    (the last 20 records dropped) and "pad" 12 (40 padding samples, marked invalid)."""
+    request = dict(batch_size=20, image_size=32, seed=4, epochs=2, record_ids=True,
+                   job_name="lockstep-" + equal_shares, num_consumers=3,
+                   equal_shares=equal_shares)
+    per_consumer = {"drop": 3, "pad": 4}[equal_shares]
+    plans = [client.describe("train", consumer_index=k, **request) for k in range(3)]
+    assert [(p.num_consumers, p.batches_per_epoch, p.records_per_epoch) for p in plans] == [
+        (3, per_consumer, IMAGES)] * 3
+    got, errors = [None] * 3, []
+
+    def consume(k):
+        try:
+            with sluice.Client(client.target) as c:
+                got[k] = [(b.position, b.record_ids.tolist(),
+                           b.valid.tolist() if b.valid is not None else [True] * len(b.labels))
+                          for b in c.stream("train", consumer_index=k, **request)]
+        except Exception as e:  # noqa: BLE001 - reported by the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=consume, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors and all(g is not None for g in got), errors
+    for epoch in range(2):
+        valid = []
+        for k in range(3):
+            batches = [b for b in got[k] if b[0].epoch == epoch]
+            assert len(batches) == per_consumer
+            assert all(len(ids) == 20 for _, ids, _ in batches)  # full batches only
+            assert [p.index % 3 for p, _, _ in batches] == [k] * per_consumer
+            valid += [tuple(i) for _, ids, ok in batches for i, v in zip(ids, ok) if v]
+        assert len(valid) == len(set(valid)) == (180 if equal_shares == "drop" else IMAGES)
+    # Another epoch, another order.
+    assert [ids for p, ids, _ in got[0] if p.epoch == 0] != [
+        ids for p, ids, _ in got[0] if p.epoch == 1]
+
+
+@pytest.mark.parametrize("args, error", [
+    (dict(num_consumers=2, consumer_index=0), "needs job_name"),
+    (dict(job_name="j", num_consumers=2, consumer_index=2), "consumer_index must be in"),
+    (dict(job_name="j", num_consumers=2, consumer_index=-1), "consumer_index must be in"),
+    (dict(job_name="j", num_consumers=2), "consumer_index must be in"),
+    (dict(job_name="j", consumer_index=1), "needs num_consumers"),
+    (dict(job_name="j", start_position=(1, 2, 32)), r"only at an epoch's start"),
+])
+def test_lockstep_and_shared_job_arguments_are_checked_before_any_call(args, error):
+    client = sluice.Client("127.0.0.1:1")  # nobody listens: the check comes first
+    for call in (client.stream, client.describe):
+        with pytest.raises(ValueError, match=error):
+            call("train", **args)
+
+
 def test_resume_after_a_server_restart_loses_and_repeats_nothing(sluice_bin, data_dir, tmp_path):
     s = Server(sluice_bin, tmp_path, data_dir)
     try:

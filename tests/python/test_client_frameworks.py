@@ -356,6 +356,32 @@ def test_torch_worker_shards_compose_with_the_ranks_shard():
     assert [worker_shard((1, 2), w, 3) for w in range(3)] == [(3, 6), (4, 6), (5, 6)]
 
 
+def test_torch_shared_job_workers_of_every_rank_are_its_consumers_in_lockstep():
+    """No server needed: with job_name the request carries no shard (the job reads the whole
+    data set) and rank r's worker w of 3 is consumer 3r + w of 2 x 3; lockstep=False is the
+    first-come hand-out, which has no length; a shared job does not resume at a position."""
+    pytest.importorskip("torch")
+    from sluice.torch import SluiceDataset
+    ds = SluiceDataset("127.0.0.1:1", "train", job_name="j", shard=(1, 2))
+    assert [(a["shard"], a["consumer_index"], a["num_consumers"])
+            for a in (ds._consumer_args(ds.stream_args, w, 3) for w in range(3))] == [
+        (None, 3, 6), (None, 4, 6), (None, 5, 6)]
+    alone = SluiceDataset("127.0.0.1:1", "train", job_name="j", shard=(0, 1))
+    assert [(a["consumer_index"], a["num_consumers"])
+            for a in (alone._consumer_args(alone.stream_args, 0, n) for n in (0, 1))] == [
+        (0, 1), (0, 1)]
+    first_come = SluiceDataset("127.0.0.1:1", "train", job_name="j", shard=(1, 2),
+                               lockstep=False)
+    args = first_come._consumer_args(first_come.stream_args, 1, 3)
+    assert args["shard"] is None and "num_consumers" not in args
+    with pytest.raises(TypeError, match="lockstep=False"):
+        len(first_come)
+    with pytest.raises(ValueError, match="cannot resume"):
+        ds.state_dict()
+    with pytest.raises(ValueError, match="epoch's start"):
+        SluiceDataset("127.0.0.1:1", "train", job_name="j", start_position=(1, 2, 32))
+
+
 # --- tf.data ------------------------------------------------------------------------------------
 
 def test_tf_dataset_has_the_declared_signature_and_feeds_keras_fit(server):

@@ -10,7 +10,8 @@
 The server batches: use DataLoader(batch_size=None). Each DataLoader worker streams its own
 disjoint shard (worker i of n asks for shard i of n within the dataset's own `shard`, which under
 torch.distributed is (rank, world size) by default), so the workers together see every image once
-per epoch, and equal shares give every rank's workers the same number of batches. Each iteration
+per epoch, and equal shares give every rank's workers the same number of batches (with job_name
+they are instead the consumers of one shared job in lockstep: see SluiceDataset). Each iteration
 of the dataset is the next epoch of the server's numbering (new file order, shuffle and crops), as
 a DistributedSampler's set_epoch gives. Workers create their client after they start. gRPC does
 not support fork() while it is in use: when the parent process streams or calls the server itself
@@ -307,7 +308,8 @@ class SluiceDataset(torch.utils.data.IterableDataset):
     connect_timeout).
     shard: (index, count), this process's part of the data. None (default): (rank, world size)
         when torch.distributed is initialized (when the dataset is made) with several ranks, as
-        DistributedSampler does; else all of it. (0, 1) opts out.
+        DistributedSampler does; else all of it. (0, 1) opts out. With job_name the job reads
+        the whole data set, and shard only places this process among its consumers (below).
     equal_shares: None (default, the server's: "drop" in train, "pad" in eval), "drop", "pad"
         or "off": how the consumers of a sharded stream (ranks x DataLoader workers) are kept
         equal, so that every DDP rank gets the same number of batches per epoch and none waits
@@ -346,7 +348,7 @@ class SluiceDataset(torch.utils.data.IterableDataset):
     "drop" and "pad"; with "off" or unsharded an upper bound when records turn out corrupt). It
     asks the server: with DataLoader workers started by fork, call it after they started or use
     multiprocessing_context="spawn" (gRPC does not survive fork() while in use). A shared job
-    (job_name) or epochs=0 has no length (TypeError).
+    (job_name) with lockstep=False, or epochs=0, has no length (TypeError).
 
     Epochs. Iteration i of the dataset starts at the epoch set_epoch() set, or else where the
     iteration before it ended (epoch 0, 1, 2, ... with the default epochs=1): file order,
@@ -379,9 +381,20 @@ class SluiceDataset(torch.utils.data.IterableDataset):
     workers that started before it hold their own copy of the servers' positions, and raise
     ValueError rather than resume from the wrong ones.
 
-    With job_name, workers join that shared job instead of taking shards: each batch goes to one
-    of them, and the epochs are the job's (a shared job cannot start at a chosen epoch, nor
-    resume).
+    Shared job. With job_name, the DataLoader workers of every rank are the consumers of one
+    shared job on the server, in lockstep, instead of each reading a shard: one pipeline reads
+    the whole data set once per epoch, and batch i of each epoch goes to consumer i mod N, where
+    N = ranks x workers (shard's count, the world size by default, times the DataLoader's
+    num_workers, 1 without workers) and this worker is consumer rank x workers + worker id. Every
+    consumer gets the same number of batches of the same size per epoch (equal shares "drop",
+    or "pad" with the mask; "off" is refused), and len() says how many. Each iteration is the
+    run of the job that starts at that iteration's epoch, so iterations see new epochs exactly
+    as without job_name (set_epoch too), and the consumers' i-th iterations meet in the same
+    run. Every consumer must take part: one that stays away longer than the server's
+    job_linger_seconds ends the job for all (SluiceError ABORTED, naming it). A shared job does
+    not resume at a position (state_dict() and load_state_dict() raise ValueError); set_epoch()
+    restarts at an epoch. lockstep=False: batches go to whichever consumer asks first (the
+    counts per consumer then differ, and there is no length).
     """
 
     def __init__(self, target, dataset, batch_size=None, image_size=None, mode=None, seed=None,
@@ -389,13 +402,17 @@ class SluiceDataset(torch.utils.data.IterableDataset):
                  drop_remainder=None, prefetch=2, token=None, root_certificates=None,
                  writable=False, tune_malloc=False, shared_memory=None, max_held=4,
                  connect_timeout=10.0, allow_partial_fleet=False, equal_shares=None,
-                 record_ids=False, with_valid=False, with_position=False, num_workers=None):
+                 record_ids=False, with_valid=False, with_position=False, num_workers=None,
+                 lockstep=True):
         super().__init__()
         if epochs is None or epochs < 0:
             raise ValueError("epochs is the epochs per iteration, 0 (forever) or more; got %r"
                              % (epochs,))
         if num_workers is not None and num_workers < 0:
             raise ValueError("num_workers must be None or 0 or more, got %r" % (num_workers,))
+        if job_name and start_position is not None and tuple(start_position)[1:3] != (0, 0):
+            raise ValueError("a shared job (job_name) starts only at an epoch's start, "
+                             "(epoch, 0, 0); got start_position %r" % (start_position,))
         if shard is None:
             shard = _default_shard()
         elif tuple(shard) == (0, 1):
@@ -410,6 +427,7 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         self.epochs = epochs
         self.shared_memory = shared_memory
         self.job_name = job_name
+        self.lockstep = lockstep
         self.start_position = start_position
         self.shard = None if shard is None else tuple(shard)
         self.num_workers = num_workers
@@ -458,20 +476,35 @@ class SluiceDataset(torch.utils.data.IterableDataset):
                 return known
         return 0
 
+    def _consumer_args(self, args, worker, workers):
+        """args for the stream of DataLoader worker `worker` (0 without workers) of `workers`
+        (0 without): its shard, or its place among a shared job's consumers."""
+        args = dict(args)
+        if not self.job_name:
+            args["shard"] = worker_shard(args["shard"], worker, workers)
+            return args
+        args["shard"] = None  # the job reads the whole data set
+        if self.lockstep:
+            rank, ranks = self.shard if self.shard is not None else (0, 1)
+            per_rank = max(workers, 1)
+            args["consumer_index"] = rank * per_rank + worker
+            args["num_consumers"] = ranks * per_rank
+        return args
+
     def __len__(self):
-        if self.job_name:
-            raise TypeError("SluiceDataset with job_name has no length: the job's batches are "
-                            "split among its consumers as they take them")
+        if self.job_name and not self.lockstep:
+            raise TypeError("SluiceDataset with job_name and lockstep=False has no length: the "
+                            "job's batches go to its consumers as they ask")
         if not self.epochs:
             raise TypeError("SluiceDataset with epochs=0 is endless: it has no length")
         workers = self._workers_for_length()
         if workers not in self._lengths:
-            args = dict(self.stream_args)
             total = 0
             with self._client() as client:
                 for w in range(max(workers, 1)):
-                    args["shard"] = worker_shard(self.shard, w, workers)
-                    total += client.describe(self.dataset, **args).batches_per_epoch
+                    total += client.describe(
+                        self.dataset, **self._consumer_args(self.stream_args, w, workers)
+                    ).batches_per_epoch
             self._lengths[workers] = total
         return self._lengths[workers] * self.epochs
 
@@ -488,7 +521,8 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         """Where iteration resumes: per DataLoader worker the last position record() saw (a
         dict of plain values, for torch.save with the model's)."""
         if self.job_name:
-            raise ValueError("a shared job (job_name) cannot resume at a position")
+            raise ValueError("a shared job (job_name) cannot resume at a position; set_epoch() "
+                             "starts an iteration at an epoch")
         counts = {p.num_workers for p in self._recorded.values()}
         if len(counts) > 1:
             raise ValueError("record() saw batches of DataLoaders with %s workers: one "
@@ -516,6 +550,9 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         last recorded batch (or at the next epoch when that was its epoch's last). Call before
         iterating (persistent workers read it at their next iteration too). ValueError when the
         state is of another dataset, shard or DataLoader worker count."""
+        if self.job_name:
+            raise ValueError("a shared job (job_name) cannot resume at a position; set_epoch() "
+                             "starts an iteration at an epoch")
         if state.get("version") != 1:
             raise ValueError("not a SluiceDataset state (version %r)" % (state.get("version"),))
         shard = None if state["shard"] is None else tuple(state["shard"])
@@ -582,37 +619,33 @@ class SluiceDataset(torch.utils.data.IterableDataset):
                              "without DataLoader workers", expected, self.num_workers))
         if worker is None or worker == 0:
             self._state.seen_workers = count
-        if count > 1:
-            if self.start_position is not None:
-                raise ValueError("SluiceDataset: start_position applies to one stream; with "
-                                 "%d DataLoader workers use num_workers=0 or load_state_dict"
-                                 % count)
-            if not args["job_name"]:
-                args["shard"] = worker_shard(args["shard"], info.id, count)
+        if count > 1 and self.start_position is not None and not self.job_name:
+            raise ValueError("SluiceDataset: start_position applies to one stream; with "
+                             "%d DataLoader workers use num_workers=0 or load_state_dict"
+                             % count)
         if worker is not None and worker >= _MAX_WORKERS:
             raise ValueError("SluiceDataset keeps the epochs of at most %d DataLoader workers"
                              % _MAX_WORKERS)
-        first = None
+        args = self._consumer_args(args, worker or 0, count)
+        epoch, resume, per_server, args["epochs"], first = self._state.claim(
+            worker, self.epochs, count)
         if self.job_name:
-            args["epochs"] = self.epochs
-        else:
-            epoch, resume, per_server, args["epochs"], first = self._state.claim(
-                worker, self.epochs, count)
-            if per_server:
-                resumes = self._resumes.get(0 if worker is None else worker)
-                if resumes is None or self._loads != self._state.loads:
-                    # Raised by the first next(), so that a DataLoader worker hands it over.
-                    return self._fail(ValueError(
-                        "SluiceDataset: load_state_dict() of a state that fans in from several "
-                        "servers was called after this DataLoader's persistent workers "
-                        "started, and they hold their own copy of each server's position: "
-                        "load the state before the first iteration, or use "
-                        "persistent_workers=False"))
-                args["start_position"] = resumes
-            elif resume is not None:
-                args["start_position"] = resume
-            elif epoch > 0:
-                args["start_position"] = (epoch, 0, 0)
+            # The run of the job that starts at this iteration's epoch (epoch 0's too).
+            args["start_position"] = (epoch, 0, 0)
+        elif per_server:
+            resumes = self._resumes.get(0 if worker is None else worker)
+            if resumes is None or self._loads != self._state.loads:
+                # Raised by the first next(), so that a DataLoader worker hands it over.
+                return self._fail(ValueError(
+                    "SluiceDataset: load_state_dict() of a state that fans in from several "
+                    "servers was called after this DataLoader's persistent workers started, "
+                    "and they hold their own copy of each server's position: load the state "
+                    "before the first iteration, or use persistent_workers=False"))
+            args["start_position"] = resumes
+        elif resume is not None:
+            args["start_position"] = resume
+        elif epoch > 0:
+            args["start_position"] = (epoch, 0, 0)
         args["shared_memory"] = self.shared_memory is not False
         if self.with_position:
             # The read-ahead (below) holds one batch more than the caller.
@@ -687,8 +720,7 @@ class SluiceDataset(torch.utils.data.IterableDataset):
                     # Hold nothing of a batch once it is handed out: a shared-memory slot goes
                     # back as soon as the consumer (a worker's queue) drops the tensor.
                     del batch
-                    if not self.job_name:
-                        self._state.reached(worker, position.epoch)
+                    self._state.reached(worker, position.epoch)
                     yield tuple(out)
                     del out
                     batch = following if self.with_position else take()

@@ -15,8 +15,11 @@
 // On UNAVAILABLE (server restarted, connection lost), or CANCELLED by a server that is
 // shutting down, it reconnects with exponential backoff and
 // resumes after the last batch it received, so a deterministic private stream loses and repeats
-// nothing. Several targets (or a "dns:///host:port" name resolving to several addresses) fan in:
-// one stream per server, taken round-robin among those with a batch ready.
+// nothing. A shared job's stream reconnects with the same request: one of a job's consumers in
+// lockstep (StreamRequest.consumer_index / num_consumers) continues with the batches the server
+// held for its index, losing at most the one being written when the connection went. Several
+// targets (or a "dns:///host:port" name resolving to several addresses) fan in: one stream per
+// server, taken round-robin among those with a batch ready.
 #pragma once
 
 #include <chrono>

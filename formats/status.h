@@ -21,6 +21,7 @@ enum class StatusCode {
   kAlreadyExists = 6,
   kResourceExhausted = 8,
   kFailedPrecondition = 9,
+  kAborted = 10,
   kOutOfRange = 11,
   kUnimplemented = 12,
   kInternal = 13,
@@ -69,6 +70,7 @@ inline Status IOError(std::string m) { return {StatusCode::kUnavailable, std::mo
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 inline Status ResourceExhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
 inline Status FailedPrecondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
+inline Status Aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
 inline Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 inline Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
 inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }

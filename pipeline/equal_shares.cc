@@ -82,12 +82,15 @@ SharePlan PlanShares(const ResolvedOptions& options, const std::vector<FileRecor
     plan.max_shard_records = std::max(plan.max_shard_records, shards[s]);
   }
   const int64_t batch = options.batch_size;
+  // Every consumer in lockstep takes one batch of each round of job_consumers.
+  const int64_t round = std::max(1, options.job_consumers);
   switch (plan.equal_shares) {
     case EqualShares::kDrop:
-      plan.batches_per_epoch = plan.min_shard_records / batch;
+      plan.batches_per_epoch = plan.min_shard_records / batch / round * round;
       break;
     case EqualShares::kPad:
-      plan.batches_per_epoch = (plan.max_shard_records + batch - 1) / batch;
+      plan.batches_per_epoch =
+          ((plan.max_shard_records + batch - 1) / batch + round - 1) / round * round;
       break;
     case EqualShares::kOff:
       plan.batches_per_epoch = options.drop_remainder
@@ -97,6 +100,39 @@ SharePlan PlanShares(const ResolvedOptions& options, const std::vector<FileRecor
   }
   return plan;
 }
+
+namespace {
+
+// Why PlanSharesForFiles refuses `plan`: the smallest share's records against the batch size and,
+// in lockstep, the consumers each batch of a round goes to.
+std::string NoEqualShareMessage(const ResolvedOptions& options, const SharePlan& plan) {
+  const bool pad = plan.equal_shares == EqualShares::kPad;
+  const std::string records = std::to_string(plan.min_shard_records) + " records";
+  const std::string smallest =
+      options.shard_consumers > 1
+          ? "shard " + std::to_string(plan.smallest_shard) + ", the smallest of the " +
+                std::to_string(options.shard_consumers) + " consumers' shards, holds " + records
+          : "an epoch of the job holds " + records;
+  if (pad) {
+    return "equal shares (PAD) leave a consumer nothing to pad from: " + smallest +
+           "; use fewer shards or more files";
+  }
+  const int64_t full = plan.min_shard_records / options.batch_size;
+  if (options.job_consumers > 0 && full > 0) {
+    return "equal shares (DROP) give no batch to each of the job's " +
+           std::to_string(options.job_consumers) + " consumers (num_consumers): " + smallest +
+           ", " + std::to_string(full) + " full batches of batch_size " +
+           std::to_string(options.batch_size) + ", fewer than its " +
+           std::to_string(options.job_consumers) +
+           " consumers; use a smaller batch_size, fewer consumers, or equal_shares PAD";
+  }
+  return "equal shares (DROP) give no batch: " + smallest + ", the largest " +
+         std::to_string(plan.max_shard_records) + ", under batch_size " +
+         std::to_string(options.batch_size) +
+         "; use a smaller batch_size, fewer shards, or equal_shares PAD";
+}
+
+}  // namespace
 
 Result<SharePlan> PlanSharesForFiles(const ResolvedOptions& options) {
   // Only the peers' files: a --shard I/N server does not count the fleet's other parts.
@@ -116,16 +152,7 @@ Result<SharePlan> PlanSharesForFiles(const ResolvedOptions& options) {
   // Every peer sees the same shards, so every peer is refused alike: none streams while another
   // fails (a DDP rank that dies while the others wait for it).
   if (plan.batches_per_epoch == 0 || (pad && plan.min_shard_records == 0)) {
-    const std::string what = pad ? "leave a consumer nothing to pad from" : "give no batch";
-    return FailedPrecondition(
-        "equal shares (" + std::string(pad ? "PAD" : "DROP") + ") " + what + ": shard " +
-        std::to_string(plan.smallest_shard) + ", the smallest of the " +
-        std::to_string(options.shard_consumers) + " consumers' shards, holds " +
-        std::to_string(plan.min_shard_records) + " records, the largest " +
-        std::to_string(plan.max_shard_records) + ", under batch_size " +
-        std::to_string(options.batch_size) +
-        (pad ? "; use fewer shards or more files"
-             : "; use a smaller batch_size, fewer shards, or equal_shares PAD"));
+    return FailedPrecondition(NoEqualShareMessage(options, plan));
   }
   return plan;
 }

@@ -2,8 +2,11 @@
 // gets the same number (EqualShares, config.proto): from every file's record count
 // (pipeline/record_counts.h) and the rule that gives each shard its records (PlanSharding), the
 // records of every shard of shard_count; DROP takes floor(smallest / batch_size) batches, PAD
-// ceil(largest / batch_size). Off or unsharded, an epoch has as many batches as its records fill
-// (the last partial, or dropped with drop_remainder).
+// ceil(largest / batch_size). A shared job's consumers in lockstep (job_consumers N > 0) take
+// batch i of an epoch each i mod N, so the epoch's batches are rounded to a multiple of N as
+// well: DROP down, PAD up (whole batches of padding). Off, or unsharded and not in lockstep, an
+// epoch has as many batches as its records fill (the last partial, or dropped with
+// drop_remainder).
 #pragma once
 
 #include <cstdint>
@@ -16,11 +19,14 @@
 namespace sluice {
 
 struct SharePlan {
-  EqualShares equal_shares = EqualShares::kOff;  // as it acts: kOff when unsharded
-  int64_t records_per_epoch = 0;                 // this shard's, skipped ones included
+  // As it acts: kOff when unsharded and not in lockstep.
+  EqualShares equal_shares = EqualShares::kOff;
+  int64_t records_per_epoch = 0;  // this shard's, skipped ones included
   int64_t min_shard_records = 0;
   int64_t max_shard_records = 0;
   int smallest_shard = 0;  // a peer holding min_shard_records (0 when unsharded)
+  // The pipeline's (a job in lockstep: the whole job's, batches_per_epoch / job_consumers for
+  // each consumer).
   int64_t batches_per_epoch = 0;
 };
 
@@ -40,8 +46,9 @@ SharePlan PlanShares(const ResolvedOptions& options, const std::vector<FileRecor
 
 // PlanShares over the counts of the files the peers read (CountRecords: cached), never the other
 // parts of a fleet. FailedPrecondition, the same for every peer, when equal shares would leave a
-// consumer with no batch (DROP with a shard smaller than one batch) or with nothing to pad from
-// (PAD with a shard of no records), naming the shard and its records.
+// consumer with no batch (DROP with a shard smaller than one batch, or, in lockstep, with fewer
+// full batches than consumers) or with nothing to pad from (PAD with a shard of no records),
+// naming the shard, its records and batches, and the consumers.
 Result<SharePlan> PlanSharesForFiles(const ResolvedOptions& options);
 
 }  // namespace sluice

@@ -108,8 +108,9 @@ Result<std::vector<std::string>> ExpandGlobs(const std::vector<std::string>& pat
   return files;
 }
 
-Result<ResolvedOptions> ResolveOptions(const v1::PipelineOptions& o) {
+Result<ResolvedOptions> ResolveOptions(const v1::PipelineOptions& o, int job_consumers) {
   ResolvedOptions r;
+  r.job_consumers = job_consumers;
   if (o.files().empty()) return InvalidArgument("files: no file pattern given");
   ASSIGN_OR_RETURN(r.files, ExpandGlobs({o.files().begin(), o.files().end()}));
   switch (o.compression()) {

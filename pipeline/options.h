@@ -50,6 +50,10 @@ struct ResolvedOptions {
   // this shard's peers are those congruent to shard_index modulo shard_count / shard_consumers.
   int shard_consumers = 1;
   EqualShares equal_shares = EqualShares::kDrop;
+  // A shared job's consumers in lockstep (StreamRequest.num_consumers; 0: none): batch i of an
+  // epoch goes to consumer i mod job_consumers, so equal shares make every epoch a multiple of
+  // job_consumers batches. Not from PipelineOptions: the stream's request gives it.
+  int job_consumers = 0;
   // Each batch carries every sample's file (index into files) and record number within it. Not
   // from PipelineOptions: a stream's request asks for it (StreamRequest.record_ids).
   bool record_ids = false;
@@ -85,8 +89,11 @@ struct ResolvedOptions {
   int64_t window_bytes() const { return records_budget_bytes - max_held_record_bytes; }
   size_t image_bytes() const { return static_cast<size_t>(height) * width * 3; }
   size_t batch_image_bytes() const { return image_bytes() * batch_size; }
-  // Every epoch yields the same number of full batches in every shard (padding or dropping).
-  bool equalizes() const { return shard_consumers > 1 && equal_shares != EqualShares::kOff; }
+  // Every epoch yields the same number of full batches in every shard, and a multiple of
+  // job_consumers of them (padding or dropping).
+  bool equalizes() const {
+    return (shard_consumers > 1 || job_consumers > 0) && equal_shares != EqualShares::kOff;
+  }
 };
 
 // Batch buffers beyond `prefetch`: the consumer's current batch, the ones being filled, and one
@@ -103,10 +110,11 @@ inline constexpr int64_t kReadBytesPerOpenFile = kReadBufferBytes * (1 + kReadAh
 inline constexpr int kMaxIoThreads = 4;
 
 // Applies defaults and checks bounds, both from the tunables table (pipeline/tunables.h), so each
-// error reads "FIELD = VALUE is outside [MIN, MAX]". Errors name the field: InvalidArgument for values out of
-// range, NotFound when a glob matches no file, ResourceExhausted when the batch pool alone would
-// not fit the memory budget.
-Result<ResolvedOptions> ResolveOptions(const v1::PipelineOptions& options);
+// error reads "FIELD = VALUE is outside [MIN, MAX]". Errors name the field: InvalidArgument for
+// values out of range, NotFound when a glob matches no file, ResourceExhausted when the batch pool
+// alone would not fit the memory budget. job_consumers: ResolvedOptions::job_consumers (it changes
+// what the budget must hold when it equalizes the epochs). REQUIRES: job_consumers >= 0.
+Result<ResolvedOptions> ResolveOptions(const v1::PipelineOptions& options, int job_consumers = 0);
 
 // Expands glob patterns (sorted, duplicates removed). NotFound naming the first pattern that
 // matches nothing.

@@ -2,6 +2,7 @@
 
 #include <grpcpp/support/proto_buffer_reader.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -55,9 +56,10 @@ constexpr auto kAttachTimeout = std::chrono::seconds(2);
 class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public JobConsumer {
  public:
   // segment: the stream's shared-memory segment, already named in the initial metadata and
-  // reserved in the registry; null for ordinary batches.
+  // reserved in the registry; null for ordinary batches. consumer_index: the stream's index in
+  // a job in lockstep (Job::Attach).
   BatchWriter(grpc::CallbackServerContext* context, JobRegistry* registry, std::shared_ptr<Job> job,
-              std::shared_ptr<SharedSegment> segment, SlotWatcher* watcher)
+              std::shared_ptr<SharedSegment> segment, SlotWatcher* watcher, int consumer_index)
       : context_(context),
         registry_(registry),
         job_(std::move(job)),
@@ -65,7 +67,7 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
         offered_(segment != nullptr),
         segment_(std::move(segment)),
         watcher_(watcher) {
-    job_->Attach(this);
+    job_->Attach(this, consumer_index);
     if (!offered_) {
       job_->Want(this);
       return;
@@ -96,13 +98,21 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
         });
   }
 
-  bool OnEvent(JobEvent event) override {
+  bool OnEvent(JobEvent& event) override {
     if (event.end || !event.error.ok()) {
       // Skips after the job's last batch ride on no batch: told to the client in the trailing
       // metadata (GetStats counts them from the pipeline).
       return FinishOnce(ToGrpc(event.error), event.skipped);
     }
-    if (shared_) return WriteShared(std::move(event.batch));
+    {
+      // Whether this stream writes the batch is settled before it is taken: a stream that has
+      // ended leaves it to the job (in lockstep, for the next stream under its index). From
+      // here OnCancel leaves the ending to OnWriteDone.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finished_) return false;
+      writing_ = true;
+    }
+    if (shared_) return WriteShared(event.batch);
     Batch* batch = new Batch(std::move(event.batch));
     const BatchMeta meta = MetaOf(*batch);
     grpc::Slice slices[2] = {
@@ -234,7 +244,7 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public Jo
   // batch with the slot's number; the batch's pooled buffer goes back at once. Whatever the
   // client does to the segment meanwhile, the copy cannot fault: its size is sealed. False when
   // the batch was not written (the stream ends).
-  bool WriteShared(Batch batch) {
+  bool WriteShared(const Batch& batch) {
     Result<int> found = segment_->FindFree();
     if (!found.ok()) {
       FinishOnce(ToGrpc(found.status()));
@@ -355,7 +365,7 @@ Status DataService::Describe(const grpc::CallbackServerContext& context,
   RETURN_IF_ERROR(Authenticate(context));
   ASSIGN_OR_RETURN(const v1::DatasetConfig* dataset, FindDataset(config_, request.dataset()));
   ASSIGN_OR_RETURN(v1::PipelineOptions options, PipelineForRequest(config_, *dataset, request));
-  ASSIGN_OR_RETURN(ResolvedOptions resolved, ResolveOptions(options));
+  ASSIGN_OR_RETURN(ResolvedOptions resolved, ResolveOptions(options, request.num_consumers()));
   const v1::Position& p = request.start_position();
   RETURN_IF_ERROR(CheckResumePosition(
       resolved, BatchPosition{p.epoch(), p.index(), p.end_record(), p.shuffle_bytes()}));
@@ -380,7 +390,9 @@ Status DataService::Describe(const grpc::CallbackServerContext& context,
       break;
   }
   response->set_records_per_epoch(plan.records_per_epoch);
-  response->set_batches_per_epoch(plan.batches_per_epoch);
+  // In lockstep the plan is the job's, and each consumer gets batches i with i mod N its index.
+  response->set_num_consumers(request.num_consumers());
+  response->set_batches_per_epoch(plan.batches_per_epoch / std::max(1, request.num_consumers()));
   response->set_min_shard_records(plan.min_shard_records);
   response->set_max_shard_records(plan.max_shard_records);
   return Status::OK();
@@ -406,11 +418,13 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* DataService::StreamBatches(
                       request.start_position().end_record(),
                       request.start_position().shuffle_bytes()};
   Result<std::shared_ptr<Job>> job =
-      registry_->Open(request.dataset(), request.job_name(), *options, start, request.record_ids());
+      registry_->Open(request.dataset(), request.job_name(), *options, start, request.record_ids(),
+                      request.num_consumers());
   if (!job.ok()) return new RefusedStream(job.status());
   std::shared_ptr<SharedSegment> segment;
   if (request.shared_memory()) segment = SharedSegmentFor(*context, request, (*job)->options());
-  return new BatchWriter(context, registry_, std::move(*job), std::move(segment), &watcher_);
+  return new BatchWriter(context, registry_, std::move(*job), std::move(segment), &watcher_,
+                         request.consumer_index());
 }
 
 std::shared_ptr<SharedSegment> DataService::SharedSegmentFor(grpc::CallbackServerContext& context,

@@ -10,15 +10,17 @@
 namespace sluice {
 namespace {
 
-std::string Key(const std::string& dataset, const std::string& name) {
-  return dataset + "/" + name;
+// A shared job's run: one per start epoch of a job_name.
+std::string RunKey(const std::string& dataset, const std::string& name, int64_t start_epoch) {
+  return dataset + "/" + name + "@" + std::to_string(start_epoch);
 }
-
+std::string RunKey(const Job& job) { return RunKey(job.dataset(), job.name(), job.start_epoch()); }
 
 void FillJobStats(const Job& job, v1::JobStats* out) {
   out->set_name(job.name());
   out->set_dataset(job.dataset());
   out->set_consumers(job.consumers());
+  out->set_num_consumers(job.num_consumers());
   out->set_memory_budget_bytes(job.memory_budget());
   FillJobStats(job.Stats(), out);
 }
@@ -59,8 +61,9 @@ Result<std::shared_ptr<Job>> JobRegistry::StartJob(const std::string& name,
                                                    const std::string& dataset,
                                                    const std::string& options_key, bool shared,
                                                    const v1::PipelineOptions& options,
-                                                   BatchPosition start, bool record_ids) {
-  ASSIGN_OR_RETURN(ResolvedOptions resolved, ResolveOptions(options));
+                                                   BatchPosition start, bool record_ids,
+                                                   int num_consumers) {
+  ASSIGN_OR_RETURN(ResolvedOptions resolved, ResolveOptions(options, num_consumers));
   resolved.record_ids = record_ids;
   resolved.name = "dataset '" + dataset + "', job '" + name + "'";
   std::unique_ptr<Pipeline> pipeline = Pipeline::FromResolved(std::move(resolved));
@@ -83,7 +86,8 @@ Result<std::shared_ptr<Job>> JobRegistry::StartJob(const std::string& name,
     return iterator.status();
   }
   auto job = std::make_shared<Job>(
-      name, dataset, options_key, shared, std::move(pipeline), std::move(*iterator), budget,
+      name, dataset, options_key, shared, start.epoch, num_consumers, std::move(pipeline),
+      std::move(*iterator), budget,
       [this, budget, &c = counters(dataset)](const Job* gone, const StatsSnapshot& last) {
         std::lock_guard<std::mutex> lock(mu_);
         // In one critical section with FillStats: its counts move from the running job to the
@@ -101,7 +105,8 @@ Result<std::shared_ptr<Job>> JobRegistry::StartJob(const std::string& name,
 Result<std::shared_ptr<Job>> JobRegistry::Open(const std::string& dataset,
                                                const std::string& job_name,
                                                const v1::PipelineOptions& requested,
-                                               BatchPosition start, bool record_ids) {
+                                               BatchPosition start, bool record_ids,
+                                               int num_consumers) {
   if (streams_.fetch_add(1) >= config_.max_streams()) {
     streams_.fetch_sub(1);
     return ResourceExhausted("this server already serves its max_streams = " +
@@ -126,19 +131,31 @@ Result<std::shared_ptr<Job>> JobRegistry::Open(const std::string& dataset,
   std::string options_key;
   options.SerializeToString(&options_key);  // same code, same message: same bytes
   if (record_ids) options_key += "+record_ids";
+  options_key += "+consumers=" + std::to_string(num_consumers);
   const bool shared = !job_name.empty();
-  const std::string mismatch = "job '" + job_name + "' of dataset '" + dataset +
-                               "' runs with other options (batch size, image size, mode, seed, "
-                               "epochs, shard, drop_remainder, equal_shares or record_ids); join "
-                               "it with the same request or choose another job_name";
+  // Why a stream cannot join the run it names, or OK.
+  auto mismatch = [&](const Job& job) {
+    if (job.num_consumers() != num_consumers) {
+      return InvalidArgument("job '" + job_name + "' of dataset '" + dataset + "' runs with " +
+                             "num_consumers " + std::to_string(job.num_consumers()) +
+                             "; this stream gives " + std::to_string(num_consumers) +
+                             ": every consumer of a job in lockstep gives the same num_consumers");
+    }
+    if (job.options_key() == options_key) return Status::OK();
+    return InvalidArgument("job '" + job_name + "' of dataset '" + dataset +
+                           "' runs with other options (batch size, image size, mode, seed, "
+                           "epochs, shard, drop_remainder, equal_shares or record_ids); join "
+                           "it with the same request or choose another job_name");
+  };
   std::string name = job_name;
+  const std::string key = RunKey(dataset, name, start.epoch);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (refuse_) return fail(*refuse_);
     if (shared) {
-      auto it = jobs_.find(Key(dataset, name));
+      auto it = jobs_.find(key);
       if (it != jobs_.end()) {
-        if (it->second.job->options_key() != options_key) return fail(InvalidArgument(mismatch));
+        if (Status s = mismatch(*it->second.job); !s.ok()) return fail(s);
         return joined(it->second);
       }
     } else {
@@ -149,25 +166,22 @@ Result<std::shared_ptr<Job>> JobRegistry::Open(const std::string& dataset,
   // Resolving the options and starting the pipeline take a while: not under the lock, which
   // every stream's end and every stats call need.
   Result<std::shared_ptr<Job>> started =
-      StartJob(name, dataset, options_key, shared, options, start, record_ids);
+      StartJob(name, dataset, options_key, shared, options, start, record_ids, num_consumers);
   if (!started.ok()) return fail(started.status());
   std::shared_ptr<Job> job = std::move(*started);
   std::shared_ptr<Job> result;
   Status refused;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = jobs_.find(Key(dataset, name));
+    auto it = jobs_.find(RunKey(*job));
     if (refuse_) {
       refused = *refuse_;
     } else if (it != jobs_.end()) {
       // Another stream started the same shared job meanwhile: join that one.
-      if (it->second.job->options_key() != options_key) {
-        refused = InvalidArgument(mismatch);
-      } else {
-        result = joined(it->second);
-      }
+      refused = mismatch(*it->second.job);
+      if (refused.ok()) result = joined(it->second);
     } else {
-      Entry& e = jobs_[Key(dataset, name)];
+      Entry& e = jobs_[RunKey(*job)];
       e.job = job;
       result = joined(e);
     }
@@ -195,7 +209,7 @@ void JobRegistry::Close(std::shared_ptr<Job> job) {
   counters(job->dataset()).active_streams.fetch_sub(1);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = jobs_.find(Key(job->dataset(), job->name()));
+    auto it = jobs_.find(RunKey(*job));
     if (it != jobs_.end() && it->second.job == job && --it->second.streams == 0) {
       if (job->shared() && !stopping_ && !refuse_) {
         it->second.linger_until = std::chrono::steady_clock::now() +
@@ -211,27 +225,65 @@ void JobRegistry::Close(std::shared_ptr<Job> job) {
   cv_.notify_all();
 }
 
+std::optional<std::chrono::steady_clock::time_point> JobRegistry::ExpireJobs(
+    std::chrono::steady_clock::time_point now,
+    std::vector<std::pair<std::shared_ptr<Job>, Status>>* aborted) {
+  const std::chrono::seconds linger(config_.job_linger_seconds());
+  std::optional<std::chrono::steady_clock::time_point> next;
+  auto consider = [&next](std::chrono::steady_clock::time_point t) {
+    if (!next || t < *next) next = t;
+  };
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    Entry& e = it->second;
+    const bool expired = e.linger_until && *e.linger_until <= now;
+    if (expired || stopping_) {
+      doomed_.push_back(std::move(e.job));
+      it = jobs_.erase(it);
+      continue;
+    }
+    if (e.linger_until) consider(*e.linger_until);
+    if (e.job->num_consumers() > 0) {
+      if (std::optional<Status> why = e.job->AbortIfAbsent(now, linger)) {
+        // Out of the registry now: its streams end, and a restart of the job is a new run.
+        aborted->emplace_back(e.job, std::move(*why));
+        doomed_.push_back(std::move(e.job));
+        it = jobs_.erase(it);
+        continue;
+      }
+      if (auto deadline = e.job->AbsenceDeadline(linger)) consider(*deadline);
+    }
+    ++it;
+  }
+  return next;
+}
+
 void JobRegistry::Reap() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    const auto now = std::chrono::steady_clock::now();
-    for (auto it = jobs_.begin(); it != jobs_.end();) {
-      const bool expired = it->second.linger_until && *it->second.linger_until <= now;
-      if (expired || stopping_) {
-        doomed_.push_back(std::move(it->second.job));
-        it = jobs_.erase(it);
+    std::vector<std::pair<std::shared_ptr<Job>, Status>> aborted;
+    const std::optional<std::chrono::steady_clock::time_point> next =
+        ExpireJobs(std::chrono::steady_clock::now(), &aborted);
+    if (doomed_.empty() && aborted.empty()) {
+      if (stopping_ && jobs_.empty()) return;
+      // Every change to a deadline (a job opened, a stream closed) or to doomed_ notifies, under
+      // mu_, which is held from ExpireJobs to here.
+      if (next) {
+        cv_.wait_until(lock, *next);
       } else {
-        ++it;
+        cv_.wait(lock);
       }
+      continue;
     }
     std::vector<std::shared_ptr<Job>> doomed;
     doomed.swap(doomed_);
     lock.unlock();
-    // A stream still holding a job (only while stopping) hands it back through Close().
+    // Not under mu_: a stream told of the end may close (Close) at once, and a job's last
+    // reference, dropped here, gives its budget back under mu_. A stream still holding a job
+    // (only while stopping) hands it back through Close().
+    for (auto& [job, why] : aborted) job->Stop(why);
+    aborted.clear();
     doomed.clear();
     lock.lock();
-    if (stopping_ && jobs_.empty() && doomed_.empty()) return;
-    if (doomed_.empty()) cv_.wait_for(lock, std::chrono::milliseconds(200));
   }
 }
 

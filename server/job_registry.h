@@ -46,13 +46,18 @@ class JobRegistry {
   // run the same options), or a new one. ResourceExhausted when the stream limit or the memory
   // budget would be passed; InvalidArgument when options disagree with the named job's.
   // record_ids: the job's batches carry their samples' record ids (ResolvedOptions::record_ids);
-  // a shared job's streams must agree on it as on the options.
+  // a shared job's streams must agree on it as on the options. A shared job's start (epoch, 0, 0)
+  // names its run: streams of one job_name at different start epochs get different runs.
+  // num_consumers: the job's consumers in lockstep (StreamRequest.num_consumers; 0: none), which
+  // every stream of a run must give alike (InvalidArgument naming it otherwise).
   Result<std::shared_ptr<Job>> Open(const std::string& dataset, const std::string& job_name,
                                     const v1::PipelineOptions& options, BatchPosition start,
-                                    bool record_ids = false);
+                                    bool record_ids = false, int num_consumers = 0);
   // The stream has detached from its job (Job::Detach) and gives its reference back; the job is
   // destroyed (later, on the registry's thread) when no stream uses it any more — a shared job
-  // after job_linger_seconds without streams.
+  // after job_linger_seconds without streams. A job in lockstep one of whose consumers has been
+  // away for job_linger_seconds is ended (Job::AbortIfAbsent) by the same thread and leaves the
+  // registry at once, so that a new stream of its name starts a new run.
   // REQUIRES: the server no longer runs streams when the registry is destroyed.
   void Close(std::shared_ptr<Job> job);
 
@@ -76,13 +81,21 @@ class JobRegistry {
     // A shared job without streams is kept until then.
     std::optional<std::chrono::steady_clock::time_point> linger_until;
   };
+  // The registry's thread: ends lingering jobs and lockstep jobs with a consumer away too long,
+  // and drops doomed references, sleeping until the next such deadline or a notification.
   void Reap();
+  // Under mu_: takes expired jobs out of jobs_ into doomed_, ends (in *aborted, for the caller to
+  // Stop outside the lock) lockstep jobs with a consumer away too long, and returns the next
+  // deadline, if any.
+  std::optional<std::chrono::steady_clock::time_point> ExpireJobs(
+      std::chrono::steady_clock::time_point now,
+      std::vector<std::pair<std::shared_ptr<Job>, Status>>* aborted);
   // The job's pipeline and iterator, with its memory budget reserved until the job is gone.
   // ResourceExhausted when the budget would pass the server's; the pipeline's errors as they are.
   Result<std::shared_ptr<Job>> StartJob(const std::string& name, const std::string& dataset,
                                         const std::string& options_key, bool shared,
                                         const v1::PipelineOptions& options, BatchPosition start,
-                                        bool record_ids);
+                                        bool record_ids, int num_consumers);
 
   const v1::ServerConfig& config_;
   const std::chrono::steady_clock::time_point start_;
@@ -93,7 +106,8 @@ class JobRegistry {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::map<std::string, Entry> jobs_;         // by dataset + "/" + name; guarded by mu_
+  // By dataset, name and start epoch (RunKey); guarded by mu_.
+  std::map<std::string, Entry> jobs_;
   // References to drop on the reaper's thread (only the last one destroys); guarded by mu_.
   std::vector<std::shared_ptr<Job>> doomed_;
   // Every job not yet destroyed, whether in jobs_ or on its way out; guarded by mu_.

@@ -17,6 +17,9 @@ namespace {
 // within the pipeline's shard.count bound (pipeline/tunables.h).
 constexpr int64_t kMaxRequestShards = 100000;
 constexpr size_t kMaxJobName = 128;
+// Consumers of one job in lockstep at most: each holds a slot (and its held batches) in the job;
+// far more than any data-parallel group of ranks and loader workers asks for.
+constexpr int kMaxJobConsumers = 4096;
 // Client-supplied names are echoed in errors at most this long.
 constexpr size_t kMaxEcho = 80;
 
@@ -101,15 +104,47 @@ Status CheckStartPosition(const v1::StreamRequest& r, const v1::PipelineOptions&
   if (p.epoch() < 0) return Negative("start_position.epoch", p.epoch());
   if (p.index() < 0) return Negative("start_position.index", p.index());
   if (p.end_record() < 0) return Negative("start_position.end_record", p.end_record());
-  const bool at_start = p.epoch() == 0 && p.index() == 0 && p.end_record() == 0;
-  if (!at_start && !r.job_name().empty()) {
-    return InvalidArgument(
-        "start_position resumes private streams; a shared job continues where "
-        "it is");
+  if ((p.index() != 0 || p.end_record() != 0) && !r.job_name().empty()) {
+    return InvalidArgument(fmt::format(
+        "start_position.index {} / end_record {}: a shared job takes only an epoch's start "
+        "(epoch, 0, 0), naming its run from that epoch; index and end_record resume private "
+        "streams",
+        p.index(), p.end_record()));
   }
   if (o.epochs() > 0 && p.epoch() >= o.epochs()) {
     return InvalidArgument(fmt::format("start_position.epoch {} is past the stream's {} epochs",
                                        p.epoch(), o.epochs()));
+  }
+  return Status::OK();
+}
+
+// A shared job's consumers in lockstep (StreamRequest.num_consumers); o: the resolved pipeline.
+Status CheckConsumers(const v1::StreamRequest& r, const v1::PipelineOptions& o) {
+  const int n = r.num_consumers();
+  if (n < 0) return Negative("num_consumers", n);
+  if (n > kMaxJobConsumers) {
+    return InvalidArgument(fmt::format("num_consumers {} is over {}", n, kMaxJobConsumers));
+  }
+  if (n == 0) {
+    if (r.consumer_index() == 0) return Status::OK();
+    return InvalidArgument(fmt::format(
+        "consumer_index {} without num_consumers: it names one of a job's num_consumers "
+        "consumers in lockstep",
+        r.consumer_index()));
+  }
+  if (r.consumer_index() < 0 || r.consumer_index() >= n) {
+    return InvalidArgument(
+        fmt::format("consumer_index {} is outside [0, {}) (num_consumers)", r.consumer_index(), n));
+  }
+  if (r.job_name().empty()) {
+    return InvalidArgument(fmt::format(
+        "num_consumers {} needs a job_name: consumers in lockstep share one named job", n));
+  }
+  if (o.equal_shares() == v1::EQUAL_SHARES_OFF) {
+    return InvalidArgument(fmt::format(
+        "num_consumers {} with equal_shares OFF: consumers in lockstep get equal shares; ask for "
+        "DROP or PAD (or leave equal_shares unset)",
+        n));
   }
   return Status::OK();
 }
@@ -215,6 +250,7 @@ Result<v1::PipelineOptions> PipelineForRequest(const v1::ServerConfig& config,
                     Echo(r.job_name()), kMaxJobName));
   }
   RETURN_IF_ERROR(CheckStartPosition(r, o));
+  RETURN_IF_ERROR(CheckConsumers(r, o));
   // Labels past the dataset's classes are bad records, as negative ones are.
   if (o.num_classes() == 0) o.set_num_classes(dataset.num_classes());
 

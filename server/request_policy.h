@@ -24,9 +24,11 @@ Result<const v1::DatasetConfig*> FindDataset(const v1::ServerConfig& config, std
 // InvalidArgument naming the field and the bound for: negative values; values outside the
 // dataset's limits; a value other than the dataset's for a field its limits fix; a shard index
 // outside [0, count) or a count over 100000; a Batch message (BatchMessageBytes) over the server's
-// max_batch_bytes; a start_position with negative fields, past the last epoch, or nonzero with a
-// job_name (a shared job continues where it is); a job_name over 128 characters or with spaces or
-// control characters.
+// max_batch_bytes; a start_position with negative fields, past the last epoch, or with a nonzero
+// index or end_record and a job_name (a shared job takes only an epoch's start, naming its run);
+// a job_name over 128 characters or with spaces or control characters; num_consumers negative or
+// over 4096, or given without a job_name or with equal_shares OFF; consumer_index outside
+// [0, num_consumers) (nonzero without num_consumers).
 // The pipeline is not resolved here: creating it may still refuse the request with
 // ResourceExhausted when the dataset's memory budget cannot hold the batches it asks for.
 // REQUIRES: dataset belongs to config; both come from ValidateServerConfig.

@@ -112,6 +112,9 @@ void WriteJobMetrics(const v1::Stats& stats, PrometheusWriter& w) {
        [](const v1::JobStats& j) { return static_cast<double>(j.decode_parallelism_max()); }},
       {"sluice_job_consumers", "Streams consuming a job.",
        [](const v1::JobStats& j) { return static_cast<double>(j.consumers()); }},
+      {"sluice_job_num_consumers",
+       "A job's consumers in lockstep (StreamRequest.num_consumers); 0 when not in lockstep.",
+       [](const v1::JobStats& j) { return static_cast<double>(j.num_consumers()); }},
   };
   for (const JobGauge& g : job_gauges) {
     w.Family(g.name, g.help, MetricType::kGauge);

@@ -58,6 +58,8 @@ struct ProfileFlags {
   std::string token_file;
   std::string tls_ca_file;
   std::string job_name;
+  int consumer_index = 0;
+  int num_consumers = 0;
   bool no_shared_memory = false;
   bool allow_partial_fleet = false;
 };
@@ -363,6 +365,11 @@ void RegisterProfileCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--token-file", f->token_file, "With --target: file holding the bearer token");
   cmd->add_option("--tls-ca", f->tls_ca_file, "With --target: PEM roots to trust (enables TLS)");
   cmd->add_option("--job-name", f->job_name, "With --target: join this shared job");
+  cmd->add_option("--num-consumers", f->num_consumers,
+                  "With --job-name: the job's consumers in lockstep (each gets every N-th batch, "
+                  "the same number per epoch)");
+  cmd->add_option("--consumer-index", f->consumer_index,
+                  "With --num-consumers: this consumer's index, 0..N-1");
   cmd->add_flag("--no-shared-memory", f->no_shared_memory,
                 "With --target: images through the socket even from a server on this host");
   cmd->add_flag("--allow-partial-fleet", f->allow_partial_fleet,
@@ -385,6 +392,8 @@ void RegisterProfileCommand(CLI::App& app, int* exit_code) {
     r.token_file = f->token_file;
     r.tls_ca_file = f->tls_ca_file;
     r.job_name = f->job_name;
+    r.consumer_index = f->consumer_index;
+    r.num_consumers = f->num_consumers;
     r.shared_memory = !f->no_shared_memory;
     r.allow_partial_fleet = f->allow_partial_fleet;
     r.batch_size = f->batch_size;

@@ -16,6 +16,9 @@ struct RemoteProfileFlags {
   std::string token_file;
   std::string tls_ca_file;
   std::string job_name;
+  // With job_name: this consumer's index among the job's num_consumers in lockstep (0: none).
+  int consumer_index = 0;
+  int num_consumers = 0;
   int batch_size = 0;  // 0: the dataset's
   int height = 0;
   int width = 0;

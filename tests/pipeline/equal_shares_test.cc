@@ -1,5 +1,6 @@
 // The equal-share plan: every shard's records from the files' counts by the sharding rule (whole
-// files, or every count-th record), and the batches per epoch DROP, PAD and OFF give.
+// files, or every count-th record), and the batches per epoch DROP, PAD and OFF give, rounded to
+// a multiple of a job's consumers in lockstep.
 #include "pipeline/equal_shares.h"
 
 #include <catch2/catch.hpp>
@@ -198,6 +199,86 @@ TEST_CASE("APlanCountsOnlyTheFilesItsPeersRead") {
   before = RecordCountScans();
   REQUIRE(PlanSharesForFiles(*options).ok());
   CHECK(RecordCountScans() - before == 2);
+}
+
+TEST_CASE("AJobInLockstepRoundsItsEpochToAMultipleOfItsConsumersDropDownPadUp") {
+  // 50 records in batches of 4: 12 full, 13 with the partial one.
+  const auto counts = Counts({10, 13, 9, 11, 7});
+  struct Case {
+    int consumers;
+    int64_t drop;
+    int64_t pad;
+  };
+  for (const Case& c : {Case{1, 12, 13}, Case{2, 12, 14}, Case{3, 12, 15}, Case{5, 10, 15},
+                        Case{7, 7, 14}, Case{12, 12, 24}, Case{13, 0, 13}}) {
+    INFO(c.consumers << " consumers");
+    ResolvedOptions o = Sharded(5, 0, 1, EqualShares::kDrop, 4);
+    o.job_consumers = c.consumers;
+    CHECK(o.equalizes());
+    SharePlan plan = PlanShares(o, counts);
+    CHECK(plan.equal_shares == EqualShares::kDrop);
+    CHECK(plan.records_per_epoch == 50);
+    CHECK(plan.batches_per_epoch == c.drop);
+    o.equal_shares = EqualShares::kPad;
+    plan = PlanShares(o, counts);
+    CHECK(plan.equal_shares == EqualShares::kPad);
+    CHECK(plan.batches_per_epoch == c.pad);
+    o.equal_shares = EqualShares::kOff;
+    CHECK_FALSE(o.equalizes());
+  }
+  // A sharded job in lockstep: the smallest peer's full batches (9 records: 2) rounded down,
+  // the largest peer's (22 records: 6) rounded up.
+  ResolvedOptions sharded = Sharded(5, 1, 3, EqualShares::kDrop, 4);
+  sharded.job_consumers = 2;
+  CHECK(PlanShares(sharded, Counts({10, 13, 9, 11, 9})).batches_per_epoch == 2);
+  sharded.job_consumers = 4;
+  CHECK(PlanShares(sharded, Counts({10, 13, 9, 11, 9})).batches_per_epoch == 0);
+  sharded.equal_shares = EqualShares::kPad;
+  CHECK(PlanShares(sharded, Counts({10, 13, 9, 11, 9})).batches_per_epoch == 8);
+}
+
+TEST_CASE("DropWithFewerFullBatchesThanConsumersIsRefusedNamingTheCounts") {
+  testing::TempDir dir;
+  testing::WriteTestShards(dir, 2, 5);  // 10 records: 1 full batch of 8
+  v1::PipelineOptions o = testing::BaseOptions(dir);
+  o.set_batch_size(4);  // 2 full batches
+  o.set_equal_shares(v1::EQUAL_SHARES_DROP);
+  auto options = ResolveOptions(o, 3);
+  REQUIRE(options.ok());
+  auto plan = PlanSharesForFiles(*options);
+  CHECK(plan.status().code() == StatusCode::kFailedPrecondition);
+  CHECK(plan.status().message() ==
+        "equal shares (DROP) give no batch to each of the job's 3 consumers (num_consumers): an "
+        "epoch of the job holds 10 records, 2 full batches of batch_size 4, fewer than its 3 "
+        "consumers; use a smaller batch_size, fewer consumers, or equal_shares PAD");
+  // Two consumers: one batch each.
+  options = ResolveOptions(o, 2);
+  REQUIRE(options.ok());
+  REQUIRE(PlanSharesForFiles(*options).ok());
+  CHECK(PlanSharesForFiles(*options)->batches_per_epoch == 2);
+  // PAD: the third consumer's batch is the partial one padded.
+  o.set_equal_shares(v1::EQUAL_SHARES_PAD);
+  options = ResolveOptions(o, 3);
+  REQUIRE(options.ok());
+  REQUIRE(PlanSharesForFiles(*options).ok());
+  CHECK(PlanSharesForFiles(*options)->batches_per_epoch == 3);
+}
+
+TEST_CASE("AJobInLockstepBudgetsTheBufferThatPadsIt") {
+  testing::TempDir dir;
+  testing::WriteTestShards(dir, 1, 1);
+  v1::PipelineOptions o = testing::BaseOptions(dir);
+  auto alone = ResolveOptions(o);
+  auto lockstep = ResolveOptions(o, 2);
+  REQUIRE(alone.ok());
+  REQUIRE(lockstep.ok());
+  CHECK(lockstep->job_consumers == 2);
+  // One batch more in the pool's share leaves that much less for records, decoding and the
+  // shuffle buffer.
+  auto rest = [](const ResolvedOptions& r) {
+    return r.records_budget_bytes + r.decode_budget_bytes + r.shuffle_budget_bytes;
+  };
+  CHECK(rest(*alone) - rest(*lockstep) == static_cast<int64_t>(alone->batch_image_bytes()));
 }
 
 }  // namespace

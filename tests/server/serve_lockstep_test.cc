@@ -1,0 +1,465 @@
+// A shared job's consumers in lockstep (StreamRequest.num_consumers) against a real `sluice
+// serve`: each gets the same number of full batches per epoch, batch i of an epoch going to
+// consumer i mod N; a run named by its start epoch is that epoch of a run from 0; a consumer that
+// reconnects, or a stream that takes its index over, continues its share; an absent consumer
+// ends the job for all with ABORTED; requests that cannot join are refused naming the field.
+// Batches are read as raw v1::Batch messages through the generated stub.
+#include <google/protobuf/util/message_differencer.h>
+#include <grpcpp/grpcpp.h>
+
+#include <catch2/catch.hpp>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "formats/tfrecord_writer.h"
+#include "tests/server/serve_fixture.h"
+
+namespace sluice {
+namespace {
+
+using serve_testing::Connect;
+using serve_testing::FetchMetrics;
+using serve_testing::Request;
+using testing::ServerProcess;
+using testing::TempDir;
+
+// Files of 10, 13, 9, 11 and 9 records, labelled by global record id: 52 records, 13 full
+// batches of 4 per epoch.
+const std::vector<int> kSizes = {10, 13, 9, 11, 9};
+const std::vector<int> kFirstId = {0, 10, 23, 32, 43};
+constexpr int kRecords = 52;
+
+// Two epochs of batches of 4 at 32x32, shared jobs lingering `linger` seconds.
+std::string WriteDataset(const TempDir& dir, int linger) {
+  int id = 0;
+  for (size_t f = 0; f < kSizes.size(); ++f) {
+    auto writer = TFRecordWriter::Create(dir.file("shard-" + std::to_string(f) + ".tfrecord"));
+    REQUIRE(writer.ok());
+    for (int r = 0; r < kSizes[f]; ++r, ++id) {
+      const std::string jpeg = testing::IdJpeg(id);
+      REQUIRE((*writer)->Write(EncodeImageExample({jpeg, id, "c", 48, 64, "x"})).ok());
+    }
+    REQUIRE((*writer)->Close().ok());
+  }
+  const std::string path = dir.file("sluice.textproto");
+  testing::WriteAll(path,
+                    std::string("listen: \"127.0.0.1:0\"\nmetrics_address: \"127.0.0.1:0\"\n") +
+                        "job_linger_seconds: " + std::to_string(linger) +
+                        "\ndatasets {\n  name: \"train\"\n" + "  pipeline {\n    files: \"" +
+                        dir.file("shard-*.tfrecord") +
+                        "\"\n    batch_size: 4\n    image_height: 32\n    threads: 2\n" +
+                        "    epochs: 2\n    memory_budget_bytes: 67108864\n  }\n}\n");
+  return path;
+}
+
+// A channel of its own whose flow-control window stays at gRPC's 64 KiB default (no bandwidth
+// probing): a batch larger than that is written only as the client reads it.
+std::unique_ptr<v1::DataService::Stub> Stub(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return v1::DataService::NewStub(
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+}
+
+struct Raw {
+  grpc::Status status;
+  std::vector<v1::Batch> batches;
+};
+
+// One stream, read to its end; or cut (the client cancels) after `cut` batches.
+Raw ReadRaw(const std::string& address, const v1::StreamRequest& r,
+            std::optional<size_t> cut = std::nullopt) {
+  auto stub = Stub(address);
+  grpc::ClientContext context;
+  auto reader = stub->StreamBatches(&context, r);
+  Raw out;
+  v1::Batch b;
+  while ((!cut || out.batches.size() < *cut) && reader->Read(&b)) out.batches.push_back(b);
+  if (cut) context.TryCancel();
+  out.status = reader->Finish();
+  return out;
+}
+
+// The streams read at once, one thread each (lockstep needs every consumer reading).
+std::vector<Raw> ReadTogether(const std::string& address,
+                              const std::vector<v1::StreamRequest>& requests) {
+  std::vector<Raw> out(requests.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    threads.emplace_back([&, i] { out[i] = ReadRaw(address, requests[i]); });
+  }
+  for (std::thread& t : threads) t.join();
+  return out;
+}
+
+grpc::Status Describe(const std::string& address, const v1::StreamRequest& r, v1::StreamPlan* p) {
+  grpc::ClientContext context;
+  return Stub(address)->DescribeStream(&context, r, p);
+}
+
+v1::StreamRequest Lockstep(const std::string& job, int index, int consumers,
+                           std::optional<v1::EqualShares> mode = std::nullopt) {
+  v1::StreamRequest r = Request();
+  r.set_job_name(job);
+  r.set_consumer_index(index);
+  r.set_num_consumers(consumers);
+  if (mode) r.set_equal_shares(*mode);
+  r.set_record_ids(true);
+  return r;
+}
+
+std::vector<v1::StreamRequest> AllOf(const std::string& job, int consumers,
+                                     std::optional<v1::EqualShares> mode = std::nullopt) {
+  std::vector<v1::StreamRequest> out;
+  for (int i = 0; i < consumers; ++i) out.push_back(Lockstep(job, i, consumers, mode));
+  return out;
+}
+
+using Position = std::pair<int64_t, int64_t>;  // epoch, index
+
+std::vector<Position> Positions(const std::vector<v1::Batch>& batches) {
+  std::vector<Position> out;
+  for (const v1::Batch& b : batches) out.emplace_back(b.position().epoch(), b.position().index());
+  return out;
+}
+
+// Consumer `index`'s share of `epochs` epochs of `per_epoch` batches, in order.
+std::vector<Position> Share(int index, int consumers, int64_t per_epoch, int64_t epochs = 2) {
+  std::vector<Position> out;
+  for (int64_t e = 0; e < epochs; ++e) {
+    for (int64_t i = index; i < per_epoch; i += consumers) out.emplace_back(e, i);
+  }
+  return out;
+}
+
+TEST_CASE("ThreeConsumersInLockstepGetEqualFullBatchesWithEveryRecordOncePerEpoch") {
+  TempDir dir;
+  ServerProcess server({"--config", WriteDataset(dir, 60)});
+  REQUIRE(server.running());
+  struct Mode {
+    std::optional<v1::EqualShares> asked;
+    std::string job;
+    int64_t job_batches;  // per epoch: 13 full batches rounded to a multiple of 3
+  };
+  for (const Mode& mode : {Mode{std::nullopt, "drop", 12}, Mode{v1::EQUAL_SHARES_PAD, "pad", 15}}) {
+    INFO(mode.job);
+    const std::vector<v1::StreamRequest> requests = AllOf(mode.job, 3, mode.asked);
+    v1::StreamPlan plan;
+    REQUIRE(Describe(server.address(), requests[1], &plan).ok());
+    CHECK(plan.num_consumers() == 3);
+    CHECK(plan.records_per_epoch() == kRecords);
+    CHECK(plan.batches_per_epoch() == mode.job_batches / 3);
+
+    const std::vector<Raw> got = ReadTogether(server.address(), requests);
+    // Per epoch, the real samples of all consumers.
+    std::vector<std::multiset<int32_t>> real(2);
+    for (int c = 0; c < 3; ++c) {
+      INFO("consumer " << c);
+      const Raw& raw = got[static_cast<size_t>(c)];
+      INFO(raw.status.error_message());
+      REQUIRE(raw.status.ok());
+      CHECK(Positions(raw.batches) == Share(c, 3, mode.job_batches));
+      for (const v1::Batch& b : raw.batches) {
+        REQUIRE(b.shape_size() == 4);
+        CHECK(b.shape(0) == 4);
+        REQUIRE(b.labels_size() == 4);
+        REQUIRE(b.record_files_size() == 4);
+        for (int i = 0; i < 4; ++i) {
+          if (b.valid_size() > 0 && !b.valid(i)) continue;
+          CHECK(b.labels(i) == kFirstId[b.record_files(i)] + b.record_indexes(i));
+          real[static_cast<size_t>(b.position().epoch())].insert(b.labels(i));
+        }
+      }
+    }
+    for (const std::multiset<int32_t>& epoch : real) {
+      const std::vector<int32_t> labels(epoch.begin(), epoch.end());
+      if (mode.job == "pad") {
+        CHECK(labels == testing::Iota(kRecords));  // every record exactly once
+      } else {
+        CHECK(labels.size() == 12 * 4);
+        CHECK(std::set<int32_t>(labels.begin(), labels.end()).size() == labels.size());
+      }
+    }
+    // The second epoch is another order.
+    std::vector<int32_t> first, second;
+    for (const v1::Batch& b : got[0].batches) {
+      (b.position().epoch() == 0 ? first : second).push_back(b.labels(0));
+    }
+    CHECK(first != second);
+  }
+  // The runs linger: their counts are the job's, the drops those of 2 epochs of 52 - 48.
+  auto stats = Connect(server.address())->GetStats("train");
+  REQUIRE(stats.ok());
+  REQUIRE(stats->jobs_size() == 2);
+  for (const v1::JobStats& j : stats->jobs()) {
+    INFO(j.name());
+    CHECK(j.num_consumers() == 3);
+    CHECK(j.dropped_records() == (j.name() == "drop" ? 8u : 0u));
+    CHECK(j.padded_samples() == (j.name() == "pad" ? 2u * (15 * 4 - kRecords) : 0u));
+  }
+  CHECK(FetchMetrics(server).find("sluice_job_num_consumers{dataset=\"train\",job=\"drop\"} 3\n") !=
+        std::string::npos);
+}
+
+TEST_CASE("ARunNamedByItsStartEpochIsThatEpochOfARunFromZero") {
+  TempDir dir;
+  ServerProcess server({"--config", WriteDataset(dir, 60)});
+  REQUIRE(server.running());
+  const std::vector<Raw> from_zero = ReadTogether(server.address(), AllOf("epochs", 3));
+  // The run from 0 still lingers; the run from epoch 1 is another.
+  std::vector<v1::StreamRequest> later = AllOf("epochs", 3);
+  for (v1::StreamRequest& r : later) r.mutable_start_position()->set_epoch(1);
+  const std::vector<Raw> from_one = ReadTogether(server.address(), later);
+  for (int c = 0; c < 3; ++c) {
+    INFO("consumer " << c);
+    const Raw& zero = from_zero[static_cast<size_t>(c)];
+    const Raw& one = from_one[static_cast<size_t>(c)];
+    REQUIRE(zero.status.ok());
+    REQUIRE(one.status.ok());
+    std::vector<v1::Batch> epoch_one;
+    for (const v1::Batch& b : zero.batches) {
+      if (b.position().epoch() == 1) epoch_one.push_back(b);
+    }
+    REQUIRE(one.batches.size() == epoch_one.size());
+    REQUIRE(one.batches.size() == 4);
+    for (size_t i = 0; i < epoch_one.size(); ++i) {
+      // Same position, samples, record ids and pixels.
+      CHECK(google::protobuf::util::MessageDifferencer::Equals(one.batches[i], epoch_one[i]));
+    }
+  }
+  auto stats = Connect(server.address())->GetStats("train");
+  REQUIRE(stats.ok());
+  CHECK(stats->jobs_size() == 2);
+}
+
+TEST_CASE("AConsumerThatReconnectsContinuesItsShareLosingAtMostTheBatchBeingWritten") {
+  TempDir dir;
+  ServerProcess server({"--config", WriteDataset(dir, 60)});
+  REQUIRE(server.running());
+  // Batches of 4 at 160x160 (300 KiB), over the 64 KiB window: the server writes a batch only
+  // as the client reads it, so the cut stream has at most one batch in flight.
+  std::vector<v1::StreamRequest> requests = AllOf("again", 3);
+  for (v1::StreamRequest& r : requests) r.set_image_height(160);
+  std::vector<Raw> others(3);
+  std::vector<std::thread> threads;
+  for (int c : {0, 2}) {
+    threads.emplace_back([&, c] { others[c] = ReadRaw(server.address(), requests[c]); });
+  }
+  const Raw cut = ReadRaw(server.address(), requests[1], 3);
+  const Raw rest = ReadRaw(server.address(), requests[1]);
+  for (std::thread& t : threads) t.join();
+  for (int c : {0, 2}) {
+    INFO("consumer " << c << ": " << others[c].status.error_message());
+    REQUIRE(others[c].status.ok());
+    CHECK(Positions(others[c].batches) == Share(c, 3, 12));
+  }
+  CHECK(cut.status.error_code() == grpc::StatusCode::CANCELLED);
+  REQUIRE(cut.batches.size() == 3);
+  INFO(rest.status.error_message());
+  REQUIRE(rest.status.ok());
+  // Nothing repeated, nothing lost but the batch the server was writing when the stream went
+  // (written to the old stream, so gone with it) — or none, when it had none in flight.
+  const std::vector<Position> share = Share(1, 3, 12);
+  CHECK(Positions(cut.batches) == std::vector<Position>(share.begin(), share.begin() + 3));
+  const std::vector<Position> after = Positions(rest.batches);
+  const size_t lost = share.size() - 3 - after.size();
+  INFO("lost " << lost);
+  CHECK(lost <= 1);
+  CHECK(after == std::vector<Position>(share.begin() + 3 + static_cast<long>(lost), share.end()));
+}
+
+TEST_CASE("AStreamUnderAnIndexThatIsStreamingTakesItOverAndTheOldEndsAborted") {
+  TempDir dir;
+  ServerProcess server({"--config", WriteDataset(dir, 60)});
+  REQUIRE(server.running());
+  const std::vector<v1::StreamRequest> requests = AllOf("over", 2);
+  Raw second;
+  std::thread other([&] { second = ReadRaw(server.address(), requests[1]); });
+  // The old stream reads two batches, then the new one attaches; the old one reads on and sees
+  // what was written to it, then ABORTED.
+  auto stub = Stub(server.address());
+  grpc::ClientContext context;
+  auto reader = stub->StreamBatches(&context, requests[0]);
+  std::vector<v1::Batch> old;
+  v1::Batch b;
+  while (old.size() < 2 && reader->Read(&b)) old.push_back(b);
+  REQUIRE(old.size() == 2);
+  Raw taker;
+  std::thread take([&] { taker = ReadRaw(server.address(), requests[0]); });
+  while (reader->Read(&b)) old.push_back(b);
+  const grpc::Status ended = reader->Finish();
+  take.join();
+  other.join();
+  INFO(ended.error_message());
+  CHECK(ended.error_code() == grpc::StatusCode::ABORTED);
+  CHECK(ended.error_message() ==
+        "job 'over': another stream took over consumer_index 0 of its 2 consumers; this one ends");
+  REQUIRE(taker.status.ok());
+  REQUIRE(second.status.ok());
+  // Consumer 0's share, each batch once, between the two streams.
+  std::vector<Position> both = Positions(old);
+  const std::vector<Position> rest = Positions(taker.batches);
+  both.insert(both.end(), rest.begin(), rest.end());
+  CHECK(both == Share(0, 2, 12));
+  CHECK(Positions(second.batches) == Share(1, 2, 12));
+}
+
+TEST_CASE("AConsumerAwayForJobLingerSecondsEndsTheJobForAllWithAborted") {
+  TempDir dir;
+  ServerProcess server({"--config", WriteDataset(dir, 1)});
+  REQUIRE(server.running());
+  SECTION("never attached") {
+    const std::vector<v1::StreamRequest> all = AllOf("absent", 3);
+    const std::vector<Raw> got = ReadTogether(server.address(), {all[0], all[1]});
+    for (const Raw& raw : got) {
+      INFO(raw.status.error_message());
+      CHECK(raw.status.error_code() == grpc::StatusCode::ABORTED);
+      CHECK(raw.status.error_message() ==
+            "job 'absent' of dataset 'train' (its run from epoch 0): consumer_index 2 of its 3 "
+            "consumers was away for 1 s (job_linger_seconds; it never attached), so the job "
+            "ends for all its consumers");
+    }
+  }
+  SECTION("left after a batch") {
+    const std::vector<v1::StreamRequest> all = AllOf("left", 3);
+    std::vector<Raw> got(2);
+    std::vector<std::thread> threads;
+    for (size_t c = 0; c < 2; ++c) {
+      threads.emplace_back([&, c] { got[c] = ReadRaw(server.address(), all[c]); });
+    }
+    const Raw gone = ReadRaw(server.address(), all[2], 1);
+    for (std::thread& t : threads) t.join();
+    REQUIRE(gone.batches.size() == 1);
+    for (const Raw& raw : got) {
+      const std::string m = raw.status.error_message();
+      INFO(m);
+      CHECK(raw.status.error_code() == grpc::StatusCode::ABORTED);
+      CHECK(m.find("consumer_index 2 of its 3 consumers was away for 1 s") != std::string::npos);
+      // Where it stopped: the last batch written to it, the one it read or the next of its own.
+      const std::string after = "it left after batch (epoch 0, index ";
+      const size_t at = m.find(after);
+      REQUIRE(at != std::string::npos);
+      const int index = std::stoi(m.substr(at + after.size()));
+      CHECK((index == 2 || index == 5));
+    }
+    // The ended run left the registry: a new one of the name starts, with other consumers.
+    const Raw again = ReadRaw(server.address(), Lockstep("left", 0, 1));
+    INFO(again.status.error_message());
+    CHECK(again.status.ok());
+    CHECK(again.batches.size() == 2 * 13);
+  }
+}
+
+TEST_CASE("LockstepRequestsThatCannotJoinAreRefusedNamingTheField") {
+  TempDir dir;
+  ServerProcess server({"--config", WriteDataset(dir, 60)});
+  REQUIRE(server.running());
+  // A run of two consumers; one reads a batch and stays.
+  auto stub = Stub(server.address());
+  grpc::ClientContext context;
+  auto reader = stub->StreamBatches(&context, Lockstep("pair", 0, 2));
+  v1::Batch b;
+  REQUIRE(reader->Read(&b));
+
+  v1::StreamRequest three = Lockstep("pair", 2, 3);
+  v1::StreamRequest off = Lockstep("pair", 1, 2, v1::EQUAL_SHARES_OFF);
+  v1::StreamRequest outside = Lockstep("pair", 2, 2);
+  v1::StreamRequest unnamed = Lockstep("", 0, 2);
+  v1::StreamRequest mid_epoch = Lockstep("pair", 1, 2);
+  mid_epoch.mutable_start_position()->set_index(3);
+  // 52 records make 3 full batches of 16, fewer than 4 consumers.
+  v1::StreamRequest too_few = Lockstep("few", 0, 4);
+  too_few.set_batch_size(16);
+  struct Case {
+    v1::StreamRequest request;
+    grpc::StatusCode code;
+    std::string names;
+    bool described;  // DescribeStream refuses it too (a run's consumers are StreamBatches')
+  };
+  for (const Case& c :
+       {Case{three, grpc::StatusCode::INVALID_ARGUMENT,
+             "job 'pair' of dataset 'train' runs with num_consumers 2; this stream gives 3", false},
+        Case{off, grpc::StatusCode::INVALID_ARGUMENT, "num_consumers 2 with equal_shares OFF",
+             true},
+        Case{outside, grpc::StatusCode::INVALID_ARGUMENT,
+             "consumer_index 2 is outside [0, 2) (num_consumers)", true},
+        Case{unnamed, grpc::StatusCode::INVALID_ARGUMENT, "num_consumers 2 needs a job_name", true},
+        Case{mid_epoch, grpc::StatusCode::INVALID_ARGUMENT, "start_position.index 3", true},
+        Case{too_few, grpc::StatusCode::FAILED_PRECONDITION,
+             "an epoch of the job holds 52 records, 3 full batches of batch_size 16, fewer than "
+             "its 4 consumers",
+             true}}) {
+    const Raw streamed = ReadRaw(server.address(), c.request);
+    INFO(streamed.status.error_message());
+    CHECK(streamed.status.error_code() == c.code);
+    CHECK(streamed.status.error_message().find(c.names) != std::string::npos);
+    CHECK(streamed.batches.empty());
+    if (c.described) {
+      v1::StreamPlan plan;
+      const grpc::Status described = Describe(server.address(), c.request, &plan);
+      INFO(described.error_message());
+      CHECK(described.error_code() == c.code);
+      CHECK(described.error_message().find(c.names) != std::string::npos);
+    }
+  }
+  context.TryCancel();
+  (void)reader->Finish();
+}
+
+TEST_CASE("TheCppClientStreamsAJobInLockstepThroughSharedMemory") {
+  TempDir dir;
+  ServerProcess server({"--config", WriteDataset(dir, 60)});
+  REQUIRE(server.running());
+  std::vector<serve_testing::Got> got(2);
+  std::vector<int64_t> shared(2);
+  std::vector<std::thread> threads;
+  for (int c = 0; c < 2; ++c) {
+    threads.emplace_back([&, c] {
+      auto client = Connect(server.address());
+      Result<std::unique_ptr<BatchStream>> s = client->Stream(Lockstep("cpp", c, 2));
+      if (!s.ok()) {
+        got[c].status = s.status();
+        return;
+      }
+      got[c] = serve_testing::ReadAll(**s);
+      shared[c] = (*s)->shared_memory_batches();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int c = 0; c < 2; ++c) {
+    INFO("consumer " << c << ": " << got[c].status.ToString());
+    REQUIRE(got[c].status.ok());
+    std::vector<Position> positions;
+    for (const BatchMeta& m : got[c].metas) positions.emplace_back(m.epoch, m.index);
+    CHECK(positions == Share(c, 2, 12));
+    CHECK(shared[c] == 12);
+  }
+}
+
+TEST_CASE("ProfileTargetJoinsAJobInLockstepUnderItsIndex") {
+  TempDir dir;
+  ServerProcess server({"--config", WriteDataset(dir, 60)});
+  REQUIRE(server.running());
+  const std::string args = "profile --target " + server.address() +
+                           " --dataset train --job-name prof --batches 4 --warmup-batches 0";
+  auto alone = testing::RunSluice(args + " --num-consumers 1 --consumer-index 0");
+  INFO(alone.err);
+  CHECK(alone.exit_code == 0);
+  auto stats = Connect(server.address())->GetStats("train");
+  REQUIRE(stats.ok());
+  REQUIRE(stats->jobs_size() == 1);
+  CHECK(stats->jobs(0).num_consumers() == 1);
+  auto outside = testing::RunSluice(args + " --num-consumers 2 --consumer-index 3");
+  CHECK(outside.exit_code == 1);
+  CHECK(outside.err.find("consumer_index 3 is outside [0, 2) (num_consumers)") !=
+        std::string::npos);
+}
+
+}  // namespace
+}  // namespace sluice

@@ -535,6 +535,37 @@ def test_keras_fit_trains_each_epoch_on_the_next_with_or_without_steps_per_epoch
     assert [b for epoch in seen for b in epoch][:3 * steps] == stream[0] + stream[1] + stream[2]
 
 
+def test_tf_datasets_of_a_job_in_lockstep_declare_their_count_and_iterate_new_epochs(server):
+    """Two sluice.tf.dataset consumers of one job in lockstep: each declares its exact count (200
+    records in batches of 20: 10 full batches, 5 each), together they read every record once
+    per iteration, and each iteration is the job's run at the next epoch."""
+    pytest.importorskip("tensorflow")
+    import threading
+    import sluice.tf
+    args = dict(batch_size=20, image_size=32, seed=4, record_ids=True, job_name="tf-lockstep",
+                num_consumers=2)
+    datasets = [sluice.tf.dataset(server.target, "train", consumer_index=k, **args)
+                for k in range(2)]
+    assert [int(d.cardinality()) for d in datasets] == [5, 5]
+    orders = []
+    for _ in range(2):
+        got = [None, None]
+
+        def consume(k):
+            got[k] = [tuple(i) for _, _, ids in datasets[k].as_numpy_iterator()
+                      for i in ids.tolist()]
+
+        threads = [threading.Thread(target=consume, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert [len(g) for g in got] == [100, 100]
+        assert len(set(got[0] + got[1])) == IMAGES
+        orders.append(got[0])
+    assert orders[0] != orders[1]
+
+
 def test_keras_fit_steps_per_epoch_of_a_dataset_without_a_count_runs_out_of_data(server):
     tf = pytest.importorskip("tensorflow")
     import sluice.tf

@@ -62,11 +62,12 @@ def _images_tensor(images, writable):
 
 # Layout of _SharedState's int64s: each worker's next epoch, then each worker's resume (flag,
 # epoch, index, end_record, shuffle_bytes, the end epoch of the iteration it resumes, 0 for
-# none, and that iteration's first epoch), then the DataLoader worker count (assumed by a loaded state or a declared num_workers,
-# and seen by the workers), -1 while unknown, then the count of load_state_dict() calls (what
-# tells a persistent worker that its copy of the per-server resumes is stale), then the epoch
-# after every consumer's so far, then the running iteration (its number, worker count and start
-# epoch), then the iteration each worker joined last.
+# none, and that iteration's first epoch), then the DataLoader worker count (assumed by a
+# loaded state or a declared num_workers, and seen by the workers), -1 while unknown, then the
+# count of load_state_dict() calls (what tells a persistent worker that its copy of the
+# per-server resumes is stale), then the epoch after every consumer's so far, then the running
+# iteration (its number, worker count and start epoch), then the iteration each worker joined
+# last.
 _RESUME = _MAX_WORKERS
 _RESUME_FIELDS = 7
 _WORKERS = _RESUME + _MAX_WORKERS * _RESUME_FIELDS

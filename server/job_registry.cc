@@ -21,6 +21,7 @@ void FillJobStats(const Job& job, v1::JobStats* out) {
   out->set_dataset(job.dataset());
   out->set_consumers(job.consumers());
   out->set_num_consumers(job.num_consumers());
+  out->set_start_epoch(job.start_epoch());
   out->set_memory_budget_bytes(job.memory_budget());
   FillJobStats(job.Stats(), out);
 }

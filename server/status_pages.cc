@@ -94,6 +94,15 @@ void WriteDatasetMetrics(const v1::Stats& stats, const std::map<std::string, dou
   }
 }
 
+// A job's series: its dataset and name and, for a shared job's run from a later epoch (which may
+// run beside the run from 0 under the same name), its start epoch; then `extra`, if any.
+L JobLabels(const v1::JobStats& j, L extra = {}) {
+  L labels{{"dataset", j.dataset()}, {"job", j.name()}};
+  if (j.start_epoch() > 0) labels.emplace_back("start_epoch", std::to_string(j.start_epoch()));
+  labels.insert(labels.end(), extra.begin(), extra.end());
+  return labels;
+}
+
 void WriteJobMetrics(const v1::Stats& stats, PrometheusWriter& w) {
   struct JobGauge {
     const char* name;
@@ -119,7 +128,7 @@ void WriteJobMetrics(const v1::Stats& stats, PrometheusWriter& w) {
   for (const JobGauge& g : job_gauges) {
     w.Family(g.name, g.help, MetricType::kGauge);
     for (const v1::JobStats& j : stats.jobs()) {
-      w.Sample(g.name, L{{"dataset", j.dataset()}, {"job", j.name()}}, g.value(j));
+      w.Sample(g.name, JobLabels(j), g.value(j));
     }
   }
   struct JobCounter {
@@ -138,8 +147,7 @@ void WriteJobMetrics(const v1::Stats& stats, PrometheusWriter& w) {
   for (const JobCounter& c : job_counters) {
     w.Family(c.name, c.help, MetricType::kCounter);
     for (const v1::JobStats& j : stats.jobs()) {
-      w.Sample(c.name, L{{"dataset", j.dataset()}, {"job", j.name()}},
-               static_cast<double>((j.*c.value)()));
+      w.Sample(c.name, JobLabels(j), static_cast<double>((j.*c.value)()));
     }
   }
   w.Family("sluice_job_stage_busy_fraction",
@@ -147,16 +155,14 @@ void WriteJobMetrics(const v1::Stats& stats, PrometheusWriter& w) {
            MetricType::kGauge);
   for (const v1::JobStats& j : stats.jobs()) {
     for (const v1::StageStats& s : j.stages()) {
-      w.Sample("sluice_job_stage_busy_fraction",
-               L{{"dataset", j.dataset()}, {"job", j.name()}, {"stage", s.name()}},
+      w.Sample("sluice_job_stage_busy_fraction", JobLabels(j, {{"stage", s.name()}}),
                BusyFraction(s, j.wall_seconds()));
     }
   }
   w.Family("sluice_job_memory_bytes", "Bytes a job's memory pool holds now.", MetricType::kGauge);
   for (const v1::JobStats& j : stats.jobs()) {
     for (const v1::PoolStats& p : j.pools()) {
-      w.Sample("sluice_job_memory_bytes",
-               L{{"dataset", j.dataset()}, {"job", j.name()}, {"pool", p.name()}},
+      w.Sample("sluice_job_memory_bytes", JobLabels(j, {{"pool", p.name()}}),
                static_cast<double>(p.bytes()));
     }
   }

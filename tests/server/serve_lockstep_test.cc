@@ -207,6 +207,21 @@ TEST_CASE("ThreeConsumersInLockstepGetEqualFullBatchesWithEveryRecordOncePerEpoc
         std::string::npos);
 }
 
+TEST_CASE("MoreConsumersThanTheJobsBatchPoolAllGetTheirShares") {
+  TempDir dir;
+  ServerProcess server({"--config", WriteDataset(dir, 60)});
+  REQUIRE(server.running());
+  // Batches of 2: 26 full per epoch, 24 for 8 consumers; the pool holds prefetch (2) + 5.
+  std::vector<v1::StreamRequest> requests = AllOf("many", 8);
+  for (v1::StreamRequest& r : requests) r.set_batch_size(2);
+  const std::vector<Raw> got = ReadTogether(server.address(), requests);
+  for (int c = 0; c < 8; ++c) {
+    INFO("consumer " << c << ": " << got[c].status.error_message());
+    REQUIRE(got[c].status.ok());
+    CHECK(Positions(got[c].batches) == Share(c, 8, 24));
+  }
+}
+
 TEST_CASE("ARunNamedByItsStartEpochIsThatEpochOfARunFromZero") {
   TempDir dir;
   ServerProcess server({"--config", WriteDataset(dir, 60)});
@@ -233,9 +248,18 @@ TEST_CASE("ARunNamedByItsStartEpochIsThatEpochOfARunFromZero") {
       CHECK(google::protobuf::util::MessageDifferencer::Equals(one.batches[i], epoch_one[i]));
     }
   }
+  // Both runs, told apart by their start epochs, in GetStats and /metrics.
   auto stats = Connect(server.address())->GetStats("train");
   REQUIRE(stats.ok());
-  CHECK(stats->jobs_size() == 2);
+  REQUIRE(stats->jobs_size() == 2);
+  std::set<int64_t> starts;
+  for (const v1::JobStats& j : stats->jobs()) starts.insert(j.start_epoch());
+  CHECK(starts == std::set<int64_t>{0, 1});
+  const std::string metrics = FetchMetrics(server);
+  CHECK(metrics.find("sluice_job_num_consumers{dataset=\"train\",job=\"epochs\"} 3\n") !=
+        std::string::npos);
+  CHECK(metrics.find("sluice_job_num_consumers{dataset=\"train\",job=\"epochs\",start_epoch="
+                     "\"1\"} 3\n") != std::string::npos);
 }
 
 TEST_CASE("AConsumerThatReconnectsContinuesItsShareLosingAtMostTheBatchBeingWritten") {

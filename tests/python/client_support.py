@@ -29,9 +29,11 @@ def data_dir(sluice_bin, tmp_path_factory):
 
 class Server:
     """A `sluice serve --config` child process; port 0 picks a free port, kept across restarts.
-    args: more command-line flags (e.g. "--shard", "0/2")."""
+    args: more command-line flags (e.g. "--shard", "0/2"); host: the IPv4 address it listens on.
+    """
 
-    def __init__(self, sluice_bin, workdir, data, args=()):
+    def __init__(self, sluice_bin, workdir, data, args=(), host="127.0.0.1"):
+        self.host = host
         self.sluice_bin = sluice_bin
         self.workdir = Path(workdir)
         self.data = data
@@ -43,7 +45,7 @@ class Server:
     def config(self):
         files = f'files: "{self.data}/train-*.tfrecord"'
         return f"""
-listen: "127.0.0.1:{self.port}"
+listen: "{self.host}:{self.port}"
 threads: 2
 datasets {{
   name: "train"
@@ -72,8 +74,8 @@ datasets {{
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             text = log.read_text()
-            if "listening on 127.0.0.1:" in text:
-                self.port = int(text.split("listening on 127.0.0.1:")[1].split()[0])
+            if f"listening on {self.host}:" in text:
+                self.port = int(text.split(f"listening on {self.host}:")[1].split()[0])
                 return
             if self.proc.poll() is not None:
                 break
@@ -83,7 +85,7 @@ datasets {{
 
     @property
     def target(self):
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def kill(self):
         self.proc.send_signal(signal.SIGKILL)

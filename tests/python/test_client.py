@@ -37,7 +37,8 @@ def test_datasets_lists_names_defaults_and_limits(client):
 
 
 def test_stream_yields_a_zero_copy_view_of_each_message(client):
-    with client.stream("train", batch_size=8, image_size=(48, 40), seed=1, epochs=1) as stream:
+    with client.stream("train", batch_size=8, image_size=(48, 40), seed=1, epochs=1,
+                       shared_memory=False) as stream:
         images, labels, position = next(stream)
     assert images.shape == (8, 48, 40, 3) and images.dtype == np.uint8
     assert labels.shape == (8,) and labels.dtype == np.int32
@@ -62,7 +63,8 @@ def _wait_for(condition, seconds=5.0):
 
 
 def test_shared_memory_stream_equals_the_socket_stream_and_gives_its_slots_back(client):
-    socket = [digest(*b) for b in client.stream("train", batch_size=24, seed=11, epochs=2)]
+    socket = [digest(*b) for b in client.stream("train", batch_size=24, seed=11, epochs=2,
+                                                shared_memory=False)]
     with client.stream("train", batch_size=24, seed=11, epochs=2, shared_memory=True) as stream:
         shared = []
         for images, labels, position in stream:
@@ -90,8 +92,62 @@ def test_a_stream_closed_while_a_batch_is_held_keeps_its_segment_accounted_until
     assert _wait_for(lambda: client.stats().shared_memory_bytes == 0), client.stats()
 
 
+def test_the_default_stream_from_a_local_server_is_shared_memory_and_may_keep_every_batch(
+        client):
+    """shared_memory=None (the default): shared memory from a loopback target, and a caller that
+    keeps every batch (list()) never blocks nor fails: past max_held each batch is copied out
+    of its slot, and the batches kept in their slots are never overwritten by the server."""
+    request = dict(batch_size=16, seed=5, epochs=2)
+    socket = [digest(*b) for b in client.stream("train", shared_memory=False, **request)]
+    stream = client.stream("train", **request)
+    max_held, slots = 4, 2 + 4 + 1  # the defaults: the segment's slots are prefetch + max_held + 1
+    batches = list(stream)
+    assert len(batches) == len(socket) > max_held + slots
+    assert stream.shared_memory_batches == len(batches)
+    assert stream.held_batches == max_held
+    assert stream.copied_batches == len(batches) - max_held
+    # Compared only now, after the server has filled every slot many times over.
+    assert [digest(*b) for b in batches] == socket
+    for b in batches:
+        assert not b.images.flags.writeable  # as a view of a message or a slot
+    del b
+    batches.clear()
+    assert _wait_for(lambda: stream.held_batches == 0)
+    assert _wait_for(lambda: client.stats().shared_memory_bytes == 0), client.stats()
+
+
+def test_the_default_stream_from_a_server_on_another_address_takes_the_socket(
+        sluice_bin, data_dir, tmp_path, client):
+    """A target that is neither a unix: socket nor loopback is taken for another host: the
+    default asks no shared memory of it (the server would decline such a peer anyway, so the
+    request is what shows the client's choice)."""
+    import socket as sockets
+    # The address this host would send from to another network (a UDP connect sends nothing).
+    with sockets.socket(sockets.AF_INET, sockets.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("198.51.100.1", 9))
+            address = probe.getsockname()[0]
+        except OSError:
+            address = "127.0.0.1"
+    if address.startswith("127."):
+        pytest.skip("this host has no IPv4 address but loopback")
+    s = Server(sluice_bin, tmp_path, data_dir, host=address)
+    try:
+        with sluice.Client(s.target) as c:
+            with c.stream("train", batch_size=16, seed=5, epochs=1) as stream:
+                assert not any(r._request.shared_memory for r in stream._readers)
+                remote = [digest(*b) for b in stream]
+                assert stream.shared_memory_batches == 0 and stream.copied_batches == 0
+        # The same data and config as the loopback server's: the same batches.
+        assert remote == [digest(*b) for b in client.stream("train", batch_size=16, seed=5,
+                                                            epochs=1, shared_memory=False)]
+    finally:
+        s.stop()
+
+
 def test_holding_more_than_max_held_shared_batches_raises_instead_of_waiting(client):
-    socket = [digest(*b) for b in client.stream("train", batch_size=16, seed=5, epochs=1)]
+    socket = [digest(*b) for b in client.stream("train", batch_size=16, seed=5, epochs=1,
+                                                shared_memory=False)]
     stream = client.stream("train", batch_size=16, seed=5, epochs=1, shared_memory=True,
                            max_held=2, prefetch=1)
     with stream:
@@ -202,6 +258,65 @@ def test_shared_job_gives_each_batch_to_one_consumer(client):
         t.join(timeout=60)
     assert len(got[0]) + len(got[1]) == IMAGES
     assert not set(got[0]) & set(got[1])
+
+
+@pytest.mark.parametrize("equal_shares", ["drop", "pad"])
+def test_three_lockstep_consumers_of_a_job_get_equal_batches_and_every_record_once(
+        client, equal_shares):
+    """num_consumers=3: batch i of each epoch of the job goes to consumer i mod 3, and the epoch
+    holds a multiple of 3 full batches: 200 records in batches of 20 fill 10, so "drop" gives 9
+    (the last 20 records dropped) and "pad" 12 (40 padding samples, marked invalid)."""
+    request = dict(batch_size=20, image_size=32, seed=4, epochs=2, record_ids=True,
+                   job_name="lockstep-" + equal_shares, num_consumers=3,
+                   equal_shares=equal_shares)
+    per_consumer = {"drop": 3, "pad": 4}[equal_shares]
+    plans = [client.describe("train", consumer_index=k, **request) for k in range(3)]
+    assert [(p.num_consumers, p.batches_per_epoch, p.records_per_epoch) for p in plans] == [
+        (3, per_consumer, IMAGES)] * 3
+    got, errors = [None] * 3, []
+
+    def consume(k):
+        try:
+            with sluice.Client(client.target) as c:
+                got[k] = [(b.position, b.record_ids.tolist(),
+                           b.valid.tolist() if b.valid is not None else [True] * len(b.labels))
+                          for b in c.stream("train", consumer_index=k, **request)]
+        except Exception as e:  # noqa: BLE001 - reported by the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=consume, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors and all(g is not None for g in got), errors
+    for epoch in range(2):
+        valid = []
+        for k in range(3):
+            batches = [b for b in got[k] if b[0].epoch == epoch]
+            assert len(batches) == per_consumer
+            assert all(len(ids) == 20 for _, ids, _ in batches)  # full batches only
+            assert [p.index % 3 for p, _, _ in batches] == [k] * per_consumer
+            valid += [tuple(i) for _, ids, ok in batches for i, v in zip(ids, ok) if v]
+        assert len(valid) == len(set(valid)) == (180 if equal_shares == "drop" else IMAGES)
+    # Another epoch, another order.
+    assert [ids for p, ids, _ in got[0] if p.epoch == 0] != [
+        ids for p, ids, _ in got[0] if p.epoch == 1]
+
+
+@pytest.mark.parametrize("args, error", [
+    (dict(num_consumers=2, consumer_index=0), "needs job_name"),
+    (dict(job_name="j", num_consumers=2, consumer_index=2), "consumer_index must be in"),
+    (dict(job_name="j", num_consumers=2, consumer_index=-1), "consumer_index must be in"),
+    (dict(job_name="j", num_consumers=2), "consumer_index must be in"),
+    (dict(job_name="j", consumer_index=1), "needs num_consumers"),
+    (dict(job_name="j", start_position=(1, 2, 32)), r"only at an epoch's start"),
+])
+def test_lockstep_and_shared_job_arguments_are_checked_before_any_call(args, error):
+    client = sluice.Client("127.0.0.1:1")  # nobody listens: the check comes first
+    for call in (client.stream, client.describe):
+        with pytest.raises(ValueError, match=error):
+            call("train", **args)
 
 
 def test_resume_after_a_server_restart_loses_and_repeats_nothing(sluice_bin, data_dir, tmp_path):

@@ -276,7 +276,8 @@ def test_torch_dataset_resumes_mid_epoch_from_its_state_without_loss_or_repeat(s
     killed = sluice.torch.SluiceDataset(server.target, "train", **args)
     before = _ids_by_iteration(killed, stop_after=4)
     state = killed.state_dict()
-    assert state["workers"] == {0: [0, 3, 64, 0, False, {server.target: [0, 3, 64, 0]}, 1]}
+    assert state["workers"] == {0: [0, 3, 64, 0, False, {server.target: [0, 3, 64, 0]}, 1,
+                                     0]}
     resumed = sluice.torch.SluiceDataset(server.target, "train", **args)
     resumed.load_state_dict(state)
     resumed.set_epoch(0)  # a loop that sets every epoch keeps the resume inside it
@@ -353,6 +354,32 @@ def test_torch_worker_shards_compose_with_the_ranks_shard():
     assert worker_shard(None, 1, 4) == (1, 4)
     # Rank 1 of 2 with 3 workers: shards 3, 4, 5 of 6; rank 0 has 0, 1, 2.
     assert [worker_shard((1, 2), w, 3) for w in range(3)] == [(3, 6), (4, 6), (5, 6)]
+
+
+def test_torch_shared_job_workers_of_every_rank_are_its_consumers_in_lockstep():
+    """No server needed: with job_name the request carries no shard (the job reads the whole
+    data set) and rank r's worker w of 3 is consumer 3r + w of 2 x 3; lockstep=False is the
+    first-come hand-out, which has no length; a shared job does not resume at a position."""
+    pytest.importorskip("torch")
+    from sluice.torch import SluiceDataset
+    ds = SluiceDataset("127.0.0.1:1", "train", job_name="j", shard=(1, 2))
+    assert [(a["shard"], a["consumer_index"], a["num_consumers"])
+            for a in (ds._consumer_args(ds.stream_args, w, 3) for w in range(3))] == [
+        (None, 3, 6), (None, 4, 6), (None, 5, 6)]
+    alone = SluiceDataset("127.0.0.1:1", "train", job_name="j", shard=(0, 1))
+    assert [(a["consumer_index"], a["num_consumers"])
+            for a in (alone._consumer_args(alone.stream_args, 0, n) for n in (0, 1))] == [
+        (0, 1), (0, 1)]
+    first_come = SluiceDataset("127.0.0.1:1", "train", job_name="j", shard=(1, 2),
+                               lockstep=False)
+    args = first_come._consumer_args(first_come.stream_args, 1, 3)
+    assert args["shard"] is None and "num_consumers" not in args
+    with pytest.raises(TypeError, match="lockstep=False"):
+        len(first_come)
+    with pytest.raises(ValueError, match="cannot resume"):
+        ds.state_dict()
+    with pytest.raises(ValueError, match="epoch's start"):
+        SluiceDataset("127.0.0.1:1", "train", job_name="j", start_position=(1, 2, 32))
 
 
 # --- tf.data ------------------------------------------------------------------------------------
@@ -506,6 +533,37 @@ def test_keras_fit_trains_each_epoch_on_the_next_with_or_without_steps_per_epoch
     # Read-ahead may record batches early (of the next Keras epoch, or after the last step of
     # a repeated dataset): compare the run's first 3 epochs.
     assert [b for epoch in seen for b in epoch][:3 * steps] == stream[0] + stream[1] + stream[2]
+
+
+def test_tf_datasets_of_a_job_in_lockstep_declare_their_count_and_iterate_new_epochs(server):
+    """Two sluice.tf.dataset consumers of one job in lockstep: each declares its exact count (200
+    records in batches of 20: 10 full batches, 5 each), together they read every record once
+    per iteration, and each iteration is the job's run at the next epoch."""
+    pytest.importorskip("tensorflow")
+    import threading
+    import sluice.tf
+    args = dict(batch_size=20, image_size=32, seed=4, record_ids=True, job_name="tf-lockstep",
+                num_consumers=2)
+    datasets = [sluice.tf.dataset(server.target, "train", consumer_index=k, **args)
+                for k in range(2)]
+    assert [int(d.cardinality()) for d in datasets] == [5, 5]
+    orders = []
+    for _ in range(2):
+        got = [None, None]
+
+        def consume(k):
+            got[k] = [tuple(i) for _, _, ids in datasets[k].as_numpy_iterator()
+                      for i in ids.tolist()]
+
+        threads = [threading.Thread(target=consume, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert [len(g) for g in got] == [100, 100]
+        assert len(set(got[0] + got[1])) == IMAGES
+        orders.append(got[0])
+    assert orders[0] != orders[1]
 
 
 def test_keras_fit_steps_per_epoch_of_a_dataset_without_a_count_runs_out_of_data(server):

@@ -8,7 +8,8 @@ epoch, and len(loader) says how many (DescribeStream); per epoch the ranks toget
 record once, less the tail that equal shares ("drop", training's default) drop and count; in an
 eval pass ("pad") the valid samples are every record exactly once; the second epoch has another
 order and other crops; a run killed after k batches resumes from each rank's saved state with no
-record lost or repeated.
+record lost or repeated. With job_name the ranks' workers are the consumers of one shared job
+in lockstep, with the same promises (padding masked).
 """
 import hashlib
 import json
@@ -196,6 +197,96 @@ def test_torch_ddp_ranks_get_equal_batches_every_record_once_and_resume_exactly(
     assert all(resumed[r]["eval"]["len"] == eval_counts[0] for r in range(world))
 
 
+def _lockstep_rank(rank, world, init_file, target, out):
+    """One DDP rank whose 2 DataLoader workers are consumers of one shared job in lockstep with
+    the other rank's: trains two epochs with padding masked, writes what it saw to
+    out/lockstep-<rank>.json."""
+    import torch
+    import torch.distributed as dist
+    import sluice.torch
+
+    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank,
+                            world_size=world)
+    torch.manual_seed(0)
+    ds = sluice.torch.SluiceDataset(target, "train", batch_size=BATCH, image_size=IMAGE,
+                                    seed=SEED, job_name="ddp-lockstep", equal_shares="pad",
+                                    record_ids=True, with_valid=True, num_workers=WORKERS)
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=WORKERS,
+                                         multiprocessing_context="spawn",
+                                         persistent_workers=True)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, stride=4), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(), torch.nn.Linear(4, 4)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    result = {"len": len(loader), "epochs": []}
+    for _ in range(2):
+        seen = []  # per batch: ([[file, record]...] and [image sha1...] of its valid samples)
+        for images, labels, valid, ids in loader:
+            x = images.permute(0, 3, 1, 2).float() / 255
+            losses = torch.nn.functional.cross_entropy(model(x), labels, reduction="none")
+            loss = (losses * valid).sum() / valid.sum().clamp(min=1)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            seen.append((ids[valid].tolist(), [_digest(i) for i in images[valid]]))
+        counts = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+        dist.all_gather(counts, torch.tensor([len(seen)]))
+        result["epochs"].append({"seen": seen, "counts": [int(c) for c in counts]})
+    with open(os.path.join(out, "lockstep-%d.json" % rank), "w") as f:
+        json.dump(result, f)
+    dist.destroy_process_group()
+
+
+def test_torch_ddp_workers_of_a_shared_job_in_lockstep_get_equal_batches_every_record_once(
+        uneven_server, tmp_path):
+    """job_name: the 2 ranks x 2 workers are the 4 consumers of one job (no shards): every rank
+    gets the same number of batches each epoch, the one len(loader) says; the valid samples of
+    all ranks are every record exactly once per epoch; the second iteration is another epoch."""
+    pytest.importorskip("torch")
+    import torch.multiprocessing as mp
+    world = 2
+    out = str(tmp_path)
+    context = mp.get_context("spawn")
+    ranks = [context.Process(target=_lockstep_rank,
+                             args=(r, world, os.path.join(out, "rendezvous"),
+                                   uneven_server.target, out)) for r in range(world)]
+    for p in ranks:
+        p.start()
+    for p in ranks:
+        p.join(timeout=180)
+    codes = [p.exitcode for p in ranks]
+    for p in ranks:
+        if p.is_alive():
+            p.kill()
+            p.join()
+    assert codes == [0] * world
+    results = [json.load(open(os.path.join(out, "lockstep-%d.json" % r))) for r in range(world)]
+
+    everything = sorted((f, i) for f, n in enumerate(FILES) for i in range(n))
+    # 162 records in batches of 4 fill 41 (the last with 2 padding samples); the job rounds up
+    # to a multiple of its 4 consumers: 44 batches, 11 per worker, 22 per rank.
+    consumers = world * WORKERS
+    job_batches = -(-(-(-len(everything) // BATCH)) // consumers) * consumers
+    per_rank = job_batches // consumers * WORKERS
+    assert per_rank == 22
+    assert [r["len"] for r in results] == [per_rank] * world
+    orders, crops = [], []
+    for e in range(2):
+        union, digests = [], {}
+        for r in range(world):
+            seen = results[r]["epochs"][e]["seen"]
+            assert len(seen) == per_rank
+            assert results[r]["epochs"][e]["counts"] == [per_rank] * world
+            for ids, images in seen:
+                union += [tuple(i) for i in ids]
+                digests.update(zip(map(tuple, ids), images))
+        assert sorted(union) == everything  # every record once, padding masked out
+        orders.append([tuple(i) for ids, _ in results[0]["epochs"][e]["seen"] for i in ids])
+        crops.append(digests)
+    assert orders[0] != orders[1]
+    assert all(crops[0][i] != crops[1][i] for i in everything)
+
+
 def test_torch_workers_fanning_in_from_a_fleet_resume_every_server_exactly(fleet):
     torch = pytest.importorskip("torch")
     import sluice.torch
@@ -224,7 +315,7 @@ def test_torch_workers_fanning_in_from_a_fleet_resume_every_server_exactly(fleet
     stopped = dataset()
     before = epoch(stopped, stop_after=5)
     state = stopped.state_dict()
-    assert all(len(servers) == 2 for *_, servers, _end in state["workers"].values())
+    assert all(len(entry[5]) == 2 for entry in state["workers"].values())  # servers
     resumed = dataset()
     resumed.load_state_dict(state)
     after = epoch(resumed)

@@ -81,7 +81,7 @@ def test_torch_resume_from_a_state_saved_after_the_epoch_ended_everywhere_starts
     ds.load_state_dict({"version": 1, "dataset": "train", "shard": None, "num_workers": 2,
                         "epoch": 1, "workers": {0: [0, 5, 96, 0, True, {}, 1],
                                                 1: [0, 5, 96, 0, True, {}, 1]}})
-    assert [ds._state.claim(w, 1) for w in range(2)] == [(1, None, False, 2)] * 2
+    assert [ds._state.claim(w, 1) for w in range(2)] == [(1, None, False, 2, 1)] * 2
 
 
 def test_torch_fan_in_resume_over_epochs_loses_and_repeats_nothing(fleet):
@@ -196,3 +196,41 @@ def test_torch_fan_in_state_loaded_into_persistent_workers_fails_loudly(fleet):
     with pytest.raises(ValueError, match="persistent_workers=False"):
         for _ in loader:
             pass
+
+
+@pytest.mark.parametrize("epochs", [2, 3])
+def test_torch_worker_that_recorded_nothing_resumes_at_the_iterations_first_epoch(server,
+                                                                                   epochs):
+    """Several epochs per iteration and a worker none of whose batches was recorded when the
+    state was saved (here the other worker's one batch of epoch 0, its last, was): that worker
+    starts the resumed iteration at its first epoch, not at the epoch the recorded worker
+    reached, and ends it where the saved one would."""
+    pytest.importorskip("torch")
+    import sluice.torch
+    workers = 2
+
+    def dataset():
+        # 100 records per worker shard: one batch of 64 per epoch each (equal shares drop).
+        return sluice.torch.SluiceDataset(server.target, "train", batch_size=64, image_size=32,
+                                          seed=3, epochs=epochs, record_ids=True,
+                                          with_position=True, num_workers=workers)
+
+    reference = dataset()
+    iterations = [_iterate(reference, workers)[0] for _ in range(2)]
+    assert [{e for e, *_ in i} for i in iterations] == [set(range(epochs)),
+                                                         set(range(epochs, 2 * epochs))]
+    assert len(iterations[0]) == 64 * workers * epochs
+    killed = dataset()
+    before, positions = _iterate(killed, workers, stop=lambda n, _: n == 1)
+    assert positions[0].worker == 0 and positions[0].last and positions[0].epoch == 0
+    # Killed again after the resumed run's first batch (worker 0's, of epoch 1): worker 1,
+    # still without a record, starts at epoch 0 again.
+    again = dataset()
+    again.load_state_dict(killed.state_dict())
+    middle, positions = _iterate(again, workers, stop=lambda n, _: n == 1)
+    assert positions[0].worker == 0 and positions[0].epoch == 1
+    resumed = dataset()
+    resumed.load_state_dict(again.state_dict())
+    after = _iterate(resumed, workers)[0]
+    assert sorted(before + middle + after) == sorted(iterations[0])
+    assert sorted(_iterate(resumed, workers)[0]) == sorted(iterations[1])

@@ -20,10 +20,11 @@ import time
 import weakref
 
 import grpc
+import numpy as np
 
 from sluice import _shm
 from sluice._errors import SluiceError
-from sluice._wire import decode_batch
+from sluice._wire import Batch, decode_batch
 from sluice.v1 import config_pb2, service_pb2, service_pb2_grpc
 
 log = logging.getLogger("sluice")
@@ -44,6 +45,7 @@ _CHANNEL_OPTIONS = (
 )
 
 _MODES = {"train": config_pb2.MODE_TRAIN, "eval": config_pb2.MODE_EVAL}
+_ON_MAX_HELD = ("copy", "raise", "wait")
 _END = object()  # a server's end of sequence, as a queue item
 # gRPC name schemes a comma-separated target may carry; pieces after an ipv4:/ipv6: one without a
 # scheme of their own take it ("ipv4:10.0.0.1:1,10.0.0.2:1", as gRPC itself reads such a name).
@@ -238,7 +240,8 @@ class Client:
 
     def _request(self, dataset, batch_size=None, image_size=None, mode=None, seed=None,
                  epochs=None, shard=None, job_name=None, start_position=None,
-                 drop_remainder=None, equal_shares=None, record_ids=False):
+                 drop_remainder=None, equal_shares=None, record_ids=False,
+                 consumer_index=None, num_consumers=None):
         """The StreamRequest of stream()'s and describe()'s arguments."""
         request = service_pb2.StreamRequest(dataset=dataset)
         if batch_size is not None:
@@ -259,6 +262,26 @@ class Client:
             request.shard.index, request.shard.count = index, count
         if job_name:
             request.job_name = job_name
+        if num_consumers:
+            if num_consumers < 0 or consumer_index is None or not (
+                    0 <= consumer_index < num_consumers):
+                raise ValueError("consumer_index must be in [0, num_consumers), got "
+                                 "consumer_index %r of num_consumers %r"
+                                 % (consumer_index, num_consumers))
+            if not job_name:
+                raise ValueError("num_consumers makes the consumers of a shared job: it needs "
+                                 "job_name")
+            request.consumer_index, request.num_consumers = consumer_index, num_consumers
+        elif consumer_index:
+            raise ValueError("consumer_index %r needs num_consumers (the job's consumers in "
+                             "lockstep)" % (consumer_index,))
+        elif num_consumers is not None and num_consumers < 0:
+            raise ValueError("num_consumers must be 0 or more, got %r" % (num_consumers,))
+        if job_name and start_position is not None and (
+                isinstance(start_position, dict) or tuple(start_position)[1:3] != (0, 0)):
+            raise ValueError("a shared job (job_name) starts only at an epoch's start, "
+                             "(epoch, 0, 0): it names the run of the job that starts there; "
+                             "got %r" % (start_position,))
         if isinstance(start_position, dict):
             pass  # one per server: stream() gives each reader its own
         elif start_position is not None:
@@ -277,7 +300,8 @@ class Client:
 
     def describe(self, dataset, batch_size=None, image_size=None, mode=None, seed=None,
                  epochs=None, shard=None, job_name=None, start_position=None,
-                 drop_remainder=None, equal_shares=None, record_ids=False, **_stream_only):
+                 drop_remainder=None, equal_shares=None, record_ids=False,
+                 consumer_index=None, num_consumers=None, **_stream_only):
         """What stream() with these arguments would deliver, without starting it
         (DescribeStream): a StreamPlan, summed over every server of the client as a fan-in
         stream delivers them (batches_per_epoch: a PyTorch dataset's length per epoch). The
@@ -287,7 +311,7 @@ class Client:
         would raise for the request (SluiceError with the server's status)."""
         request = self._request(dataset, batch_size, image_size, mode, seed, epochs, shard,
                                 job_name, start_position, drop_remainder, equal_shares,
-                                record_ids)
+                                record_ids, consumer_index, num_consumers)
         calls = [(t, self._stub(t).DescribeStream.future(
             request, timeout=self.rpc_timeout, metadata=self._metadata)) for t in self.targets]
         plans = []
@@ -302,13 +326,14 @@ class Client:
 
     def stream(self, dataset, batch_size=None, image_size=None, mode=None, seed=None,
                epochs=None, shard=None, job_name=None, start_position=None,
-               drop_remainder=None, prefetch=2, shared_memory=False, max_held=4,
-               on_max_held="raise", allow_partial_fleet=False, skip_warn_percent=10,
-               equal_shares=None, record_ids=False):
+               drop_remainder=None, prefetch=2, shared_memory=None, max_held=4,
+               on_max_held=None, allow_partial_fleet=False, skip_warn_percent=10,
+               equal_shares=None, record_ids=False, consumer_index=None, num_consumers=None):
         """Streams ready batches of `dataset`, from every server of the client (fan-in).
         Returns a BatchStream: iterate it for (images, labels, position) — images uint8
-        [N, H, W, 3] (a read-only view of the received message), labels int32 [N], position a
-        Position (of the server's stream the batch came from).
+        [N, H, W, 3] (read-only: a view of the received message, of a shared-memory slot, or a
+        copy; see shared_memory), labels int32 [N], position a Position (of the server's
+        stream the batch came from).
 
         Unset (None) arguments take the dataset's defaults (see datasets()).
         image_size: N or (height, width).
@@ -317,26 +342,44 @@ class Client:
             starts later); 0 repeats forever.
         shard: (index, count): this consumer's disjoint part of the data.
         job_name: consumers naming the same job share one pipeline, each batch going to one of
-            them; such a stream rejoins its job on reconnect instead of resuming at a position.
+            them (the first to ask, unless num_consumers is given); such a stream rejoins its
+            job on reconnect instead of resuming at a position.
+        consumer_index, num_consumers: this stream is consumer `consumer_index` (0 <=
+            consumer_index < num_consumers) of a shared job (job_name, required) whose
+            num_consumers consumers read in lockstep: batch i of each epoch goes to consumer
+            i mod num_consumers, and each epoch holds a multiple of num_consumers full batches
+            (equal_shares "drop" or "pad"; "off" is refused), so every consumer gets the same
+            number of batches of the same size per epoch. Every consumer of the job must give
+            the same num_consumers. A consumer's batches wait for it while it reconnects; one
+            away longer than the server's job_linger_seconds ends the job for all (ABORTED,
+            naming it). None (default): no lockstep.
         start_position: resume a private stream (a Position, or (epoch, index, end_record[,
             shuffle_bytes])): give the last kept batch's position.after(), which carries the
             shuffle's byte share so that a resume under another share is refused, not reordered.
             (epoch, 0, 0) starts at an epoch, exactly as that epoch of a stream from 0; it is the
-            only start_position that applies to several servers at once. From several servers,
-            a dict {target: position} (BatchStream.positions of the last kept batch, each
-            position's after()) resumes each server's stream where its own stopped; a server
-            it does not name starts at the earliest epoch it names.
+            only start_position that applies to several servers at once, and the only one a
+            shared job takes: there it names the run of the job that starts at that epoch, which
+            every stream of the job with the same start epoch shares. From several servers, a
+            dict {target: position} (BatchStream.positions of the last kept batch, each
+            position's after()) resumes each server's private stream where its own stopped; a
+            server it does not name starts at the earliest epoch it names.
         prefetch: batches read ahead per server (at least 1).
-        shared_memory: from a server on this host (unix: or loopback target; x86-64), take the
-            images from a shared-memory segment in place instead of through the socket. Each
-            batch's images then hold a slot of the segment until nothing references them, and at
-            most `max_held` such batches may be held at once: one more next() raises
-            SluiceError(FAILED_PRECONDITION) rather than wait for a slot only the caller can
-            free. Falls back to ordinary batches when the server declines or the segment cannot
-            be mapped.
-        on_max_held: "raise" (above) or "wait": next() waits until another thread releases a
-            held batch. Only for consumers whose batches another thread always releases (a
-            DataLoader worker's queue feeder copies each tensor out and drops it).
+        shared_memory: where the images of a server on this host (a unix: or loopback target;
+            x86-64 only) come from. None (default) or True: a shared-memory segment, read in
+            place instead of through the socket; each batch's images then hold a slot of it
+            until nothing references them (the arrays, or any view or tensor made from them),
+            and `on_max_held` says what happens once `max_held` such batches are held. False:
+            the socket. Other servers always send through the socket, and so does a server that
+            declines (or whose segment this process cannot map).
+        max_held: shared-memory batches the caller may hold at once (at least 1).
+        on_max_held: what next() does while `max_held` shared-memory batches are held. "copy"
+            (the default with shared_memory=None): the batch it takes is copied out of its slot
+            at once, releasing the slot, so the caller may keep any number of batches and next()
+            never waits nor raises for it. "raise" (the default with shared_memory=True):
+            SluiceError(FAILED_PRECONDITION), rather than wait for a slot only the caller can
+            free. "wait": next() waits until another thread releases a held batch; only for
+            consumers whose batches another thread always releases (a DataLoader worker's queue
+            feeder copies each tensor out and drops it).
         allow_partial_fleet: read a sharded dataset from servers that serve only some of its
             shards, logging a warning, instead of failing (see check_fleet).
         skip_warn_percent: log a warning when an epoch of a server's stream skipped more than
@@ -354,13 +397,16 @@ class Client:
         """
         request = self._request(dataset, batch_size, image_size, mode, seed, epochs, shard,
                                 job_name, start_position, drop_remainder, equal_shares,
-                                record_ids)
+                                record_ids, consumer_index, num_consumers)
         if prefetch < 1:
             raise ValueError("prefetch must be at least 1")
         if max_held < 1:
             raise ValueError("max_held must be at least 1")
-        if on_max_held not in ("raise", "wait"):
-            raise ValueError("on_max_held must be 'raise' or 'wait', got %r" % (on_max_held,))
+        if on_max_held is None:
+            on_max_held = "copy" if shared_memory is None else "raise"
+        if on_max_held not in _ON_MAX_HELD:
+            raise ValueError("on_max_held must be None, 'copy', 'raise' or 'wait', got %r"
+                             % (on_max_held,))
         self.check_fleet(dataset, allow_partial_fleet)
         starts = _per_server_starts(self.targets, start_position)
         held = _shm.HeldCount()
@@ -373,7 +419,7 @@ class Client:
                     r = service_pb2.StreamRequest()
                     r.CopyFrom(request)
                     _set_position(r.start_position, starts[target])
-                if shared_memory and _shm.supported() and _shm.is_local(target):
+                if shared_memory is not False and _shm.supported() and _shm.is_local(target):
                     r, shared = service_pb2.StreamRequest(), r
                     r.CopyFrom(shared)
                     r.shared_memory = True
@@ -385,7 +431,7 @@ class Client:
             for r in readers:
                 r.stop()
             raise
-        return BatchStream(readers, max_held, hub=hub, held=held, wait=on_max_held == "wait")
+        return BatchStream(readers, max_held, hub=hub, held=held, on_max_held=on_max_held)
 
     def close(self):
         """Closes the channels of datasets(), stats() and check_fleet(); streams have their
@@ -459,6 +505,8 @@ class StreamPlan:
         exact under "drop" and "pad"; under "off" an upper bound when records turn out corrupt).
     min_shard_records, max_shard_records: the smallest and largest share among the stream's
         peers (the request's shard count) on any server.
+    num_consumers: the shared job's consumers in lockstep (stream()'s num_consumers), else 0;
+        then records_per_epoch is the job's and batches_per_epoch this consumer's.
     plans: [(target, sluice.v1.StreamPlan)], each server's own answer.
     """
 
@@ -486,6 +534,7 @@ class StreamPlan:
         self.records_per_epoch = sum(p.records_per_epoch for _, p in plans)
         self.min_shard_records = min(p.min_shard_records for _, p in plans)
         self.max_shard_records = max(p.max_shard_records for _, p in plans)
+        self.num_consumers = first.num_consumers
 
     def __repr__(self):
         return ("StreamPlan(batches_per_epoch=%d, records_per_epoch=%d, batch_size=%d, "
@@ -544,19 +593,20 @@ class BatchStream:
     From several servers, batches are taken round-robin among the servers with one ready. The
     iteration ends when every server's stream has ended; an error from any server ends it (and
     stops the others). Each batch's arrays stay valid as long as they are referenced (they keep
-    their message alive); nothing is reused.
+    their message, or their shared-memory slot, alive); nothing is reused.
     Close it (or use it as a context manager) to stop a stream before its end.
     """
 
-    def __init__(self, readers, max_held=4, *, hub, held, wait=False):
+    def __init__(self, readers, max_held=4, *, hub, held, on_max_held="raise"):
         self._readers = readers
         self._max_held = max_held
         self._hub = hub    # the condition readers notify when they queue an item or end
         self._held = held  # shared-memory batches handed out and not yet released
-        self._wait = wait  # on max_held: wait for a release instead of raising
+        self._on_max_held = on_max_held  # "copy", "raise" or "wait" (Client.stream())
         self._done = [False] * len(readers)  # consumer only
         self._next = 0                       # consumer only: where round-robin starts
         self._closed = False
+        self._copied = 0                     # consumer only
         self.position = None  # of the last batch handed out
         # Each server's last batch handed out: {target: Position}, what start_position takes to
         # resume every server's stream right after it.
@@ -578,13 +628,17 @@ class BatchStream:
     def __next__(self):
         if self._closed:
             raise StopIteration
+        copy = False
         if self._held.value >= self._max_held:
-            if not self._wait:
+            if self._on_max_held == "copy":
+                copy = True
+            elif self._on_max_held == "raise":
                 raise SluiceError(grpc.StatusCode.FAILED_PRECONDITION,
                                   "holding %d shared-memory batches (max_held): drop one (and "
                                   "the arrays or tensors made from it) before the next"
                                   % self._held.value, self._readers[0].target)
-            self._held.wait_below(self._max_held)
+            else:
+                self._held.wait_below(self._max_held)
         item, target = self._take()
         if item is _END:
             self.close()
@@ -593,8 +647,12 @@ class BatchStream:
             self.close()
             raise item
         if isinstance(item, _Shared):
-            item.token.hand_over()
-            item = item.batch
+            if copy:
+                item = _copied_out(item)
+                self._copied += 1
+            else:
+                item.token.hand_over()
+                item = item.batch
         self.position = item.position
         self.positions[target] = item.position
         return item
@@ -639,6 +697,12 @@ class BatchStream:
     def shared_memory_batches(self):
         """Batches received so far whose images came through shared memory."""
         return sum(r.shared_batches for r in self._readers)
+
+    @property
+    def copied_batches(self):
+        """Shared-memory batches copied out of their slots because max_held were held
+        (on_max_held "copy")."""
+        return self._copied
 
     @property
     def held_batches(self):
@@ -825,6 +889,15 @@ class _Shared:
 
     def __init__(self, batch, token):
         self.batch, self.token = batch, token
+
+
+def _copied_out(shared):
+    """The batch of a _Shared with its images copied into memory of their own (read-only, as
+    every batch's): the slot goes back to the server as soon as `shared` is dropped."""
+    batch = shared.batch
+    images = np.array(batch.images)
+    images.flags.writeable = False
+    return Batch(images, batch.labels, batch.position, batch.valid, batch.record_ids)
 
 
 class _Reader:

@@ -1,4 +1,5 @@
-"""Same-host shared-memory batches (opt-in): the client side of client/wire/shared_segment.h.
+"""Same-host shared-memory batches (Client.stream's default from a server on this host): the
+client side of client/wire/shared_segment.h.
 
 A server on this host that agrees names a sealed memfd segment ("/proc/<pid>/fd/<fd>#<id>") and
 an attach key in the call's initial metadata; once this client has written that key into the

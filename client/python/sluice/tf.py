@@ -47,7 +47,8 @@ def output_signature(image_size, with_valid=False, record_ids=False):
 def dataset(target, dataset, batch_size=None, image_size=None, mode=None, seed=None, epochs=1,
             shard=None, job_name=None, start_position=None, drop_remainder=None, prefetch=2,
             token=None, root_certificates=None, connect_timeout=10.0,
-            allow_partial_fleet=False, equal_shares=None, record_ids=False, with_valid=False):
+            allow_partial_fleet=False, equal_shares=None, record_ids=False, with_valid=False,
+            shared_memory=None, max_held=4, consumer_index=None, num_consumers=None):
     """A tf.data.Dataset of (images, labels) batches of `dataset` served at `target` (one server
     or several: see Client).
 
@@ -58,14 +59,21 @@ def dataset(target, dataset, batch_size=None, image_size=None, mode=None, seed=N
     start_position's epoch, whose position the first iteration resumes), each exactly that
     epoch of one long stream; so do the repetitions of dataset(...).repeat(), which Keras
     fit(steps_per_epoch=S) needs without a declared cardinality (see the module's docstring).
-    With job_name the epochs are the shared job's.
+    With job_name, iteration i is the run of the shared job that starts at its epoch
+    (start_position (epoch, 0, 0), given only as an epoch's start), so every consumer's i-th
+    iteration meets the others' in the same run; with num_consumers, consumer `consumer_index`
+    of num_consumers in lockstep, each with the same number of batches (Client.stream()).
     equal_shares: None (the server's: "drop" in train, "pad" in eval), "drop", "pad" or "off":
     how the consumers of a sharded stream (`shard` count > 1) are kept equal (Client.stream()).
     with_valid: a third element, bool [N], False for a padding sample (all True without
     padding); record_ids: then int64 [N, 2], (file, record) per sample.
-    When every server's DescribeStream says the batch count is exact (a sharded stream under
-    "drop" or "pad") and epochs > 0 without job_name, the dataset's cardinality is that count
-    (tf.data.experimental.assert_cardinality), so Keras knows its steps per epoch.
+    When every server's DescribeStream says the batch count is exact (a sharded stream, or a
+    shared job's consumer in lockstep, under "drop" or "pad"), epochs > 0 and no start_position,
+    the dataset's cardinality is that count (tf.data.experimental.assert_cardinality), so Keras
+    knows its steps per epoch.
+    shared_memory, max_held: as Client.stream()'s (by default same-host shared memory from a
+    server on this host, each batch past max_held held copied out of its slot, so tf.data may
+    keep any number).
     Other arguments are Client.stream()'s and Client's; `prefetch` batches are read ahead by the
     client and as many again by tf.data.
     Errors (e.g. SluiceError NOT_FOUND for an unknown dataset) surface when the dataset is
@@ -88,18 +96,20 @@ def dataset(target, dataset, batch_size=None, image_size=None, mode=None, seed=N
     request = dict(batch_size=batch_size, image_size=(height, width), mode=mode, seed=seed,
                    shard=shard, job_name=job_name, drop_remainder=drop_remainder,
                    allow_partial_fleet=allow_partial_fleet, equal_shares=equal_shares,
-                   record_ids=record_ids)
+                   record_ids=record_ids, consumer_index=consumer_index,
+                   num_consumers=num_consumers)
     cardinality = None
-    if epochs and not job_name and start_position is None:
+    if epochs and (num_consumers or not job_name) and start_position is None:
         try:
             with client() as c:
                 plan = c.describe(dataset, **request)
         except SluiceError:
             plan = None  # a request the server refuses fails when iterated, with its message
-        if plan is not None and plan.equal_shares in ("drop", "pad") and all(
-                p.shard.consumers > 1 for _, p in plan.plans):
-            # Equal shares among the request's consumers (not a server's own --shard, which an
-            # unsharded fan-in reads whole): the count is exact, else only an upper bound.
+        if plan is not None and plan.equal_shares in ("drop", "pad") and (
+                plan.num_consumers > 0 or all(p.shard.consumers > 1 for _, p in plan.plans)):
+            # Equal shares among the request's consumers (a job's in lockstep, or the shards':
+            # not a server's own --shard, which an unsharded fan-in reads whole): the count is
+            # exact, else only an upper bound.
             cardinality = plan.batches_per_epoch * epochs
     lock = threading.Lock()
     state = {"next": start_position[0] if start_position is not None else 0,
@@ -112,11 +122,10 @@ def dataset(target, dataset, batch_size=None, image_size=None, mode=None, seed=N
             epoch = state["next"]
             state["next"] = epoch + max(epochs, 1)
             resume, state["resume"] = state["resume"], None
-        if job_name:
-            return None, None
         if resume is not None and resume[0] == epoch:
             return epoch, resume
-        return epoch, (epoch, 0, 0) if epoch > 0 else None
+        # A shared job is always named by its run's start, epoch 0 too.
+        return epoch, (epoch, 0, 0) if epoch > 0 or job_name else None
 
     def reached(epoch):
         with lock:
@@ -125,12 +134,11 @@ def dataset(target, dataset, batch_size=None, image_size=None, mode=None, seed=N
     def batches():
         epoch, start = claim()
         with client() as c:
-            with c.stream(dataset, epochs=epochs if epoch is None or not epochs
-                          else epoch + epochs, start_position=start, prefetch=prefetch,
-                          **request) as stream:
+            with c.stream(dataset, epochs=epoch + epochs if epochs else 0,
+                          start_position=start, prefetch=prefetch, shared_memory=shared_memory,
+                          max_held=max_held, **request) as stream:
                 for batch in stream:
-                    if epoch is not None:
-                        reached(batch.position.epoch)
+                    reached(batch.position.epoch)
                     out = (batch.images, batch.labels)
                     if with_valid:
                         out += (batch.valid if batch.valid is not None

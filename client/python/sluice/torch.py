@@ -10,7 +10,8 @@
 The server batches: use DataLoader(batch_size=None). Each DataLoader worker streams its own
 disjoint shard (worker i of n asks for shard i of n within the dataset's own `shard`, which under
 torch.distributed is (rank, world size) by default), so the workers together see every image once
-per epoch, and equal shares give every rank's workers the same number of batches. Each iteration
+per epoch, and equal shares give every rank's workers the same number of batches (with job_name
+they are instead the consumers of one shared job in lockstep: see SluiceDataset). Each iteration
 of the dataset is the next epoch of the server's numbering (new file order, shuffle and crops), as
 a DistributedSampler's set_epoch gives. Workers create their client after they start. gRPC does
 not support fork() while it is in use: when the parent process streams or calls the server itself
@@ -60,22 +61,24 @@ def _images_tensor(images, writable):
 
 
 # Layout of _SharedState's int64s: each worker's next epoch, then each worker's resume (flag,
-# epoch, index, end_record, shuffle_bytes, and the end epoch of the iteration it resumes, 0 for
-# none), then the DataLoader worker count (assumed by a loaded state or a declared num_workers,
-# and seen by the workers), -1 while unknown, then the count of load_state_dict() calls (what
-# tells a persistent worker that its copy of the per-server resumes is stale), then the epoch
-# after every consumer's so far, then the running iteration (its number, worker count and start
-# epoch), then the iteration each worker joined last.
+# epoch, index, end_record, shuffle_bytes, the end epoch of the iteration it resumes, 0 for
+# none, and that iteration's first epoch), then the DataLoader worker count (assumed by a
+# loaded state or a declared num_workers, and seen by the workers), -1 while unknown, then the
+# count of load_state_dict() calls (what tells a persistent worker that its copy of the
+# per-server resumes is stale), then the epoch after every consumer's so far, then the running
+# iteration (its number, worker count and start epoch), then the iteration each worker joined
+# last.
 _RESUME = _MAX_WORKERS
-_RESUME_FIELDS = 6
+_RESUME_FIELDS = 7
 _WORKERS = _RESUME + _MAX_WORKERS * _RESUME_FIELDS
 _LOADS = _WORKERS + 2
 _NEXT = _LOADS + 1
 _ITERATION, _ITERATION_WORKERS, _ITERATION_START = _NEXT + 1, _NEXT + 2, _NEXT + 3
 _JOINED = _NEXT + 4
 _SIZE = _JOINED + _MAX_WORKERS
-# Resume flags.
-_FRESH, _AT_POSITION, _PER_SERVER = 0, 1, 2
+# Resume flags. _AT_EPOCH: at an epoch's start, for a worker of a saved iteration that
+# recorded none of its batches.
+_FRESH, _AT_POSITION, _PER_SERVER, _AT_EPOCH = 0, 1, 2, 3
 
 
 class _SharedState:
@@ -135,14 +138,19 @@ class _SharedState:
             if self._slots[base + 5] <= epoch:
                 self._slots[base + 5] = 0
 
-    def set_worker(self, worker, epoch, resume=None, end=None, flag=_AT_POSITION):
+    def set_worker(self, worker, epoch, resume=None, end=None, flag=_AT_POSITION, first=None):
         """Worker `worker`'s next iteration starts at `epoch`, at `resume` (a start_position in
-        that epoch) when given, and ends before epoch `end` when given (a resumed iteration
-        ends where the saved one would have)."""
+        that epoch) when given or at the epoch's start with flag _AT_EPOCH, and ends before
+        epoch `end` when given (a resumed iteration ends where the saved one would have), the
+        rest of the iteration that started at epoch `first` (default `epoch`)."""
         self._slots[worker] = epoch
         base = _RESUME + worker * _RESUME_FIELDS
         self._slots[base + 5] = end if end is not None and end > epoch else 0
-        if resume is None:
+        self._slots[base + 6] = epoch if first is None else min(first, epoch)
+        if flag == _AT_EPOCH:
+            self._slots[base + 1:base + 5] = [epoch, 0, 0, 0]
+            self._slots[base] = flag
+        elif resume is None:
             self._slots[base] = _FRESH
         else:
             self._slots[base + 1:base + 5] = [
@@ -151,11 +159,12 @@ class _SharedState:
             self._slots[base] = flag
 
     def claim(self, worker, epochs, num_workers=None):
-        """(epoch, start_position or None, per_server, end): where iteration starts for
+        """(epoch, start_position or None, per_server, end, first): where iteration starts for
         `worker` (None: the main process, for all) of `num_workers` (None: as many as the
         running iteration's), which takes `epochs` (0: forever) from there, or ends before
-        `end` when a resume set one. per_server: the resume is the per-server one
-        load_state_dict() kept."""
+        `end` when a resume set one; first: the epoch the iteration started at (the saved
+        one's, for a resume). per_server: the resume is the per-server one load_state_dict()
+        kept."""
         slot = 0 if worker is None else worker
         base = _RESUME + slot * _RESUME_FIELDS
         with self._lock:
@@ -175,18 +184,21 @@ class _SharedState:
             resume, flag = None, t[base]
             # A loaded resume's own epoch, else the iteration's.
             epoch = t[slot] if flag else start
+            first = t[base + 6] if flag else epoch
             if flag:
                 t[base] = _FRESH
-                if t[base + 1] == epoch:
+                if flag != _AT_EPOCH and t[base + 1] == epoch:
                     resume = Position(*t[base + 1:base + 5])
             end = t[base + 5]
             t[base + 5] = 0
             if end <= epoch or not epochs:
                 end = epoch + epochs if epochs else 0
+                if epochs:
+                    first = epoch
             after = end if epochs else epoch + 1
             t[_NEXT] = max(t[_NEXT], after)
         self.reached(worker, after - 1)
-        return epoch, resume, resume is not None and flag == _PER_SERVER, end
+        return epoch, resume, resume is not None and flag == _PER_SERVER, end, first
 
     def reached(self, worker, epoch):
         """`worker`'s stream has a batch of `epoch`: its next iteration starts after it."""
@@ -238,19 +250,21 @@ class StreamPosition:
     positions: {server: Position} of each server's last batch so far in that worker's stream
     (several when it fans in from a fleet); last: the batch is its worker's last of the epoch
     (from several servers: the stream ended, or every server's stream was already in a later
-    epoch); end: the epoch the batch's iteration ends before (0: endless).
+    epoch); end: the epoch the batch's iteration ends before (0: endless); first: the epoch
+    it started at (a resumed iteration's: the saved one's).
     A plain object, so that DataLoader passes it through as it is.
     """
 
-    __slots__ = ("worker", "num_workers", "position", "positions", "last", "end")
+    __slots__ = ("worker", "num_workers", "position", "positions", "last", "end", "first")
 
-    def __init__(self, worker, num_workers, position, last, positions=None, end=0):
+    def __init__(self, worker, num_workers, position, last, positions=None, end=0, first=None):
         self.worker = worker
         self.num_workers = num_workers
         self.position = position
         self.last = last
         self.positions = positions or {}
         self.end = end
+        self.first = position.epoch if first is None else first
 
     @property
     def epoch(self):
@@ -258,10 +272,11 @@ class StreamPosition:
 
     def __getstate__(self):
         return (self.worker, self.num_workers, _plain(self.position), self.last,
-                {t: _plain(p) for t, p in self.positions.items()}, self.end)
+                {t: _plain(p) for t, p in self.positions.items()}, self.end, self.first)
 
     def __setstate__(self, state):
-        self.worker, self.num_workers, position, self.last, positions, self.end = state
+        (self.worker, self.num_workers, position, self.last, positions, self.end,
+         self.first) = state
         self.position = Position(*position)
         self.positions = {t: Position(*p) for t, p in positions.items()}
 
@@ -294,7 +309,8 @@ class SluiceDataset(torch.utils.data.IterableDataset):
     connect_timeout).
     shard: (index, count), this process's part of the data. None (default): (rank, world size)
         when torch.distributed is initialized (when the dataset is made) with several ranks, as
-        DistributedSampler does; else all of it. (0, 1) opts out.
+        DistributedSampler does; else all of it. (0, 1) opts out. With job_name the job reads
+        the whole data set, and shard only places this process among its consumers (below).
     equal_shares: None (default, the server's: "drop" in train, "pad" in eval), "drop", "pad"
         or "off": how the consumers of a sharded stream (ranks x DataLoader workers) are kept
         equal, so that every DDP rank gets the same number of batches per epoch and none waits
@@ -333,7 +349,7 @@ class SluiceDataset(torch.utils.data.IterableDataset):
     "drop" and "pad"; with "off" or unsharded an upper bound when records turn out corrupt). It
     asks the server: with DataLoader workers started by fork, call it after they started or use
     multiprocessing_context="spawn" (gRPC does not survive fork() while in use). A shared job
-    (job_name) or epochs=0 has no length (TypeError).
+    (job_name) with lockstep=False, or epochs=0, has no length (TypeError).
 
     Epochs. Iteration i of the dataset starts at the epoch set_epoch() set, or else where the
     iteration before it ended (epoch 0, 1, 2, ... with the default epochs=1): file order,
@@ -356,8 +372,9 @@ class SluiceDataset(torch.utils.data.IterableDataset):
             checkpoint = {"model": ..., "data": ds.state_dict()}
     Each worker then resumes right after its own last recorded batch (batches never recorded
     come again; a worker whose epoch's last batch was recorded while another's was not gets no
-    more of that epoch), the iteration ends where the saved one would have (its last epoch,
-    with epochs > 1 too), and later ones continue with the next epochs. From several servers
+    more of that epoch; a worker none of whose batches was recorded starts the saved
+    iteration at its first epoch), the iteration ends where the saved one would have (its last
+    epoch, with epochs > 1 too), and later ones continue with the next epochs. From several servers
     each server's stream resumes after its own last batch. Nothing is lost or repeated when the
     DataLoader, rank and worker counts are the same; load_state_dict refuses another shard or
     worker count (ValueError). In DDP each rank saves and loads its own state. With
@@ -365,9 +382,20 @@ class SluiceDataset(torch.utils.data.IterableDataset):
     workers that started before it hold their own copy of the servers' positions, and raise
     ValueError rather than resume from the wrong ones.
 
-    With job_name, workers join that shared job instead of taking shards: each batch goes to one
-    of them, and the epochs are the job's (a shared job cannot start at a chosen epoch, nor
-    resume).
+    Shared job. With job_name, the DataLoader workers of every rank are the consumers of one
+    shared job on the server, in lockstep, instead of each reading a shard: one pipeline reads
+    the whole data set once per epoch, and batch i of each epoch goes to consumer i mod N, where
+    N = ranks x workers (shard's count, the world size by default, times the DataLoader's
+    num_workers, 1 without workers) and this worker is consumer rank x workers + worker id. Every
+    consumer gets the same number of batches of the same size per epoch (equal shares "drop",
+    or "pad" with the mask; "off" is refused), and len() says how many. Each iteration is the
+    run of the job that starts at that iteration's epoch, so iterations see new epochs exactly
+    as without job_name (set_epoch too), and the consumers' i-th iterations meet in the same
+    run. Every consumer must take part: one that stays away longer than the server's
+    job_linger_seconds ends the job for all (SluiceError ABORTED, naming it). A shared job does
+    not resume at a position (state_dict() and load_state_dict() raise ValueError); set_epoch()
+    restarts at an epoch. lockstep=False: batches go to whichever consumer asks first (the
+    counts per consumer then differ, and there is no length).
     """
 
     def __init__(self, target, dataset, batch_size=None, image_size=None, mode=None, seed=None,
@@ -375,13 +403,17 @@ class SluiceDataset(torch.utils.data.IterableDataset):
                  drop_remainder=None, prefetch=2, token=None, root_certificates=None,
                  writable=False, tune_malloc=False, shared_memory=None, max_held=4,
                  connect_timeout=10.0, allow_partial_fleet=False, equal_shares=None,
-                 record_ids=False, with_valid=False, with_position=False, num_workers=None):
+                 record_ids=False, with_valid=False, with_position=False, num_workers=None,
+                 lockstep=True):
         super().__init__()
         if epochs is None or epochs < 0:
             raise ValueError("epochs is the epochs per iteration, 0 (forever) or more; got %r"
                              % (epochs,))
         if num_workers is not None and num_workers < 0:
             raise ValueError("num_workers must be None or 0 or more, got %r" % (num_workers,))
+        if job_name and start_position is not None and tuple(start_position)[1:3] != (0, 0):
+            raise ValueError("a shared job (job_name) starts only at an epoch's start, "
+                             "(epoch, 0, 0); got start_position %r" % (start_position,))
         if shard is None:
             shard = _default_shard()
         elif tuple(shard) == (0, 1):
@@ -396,6 +428,7 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         self.epochs = epochs
         self.shared_memory = shared_memory
         self.job_name = job_name
+        self.lockstep = lockstep
         self.start_position = start_position
         self.shard = None if shard is None else tuple(shard)
         self.num_workers = num_workers
@@ -444,20 +477,35 @@ class SluiceDataset(torch.utils.data.IterableDataset):
                 return known
         return 0
 
+    def _consumer_args(self, args, worker, workers):
+        """args for the stream of DataLoader worker `worker` (0 without workers) of `workers`
+        (0 without): its shard, or its place among a shared job's consumers."""
+        args = dict(args)
+        if not self.job_name:
+            args["shard"] = worker_shard(args["shard"], worker, workers)
+            return args
+        args["shard"] = None  # the job reads the whole data set
+        if self.lockstep:
+            rank, ranks = self.shard if self.shard is not None else (0, 1)
+            per_rank = max(workers, 1)
+            args["consumer_index"] = rank * per_rank + worker
+            args["num_consumers"] = ranks * per_rank
+        return args
+
     def __len__(self):
-        if self.job_name:
-            raise TypeError("SluiceDataset with job_name has no length: the job's batches are "
-                            "split among its consumers as they take them")
+        if self.job_name and not self.lockstep:
+            raise TypeError("SluiceDataset with job_name and lockstep=False has no length: the "
+                            "job's batches go to its consumers as they ask")
         if not self.epochs:
             raise TypeError("SluiceDataset with epochs=0 is endless: it has no length")
         workers = self._workers_for_length()
         if workers not in self._lengths:
-            args = dict(self.stream_args)
             total = 0
             with self._client() as client:
                 for w in range(max(workers, 1)):
-                    args["shard"] = worker_shard(self.shard, w, workers)
-                    total += client.describe(self.dataset, **args).batches_per_epoch
+                    total += client.describe(
+                        self.dataset, **self._consumer_args(self.stream_args, w, workers)
+                    ).batches_per_epoch
             self._lengths[workers] = total
         return self._lengths[workers] * self.epochs
 
@@ -474,7 +522,8 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         """Where iteration resumes: per DataLoader worker the last position record() saw (a
         dict of plain values, for torch.save with the model's)."""
         if self.job_name:
-            raise ValueError("a shared job (job_name) cannot resume at a position")
+            raise ValueError("a shared job (job_name) cannot resume at a position; set_epoch() "
+                             "starts an iteration at an epoch")
         counts = {p.num_workers for p in self._recorded.values()}
         if len(counts) > 1:
             raise ValueError("record() saw batches of DataLoaders with %s workers: one "
@@ -482,18 +531,29 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         num_workers = counts.pop() if counts else self._workers_for_length()
         nexts = [p.epoch + 1 if p.last else min([p.epoch] + [q.epoch for q in p.positions.values()])
                  for p in self._recorded.values()]
-        return {"version": 1, "dataset": self.dataset, "shard": self.shard,
-                "num_workers": num_workers,
-                "epoch": min(nexts) if nexts else self._base_epoch,
-                "workers": {w: _plain(p.position) + [bool(p.last), {
-                                t: _plain(q) for t, q in p.positions.items()}, int(p.end)]
-                            for w, p in sorted(self._recorded.items())}}
+        state = {"version": 1, "dataset": self.dataset, "shard": self.shard,
+                 "num_workers": num_workers,
+                 "workers": {w: _plain(p.position) + [bool(p.last), {
+                                 t: _plain(q) for t, q in p.positions.items()}, int(p.end),
+                                 int(p.first)]
+                             for w, p in sorted(self._recorded.items())}}
+        if self._recorded and len(self._recorded) < max(num_workers, 1):
+            # Workers none of whose batches were recorded start the latest iteration a
+            # recorded worker is in at its first epoch, and end it where it ends.
+            latest = max(self._recorded.values(), key=lambda p: p.first)
+            state["unrecorded"] = [int(latest.first), int(latest.end)]
+            nexts.append(latest.first)
+        state["epoch"] = min(nexts) if nexts else self._base_epoch
+        return state
 
     def load_state_dict(self, state):
         """Resumes from a state_dict(): each worker's next iteration starts right after its
         last recorded batch (or at the next epoch when that was its epoch's last). Call before
         iterating (persistent workers read it at their next iteration too). ValueError when the
         state is of another dataset, shard or DataLoader worker count."""
+        if self.job_name:
+            raise ValueError("a shared job (job_name) cannot resume at a position; set_epoch() "
+                             "starts an iteration at an epoch")
         if state.get("version") != 1:
             raise ValueError("not a SluiceDataset state (version %r)" % (state.get("version"),))
         shard = None if state["shard"] is None else tuple(state["shard"])
@@ -513,6 +573,7 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         for w, entry in state["workers"].items():
             e, index, end_record, shuffle_bytes, last, servers = entry[:6]
             end = int(entry[6]) if len(entry) > 6 else 0  # the iteration's end epoch
+            first = int(entry[7]) if len(entry) > 7 else None  # and its first
             w = int(w)
             if not 0 <= w < max(workers, 1):
                 raise ValueError("the state names worker %d of %d" % (w, workers))
@@ -522,18 +583,23 @@ class SluiceDataset(torch.utils.data.IterableDataset):
             if last and e + 1 == epoch:
                 # Every worker finished epoch e: the next iteration starts at e + 1 (still the
                 # saved iteration when it has epochs left).
-                self._state.set_worker(w, e + 1, end=end)
+                self._state.set_worker(w, e + 1, end=end, first=first)
             elif len(servers) > 1:
                 # Each server's stream resumes after its own last batch, from the earliest.
                 self._resumes[w] = {t: p.after() for t, p in servers.items()}
-                first = min(servers.values(), key=lambda p: p.epoch)
-                self._state.set_worker(w, first.epoch, first.after(), end=end,
-                                       flag=_PER_SERVER)
+                earliest = min(servers.values(), key=lambda p: p.epoch)
+                self._state.set_worker(w, earliest.epoch, earliest.after(), end=end,
+                                       flag=_PER_SERVER, first=first)
             else:
                 # Also after an epoch's last batch while other workers are still in it: the
                 # server starts just after that batch, with no more of the epoch, so this worker
                 # iterates the same epochs as the others.
-                self._state.set_worker(w, e, position.after(), end=end)
+                self._state.set_worker(w, e, position.after(), end=end, first=first)
+        if "unrecorded" in state:
+            first, end = map(int, state["unrecorded"])
+            for w in range(max(workers, 1)):
+                if w not in self._recorded:
+                    self._state.set_worker(w, first, end=end, flag=_AT_EPOCH)
         self._state.assumed_workers = workers
         self._base_epoch = epoch
 
@@ -554,50 +620,47 @@ class SluiceDataset(torch.utils.data.IterableDataset):
                              "without DataLoader workers", expected, self.num_workers))
         if worker is None or worker == 0:
             self._state.seen_workers = count
-        if count > 1:
-            if self.start_position is not None:
-                raise ValueError("SluiceDataset: start_position applies to one stream; with "
-                                 "%d DataLoader workers use num_workers=0 or load_state_dict"
-                                 % count)
-            if not args["job_name"]:
-                args["shard"] = worker_shard(args["shard"], info.id, count)
+        if count > 1 and self.start_position is not None and not self.job_name:
+            raise ValueError("SluiceDataset: start_position applies to one stream; with "
+                             "%d DataLoader workers use num_workers=0 or load_state_dict"
+                             % count)
         if worker is not None and worker >= _MAX_WORKERS:
             raise ValueError("SluiceDataset keeps the epochs of at most %d DataLoader workers"
                              % _MAX_WORKERS)
+        args = self._consumer_args(args, worker or 0, count)
+        epoch, resume, per_server, args["epochs"], first = self._state.claim(
+            worker, self.epochs, count)
         if self.job_name:
-            args["epochs"] = self.epochs
-        else:
-            epoch, resume, per_server, args["epochs"] = self._state.claim(
-                worker, self.epochs, count)
-            if per_server:
-                resumes = self._resumes.get(0 if worker is None else worker)
-                if resumes is None or self._loads != self._state.loads:
-                    # Raised by the first next(), so that a DataLoader worker hands it over.
-                    return self._fail(ValueError(
-                        "SluiceDataset: load_state_dict() of a state that fans in from several "
-                        "servers was called after this DataLoader's persistent workers "
-                        "started, and they hold their own copy of each server's position: "
-                        "load the state before the first iteration, or use "
-                        "persistent_workers=False"))
-                args["start_position"] = resumes
-            elif resume is not None:
-                args["start_position"] = resume
-            elif epoch > 0:
-                args["start_position"] = (epoch, 0, 0)
+            # The run of the job that starts at this iteration's epoch (epoch 0's too).
+            args["start_position"] = (epoch, 0, 0)
+        elif per_server:
+            resumes = self._resumes.get(0 if worker is None else worker)
+            if resumes is None or self._loads != self._state.loads:
+                # Raised by the first next(), so that a DataLoader worker hands it over.
+                return self._fail(ValueError(
+                    "SluiceDataset: load_state_dict() of a state that fans in from several "
+                    "servers was called after this DataLoader's persistent workers started, "
+                    "and they hold their own copy of each server's position: load the state "
+                    "before the first iteration, or use persistent_workers=False"))
+            args["start_position"] = resumes
+        elif resume is not None:
+            args["start_position"] = resume
+        elif epoch > 0:
+            args["start_position"] = (epoch, 0, 0)
         args["shared_memory"] = self.shared_memory is not False
         if self.with_position:
             # The read-ahead (below) holds one batch more than the caller.
             args["max_held"] += 1
         # A worker's tensors are released by its queue's feeder thread, never by its caller.
         args["on_max_held"] = "wait" if worker is not None else "raise"
-        return self._batches(worker, count, args)
+        return self._batches(worker, count, args, first)
 
     @staticmethod
     def _fail(error):
         raise error
         yield
 
-    def _batches(self, worker, count, args):
+    def _batches(self, worker, count, args, first):
         if self.tune_malloc:
             _tune_malloc()
         # The client is made here, in the process that iterates (a DataLoader worker).
@@ -653,12 +716,12 @@ class SluiceDataset(torch.utils.data.IterableDataset):
                         else:
                             last = following.position.epoch != position.epoch
                         out.append(StreamPosition(0 if worker is None else worker, count,
-                                                  position, last, positions, args["epochs"]))
+                                                  position, last, positions, args["epochs"],
+                                                  first))
                     # Hold nothing of a batch once it is handed out: a shared-memory slot goes
                     # back as soon as the consumer (a worker's queue) drops the tensor.
                     del batch
-                    if not self.job_name:
-                        self._state.reached(worker, position.epoch)
+                    self._state.reached(worker, position.epoch)
                     yield tuple(out)
                     del out
                     batch = following if self.with_position else take()

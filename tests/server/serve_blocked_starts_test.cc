@@ -287,7 +287,7 @@ TEST_CASE("OneDatasetsBlockedStartsLeaveAStartThreadToTheOtherDatasets") {
   }
   // Three opens of train block (DataService::kStartThreads - 1), the rest wait for them.
   StatsWhen(stub.get(), [](const v1::Stats& s) {
-    return s.starts_in_flight() == kStarts && s.active_streams() == 3;
+    return s.starts_in_flight() == kStarts && s.active_streams() >= 3;
   });
   std::vector<std::unique_ptr<RawDescribe>> describes;
   for (int i = 0; i < kDescribes; ++i) {

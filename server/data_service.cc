@@ -517,10 +517,17 @@ grpc::ServerUnaryReactor* DataService::DescribeStream(grpc::CallbackServerContex
     reactor->Answer(resolved.status());
     return reactor;
   }
-  s = Defer(reactor, CallKind::kDescribe, request->dataset(),
-            [reactor, resolved = std::move(*resolved), num_consumers = request->num_consumers()] {
-              if (!reactor->ended()) reactor->Answer(Plan(resolved, num_consumers));
-            });
+  // The task keeps the request, not the resolved options (which name every file): a waiting
+  // call holds only its request. Resolved again there, it plans from the files as they are then.
+  s = Defer(reactor, CallKind::kDescribe, request->dataset(), [this, reactor, request = *request] {
+    if (reactor->ended()) return;
+    Result<ResolvedOptions> again = ResolveForPlan(request);
+    if (!again.ok()) {
+      reactor->Answer(again.status());
+      return;
+    }
+    reactor->Answer(Plan(*again, request.num_consumers()));
+  });
   if (!s.ok()) reactor->Refuse(s);
   return reactor;
 }

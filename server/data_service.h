@@ -48,8 +48,9 @@ class DataService final : public DataServiceBase {
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
                                      const v1::GetStatsRequest* request,
                                      v1::Stats* response) override;
-  // Resolves the request as StreamBatches does (the same refusals) and plans its epochs from the
-  // files' record counts (cached process-wide, so repeat calls read no file).
+  // Resolves the request as StreamBatches does (the same refusals, answered at once on the gRPC
+  // thread) and plans its epochs from the files' record counts (cached process-wide, so repeat
+  // calls read no file) on the start threads.
   grpc::ServerUnaryReactor* DescribeStream(grpc::CallbackServerContext* context,
                                            const v1::StreamRequest* request,
                                            v1::StreamPlan* response) override;

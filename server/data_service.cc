@@ -25,6 +25,7 @@ namespace sluice {
 // until it has run, a drain while it refuses it.
 class StartingCall {
  public:
+  explicit StartingCall(DataService* service) : service_(service) {}
   virtual ~StartingCall() = default;
   // Ends the call with `status` (the server is draining) unless it has ended or started.
   virtual void Refuse(const Status& status) = 0;
@@ -34,11 +35,18 @@ class StartingCall {
   }
 
  protected:
+  // From OnDone: the call has ended. A start still queued is withdrawn (its hold and its place
+  // under the bounds go back now, not when a start thread reaches it); then the call's hold goes.
+  void Done() {
+    service_->Ended(this);
+    Release();
+  }
   // Gives back what the call holds, and deletes it.
   virtual void Destroy() = 0;
 
  private:
-  std::atomic<int> holds_{1};  // the call's, released by OnDone
+  DataService* const service_;
+  std::atomic<int> holds_{1};  // the call's, released by Done
 };
 
 namespace {
@@ -79,7 +87,8 @@ constexpr auto kAttachTimeout = std::chrono::seconds(2);
 // DescribeStream's call: answered from the executor, or ended by its cancel or the drain.
 class PlanReactor : public grpc::ServerUnaryReactor, public StartingCall {
  public:
-  explicit PlanReactor(v1::StreamPlan* response) : response_(response) {}
+  PlanReactor(DataService* service, v1::StreamPlan* response)
+      : StartingCall(service), response_(response) {}
 
   bool ended() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -97,7 +106,7 @@ class PlanReactor : public grpc::ServerUnaryReactor, public StartingCall {
   }
   void Refuse(const Status& status) override { FinishOnce(ToGrpc(status)); }
   void OnCancel() override { FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled")); }
-  void OnDone() override { Release(); }
+  void OnDone() override { Done(); }
 
  private:
   void Destroy() override { delete this; }
@@ -121,9 +130,10 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
  public:
   // The call's stream, returned to gRPC at once; its job is opened on the executor (Opened).
   // consumer_index: the stream's index in a job in lockstep (Job::Attach).
-  BatchWriter(grpc::CallbackServerContext* context, JobRegistry* registry, SlotWatcher* watcher,
-              int consumer_index)
-      : context_(context),
+  BatchWriter(DataService* service, grpc::CallbackServerContext* context, JobRegistry* registry,
+              SlotWatcher* watcher, int consumer_index)
+      : StartingCall(service),
+        context_(context),
         registry_(registry),
         watcher_(watcher),
         consumer_index_(consumer_index) {}
@@ -244,7 +254,7 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
     Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
   }
 
-  void OnDone() override { Release(); }
+  void OnDone() override { Done(); }
 
  private:
   enum class Phase { kOpening, kStarting, kStarted };
@@ -450,7 +460,8 @@ DataService::DataService(const v1::ServerConfig& config, JobRegistry* registry, 
     : config_(config),
       registry_(registry),
       token_(std::move(token)),
-      executor_(kStartThreads, config.max_streams()) {}
+      executor_(kStartThreads, config.max_streams() + kMaxDescribesInFlight + kStartThreads,
+                std::max(1, kStartThreads - 1)) {}
 
 DataService::~DataService() = default;
 
@@ -488,7 +499,7 @@ grpc::ServerUnaryReactor* DataService::GetStats(grpc::CallbackServerContext* con
   if (s.ok() && !request->dataset().empty()) s = FindDataset(config_, request->dataset()).status();
   if (s.ok()) {
     registry_->FillStats(request->dataset(), response);
-    response->set_starts_in_flight(executor_.busy());
+    response->set_starts_in_flight(starts_in_flight());
   }
   reactor->Finish(ToGrpc(s));
   return reactor;
@@ -497,24 +508,41 @@ grpc::ServerUnaryReactor* DataService::GetStats(grpc::CallbackServerContext* con
 grpc::ServerUnaryReactor* DataService::DescribeStream(grpc::CallbackServerContext* context,
                                                       const v1::StreamRequest* request,
                                                       v1::StreamPlan* response) {
-  auto* reactor = new PlanReactor(response);
+  auto* reactor = new PlanReactor(this, response);
   Status s = Authenticate(*context);
-  if (s.ok()) {
-    s = Defer(reactor, [this, reactor, request = *request] {
-      if (!reactor->ended()) reactor->Answer(Plan(request));
-    });
+  // The request's checks read no file's records: a bad request is answered at once, whatever
+  // waits on the start threads. Only the record counts are deferred.
+  Result<ResolvedOptions> resolved = s.ok() ? ResolveForPlan(*request) : Result<ResolvedOptions>(s);
+  if (!resolved.ok()) {
+    reactor->Answer(resolved.status());
+    return reactor;
   }
+  // The task keeps the request, not the resolved options (which name every file): a waiting
+  // call holds only its request. Resolved again there, it plans from the files as they are then.
+  s = Defer(reactor, CallKind::kDescribe, request->dataset(), [this, reactor, request = *request] {
+    if (reactor->ended()) return;
+    Result<ResolvedOptions> again = ResolveForPlan(request);
+    if (!again.ok()) {
+      reactor->Answer(again.status());
+      return;
+    }
+    reactor->Answer(Plan(*again, request.num_consumers()));
+  });
   if (!s.ok()) reactor->Refuse(s);
   return reactor;
 }
 
-Result<v1::StreamPlan> DataService::Plan(const v1::StreamRequest& request) const {
+Result<ResolvedOptions> DataService::ResolveForPlan(const v1::StreamRequest& request) const {
   ASSIGN_OR_RETURN(const v1::DatasetConfig* dataset, FindDataset(config_, request.dataset()));
   ASSIGN_OR_RETURN(v1::PipelineOptions options, PipelineForRequest(config_, *dataset, request));
   ASSIGN_OR_RETURN(ResolvedOptions resolved, ResolveOptions(options, request.num_consumers()));
   const v1::Position& p = request.start_position();
   RETURN_IF_ERROR(CheckResumePosition(
       resolved, BatchPosition{p.epoch(), p.index(), p.end_record(), p.shuffle_bytes()}));
+  return resolved;
+}
+
+Result<v1::StreamPlan> DataService::Plan(const ResolvedOptions& resolved, int num_consumers) {
   ASSIGN_OR_RETURN(SharePlan plan, PlanSharesForFiles(resolved));
   v1::StreamPlan out;
   out.set_batch_size(resolved.batch_size);
@@ -538,8 +566,8 @@ Result<v1::StreamPlan> DataService::Plan(const v1::StreamRequest& request) const
   }
   out.set_records_per_epoch(plan.records_per_epoch);
   // In lockstep the plan is the job's, and each consumer gets batches i with i mod N its index.
-  out.set_num_consumers(request.num_consumers());
-  out.set_batches_per_epoch(plan.batches_per_epoch / std::max(1, request.num_consumers()));
+  out.set_num_consumers(num_consumers);
+  out.set_batches_per_epoch(plan.batches_per_epoch / std::max(1, num_consumers));
   out.set_min_shard_records(plan.min_shard_records);
   out.set_max_shard_records(plan.max_shard_records);
   return out;
@@ -564,46 +592,77 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* DataService::StreamBatches(
   BatchPosition start{request.start_position().epoch(), request.start_position().index(),
                       request.start_position().end_record(),
                       request.start_position().shuffle_bytes()};
-  auto* stream = new BatchWriter(context, registry_, &watcher_, request.consumer_index());
-  Status deferred = Defer(stream, [this, stream, context, request = std::move(request),
-                                   options = std::move(*options), start] {
-    if (stream->ended()) return;  // cancelled or drained while queued: no job to open
-    stream->Opened(registry_->Open(request.dataset(), request.job_name(), options, start,
-                                   request.record_ids(), request.num_consumers()),
-                   [&](const ResolvedOptions& resolved) -> std::shared_ptr<SharedSegment> {
-                     if (!request.shared_memory()) return nullptr;
-                     return SharedSegmentFor(*context, request, resolved);
-                   });
-  });
+  auto* stream = new BatchWriter(this, context, registry_, &watcher_, request.consumer_index());
+  const std::string dataset_name = request.dataset();
+  Status deferred = Defer(
+      stream, CallKind::kStream, dataset_name,
+      [this, stream, context, request = std::move(request), options = std::move(*options), start] {
+        if (stream->ended()) return;  // cancelled or drained while queued: no job to open
+        stream->Opened(registry_->Open(request.dataset(), request.job_name(), options, start,
+                                       request.record_ids(), request.num_consumers()),
+                       [&](const ResolvedOptions& resolved) -> std::shared_ptr<SharedSegment> {
+                         if (!request.shared_memory()) return nullptr;
+                         return SharedSegmentFor(*context, request, resolved);
+                       });
+      });
   if (!deferred.ok()) stream->Refuse(deferred);
   return stream;
 }
 
-Status DataService::Defer(StartingCall* call, std::function<void()> start) {
+Status DataService::Defer(StartingCall* call, CallKind kind, const std::string& dataset,
+                          std::function<void()> start) {
   {
     std::lock_guard<std::mutex> lock(starts_mu_);
     if (drain_) return *drain_;
-    call->Hold();  // the start's, before a drain can find the call
-    starting_.insert(call);
-  }
-  auto unregister = [this, call] {
-    {
-      std::lock_guard<std::mutex> lock(starts_mu_);
-      starting_.erase(call);
+    if (kind == CallKind::kStream && starting_streams_ >= config_.max_streams()) {
+      return ResourceExhausted(
+          "this server already has " + std::to_string(config_.max_streams()) +
+          " stream starts waiting for their files (its max_streams); try again later or another "
+          "server");
     }
+    if (kind == CallKind::kDescribe && starting_describes_ >= kMaxDescribesInFlight) {
+      return ResourceExhausted("this server already has " + std::to_string(kMaxDescribesInFlight) +
+                               " DescribeStream calls waiting for their files; try again later");
+    }
+    call->Hold();  // the start's, before a drain can find the call
+    starting_.emplace(call, kind);
+    ++(kind == CallKind::kStream ? starting_streams_ : starting_describes_);
+  }
+  auto done = [this, call] {
+    Unregister(call);
     call->Release();
   };
-  if (executor_.TrySubmit([start = std::move(start), unregister] {
+  // Keyed by data set: a data set whose files hang holds at most kStartThreads - 1 threads.
+  if (executor_.TrySubmit(dataset, call, [start = std::move(start), done] {
         start();
-        unregister();
+        done();
       })) {
     return Status::OK();
   }
-  unregister();  // not the last hold: the call's remains
-  return ResourceExhausted(
-      "this server already has " + std::to_string(executor_.max_tasks()) +
-      " stream starts and DescribeStream calls waiting for their files (its max_streams); try "
-      "again later or another server");
+  done();  // not the last hold: the call's remains
+  // Not reached while the counts above are within their bounds (the executor's bound leaves
+  // room for them and for the starts of ended calls still running): a backstop.
+  return ResourceExhausted("this server's start threads have " +
+                           std::to_string(executor_.max_tasks()) +
+                           " tasks queued or running; try again later or another server");
+}
+
+void DataService::Unregister(StartingCall* call) {
+  std::lock_guard<std::mutex> lock(starts_mu_);
+  auto it = starting_.find(call);
+  if (it == starting_.end()) return;
+  --(it->second == CallKind::kStream ? starting_streams_ : starting_describes_);
+  starting_.erase(it);
+}
+
+void DataService::Ended(StartingCall* call) {
+  Unregister(call);
+  if (executor_.Withdraw(call)) call->Release();  // the start's hold: it will never run
+}
+
+int DataService::starts_in_flight() const {
+  std::lock_guard<std::mutex> lock(starts_mu_);
+  return starting_streams_ + starting_describes_;
 }
 
 void DataService::Drain(const Status& status) {
@@ -611,7 +670,7 @@ void DataService::Drain(const Status& status) {
   {
     std::lock_guard<std::mutex> lock(starts_mu_);
     drain_ = status;
-    for (StartingCall* call : starting_) {
+    for (const auto& [call, kind] : starting_) {
       call->Hold();
       calls.push_back(call);
     }

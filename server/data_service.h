@@ -10,10 +10,10 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 
 #include "server/blocking_executor.h"
@@ -48,8 +48,9 @@ class DataService final : public DataServiceBase {
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
                                      const v1::GetStatsRequest* request,
                                      v1::Stats* response) override;
-  // Resolves the request as StreamBatches does (the same refusals) and plans its epochs from the
-  // files' record counts (cached process-wide, so repeat calls read no file).
+  // Resolves the request as StreamBatches does (the same refusals, answered at once on the gRPC
+  // thread) and plans its epochs from the files' record counts (cached process-wide, so repeat
+  // calls read no file) on the start threads.
   grpc::ServerUnaryReactor* DescribeStream(grpc::CallbackServerContext* context,
                                            const v1::StreamRequest* request,
                                            v1::StreamPlan* response) override;
@@ -62,22 +63,44 @@ class DataService final : public DataServiceBase {
   // whether none is. A start blocked in the kernel (a FIFO, a hung network file system) may never
   // return: a server that gets false cannot be destroyed and exits without it.
   bool WaitForStarts(std::chrono::steady_clock::time_point deadline);
-  // Stream starts and DescribeStream calls queued or running.
-  int starts_in_flight() const { return executor_.busy(); }
+  // Stream starts and DescribeStream calls whose call is on and whose work is queued or running
+  // (a call that ended is not counted, though its start may still be running).
+  int starts_in_flight() const;
+  // Tasks queued or running on the start threads, those of ended calls included.
+  int start_tasks() const { return executor_.busy(); }
 
   // Threads that open jobs and count records; a fixed few: enough that one slow file does not
-  // hold every start, few enough not to compete with the decode threads.
+  // hold every start, few enough not to compete with the decode threads. One data set's starts
+  // and plans run on at most kStartThreads - 1 of them at once (the others queue), so one whose
+  // files hang leaves a thread to every other data set.
   static constexpr int kStartThreads = 4;
+  // DescribeStream calls waiting at once, besides the max_streams stream starts: every rank and
+  // data-loader worker of a large job may ask at its start (torch len()), and a waiting call
+  // holds only its request. More are refused RESOURCE_EXHAUSTED; they never take a start's place.
+  static constexpr int kMaxDescribesInFlight = 4096;
 
  private:
   // UNAUTHENTICATED unless the call carries exactly one "authorization: Bearer <token>".
   Status Authenticate(const grpc::CallbackServerContext& context) const;
-  // DescribeStream's answer, or why StreamBatches would refuse the request (but its token). May
-  // block (it counts the files' records): on the executor only.
-  Result<v1::StreamPlan> Plan(const v1::StreamRequest& request) const;
-  // Runs `start` for call on the executor, call registered for Drain until it returns. The drain
-  // status, or ResourceExhausted when max_streams starts are already queued or running.
-  Status Defer(StartingCall* call, std::function<void()> start);
+  friend class StartingCall;
+  enum class CallKind { kStream, kDescribe };
+
+  // DescribeStream's request resolved, or why StreamBatches would refuse it (but its token):
+  // the checks that read no file's records, on the gRPC thread.
+  Result<ResolvedOptions> ResolveForPlan(const v1::StreamRequest& request) const;
+  // DescribeStream's answer for the resolved request. May block (it counts the files' records):
+  // on the executor only.
+  static Result<v1::StreamPlan> Plan(const ResolvedOptions& resolved, int num_consumers);
+  // Runs `start` for call on the executor, keyed by its data set, call registered for Drain
+  // until it returns or the call ends. The drain status, or ResourceExhausted when max_streams
+  // stream starts (kStream) or kMaxDescribesInFlight DescribeStream calls (kDescribe) of calls
+  // still on are already waiting.
+  Status Defer(StartingCall* call, CallKind kind, const std::string& dataset,
+               std::function<void()> start);
+  // call no longer counts as waiting (its start has run, or the call ended).
+  void Unregister(StartingCall* call);
+  // call has ended (OnDone): unregistered, and its start withdrawn if still queued.
+  void Ended(StartingCall* call);
   // A shared-memory segment for a stream that asked for one, named in the call's initial
   // metadata; null (ordinary batches) when shared memory is off, the peer is not on this host,
   // the slots asked for are out of bounds or too large together, or memory has no room.
@@ -91,8 +114,11 @@ class DataService final : public DataServiceBase {
   SlotWatcher watcher_;
   std::atomic<bool> shared_memory_warned_{false};
   mutable std::mutex starts_mu_;
-  // Calls whose start is queued or running (each held by it); guarded by starts_mu_.
-  std::set<StartingCall*> starting_;
+  // Calls still on whose start is queued or running (each held by its start); guarded by
+  // starts_mu_, as are the counts of each kind.
+  std::map<StartingCall*, CallKind> starting_;
+  int starting_streams_ = 0;
+  int starting_describes_ = 0;
   std::optional<Status> drain_;  // Drain's status; guarded by starts_mu_
   // Last: destroyed (its queued starts run, its threads joined) before what the starts use.
   BlockingExecutor executor_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "pipeline/equal_shares.h"
 #include "pipeline/options.h"
 #include "pipeline/stats_proto.h"
 #include "server/format_bytes.h"
@@ -65,6 +66,13 @@ Result<std::shared_ptr<Job>> JobRegistry::StartJob(const std::string& name,
                                                    BatchPosition start, bool record_ids,
                                                    int num_consumers) {
   ASSIGN_OR_RETURN(ResolvedOptions resolved, ResolveOptions(options, num_consumers));
+  // The record counts are what a start waits for on a slow file; counted first (cached, so
+  // MakeIterator reads no file again), a start that returns during a drain builds no pipeline.
+  if (resolved.equalizes()) RETURN_IF_ERROR(PlanSharesForFiles(resolved).status());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (refuse_) return *refuse_;
+  }
   resolved.record_ids = record_ids;
   resolved.name = "dataset '" + dataset + "', job '" + name + "'";
   std::unique_ptr<Pipeline> pipeline = Pipeline::FromResolved(std::move(resolved));

@@ -224,7 +224,7 @@ int Serve(const ServeFlags& f) {
   std::unique_ptr<grpc::Server> server = StartGrpc(config, *token, &service, &ports);
   if (!server) return 2;
 
-  StatusPages pages(&registry, limit);
+  StatusPages pages(&registry, limit, [&service] { return service.starts_in_flight(); });
   std::unique_ptr<HttpServer> http;
   if (!config.metrics_address().empty()) {
     // Health probes are answered even when slow or idle clients hold every connection, and
@@ -264,7 +264,7 @@ int Serve(const ServeFlags& f) {
     std::fprintf(stderr,
                  "sluice serve: %d stream start(s) or DescribeStream call(s) still waiting on "
                  "their files after the drain; exiting without them\n",
-                 service.starts_in_flight());
+                 service.start_tasks());
     std::printf("sluice serve: stopped\n");
     std::fflush(stdout);
     std::fflush(stderr);

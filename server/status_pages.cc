@@ -16,9 +16,11 @@ double BusyFraction(const v1::StageStats& s, double wall) {
 
 }  // namespace
 
-StatusPages::StatusPages(const JobRegistry* registry, MemoryLimit limit)
+StatusPages::StatusPages(const JobRegistry* registry, MemoryLimit limit,
+                         std::function<int()> starts_in_flight)
     : registry_(registry),
       limit_(std::move(limit)),
+      starts_in_flight_(std::move(starts_in_flight)),
       last_scrape_(std::chrono::steady_clock::now()) {}
 
 HttpResponse StatusPages::Handle(const HttpRequest& request) {
@@ -51,6 +53,11 @@ void WriteServerGauges(const v1::Stats& stats, PrometheusWriter& w) {
   w.Family("sluice_shared_memory_streams", "Streams delivering through shared memory.",
            MetricType::kGauge);
   w.Sample("sluice_shared_memory_streams", {}, stats.shared_memory_streams());
+  w.Family("sluice_stream_starts_in_flight",
+           "Stream starts and DescribeStream calls waiting for their files (GetStats "
+           "starts_in_flight).",
+           MetricType::kGauge);
+  w.Sample("sluice_stream_starts_in_flight", {}, stats.starts_in_flight());
 }
 
 void WriteDatasetMetrics(const v1::Stats& stats, const std::map<std::string, double>& rates,
@@ -192,6 +199,7 @@ std::map<std::string, double> StatusPages::ScrapeRates(const v1::Stats& stats) {
 std::string StatusPages::Metrics() {
   v1::Stats stats;
   registry_->FillStats("", &stats);
+  stats.set_starts_in_flight(starts_in_flight_());
   const std::map<std::string, double> rates = ScrapeRates(stats);
   PrometheusWriter w;
   WriteServerGauges(stats, w);

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -19,8 +20,10 @@ namespace sluice {
 class StatusPages {
  public:
   // registry outlives this. limit: the memory limit the server found at start (shown on / and
-  // as sluice_memory_limit_bytes).
-  StatusPages(const JobRegistry* registry, MemoryLimit limit);
+  // as sluice_memory_limit_bytes). starts_in_flight: GetStats' starts_in_flight (DataService's),
+  // any thread.
+  StatusPages(const JobRegistry* registry, MemoryLimit limit,
+              std::function<int()> starts_in_flight);
 
   HttpResponse Handle(const HttpRequest& request);
 
@@ -35,6 +38,7 @@ class StatusPages {
 
   const JobRegistry* registry_;
   const MemoryLimit limit_;
+  const std::function<int()> starts_in_flight_;
   std::atomic<bool> draining_{false};
 
   // Images served per dataset at the previous scrape, for an images/s over the last interval.

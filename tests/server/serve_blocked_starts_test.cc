@@ -1,21 +1,23 @@
 // Stream starts and DescribeStream calls that wait on their files, against a real `sluice serve`:
 // they hold no gRPC thread, so other calls (ListDatasets, GetStats, another stream's batches) go
-// on; a start cancelled by its client gives back everything once its open returns; the bound on
-// starts in flight refuses with RESOURCE_EXHAUSTED; SIGTERM ends a start in flight at once and
-// the server exits 0 even when the start never returns, and stops cleanly when it returns during
-// the drain.
+// on; one data set's blocked starts leave a start thread to the other data sets; a start
+// cancelled by its client gives back its place at once and everything else once its open
+// returns; the bound on starts in flight refuses with RESOURCE_EXHAUSTED, and DescribeStream calls
+// have a bound of their own; a bad DescribeStream is answered at once; SIGTERM ends a start in
+// flight at once and the server exits 0 even when the start never returns, and stops cleanly when
+// it returns during the drain.
 //
 // The wait is made deterministic with a FIFO: once the server has started, a peer shard's file
 // of "train" is replaced by one. Equal shares count every peer file's records, and opening a FIFO
 // for reading blocks until a writer opens it, which the test does to release the starts (the
 // count of a FIFO is then 0 records: its size).
-#include <catch2/catch.hpp>
-
 #include <fcntl.h>
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -24,8 +26,7 @@
 #include <thread>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
-
+#include "client/wire/shared_segment.h"
 #include "tests/server/serve_fixture.h"
 
 namespace sluice {
@@ -51,9 +52,9 @@ struct BlockedFixture {
              "  }\n}\n";
     };
     testing::WriteAll(config,
-                      "listen: \"127.0.0.1:0\"\nmax_streams: " + std::to_string(max_streams) +
-                          "\nmemory_budget_bytes: 1073741824\n" + dataset("train", train) +
-                          dataset("other", other));
+                      "listen: \"127.0.0.1:0\"\nmetrics_address: \"127.0.0.1:0\"\nmax_streams: " +
+                          std::to_string(max_streams) + "\nmemory_budget_bytes: 1073741824\n" +
+                          dataset("train", train) + dataset("other", other));
   }
 
   // Replaces train's shard-3 (a peer file of shard 0 of 2) by a FIFO: counting it blocks.
@@ -93,7 +94,9 @@ std::unique_ptr<v1::DataService::Stub> Stub(const std::string& address) {
 // A StreamBatches call read to its end on a thread of its own.
 class RawStream {
  public:
-  RawStream(v1::DataService::Stub* stub, v1::StreamRequest request) {
+  // deadline: none unless given.
+  RawStream(v1::DataService::Stub* stub, v1::StreamRequest request, bool deadline = false) {
+    if (deadline) context_.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
     thread_ = std::thread([this, stub, request = std::move(request)] {
       auto reader = stub->StreamBatches(&context_, request);
       v1::Batch b;
@@ -142,7 +145,9 @@ class RawStream {
 // A DescribeStream call on a thread of its own.
 class RawDescribe {
  public:
-  RawDescribe(v1::DataService::Stub* stub, v1::StreamRequest request) {
+  // deadline: none unless given.
+  RawDescribe(v1::DataService::Stub* stub, v1::StreamRequest request, bool deadline = false) {
+    if (deadline) context_.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
     thread_ = std::thread([this, stub, request = std::move(request)] {
       status_ = stub->DescribeStream(&context_, request, &plan_);
     });
@@ -170,7 +175,9 @@ grpc::Status GetStats(v1::DataService::Stub* stub, v1::Stats* stats) {
   return stub->GetStats(&context, v1::GetStatsRequest(), stats);
 }
 
-// GetStats until `done` holds of them; fails when a call fails or times out.
+// GetStats until `done` holds of them; fails when a call fails or times out. A poll: what it
+// waits for happens in another process (a call reaching the server's start threads, an open
+// returning there) and nothing there notifies this one; the interval only paces the calls.
 template <typename Done>
 v1::Stats StatsWhen(v1::DataService::Stub* stub, Done done) {
   const auto deadline = std::chrono::steady_clock::now() + kCallDeadline;
@@ -237,6 +244,9 @@ TEST_CASE("StartsAndDescribesBlockedOnTheirFilesStopNoOtherCall") {
   CHECK(stats.active_streams() >= 2);
   CHECK(TrainStreams(stats) == 0);
   CHECK(stats.starts_in_flight() == kStarts + kDescribes);
+  CHECK(serve_testing::FetchMetrics(server).find("\nsluice_stream_starts_in_flight " +
+                                                 std::to_string(kStarts + kDescribes) + "\n") !=
+        std::string::npos);
   // The running stream still gets its batches.
   CHECK(running.WaitForBatches(running.batches() + 10));
 
@@ -261,7 +271,108 @@ TEST_CASE("StartsAndDescribesBlockedOnTheirFilesStopNoOtherCall") {
   });
 }
 
-TEST_CASE("StreamsCancelledWhileTheirJobsOpenLeaveNoStreamOrReservationBehind") {
+TEST_CASE("OneDatasetsBlockedStartsLeaveAStartThreadToTheOtherDatasets") {
+  // More blocked starts of "train" than the server has start threads, and plans behind them.
+  constexpr int kStarts = 8;
+  constexpr int kDescribes = 2;
+  BlockedFixture f(/*max_streams=*/64);
+  ServerProcess server(f.Args());
+  INFO(server.output());
+  REQUIRE(server.running());
+  auto stub = Stub(server.address());
+  f.BlockTrain();
+  std::vector<std::unique_ptr<RawStream>> starts;
+  for (int i = 0; i < kStarts; ++i) {
+    starts.push_back(std::make_unique<RawStream>(stub.get(), BlockedRequest()));
+  }
+  // Three opens of train block (DataService::kStartThreads - 1), the rest wait for them.
+  StatsWhen(stub.get(), [](const v1::Stats& s) {
+    return s.starts_in_flight() == kStarts && s.active_streams() >= 3;
+  });
+  std::vector<std::unique_ptr<RawDescribe>> describes;
+  for (int i = 0; i < kDescribes; ++i) {
+    describes.push_back(std::make_unique<RawDescribe>(stub.get(), BlockedRequest()));
+  }
+  StatsWhen(stub.get(),
+            [](const v1::Stats& s) { return s.starts_in_flight() == kStarts + kDescribes; });
+  // A start and a plan of "other" take the thread train leaves; they would otherwise wait until
+  // their deadline behind train's.
+  RawStream other(stub.get(), serve_testing::Request("other"), /*deadline=*/true);
+  RawDescribe plan(stub.get(), serve_testing::Request("other"), /*deadline=*/true);
+  other.Join();
+  plan.Join();
+  INFO(other.status().error_message() << " / " << plan.status().error_message());
+  CHECK(other.status().ok());
+  CHECK(other.batches() == 10);
+  REQUIRE(plan.status().ok());
+  CHECK(plan.plan().batches_per_epoch() == 10);
+  f.Release();
+  for (const auto& d : describes) {
+    d->Join();
+    INFO(d->status().error_message());
+    CHECK(d->status().ok());
+  }
+  for (const auto& s : starts) {
+    s->Join();
+    INFO(s->status().error_message());
+    CHECK(s->status().ok());
+    CHECK(s->batches() == 5);
+  }
+}
+
+TEST_CASE("BadDescribesAreAnsweredAtOnceWhileTheStartThreadsWait") {
+  constexpr int kStarts = 6;
+  BlockedFixture f(/*max_streams=*/64);
+  ServerProcess server(f.Args());
+  INFO(server.output());
+  REQUIRE(server.running());
+  auto stub = Stub(server.address());
+  f.BlockTrain();
+  std::vector<std::unique_ptr<RawStream>> starts;
+  for (int i = 0; i < kStarts; ++i) {
+    starts.push_back(std::make_unique<RawStream>(stub.get(), BlockedRequest()));
+  }
+  StatsWhen(stub.get(), [](const v1::Stats& s) {
+    return s.starts_in_flight() == kStarts && s.active_streams() >= 3;
+  });
+  struct Case {
+    const char* name;
+    v1::StreamRequest request;
+    grpc::StatusCode code;
+    const char* message;
+  };
+  std::vector<Case> cases;
+  cases.push_back(
+      {"unknown dataset", serve_testing::Request("nope"), grpc::StatusCode::NOT_FOUND, "nope"});
+  v1::StreamRequest bad_shard = BlockedRequest();
+  bad_shard.mutable_shard()->set_index(2);
+  cases.push_back(
+      {"shard.index out of range", bad_shard, grpc::StatusCode::INVALID_ARGUMENT, "shard.index"});
+  v1::StreamRequest bad_position = BlockedRequest();
+  bad_position.mutable_start_position()->set_epoch(-1);
+  cases.push_back(
+      {"negative start position", bad_position, grpc::StatusCode::INVALID_ARGUMENT, "negative"});
+  for (const Case& c : cases) {
+    INFO(c.name);
+    // Train's starts hold the threads train may use: a deferred check of a train request would
+    // wait behind them until its deadline.
+    RawDescribe describe(stub.get(), c.request, /*deadline=*/true);
+    describe.Join();
+    INFO(describe.status().error_message());
+    CHECK(describe.status().error_code() == c.code);
+    CHECK(describe.status().error_message().find(c.message) != std::string::npos);
+  }
+  v1::Stats stats;
+  REQUIRE(GetStats(stub.get(), &stats).ok());
+  CHECK(stats.starts_in_flight() == kStarts);
+  f.Release();
+  for (const auto& s : starts) {
+    s->Join();
+    CHECK(s->status().ok());
+  }
+}
+
+TEST_CASE("StreamsCancelledWhileTheirJobsOpenGiveBackTheirPlaceAtOnceAndLeaveNothingBehind") {
   // More than the server's start threads, so some are still queued when cancelled; max_streams
   // as many, so a stream the cancels leaked would refuse the next round.
   constexpr int kStarts = 6;
@@ -288,6 +399,23 @@ TEST_CASE("StreamsCancelledWhileTheirJobsOpenLeaveNoStreamOrReservationBehind") 
     CHECK(s->status().error_code() == grpc::StatusCode::CANCELLED);
     CHECK(s->batches() == 0);
   }
+  // The queued starts gave back their place when their calls ended, not when a thread reaches
+  // them; the opens that run still block (holding their threads and registry streams). A start
+  // and a plan of "other" are neither refused nor kept waiting.
+  StatsWhen(stub.get(), [](const v1::Stats& s) { return s.starts_in_flight() == 0; });
+  {
+    RawStream other(stub.get(), serve_testing::Request("other"), /*deadline=*/true);
+    RawDescribe plan(stub.get(), serve_testing::Request("other"), /*deadline=*/true);
+    other.Join();
+    plan.Join();
+    INFO(other.status().error_message() << " / " << plan.status().error_message());
+    CHECK(other.status().ok());
+    CHECK(other.batches() == 10);
+    CHECK(plan.status().ok());
+  }
+  v1::Stats during;
+  REQUIRE(GetStats(stub.get(), &during).ok());
+  CHECK(during.starts_in_flight() == 0);
   // The opens still block; once they return, their jobs go straight back.
   f.Release();
   const v1::Stats after = StatsWhen(stub.get(), [](const v1::Stats& s) {
@@ -310,6 +438,42 @@ TEST_CASE("StreamsCancelledWhileTheirJobsOpenLeaveNoStreamOrReservationBehind") 
   }
 }
 
+TEST_CASE("SharedMemoryStreamCancelledOnceItsJobOpenedGivesBackItsSegment") {
+  // The cancels above all come while the job is being opened, before a segment exists. This one
+  // comes once the job is open and the segment offered (named in the initial metadata, its bytes
+  // reserved), before the client maps it. The instant between Open's return and the offer (the
+  // stream's kStarting phase) has nothing a test can hold it at: no file is read there.
+  BlockedFixture f(/*max_streams=*/4);
+  ServerProcess server(f.Args());
+  INFO(server.output());
+  REQUIRE(server.running());
+  auto stub = Stub(server.address());
+  v1::StreamRequest request = serve_testing::Request("other");
+  request.set_shared_memory(true);
+  request.set_shared_memory_slots(2);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+  auto reader = stub->StreamBatches(&context, request);
+  reader->WaitForInitialMetadata();
+  const auto& metadata = context.GetServerInitialMetadata();
+  REQUIRE(metadata.find(kSharedSegmentKey) != metadata.end());
+  // Reserved before the name was sent, and until the server's attach deadline (seconds away).
+  v1::Stats offered;
+  REQUIRE(GetStats(stub.get(), &offered).ok());
+  CHECK(offered.shared_memory_bytes() > 0);
+  CHECK(offered.active_streams() == 1);
+  context.TryCancel();
+  v1::Batch b;
+  CHECK_FALSE(reader->Read(&b));
+  CHECK(reader->Finish().error_code() == grpc::StatusCode::CANCELLED);
+  const v1::Stats after = StatsWhen(stub.get(), [](const v1::Stats& s) {
+    return s.active_streams() == 0 && s.jobs_size() == 0 && s.shared_memory_bytes() == 0;
+  });
+  CHECK(after.shared_memory_streams() == 0);
+  CHECK(after.starts_in_flight() == 0);
+  CHECK(after.memory_reserved_bytes() == 0);
+}
+
 TEST_CASE("StartsInFlightPastMaxStreamsAreRefusedResourceExhausted") {
   BlockedFixture f(/*max_streams=*/2);
   ServerProcess server(f.Args());
@@ -323,22 +487,65 @@ TEST_CASE("StartsInFlightPastMaxStreamsAreRefusedResourceExhausted") {
   StatsWhen(stub.get(), [](const v1::Stats& s) {
     return s.starts_in_flight() == 2 && s.active_streams() == 2;
   });
-  RawDescribe describe(stub.get(), BlockedRequest());
-  describe.Join();
-  CHECK(describe.status().error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
-  CHECK(describe.status().error_message().find("DescribeStream calls waiting for their files") !=
-        std::string::npos);
-  CHECK(describe.status().error_message().find("max_streams") != std::string::npos);
-  // A start on a healthy dataset is refused the same way, at once, not queued.
+  // A start on a healthy dataset is refused, at once, not queued.
   RawStream c(stub.get(), serve_testing::Request("other"));
   c.Join();
   CHECK(c.status().error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(c.status().error_message().find("stream starts waiting for their files") !=
+        std::string::npos);
+  CHECK(c.status().error_message().find("max_streams") != std::string::npos);
+  // DescribeStream calls are not under max_streams: one of train waits with the starts, one of
+  // "other" is answered.
+  RawDescribe blocked(stub.get(), BlockedRequest());
+  RawDescribe healthy(stub.get(), serve_testing::Request("other"), /*deadline=*/true);
+  healthy.Join();
+  INFO(healthy.status().error_message());
+  CHECK(healthy.status().ok());
+  StatsWhen(stub.get(), [](const v1::Stats& s) { return s.starts_in_flight() == 3; });
   f.Release();
   a.Join();
   b.Join();
+  blocked.Join();
   CHECK(a.status().ok());
   CHECK(b.status().ok());
   CHECK(a.batches() == 5);
+  CHECK(blocked.status().ok());
+}
+
+TEST_CASE("DescribesWaitingOnTheirFilesNeverTakeAStartsPlace") {
+  // More plans waiting than max_streams: before they had a bound of their own, the third was
+  // refused and a start after them too.
+  constexpr int kDescribes = 8;
+  BlockedFixture f(/*max_streams=*/2);
+  ServerProcess server(f.Args());
+  INFO(server.output());
+  REQUIRE(server.running());
+  auto stub = Stub(server.address());
+  f.BlockTrain();
+  std::vector<std::unique_ptr<RawDescribe>> describes;
+  for (int i = 0; i < kDescribes; ++i) {
+    describes.push_back(std::make_unique<RawDescribe>(stub.get(), BlockedRequest()));
+  }
+  StatsWhen(stub.get(), [](const v1::Stats& s) { return s.starts_in_flight() == kDescribes; });
+  // max_streams starts are accepted: one of train waits behind the plans, one of "other" runs.
+  RawStream train(stub.get(), BlockedRequest());
+  RawStream other(stub.get(), serve_testing::Request("other"), /*deadline=*/true);
+  other.Join();
+  INFO(other.status().error_message());
+  CHECK(other.status().ok());
+  CHECK(other.batches() == 10);
+  StatsWhen(stub.get(), [](const v1::Stats& s) { return s.starts_in_flight() == kDescribes + 1; });
+  f.Release();
+  for (const auto& d : describes) {
+    d->Join();
+    INFO(d->status().error_message());
+    CHECK(d->status().ok());
+    CHECK(d->plan().batches_per_epoch() == 5);
+  }
+  train.Join();
+  INFO(train.status().error_message());
+  CHECK(train.status().ok());
+  CHECK(train.batches() == 5);
 }
 
 TEST_CASE("SigtermWhileStartsBlockEndsTheirCallsAndExitsZeroWithoutThem") {

@@ -201,6 +201,20 @@ int TrainStreams(const v1::Stats& stats) {
   return -1;
 }
 
+// n streams of "train" started while its file is blocked, returned once all of them are at the
+// server and at least `opening` have their job being opened (the others queued behind them).
+std::vector<std::unique_ptr<RawStream>> StartBlocked(v1::DataService::Stub* stub, int n,
+                                                     int opening) {
+  std::vector<std::unique_ptr<RawStream>> starts;
+  for (int i = 0; i < n; ++i) {
+    starts.push_back(std::make_unique<RawStream>(stub, BlockedRequest()));
+  }
+  StatsWhen(stub, [n, opening](const v1::Stats& s) {
+    return s.starts_in_flight() == n && s.active_streams() >= opening;
+  });
+  return starts;
+}
+
 TEST_CASE("StartsAndDescribesBlockedOnTheirFilesStopNoOtherCall") {
   // More starts than any gRPC build has callback threads (at most 16 on the largest machine).
   constexpr int kStarts = 24;
@@ -281,14 +295,8 @@ TEST_CASE("OneDatasetsBlockedStartsLeaveAStartThreadToTheOtherDatasets") {
   REQUIRE(server.running());
   auto stub = Stub(server.address());
   f.BlockTrain();
-  std::vector<std::unique_ptr<RawStream>> starts;
-  for (int i = 0; i < kStarts; ++i) {
-    starts.push_back(std::make_unique<RawStream>(stub.get(), BlockedRequest()));
-  }
   // Three opens of train block (DataService::kStartThreads - 1), the rest wait for them.
-  StatsWhen(stub.get(), [](const v1::Stats& s) {
-    return s.starts_in_flight() == kStarts && s.active_streams() >= 3;
-  });
+  const auto starts = StartBlocked(stub.get(), kStarts, /*opening=*/3);
   std::vector<std::unique_ptr<RawDescribe>> describes;
   for (int i = 0; i < kDescribes; ++i) {
     describes.push_back(std::make_unique<RawDescribe>(stub.get(), BlockedRequest()));
@@ -328,13 +336,7 @@ TEST_CASE("BadDescribesAreAnsweredAtOnceWhileTheStartThreadsWait") {
   REQUIRE(server.running());
   auto stub = Stub(server.address());
   f.BlockTrain();
-  std::vector<std::unique_ptr<RawStream>> starts;
-  for (int i = 0; i < kStarts; ++i) {
-    starts.push_back(std::make_unique<RawStream>(stub.get(), BlockedRequest()));
-  }
-  StatsWhen(stub.get(), [](const v1::Stats& s) {
-    return s.starts_in_flight() == kStarts && s.active_streams() >= 3;
-  });
+  const auto starts = StartBlocked(stub.get(), kStarts, /*opening=*/3);
   struct Case {
     const char* name;
     v1::StreamRequest request;

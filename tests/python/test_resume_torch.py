@@ -67,6 +67,18 @@ def test_torch_resume_after_one_workers_last_batch_of_the_epoch_repeats_nothing(
         samples = _iterate(resumed, workers)[0]
         assert {e for e, *_ in samples} == {epoch}  # each iteration is its own epoch
         after.append(samples)
+        if epoch == 0:
+            # Saved once the resumed epoch ended: both workers are done with it (worker 0's
+            # record is the loaded one, set_epoch(0) or not), and a run resumed from this
+            # state goes on with epoch 1.
+            state = resumed.state_dict()
+            assert state["epoch"] == 1 and "unrecorded" not in state
+            assert all(entry[4] for entry in state["workers"].values())
+            again = dataset()
+            again.load_state_dict(state)
+            if set_epoch:
+                again.set_epoch(1)
+            assert sorted(_iterate(again, workers)[0]) == sorted(epochs[1])
     assert len(after[0]) == BATCH  # worker 1's last batch, and nothing of worker 0
     assert sorted(before + after[0]) == sorted(epochs[0])
     assert sorted(after[1]) == sorted(epochs[1])
@@ -198,13 +210,15 @@ def test_torch_fan_in_state_loaded_into_persistent_workers_fails_loudly(fleet):
             pass
 
 
-@pytest.mark.parametrize("epochs", [2, 3])
-def test_torch_worker_that_recorded_nothing_resumes_at_the_iterations_first_epoch(server,
-                                                                                   epochs):
+@pytest.mark.parametrize("epochs, set_epoch", [(2, False), (3, False), (2, True)])
+def test_torch_worker_that_recorded_nothing_resumes_at_the_iterations_first_epoch(
+        server, epochs, set_epoch):
     """Several epochs per iteration and a worker none of whose batches was recorded when the
     state was saved (here the other worker's one batch of epoch 0, its last, was): that worker
     starts the resumed iteration at its first epoch, not at the epoch the recorded worker
-    reached, and ends it where the saved one would."""
+    reached, and ends it where the saved one would. A run killed before its first record saves
+    the state it loaded (the iteration's first epoch included), and set_epoch() of the saved
+    iteration's first epoch keeps a worker resumed in a later epoch of it where it was."""
     pytest.importorskip("torch")
     import sluice.torch
     workers = 2
@@ -227,10 +241,22 @@ def test_torch_worker_that_recorded_nothing_resumes_at_the_iterations_first_epoc
     # still without a record, starts at epoch 0 again.
     again = dataset()
     again.load_state_dict(killed.state_dict())
+    if set_epoch:
+        again.set_epoch(0)
     middle, positions = _iterate(again, workers, stop=lambda n, _: n == 1)
     assert positions[0].worker == 0 and positions[0].epoch == 1
+    state = again.state_dict()
+    assert state["unrecorded"] == [0, epochs] and state["epoch"] == 0
+    # Killed once more before any batch was recorded: it saves the state it loaded.
+    idle = dataset()
+    idle.load_state_dict(state)
+    assert idle.state_dict() == state
     resumed = dataset()
-    resumed.load_state_dict(again.state_dict())
+    resumed.load_state_dict(idle.state_dict())
+    if set_epoch:
+        resumed.set_epoch(0)  # worker 0 still resumes in epoch 1, after its batch
     after = _iterate(resumed, workers)[0]
     assert sorted(before + middle + after) == sorted(iterations[0])
+    if set_epoch:
+        resumed.set_epoch(epochs)
     assert sorted(_iterate(resumed, workers)[0]) == sorted(iterations[1])

@@ -124,19 +124,31 @@ class _SharedState:
         with self._lock:
             return _SharedState, (list(self._slots),)
 
-    def set(self, epoch):
-        """Every consumer's next iteration starts at `epoch`; resumes inside another epoch are
-        dropped, and so are iteration ends not after it."""
+    def set(self, epoch, keep=True):
+        """Every consumer's next iteration starts at `epoch`. With `keep`, a resume is kept when
+        it is inside `epoch`, or in a later epoch of a resumed iteration that started at
+        `epoch` (set_epoch of the saved iteration's first epoch, with epochs > 1 or endless);
+        the others are dropped, and so are iteration ends not after `epoch`. Returns the
+        workers whose resumes were kept."""
+        kept = set()
         with self._lock:
             self._slots[:_MAX_WORKERS] = [epoch] * _MAX_WORKERS
             self._slots[_NEXT] = epoch
             self._slots[_ITERATION_WORKERS] = 0  # no worker joins an iteration from before
         for w in range(_MAX_WORKERS):
             base = _RESUME + w * _RESUME_FIELDS
-            if self._slots[base] and self._slots[base + 1] != epoch:
-                self._slots[base] = _FRESH
-            if self._slots[base + 5] <= epoch:
+            flag, at, end, first = (self._slots[base], self._slots[base + 1],
+                                    self._slots[base + 5], self._slots[base + 6])
+            if end <= epoch:
                 self._slots[base + 5] = 0
+            if not flag:
+                continue
+            if keep and (at == epoch or (first == epoch and (end > epoch or not end))):
+                self._slots[w] = at  # the resume's own epoch
+                kept.add(w)
+            else:
+                self._slots[base] = _FRESH
+        return kept
 
     def set_worker(self, worker, epoch, resume=None, end=None, flag=_AT_POSITION, first=None):
         """Worker `worker`'s next iteration starts at `epoch`, at `resume` (a start_position in
@@ -459,15 +471,20 @@ class SluiceDataset(torch.utils.data.IterableDataset):
 
     def set_epoch(self, epoch):
         """The next iteration (of this process, or of every DataLoader worker) starts at `epoch`;
-        the ones after it continue from there. A loaded state's resumes inside `epoch` are kept
-        (so a loop calling set_epoch(epoch) every epoch resumes where it stopped)."""
+        the ones after it continue from there. A loaded state's resumes inside `epoch`, or inside
+        the saved iteration when it started at `epoch` (epochs > 1), are kept, and so are the
+        records state_dict() needs for them (so a loop calling set_epoch(epoch) before every
+        iteration resumes where it stopped)."""
         if epoch < 0:
             raise ValueError("epoch must be 0 or more, got %r" % (epoch,))
         epoch = int(epoch)
-        self._state.set(epoch)
+        kept = self._state.set(epoch)
         self._base_epoch = epoch
+        # What state_dict() says of a worker: its record where the worker resumes after it (a
+        # loaded resume kept above, or a record inside `epoch`, its last batch too), or ends
+        # just before `epoch`.
         self._recorded = {w: p for w, p in self._recorded.items()
-                          if p.epoch + (1 if p.last else 0) == epoch}
+                          if w in kept or p.epoch <= epoch <= p.epoch + (1 if p.last else 0)}
 
     def _workers_for_length(self):
         if self.num_workers is not None:
@@ -565,7 +582,7 @@ class SluiceDataset(torch.utils.data.IterableDataset):
             raise ValueError("the state is of a DataLoader with %d workers; this dataset "
                              "declares num_workers=%d" % (workers, self.num_workers))
         epoch = int(state["epoch"])
-        self._state.set(epoch)
+        self._state.set(epoch, keep=False)
         self._recorded = {}
         self._resumes = {}
         self._state.loads += 1
@@ -579,7 +596,9 @@ class SluiceDataset(torch.utils.data.IterableDataset):
                 raise ValueError("the state names worker %d of %d" % (w, workers))
             position = Position(e, index, end_record, shuffle_bytes)
             servers = {t: Position(*p) for t, p in servers.items()}
-            self._recorded[w] = StreamPosition(w, workers, position, last, servers, end)
+            # With the iteration's first epoch: a state saved before any new record() says
+            # what this one says.
+            self._recorded[w] = StreamPosition(w, workers, position, last, servers, end, first)
             if last and e + 1 == epoch:
                 # Every worker finished epoch e: the next iteration starts at e + 1 (still the
                 # saved iteration when it has epochs left).
@@ -647,7 +666,7 @@ class SluiceDataset(torch.utils.data.IterableDataset):
             args["start_position"] = resume
         elif epoch > 0:
             args["start_position"] = (epoch, 0, 0)
-        args["shared_memory"] = self.shared_memory is not False
+        args["shared_memory"] = self.shared_memory
         if self.with_position:
             # The read-ahead (below) holds one batch more than the caller.
             args["max_held"] += 1

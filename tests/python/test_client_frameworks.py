@@ -598,6 +598,37 @@ def _merge(parts):
     return hashes, labels
 
 
+def test_tf_dataset_with_shared_memory_true_lets_tf_keep_more_batches_than_max_held(server,
+                                                                                    client):
+    """shared_memory=True, max_held=1: the caller (and tf.data's prefetch) keeps every batch;
+    the dataset copies each batch taken past max_held out of its slot (on_max_held "copy")
+    instead of failing inside TF (FAILED_PRECONDITION), and the batches are the socket's."""
+    pytest.importorskip("tensorflow")
+    import sluice.tf
+    args = dict(batch_size=16, image_size=32, seed=3)
+    ds = sluice.tf.dataset(server.target, "train", shared_memory=True, max_held=1, prefetch=1,
+                           **args)
+    kept = list(ds)  # eager tensors, each keeping what it was made from
+    socket = list(client.stream("train", epochs=1, shared_memory=False, **args))
+    assert [(hashlib.sha1(x.numpy()).hexdigest(), y.numpy().tolist()) for x, y in kept] == [
+        (hashlib.sha1(b.images).hexdigest(), b.labels.tolist()) for b in socket]
+
+
+def test_tf_dataset_of_a_shared_job_checks_its_start_position_when_built(server):
+    """A shared job starts only at an epoch's start: another start_position is refused when the
+    dataset is made (not inside TF at its first batch), and (epoch, 0, 0) keeps the declared
+    count of a job in lockstep."""
+    pytest.importorskip("tensorflow")
+    import sluice.tf
+    args = dict(batch_size=20, image_size=32, seed=4, job_name="tf-start", num_consumers=2,
+                consumer_index=0)
+    for start in ((1, 2, 32), (1, 0, 5), {server.target: (1, 0, 0)}):
+        with pytest.raises(ValueError, match="epoch's start"):
+            sluice.tf.dataset(server.target, "train", start_position=start, **args)
+    ds = sluice.tf.dataset(server.target, "train", start_position=(3, 0, 0), **args)
+    assert int(ds.cardinality()) == 5
+
+
 def test_tf_dataset_surfaces_the_servers_error(server):
     tf = pytest.importorskip("tensorflow")
     import sluice.tf

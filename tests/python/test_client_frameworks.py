@@ -382,6 +382,21 @@ def test_torch_shared_job_workers_of_every_rank_are_its_consumers_in_lockstep():
         SluiceDataset("127.0.0.1:1", "train", job_name="j", start_position=(1, 2, 32))
 
 
+def test_torch_shared_job_length_needs_the_worker_count_before_the_first_iteration(server):
+    """A lockstep consumer's share is the job's batches over ranks x workers, rounded down: 200
+    records in batches of 20 are 10 batches, 2 for each of 2 ranks x 2 workers (4 per rank),
+    5 for each of 2 ranks without workers. Before the first iteration len() without
+    num_workers= raises TypeError (it counted 1 consumer per rank: 5, where a DataLoader with 2
+    workers delivers 4); with it the count is exact."""
+    pytest.importorskip("torch")
+    from sluice.torch import SluiceDataset
+    args = dict(batch_size=20, image_size=32, job_name="torch-len", shard=(0, 2))
+    with pytest.raises(TypeError, match="pass num_workers="):
+        len(SluiceDataset(server.target, "train", **args))
+    assert len(SluiceDataset(server.target, "train", num_workers=2, **args)) == 4
+    assert len(SluiceDataset(server.target, "train", num_workers=0, **args)) == 5
+
+
 # --- tf.data ------------------------------------------------------------------------------------
 
 def test_tf_dataset_has_the_declared_signature_and_feeds_keras_fit(server):

@@ -329,8 +329,10 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         forever in a collective (see Client.stream()).
     num_workers: the DataLoader's num_workers, for __len__ and state_dict (None: whatever the
         DataLoader has; __len__ then counts for the workers of the last iteration, or none
-        before the first, and binds nothing). A worker that finds another count than the one
-        declared here or in a loaded state raises ValueError.
+        before the first, and binds nothing; with job_name, before the first iteration it
+        raises TypeError instead, as a shared job's share per consumer depends on the worker
+        count). A worker that finds another count than the one declared here or in a loaded
+        state raises ValueError.
     Outputs: (images, labels), then in this order when asked for:
         with_valid=True: bool [N], False for a padding sample (equal_shares "pad": a repeat that
             losses and metrics should ignore), all True when the batch has no padding. Without
@@ -400,10 +402,11 @@ class SluiceDataset(torch.utils.data.IterableDataset):
     N = ranks x workers (shard's count, the world size by default, times the DataLoader's
     num_workers, 1 without workers) and this worker is consumer rank x workers + worker id. Every
     consumer gets the same number of batches of the same size per epoch (equal shares "drop",
-    or "pad" with the mask; "off" is refused), and len() says how many. Each iteration is the
-    run of the job that starts at that iteration's epoch, so iterations see new epochs exactly
-    as without job_name (set_epoch too), and the consumers' i-th iterations meet in the same
-    run. Every consumer must take part: one that stays away longer than the server's
+    or "pad" with the mask; "off" is refused), and len() says how many (before the first
+    iteration only with num_workers= given to the dataset: TypeError without). Each iteration
+    is the run of the job that starts at that iteration's epoch, so iterations see new epochs
+    exactly as without job_name (set_epoch too), and the consumers' i-th iterations meet in the
+    same run. Every consumer must take part: one that stays away longer than the server's
     job_linger_seconds ends the job for all (SluiceError ABORTED, naming it). A shared job does
     not resume at a position (state_dict() and load_state_dict() raise ValueError); set_epoch()
     restarts at an epoch. lockstep=False: batches go to whichever consumer asks first (the
@@ -515,6 +518,14 @@ class SluiceDataset(torch.utils.data.IterableDataset):
                             "job's batches go to its consumers as they ask")
         if not self.epochs:
             raise TypeError("SluiceDataset with epochs=0 is endless: it has no length")
+        if (self.job_name and self.num_workers is None and self._state.assumed_workers is None
+                and self._state.seen_workers is None):
+            # Each consumer's share is the job's batches over ranks x workers: a guess of the
+            # worker count would be a wrong length, not a bound.
+            raise TypeError("SluiceDataset with job_name (consumers in lockstep): its length "
+                            "depends on the DataLoader's worker count, unknown before the "
+                            "first iteration: pass num_workers= (the DataLoader's, 0 without "
+                            "workers) to the dataset")
         workers = self._workers_for_length()
         if workers not in self._lengths:
             total = 0

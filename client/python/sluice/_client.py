@@ -376,8 +376,14 @@ class Client:
             until nothing references them (the arrays, or any view or tensor made from them),
             and `on_max_held` says what happens once `max_held` such batches are held. False:
             the socket. Other servers always send through the socket, and so does a server that
-            declines (or whose segment this process cannot map).
-        max_held: shared-memory batches the caller may hold at once (at least 1).
+            declines, or whose segment this process cannot map (another PID namespace or user,
+            a hidepid /proc): that is logged (logger "sluice", once per server), and later
+            streams of this process with shared_memory=None, and reconnects, ask that server
+            for shared memory no more (each ask costs the server's attach timeout, 2 s, before
+            it sends through the socket); shared_memory=True keeps asking, logging each time.
+        max_held: shared-memory batches whose slots the caller may hold at once (at least 1);
+            past it on_max_held applies. Under "copy" it bounds the slots held, not the
+            batches: copied ones hold no slot.
         on_max_held: what next() does while `max_held` shared-memory batches are held. "copy"
             (the default with shared_memory=None): the batch it takes is copied out of its slot
             at once, releasing the slot, so the caller may keep any number of batches and next()
@@ -708,8 +714,9 @@ class BatchStream:
 
     @property
     def copied_batches(self):
-        """Shared-memory batches copied out of their slots because max_held were held
-        (on_max_held "copy")."""
+        """Shared-memory batches next() copied out of their slots because max_held were held
+        (on_max_held "copy"). Copies the caller makes are not counted (SluiceDataset's
+        DataLoader workers, under "wait", copy the batch that makes max_held themselves)."""
         return self._copied
 
     @property

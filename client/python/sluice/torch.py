@@ -352,10 +352,12 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         it holds only the batches in flight, and it waits for one of those to go rather than
         fail when it holds max_held; the batch that makes max_held (one more with
         with_position's read-ahead) is copied out of its slot at once, so a worker never waits
-        on tensors it keeps itself (auto-collation, a buffering wrapper). Without workers (num_workers=0) the tensors go to the
-        caller, who may keep them: each batch is copied out of its slot at once (a tensor of its
-        own, as writable=True; cheaper than the socket path). True: in place there too, where
-        holding more than max_held tensors at once raises SluiceError(FAILED_PRECONDITION)
+        on tensors it keeps itself (auto-collation, a buffering wrapper). Without workers
+        (num_workers=0) the tensors go to the caller, who may keep them: each batch is copied
+        out of its slot at once (a tensor of its own, as writable=True; cheaper than the socket
+        path). A server whose segment this process cannot map is logged once and then read
+        through the socket (Client.stream()). True: in place there too, where holding more
+        than max_held tensors at once raises SluiceError(FAILED_PRECONDITION)
         (Client.stream()). False: the socket.
 
     Length. len(dataset) (and so len(loader)) is the batches this process gets per iteration:

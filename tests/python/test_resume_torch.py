@@ -96,6 +96,26 @@ def test_torch_resume_from_a_state_saved_after_the_epoch_ended_everywhere_starts
     assert [ds._state.claim(w, 1) for w in range(2)] == [(1, None, False, 2, 1)] * 2
 
 
+def test_torch_fan_in_state_saved_at_an_epochs_last_batch_resumes_each_server_after_its_own():
+    """No server needed to see the slots: from two servers, the batch recorded last was server
+    A's last of epoch 0 (so the epoch ended everywhere) while server B had already sent 3
+    batches of epoch 1 in the same iteration of 2 epochs. The resume is per server (B after its
+    third batch of epoch 1), not both servers at epoch 1's start, which repeated B's 3 batches
+    (test_torch_fan_in_resume_over_epochs_loses_and_repeats_nothing, when the fan-in's order
+    put them first)."""
+    pytest.importorskip("torch")
+    import sluice.torch
+    from sluice import Position
+    a, b = "127.0.0.1:1", "127.0.0.1:2"
+    ds = sluice.torch.SluiceDataset([a, b], "train", epochs=2, num_workers=0)
+    ds.load_state_dict({"version": 1, "dataset": "train", "shard": None, "num_workers": 0,
+                        "epoch": 1, "workers": {0: [0, 12, 100, 0, True,
+                                                    {a: [0, 12, 100, 0], b: [1, 2, 24, 0]},
+                                                    2, 0]}})
+    assert ds._state.claim(None, 2) == (0, Position(0, 13, 100, 0), True, 2, 0)
+    assert ds._resumes[0] == {a: Position(0, 13, 100, 0), b: Position(1, 3, 24, 0)}
+
+
 def test_torch_fan_in_resume_over_epochs_loses_and_repeats_nothing(fleet):
     pytest.importorskip("torch")
     import sluice.torch

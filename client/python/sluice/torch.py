@@ -612,9 +612,10 @@ class SluiceDataset(torch.utils.data.IterableDataset):
             # With the iteration's first epoch: a state saved before any new record() says
             # what this one says.
             self._recorded[w] = StreamPosition(w, workers, position, last, servers, end, first)
-            if last and e + 1 == epoch:
+            if last and e + 1 == epoch and all(q.epoch <= e for q in servers.values()):
                 # Every worker finished epoch e: the next iteration starts at e + 1 (still the
-                # saved iteration when it has epochs left).
+                # saved iteration when it has epochs left). Not when a server of a fan-in had
+                # sent batches of a later epoch already: those would come again.
                 self._state.set_worker(w, e + 1, end=end, first=first)
             elif len(servers) > 1:
                 # Each server's stream resumes after its own last batch, from the earliest.

@@ -2,8 +2,9 @@
 # The Python client with its defaults next to the C++ client (`sluice profile --target`, its
 # defaults: same-host shared memory), all reading one `sluice serve` over TCP loopback, uncached
 # TRAIN at 224 on the synthetic photos (batch 256): the numpy stream (Client.stream: shared
-# memory, each batch dropped before the next) and SluiceDataset in a DataLoader with 2 workers (shared memory, each worker a shard) and with
-# none (dataloader0: shared memory, each batch copied out of its slot). The
+# memory, each batch dropped before the next) and SluiceDataset in a DataLoader with 2 workers
+# (shared memory, each worker a shard) and with none (dataloader0: shared memory, each batch
+# copied out of its slot). The
 # server's decode is the bottleneck, so a client's own CPU time (shared cores) shows as lost
 # images/s; goal: >= 90% of C++. Rounds alternate the clients; the median of each is reported.
 # The working tree's client runs from a copy with its protos generated (nothing is installed).

@@ -145,6 +145,58 @@ def test_the_default_stream_from_a_server_on_another_address_takes_the_socket(
         s.stop()
 
 
+# Run in another PID namespace (unshare, its own /proc): the server's /proc/PID/fd/N, which
+# names its segment, does not exist there. Prints, per stream: whether its request asked for
+# shared memory, its batches, those through shared memory; then the "sluice" warnings.
+_OTHER_NAMESPACE_CLIENT = """
+import json, logging, sys
+import sluice
+warnings = []
+handler = logging.Handler()
+handler.emit = lambda record: warnings.append(record.getMessage())
+logging.getLogger("sluice").addHandler(handler)
+streams = []
+with sluice.Client(sys.argv[1]) as c:
+    for shared_memory in (None, None, True):
+        with c.stream("train", batch_size=16, seed=5, epochs=1,
+                      shared_memory=shared_memory) as stream:
+            asked = stream._readers[0]._request.shared_memory
+            batches = sum(1 for _ in stream)
+            streams.append([asked, batches, stream.shared_memory_batches])
+print(json.dumps([streams, warnings]))
+"""
+
+
+def test_a_local_server_whose_segment_this_process_cannot_open_is_asked_no_more(client,
+                                                                                 server):
+    """A loopback server whose segment this process cannot map (another PID namespace here;
+    another uid or a hidepid /proc alike): the first default stream logs why and takes the
+    socket, and later default streams do not ask that server for shared memory (each ask
+    costs the server's 2 s attach timeout); shared_memory=True still asks, and logs."""
+    import json
+    import os
+    unshare = ["unshare", "--pid", "--fork", "--mount-proc"]
+    if os.geteuid() != 0:
+        unshare.insert(1, "--map-root-user")
+    if subprocess.run(unshare + ["true"], capture_output=True).returncode != 0:
+        pytest.skip("no PID namespace for this user (unshare %s)" % " ".join(unshare[1:]))
+    proc = subprocess.run(unshare + [sys.executable, "-c", _OTHER_NAMESPACE_CLIENT,
+                                     server.target],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    streams, warnings = json.loads(proc.stdout.splitlines()[-1])
+    batches = -(-IMAGES // 16)
+    assert streams == [[True, batches, 0], [False, batches, 0], [True, batches, 0]]
+    assert len(warnings) == 2, warnings
+    assert "cannot map the server's shared-memory segment /proc/" in warnings[0]
+    assert "No such file or directory" in warnings[0]
+    assert "ask %s for shared memory no more" % server.target in warnings[0]
+    assert "shared_memory=True keeps asking" in warnings[1]
+    # In this process the same server's segment maps.
+    with client.stream("train", batch_size=16, seed=5, epochs=1) as stream:
+        assert sum(1 for _ in stream) == stream.shared_memory_batches == batches
+
+
 def test_holding_more_than_max_held_shared_batches_raises_instead_of_waiting(client):
     socket = [digest(*b) for b in client.stream("train", batch_size=16, seed=5, epochs=1,
                                                 shared_memory=False)]
@@ -310,6 +362,8 @@ def test_three_lockstep_consumers_of_a_job_get_equal_batches_and_every_record_on
     (dict(job_name="j", num_consumers=2, consumer_index=-1), "consumer_index must be in"),
     (dict(job_name="j", num_consumers=2), "consumer_index must be in"),
     (dict(job_name="j", consumer_index=1), "needs num_consumers"),
+    (dict(job_name="j", num_consumers=-2, consumer_index=0), "num_consumers must be 0 or more"),
+    (dict(job_name="j", num_consumers=-1), "num_consumers must be 0 or more"),
     (dict(job_name="j", start_position=(1, 2, 32)), r"only at an epoch's start"),
 ])
 def test_lockstep_and_shared_job_arguments_are_checked_before_any_call(args, error):

@@ -382,6 +382,21 @@ def test_torch_shared_job_workers_of_every_rank_are_its_consumers_in_lockstep():
         SluiceDataset("127.0.0.1:1", "train", job_name="j", start_position=(1, 2, 32))
 
 
+def test_torch_shared_job_length_needs_the_worker_count_before_the_first_iteration(server):
+    """A lockstep consumer's share is the job's batches over ranks x workers, rounded down: 200
+    records in batches of 20 are 10 batches, 2 for each of 2 ranks x 2 workers (4 per rank),
+    5 for each of 2 ranks without workers. Before the first iteration len() without
+    num_workers= raises TypeError (it counted 1 consumer per rank: 5, where a DataLoader with 2
+    workers delivers 4); with it the count is exact."""
+    pytest.importorskip("torch")
+    from sluice.torch import SluiceDataset
+    args = dict(batch_size=20, image_size=32, job_name="torch-len", shard=(0, 2))
+    with pytest.raises(TypeError, match="pass num_workers="):
+        len(SluiceDataset(server.target, "train", **args))
+    assert len(SluiceDataset(server.target, "train", num_workers=2, **args)) == 4
+    assert len(SluiceDataset(server.target, "train", num_workers=0, **args)) == 5
+
+
 # --- tf.data ------------------------------------------------------------------------------------
 
 def test_tf_dataset_has_the_declared_signature_and_feeds_keras_fit(server):
@@ -596,6 +611,37 @@ def _merge(parts):
         hashes += h
         labels += l
     return hashes, labels
+
+
+def test_tf_dataset_with_shared_memory_true_lets_tf_keep_more_batches_than_max_held(server,
+                                                                                    client):
+    """shared_memory=True, max_held=1: the caller (and tf.data's prefetch) keeps every batch;
+    the dataset copies each batch taken past max_held out of its slot (on_max_held "copy")
+    instead of failing inside TF (FAILED_PRECONDITION), and the batches are the socket's."""
+    pytest.importorskip("tensorflow")
+    import sluice.tf
+    args = dict(batch_size=16, image_size=32, seed=3)
+    ds = sluice.tf.dataset(server.target, "train", shared_memory=True, max_held=1, prefetch=1,
+                           **args)
+    kept = list(ds)  # eager tensors, each keeping what it was made from
+    socket = list(client.stream("train", epochs=1, shared_memory=False, **args))
+    assert [(hashlib.sha1(x.numpy()).hexdigest(), y.numpy().tolist()) for x, y in kept] == [
+        (hashlib.sha1(b.images).hexdigest(), b.labels.tolist()) for b in socket]
+
+
+def test_tf_dataset_of_a_shared_job_checks_its_start_position_when_built(server):
+    """A shared job starts only at an epoch's start: another start_position is refused when the
+    dataset is made (not inside TF at its first batch), and (epoch, 0, 0) keeps the declared
+    count of a job in lockstep."""
+    pytest.importorskip("tensorflow")
+    import sluice.tf
+    args = dict(batch_size=20, image_size=32, seed=4, job_name="tf-start", num_consumers=2,
+                consumer_index=0)
+    for start in ((1, 2, 32), (1, 0, 5), {server.target: (1, 0, 0)}):
+        with pytest.raises(ValueError, match="epoch's start"):
+            sluice.tf.dataset(server.target, "train", start_position=start, **args)
+    ds = sluice.tf.dataset(server.target, "train", start_position=(3, 0, 0), **args)
+    assert int(ds.cardinality()) == 5
 
 
 def test_tf_dataset_surfaces_the_servers_error(server):

@@ -67,6 +67,18 @@ def test_torch_resume_after_one_workers_last_batch_of_the_epoch_repeats_nothing(
         samples = _iterate(resumed, workers)[0]
         assert {e for e, *_ in samples} == {epoch}  # each iteration is its own epoch
         after.append(samples)
+        if epoch == 0:
+            # Saved once the resumed epoch ended: both workers are done with it (worker 0's
+            # record is the loaded one, set_epoch(0) or not), and a run resumed from this
+            # state goes on with epoch 1.
+            state = resumed.state_dict()
+            assert state["epoch"] == 1 and "unrecorded" not in state
+            assert all(entry[4] for entry in state["workers"].values())
+            again = dataset()
+            again.load_state_dict(state)
+            if set_epoch:
+                again.set_epoch(1)
+            assert sorted(_iterate(again, workers)[0]) == sorted(epochs[1])
     assert len(after[0]) == BATCH  # worker 1's last batch, and nothing of worker 0
     assert sorted(before + after[0]) == sorted(epochs[0])
     assert sorted(after[1]) == sorted(epochs[1])
@@ -82,6 +94,26 @@ def test_torch_resume_from_a_state_saved_after_the_epoch_ended_everywhere_starts
                         "epoch": 1, "workers": {0: [0, 5, 96, 0, True, {}, 1],
                                                 1: [0, 5, 96, 0, True, {}, 1]}})
     assert [ds._state.claim(w, 1) for w in range(2)] == [(1, None, False, 2, 1)] * 2
+
+
+def test_torch_fan_in_state_saved_at_an_epochs_last_batch_resumes_each_server_after_its_own():
+    """No server needed to see the slots: from two servers, the batch recorded last was server
+    A's last of epoch 0 (so the epoch ended everywhere) while server B had already sent 3
+    batches of epoch 1 in the same iteration of 2 epochs. The resume is per server (B after its
+    third batch of epoch 1), not both servers at epoch 1's start, which repeated B's 3 batches
+    (test_torch_fan_in_resume_over_epochs_loses_and_repeats_nothing, when the fan-in's order
+    put them first)."""
+    pytest.importorskip("torch")
+    import sluice.torch
+    from sluice import Position
+    a, b = "127.0.0.1:1", "127.0.0.1:2"
+    ds = sluice.torch.SluiceDataset([a, b], "train", epochs=2, num_workers=0)
+    ds.load_state_dict({"version": 1, "dataset": "train", "shard": None, "num_workers": 0,
+                        "epoch": 1, "workers": {0: [0, 12, 100, 0, True,
+                                                    {a: [0, 12, 100, 0], b: [1, 2, 24, 0]},
+                                                    2, 0]}})
+    assert ds._state.claim(None, 2) == (0, Position(0, 13, 100, 0), True, 2, 0)
+    assert ds._resumes[0] == {a: Position(0, 13, 100, 0), b: Position(1, 3, 24, 0)}
 
 
 def test_torch_fan_in_resume_over_epochs_loses_and_repeats_nothing(fleet):
@@ -198,13 +230,15 @@ def test_torch_fan_in_state_loaded_into_persistent_workers_fails_loudly(fleet):
             pass
 
 
-@pytest.mark.parametrize("epochs", [2, 3])
-def test_torch_worker_that_recorded_nothing_resumes_at_the_iterations_first_epoch(server,
-                                                                                   epochs):
+@pytest.mark.parametrize("epochs, set_epoch", [(2, False), (3, False), (2, True)])
+def test_torch_worker_that_recorded_nothing_resumes_at_the_iterations_first_epoch(
+        server, epochs, set_epoch):
     """Several epochs per iteration and a worker none of whose batches was recorded when the
     state was saved (here the other worker's one batch of epoch 0, its last, was): that worker
     starts the resumed iteration at its first epoch, not at the epoch the recorded worker
-    reached, and ends it where the saved one would."""
+    reached, and ends it where the saved one would. A run killed before its first record saves
+    the state it loaded (the iteration's first epoch included), and set_epoch() of the saved
+    iteration's first epoch keeps a worker resumed in a later epoch of it where it was."""
     pytest.importorskip("torch")
     import sluice.torch
     workers = 2
@@ -227,10 +261,22 @@ def test_torch_worker_that_recorded_nothing_resumes_at_the_iterations_first_epoc
     # still without a record, starts at epoch 0 again.
     again = dataset()
     again.load_state_dict(killed.state_dict())
+    if set_epoch:
+        again.set_epoch(0)
     middle, positions = _iterate(again, workers, stop=lambda n, _: n == 1)
     assert positions[0].worker == 0 and positions[0].epoch == 1
+    state = again.state_dict()
+    assert state["unrecorded"] == [0, epochs] and state["epoch"] == 0
+    # Killed once more before any batch was recorded: it saves the state it loaded.
+    idle = dataset()
+    idle.load_state_dict(state)
+    assert idle.state_dict() == state
     resumed = dataset()
-    resumed.load_state_dict(again.state_dict())
+    resumed.load_state_dict(idle.state_dict())
+    if set_epoch:
+        resumed.set_epoch(0)  # worker 0 still resumes in epoch 1, after its batch
     after = _iterate(resumed, workers)[0]
     assert sorted(before + middle + after) == sorted(iterations[0])
+    if set_epoch:
+        resumed.set_epoch(epochs)
     assert sorted(_iterate(resumed, workers)[0]) == sorted(iterations[1])

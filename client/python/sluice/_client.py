@@ -46,6 +46,13 @@ _CHANNEL_OPTIONS = (
 
 _MODES = {"train": config_pb2.MODE_TRAIN, "eval": config_pb2.MODE_EVAL}
 _ON_MAX_HELD = ("copy", "raise", "wait")
+
+# {target: why}: the servers on this host whose shared-memory segment this process could not map
+# (another PID namespace or user, /proc mounted hidepid). A server that offers a segment waits
+# its attach timeout (2 s) before it sends through the socket, on every call: streams with
+# shared_memory=None ask such a target no more. Guarded by _UNMAPPABLE_LOCK.
+_UNMAPPABLE = {}
+_UNMAPPABLE_LOCK = threading.Lock()
 _END = object()  # a server's end of sequence, as a queue item
 # gRPC name schemes a comma-separated target may carry; pieces after an ipv4:/ipv6: one without a
 # scheme of their own take it ("ipv4:10.0.0.1:1,10.0.0.2:1", as gRPC itself reads such a name).
@@ -262,9 +269,10 @@ class Client:
             request.shard.index, request.shard.count = index, count
         if job_name:
             request.job_name = job_name
+        if num_consumers is not None and num_consumers < 0:
+            raise ValueError("num_consumers must be 0 or more, got %r" % (num_consumers,))
         if num_consumers:
-            if num_consumers < 0 or consumer_index is None or not (
-                    0 <= consumer_index < num_consumers):
+            if consumer_index is None or not 0 <= consumer_index < num_consumers:
                 raise ValueError("consumer_index must be in [0, num_consumers), got "
                                  "consumer_index %r of num_consumers %r"
                                  % (consumer_index, num_consumers))
@@ -275,8 +283,6 @@ class Client:
         elif consumer_index:
             raise ValueError("consumer_index %r needs num_consumers (the job's consumers in "
                              "lockstep)" % (consumer_index,))
-        elif num_consumers is not None and num_consumers < 0:
-            raise ValueError("num_consumers must be 0 or more, got %r" % (num_consumers,))
         if job_name and start_position is not None and (
                 isinstance(start_position, dict) or tuple(start_position)[1:3] != (0, 0)):
             raise ValueError("a shared job (job_name) starts only at an epoch's start, "
@@ -370,8 +376,14 @@ class Client:
             until nothing references them (the arrays, or any view or tensor made from them),
             and `on_max_held` says what happens once `max_held` such batches are held. False:
             the socket. Other servers always send through the socket, and so does a server that
-            declines (or whose segment this process cannot map).
-        max_held: shared-memory batches the caller may hold at once (at least 1).
+            declines, or whose segment this process cannot map (another PID namespace or user,
+            a hidepid /proc): that is logged (logger "sluice", once per server), and later
+            streams of this process with shared_memory=None, and reconnects, ask that server
+            for shared memory no more (each ask costs the server's attach timeout, 2 s, before
+            it sends through the socket); shared_memory=True keeps asking, logging each time.
+        max_held: shared-memory batches whose slots the caller may hold at once (at least 1);
+            past it on_max_held applies. Under "copy" it bounds the slots held, not the
+            batches: copied ones hold no slot.
         on_max_held: what next() does while `max_held` shared-memory batches are held. "copy"
             (the default with shared_memory=None): the batch it takes is copied out of its slot
             at once, releasing the slot, so the caller may keep any number of batches and next()
@@ -419,14 +431,16 @@ class Client:
                     r = service_pb2.StreamRequest()
                     r.CopyFrom(request)
                     _set_position(r.start_position, starts[target])
-                if shared_memory is not False and _shm.supported() and _shm.is_local(target):
+                if shared_memory is not False and _shm.supported() and _shm.is_local(target) and (
+                        shared_memory or target not in _UNMAPPABLE):
                     r, shared = service_pb2.StreamRequest(), r
                     r.CopyFrom(shared)
                     r.shared_memory = True
                     # Read ahead, being queued, and held: the server never waits on a slot we
                     # cannot free.
                     r.shared_memory_slots = prefetch + max_held + 1
-                readers.append(_Reader(self, target, r, prefetch, hub, held, skip_warn_percent))
+                readers.append(_Reader(self, target, r, prefetch, hub, held, skip_warn_percent,
+                                       shared_memory is True))
         except BaseException:
             for r in readers:
                 r.stop()
@@ -700,8 +714,9 @@ class BatchStream:
 
     @property
     def copied_batches(self):
-        """Shared-memory batches copied out of their slots because max_held were held
-        (on_max_held "copy")."""
+        """Shared-memory batches next() copied out of their slots because max_held were held
+        (on_max_held "copy"). Copies the caller makes are not counted (SluiceDataset's
+        DataLoader workers, under "wait", copy the batch that makes max_held themselves)."""
         return self._copied
 
     @property
@@ -909,8 +924,13 @@ class _Reader:
     SluiceError, which end it); guarded by `hub`, which is notified on every change.
     """
 
-    def __init__(self, client, target, request, prefetch, hub, held, skip_warn_percent):
+    def __init__(self, client, target, request, prefetch, hub, held, skip_warn_percent,
+                 shared_memory_asked=False):
         self._client = client
+        self._shared_memory_asked = shared_memory_asked  # shared_memory=True, not the default
+        # Whether the next call asks for shared memory (as the request does until _cannot_map);
+        # written by the reader thread only.
+        self._ask_shared_memory = request.shared_memory
         self.target = target
         self._request = request
         self._prefetch = prefetch
@@ -971,11 +991,10 @@ class _Reader:
         return sum(int(value) for key, value in (trailing() if trailing else None) or ()
                    if key == "sluice-skipped-records")
 
-    @staticmethod
-    def _map_segment(call, request):
+    def _map_segment(self, call, request):
         """The segment a server that agreed to shared memory names, mapped; None when it did not
         or when this process cannot map it (the attach key is then never written, and the server
-        sends ordinary batches once its attach deadline passes)."""
+        sends ordinary batches once its attach deadline passes: see _cannot_map)."""
         metadata = {key: value if isinstance(value, str) else value.decode()
                     for key, value in call.initial_metadata() or ()}
         if _shm.SEGMENT_KEY not in metadata or _shm.ATTACH_KEY_KEY not in metadata:
@@ -985,8 +1004,31 @@ class _Reader:
                                 request.shared_memory_slots,
                                 _shm.max_slot_bytes(request.batch_size, request.image_height,
                                                     request.image_width))
-        except (OSError, SluiceError):
+        except (OSError, SluiceError) as e:
+            self._cannot_map(metadata[_shm.SEGMENT_KEY], e)
             return None
+
+    def _cannot_map(self, name, error):
+        """Notes that this process cannot map the target's segments: logged once per target,
+        and, unless shared_memory=True asked for them, neither this stream's reconnects nor
+        later streams ask that server for shared memory again (each ask costs the server's
+        attach timeout)."""
+        with _UNMAPPABLE_LOCK:
+            first = self.target not in _UNMAPPABLE
+            _UNMAPPABLE.setdefault(self.target, str(error))
+        if self._shared_memory_asked:
+            log.warning("%s: cannot map the server's shared-memory segment %s (%s): this "
+                        "stream's batches come through the socket, each call after the "
+                        "server's attach timeout (2 s); shared_memory=True keeps asking, "
+                        "shared_memory=None stops after the first failure", self._what, name,
+                        error)
+            return
+        self._ask_shared_memory = False
+        if first:
+            log.warning("%s: cannot map the server's shared-memory segment %s (%s): batches "
+                        "come through the socket, and streams of this process ask %s for "
+                        "shared memory no more (the server waits 2 s for an attachment that "
+                        "never comes on each ask)", self._what, name, error, self.target)
 
     def _run(self):
         try:
@@ -1044,10 +1086,13 @@ class _Reader:
                             "running there, on that port?" % client.connect_timeout,
                             self.target)
                 request = self._request
-                if resume is not None:
+                if resume is not None or request.shared_memory != self._ask_shared_memory:
                     request = service_pb2.StreamRequest()
                     request.CopyFrom(self._request)
-                    _set_position(request.start_position, resume)
+                    if resume is not None:
+                        _set_position(request.start_position, resume)
+                    if not self._ask_shared_memory:
+                        request.shared_memory, request.shared_memory_slots = False, 0
                 with self._lock:
                     if self._stop.is_set():
                         return None

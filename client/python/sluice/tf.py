@@ -68,12 +68,14 @@ def dataset(target, dataset, batch_size=None, image_size=None, mode=None, seed=N
     with_valid: a third element, bool [N], False for a padding sample (all True without
     padding); record_ids: then int64 [N, 2], (file, record) per sample.
     When every server's DescribeStream says the batch count is exact (a sharded stream, or a
-    shared job's consumer in lockstep, under "drop" or "pad"), epochs > 0 and no start_position,
-    the dataset's cardinality is that count (tf.data.experimental.assert_cardinality), so Keras
-    knows its steps per epoch.
-    shared_memory, max_held: as Client.stream()'s (by default same-host shared memory from a
-    server on this host, each batch past max_held held copied out of its slot, so tf.data may
-    keep any number).
+    shared job's consumer in lockstep, under "drop" or "pad"), epochs > 0 and start_position is
+    none or an epoch's start (epoch, 0, 0), the dataset's cardinality is that count
+    (tf.data.experimental.assert_cardinality), so Keras knows its steps per epoch. With job_name
+    any other start_position raises ValueError here.
+    shared_memory, max_held: as Client.stream()'s: same-host shared memory from a server on
+    this host by default (None) or with True; either way on_max_held is "copy" (each batch
+    taken while max_held are held is copied out of its slot), as tf.data keeps batches it
+    prefetches or buffers and releases them when it likes.
     Other arguments are Client.stream()'s and Client's; `prefetch` batches are read ahead by the
     client and as many again by tf.data.
     Errors (e.g. SluiceError NOT_FOUND for an unknown dataset) surface when the dataset is
@@ -83,6 +85,12 @@ def dataset(target, dataset, batch_size=None, image_size=None, mode=None, seed=N
     if epochs is None or epochs < 0:
         raise ValueError("epochs is the epochs per iteration, 0 (forever) or more; got %r"
                          % (epochs,))
+    at_epoch_start = start_position is None or (
+        not isinstance(start_position, dict) and tuple(start_position)[1:3] == (0, 0))
+    if job_name and not at_epoch_start:
+        raise ValueError("a shared job (job_name) starts only at an epoch's start, (epoch, 0, "
+                         "0): it names the run of the job that starts there; got "
+                         "start_position %r" % (start_position,))
 
     def client():
         return Client(target, token=token, root_certificates=root_certificates,
@@ -99,7 +107,7 @@ def dataset(target, dataset, batch_size=None, image_size=None, mode=None, seed=N
                    record_ids=record_ids, consumer_index=consumer_index,
                    num_consumers=num_consumers)
     cardinality = None
-    if epochs and (num_consumers or not job_name) and start_position is None:
+    if epochs and (num_consumers or not job_name) and at_epoch_start:
         try:
             with client() as c:
                 plan = c.describe(dataset, **request)
@@ -136,7 +144,7 @@ def dataset(target, dataset, batch_size=None, image_size=None, mode=None, seed=N
         with client() as c:
             with c.stream(dataset, epochs=epoch + epochs if epochs else 0,
                           start_position=start, prefetch=prefetch, shared_memory=shared_memory,
-                          max_held=max_held, **request) as stream:
+                          max_held=max_held, on_max_held="copy", **request) as stream:
                 for batch in stream:
                     reached(batch.position.epoch)
                     out = (batch.images, batch.labels)

@@ -124,19 +124,31 @@ class _SharedState:
         with self._lock:
             return _SharedState, (list(self._slots),)
 
-    def set(self, epoch):
-        """Every consumer's next iteration starts at `epoch`; resumes inside another epoch are
-        dropped, and so are iteration ends not after it."""
+    def set(self, epoch, keep=True):
+        """Every consumer's next iteration starts at `epoch`. With `keep`, a resume is kept when
+        it is inside `epoch`, or in a later epoch of a resumed iteration that started at
+        `epoch` (set_epoch of the saved iteration's first epoch, with epochs > 1 or endless);
+        the others are dropped, and so are iteration ends not after `epoch`. Returns the
+        workers whose resumes were kept."""
+        kept = set()
         with self._lock:
             self._slots[:_MAX_WORKERS] = [epoch] * _MAX_WORKERS
             self._slots[_NEXT] = epoch
             self._slots[_ITERATION_WORKERS] = 0  # no worker joins an iteration from before
         for w in range(_MAX_WORKERS):
             base = _RESUME + w * _RESUME_FIELDS
-            if self._slots[base] and self._slots[base + 1] != epoch:
-                self._slots[base] = _FRESH
-            if self._slots[base + 5] <= epoch:
+            flag, at, end, first = (self._slots[base], self._slots[base + 1],
+                                    self._slots[base + 5], self._slots[base + 6])
+            if end <= epoch:
                 self._slots[base + 5] = 0
+            if not flag:
+                continue
+            if keep and (at == epoch or (first == epoch and (end > epoch or not end))):
+                self._slots[w] = at  # the resume's own epoch
+                kept.add(w)
+            else:
+                self._slots[base] = _FRESH
+        return kept
 
     def set_worker(self, worker, epoch, resume=None, end=None, flag=_AT_POSITION, first=None):
         """Worker `worker`'s next iteration starts at `epoch`, at `resume` (a start_position in
@@ -317,8 +329,10 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         forever in a collective (see Client.stream()).
     num_workers: the DataLoader's num_workers, for __len__ and state_dict (None: whatever the
         DataLoader has; __len__ then counts for the workers of the last iteration, or none
-        before the first, and binds nothing). A worker that finds another count than the one
-        declared here or in a loaded state raises ValueError.
+        before the first, and binds nothing; with job_name, before the first iteration it
+        raises TypeError instead, as a shared job's share per consumer depends on the worker
+        count). A worker that finds another count than the one declared here or in a loaded
+        state raises ValueError.
     Outputs: (images, labels), then in this order when asked for:
         with_valid=True: bool [N], False for a padding sample (equal_shares "pad": a repeat that
             losses and metrics should ignore), all True when the batch has no padding. Without
@@ -338,10 +352,12 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         it holds only the batches in flight, and it waits for one of those to go rather than
         fail when it holds max_held; the batch that makes max_held (one more with
         with_position's read-ahead) is copied out of its slot at once, so a worker never waits
-        on tensors it keeps itself (auto-collation, a buffering wrapper). Without workers (num_workers=0) the tensors go to the
-        caller, who may keep them: each batch is copied out of its slot at once (a tensor of its
-        own, as writable=True; cheaper than the socket path). True: in place there too, where
-        holding more than max_held tensors at once raises SluiceError(FAILED_PRECONDITION)
+        on tensors it keeps itself (auto-collation, a buffering wrapper). Without workers
+        (num_workers=0) the tensors go to the caller, who may keep them: each batch is copied
+        out of its slot at once (a tensor of its own, as writable=True; cheaper than the socket
+        path). A server whose segment this process cannot map is logged once and then read
+        through the socket (Client.stream()). True: in place there too, where holding more
+        than max_held tensors at once raises SluiceError(FAILED_PRECONDITION)
         (Client.stream()). False: the socket.
 
     Length. len(dataset) (and so len(loader)) is the batches this process gets per iteration:
@@ -388,10 +404,11 @@ class SluiceDataset(torch.utils.data.IterableDataset):
     N = ranks x workers (shard's count, the world size by default, times the DataLoader's
     num_workers, 1 without workers) and this worker is consumer rank x workers + worker id. Every
     consumer gets the same number of batches of the same size per epoch (equal shares "drop",
-    or "pad" with the mask; "off" is refused), and len() says how many. Each iteration is the
-    run of the job that starts at that iteration's epoch, so iterations see new epochs exactly
-    as without job_name (set_epoch too), and the consumers' i-th iterations meet in the same
-    run. Every consumer must take part: one that stays away longer than the server's
+    or "pad" with the mask; "off" is refused), and len() says how many (before the first
+    iteration only with num_workers= given to the dataset: TypeError without). Each iteration
+    is the run of the job that starts at that iteration's epoch, so iterations see new epochs
+    exactly as without job_name (set_epoch too), and the consumers' i-th iterations meet in the
+    same run. Every consumer must take part: one that stays away longer than the server's
     job_linger_seconds ends the job for all (SluiceError ABORTED, naming it). A shared job does
     not resume at a position (state_dict() and load_state_dict() raise ValueError); set_epoch()
     restarts at an epoch. lockstep=False: batches go to whichever consumer asks first (the
@@ -459,15 +476,20 @@ class SluiceDataset(torch.utils.data.IterableDataset):
 
     def set_epoch(self, epoch):
         """The next iteration (of this process, or of every DataLoader worker) starts at `epoch`;
-        the ones after it continue from there. A loaded state's resumes inside `epoch` are kept
-        (so a loop calling set_epoch(epoch) every epoch resumes where it stopped)."""
+        the ones after it continue from there. A loaded state's resumes inside `epoch`, or inside
+        the saved iteration when it started at `epoch` (epochs > 1), are kept, and so are the
+        records state_dict() needs for them (so a loop calling set_epoch(epoch) before every
+        iteration resumes where it stopped)."""
         if epoch < 0:
             raise ValueError("epoch must be 0 or more, got %r" % (epoch,))
         epoch = int(epoch)
-        self._state.set(epoch)
+        kept = self._state.set(epoch)
         self._base_epoch = epoch
+        # What state_dict() says of a worker: its record where the worker resumes after it (a
+        # loaded resume kept above, or a record inside `epoch`, its last batch too), or ends
+        # just before `epoch`.
         self._recorded = {w: p for w, p in self._recorded.items()
-                          if p.epoch + (1 if p.last else 0) == epoch}
+                          if w in kept or p.epoch <= epoch <= p.epoch + (1 if p.last else 0)}
 
     def _workers_for_length(self):
         if self.num_workers is not None:
@@ -498,6 +520,14 @@ class SluiceDataset(torch.utils.data.IterableDataset):
                             "job's batches go to its consumers as they ask")
         if not self.epochs:
             raise TypeError("SluiceDataset with epochs=0 is endless: it has no length")
+        if (self.job_name and self.num_workers is None and self._state.assumed_workers is None
+                and self._state.seen_workers is None):
+            # Each consumer's share is the job's batches over ranks x workers: a guess of the
+            # worker count would be a wrong length, not a bound.
+            raise TypeError("SluiceDataset with job_name (consumers in lockstep): its length "
+                            "depends on the DataLoader's worker count, unknown before the "
+                            "first iteration: pass num_workers= (the DataLoader's, 0 without "
+                            "workers) to the dataset")
         workers = self._workers_for_length()
         if workers not in self._lengths:
             total = 0
@@ -565,7 +595,7 @@ class SluiceDataset(torch.utils.data.IterableDataset):
             raise ValueError("the state is of a DataLoader with %d workers; this dataset "
                              "declares num_workers=%d" % (workers, self.num_workers))
         epoch = int(state["epoch"])
-        self._state.set(epoch)
+        self._state.set(epoch, keep=False)
         self._recorded = {}
         self._resumes = {}
         self._state.loads += 1
@@ -579,10 +609,13 @@ class SluiceDataset(torch.utils.data.IterableDataset):
                 raise ValueError("the state names worker %d of %d" % (w, workers))
             position = Position(e, index, end_record, shuffle_bytes)
             servers = {t: Position(*p) for t, p in servers.items()}
-            self._recorded[w] = StreamPosition(w, workers, position, last, servers, end)
-            if last and e + 1 == epoch:
+            # With the iteration's first epoch: a state saved before any new record() says
+            # what this one says.
+            self._recorded[w] = StreamPosition(w, workers, position, last, servers, end, first)
+            if last and e + 1 == epoch and all(q.epoch <= e for q in servers.values()):
                 # Every worker finished epoch e: the next iteration starts at e + 1 (still the
-                # saved iteration when it has epochs left).
+                # saved iteration when it has epochs left). Not when a server of a fan-in had
+                # sent batches of a later epoch already: those would come again.
                 self._state.set_worker(w, e + 1, end=end, first=first)
             elif len(servers) > 1:
                 # Each server's stream resumes after its own last batch, from the earliest.
@@ -647,7 +680,7 @@ class SluiceDataset(torch.utils.data.IterableDataset):
             args["start_position"] = resume
         elif epoch > 0:
             args["start_position"] = (epoch, 0, 0)
-        args["shared_memory"] = self.shared_memory is not False
+        args["shared_memory"] = self.shared_memory
         if self.with_position:
             # The read-ahead (below) holds one batch more than the caller.
             args["max_held"] += 1

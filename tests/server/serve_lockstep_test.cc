@@ -34,8 +34,9 @@ const std::vector<int> kSizes = {10, 13, 9, 11, 9};
 const std::vector<int> kFirstId = {0, 10, 23, 32, 43};
 constexpr int kRecords = 52;
 
-// Two epochs of batches of 4 at 32x32, shared jobs lingering `linger` seconds.
-std::string WriteDataset(const TempDir& dir, int linger) {
+// Two epochs of batches of 4 at 32x32, shared jobs lingering `linger` seconds. A job reserves
+// 64 MiB; `server_budget` (bytes; 0: the default) is the server's memory_budget_bytes.
+std::string WriteDataset(const TempDir& dir, int linger, int64_t server_budget = 0) {
   int id = 0;
   for (size_t f = 0; f < kSizes.size(); ++f) {
     auto writer = TFRecordWriter::Create(dir.file("shard-" + std::to_string(f) + ".tfrecord"));
@@ -49,8 +50,11 @@ std::string WriteDataset(const TempDir& dir, int linger) {
   const std::string path = dir.file("sluice.textproto");
   testing::WriteAll(path,
                     std::string("listen: \"127.0.0.1:0\"\nmetrics_address: \"127.0.0.1:0\"\n") +
-                        "job_linger_seconds: " + std::to_string(linger) +
-                        "\ndatasets {\n  name: \"train\"\n" + "  pipeline {\n    files: \"" +
+                        "job_linger_seconds: " + std::to_string(linger) + "\n" +
+                        (server_budget > 0 ? "memory_budget_bytes: " +
+                                                 std::to_string(server_budget) + "\n"
+                                           : std::string()) +
+                        "datasets {\n  name: \"train\"\n" + "  pipeline {\n    files: \"" +
                         dir.file("shard-*.tfrecord") +
                         "\"\n    batch_size: 4\n    image_height: 32\n    threads: 2\n" +
                         "    epochs: 2\n    memory_budget_bytes: 67108864\n  }\n}\n");
@@ -209,9 +213,11 @@ TEST_CASE("ThreeConsumersInLockstepGetEqualFullBatchesWithEveryRecordOncePerEpoc
 
 TEST_CASE("MoreConsumersThanTheJobsBatchPoolAllGetTheirShares") {
   TempDir dir;
-  ServerProcess server({"--config", WriteDataset(dir, 60)});
+  // A server budget for one job only: the consumers' streams start together (on the server's
+  // start threads) and must all join one start of the run, never start a second pipeline.
+  ServerProcess server({"--config", WriteDataset(dir, 60, 100000000)});
   REQUIRE(server.running());
-  // Batches of 2: 26 full per epoch, 24 for 8 consumers; the pool holds prefetch (2) + 5.
+  // Batches of 2: 26 full per epoch, 24 for 8 consumers; the pool holds prefetch (2) + 4.
   std::vector<v1::StreamRequest> requests = AllOf("many", 8);
   for (v1::StreamRequest& r : requests) r.set_batch_size(2);
   const std::vector<Raw> got = ReadTogether(server.address(), requests);

@@ -4,11 +4,17 @@
 // reconnects, or a stream that takes its index over, continues its share; an absent consumer
 // ends the job for all with ABORTED; requests that cannot join are refused naming the field.
 // Batches are read as raw v1::Batch messages through the generated stub.
+#include <arpa/inet.h>
 #include <google/protobuf/util/message_differencer.h>
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <condition_variable>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -48,16 +54,15 @@ std::string WriteDataset(const TempDir& dir, int linger, int64_t server_budget =
     REQUIRE((*writer)->Close().ok());
   }
   const std::string path = dir.file("sluice.textproto");
-  testing::WriteAll(path,
-                    std::string("listen: \"127.0.0.1:0\"\nmetrics_address: \"127.0.0.1:0\"\n") +
-                        "job_linger_seconds: " + std::to_string(linger) + "\n" +
-                        (server_budget > 0 ? "memory_budget_bytes: " +
-                                                 std::to_string(server_budget) + "\n"
-                                           : std::string()) +
-                        "datasets {\n  name: \"train\"\n" + "  pipeline {\n    files: \"" +
-                        dir.file("shard-*.tfrecord") +
-                        "\"\n    batch_size: 4\n    image_height: 32\n    threads: 2\n" +
-                        "    epochs: 2\n    memory_budget_bytes: 67108864\n  }\n}\n");
+  testing::WriteAll(
+      path, std::string("listen: \"127.0.0.1:0\"\nmetrics_address: \"127.0.0.1:0\"\n") +
+                "job_linger_seconds: " + std::to_string(linger) + "\n" +
+                (server_budget > 0 ? "memory_budget_bytes: " + std::to_string(server_budget) + "\n"
+                                   : std::string()) +
+                "datasets {\n  name: \"train\"\n" + "  pipeline {\n    files: \"" +
+                dir.file("shard-*.tfrecord") +
+                "\"\n    batch_size: 4\n    image_height: 32\n    threads: 2\n" +
+                "    epochs: 2\n    memory_budget_bytes: 67108864\n  }\n}\n");
   return path;
 }
 
@@ -470,6 +475,151 @@ TEST_CASE("TheCppClientStreamsAJobInLockstepThroughSharedMemory") {
     CHECK(positions == Share(c, 2, 12));
     CHECK(shared[c] == 12);
   }
+}
+
+// A TCP relay to the server whose connections the test cuts, as a network does: Hold() keeps
+// reading what the server sends without passing it on (the server counts it written), Cut()
+// closes every connection, losing what was kept. Connections made later relay as usual.
+class CutRelay {
+ public:
+  explicit CutRelay(int server_port) : server_port_(server_port) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(listener_ >= 0);
+    sockaddr_in addr = Loopback(0);
+    REQUIRE(::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    REQUIRE(::listen(listener_, 8) == 0);
+    socklen_t len = sizeof(addr);
+    REQUIRE(::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+    address_ = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+    acceptor_ = std::thread([this] { Accept(); });
+  }
+  ~CutRelay() {
+    ::shutdown(listener_, SHUT_RDWR);  // Accept returns
+    acceptor_.join();
+    Cut();
+    for (std::thread& t : threads_) t.join();
+    ::close(listener_);
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int fd : closed_) ::close(fd);
+  }
+  const std::string& address() const { return address_; }
+  void Hold() {
+    std::lock_guard<std::mutex> lock(mu_);
+    holding_ = true;
+  }
+  // Whether `bytes` from the server were kept back within 60 s.
+  bool WaitHeld(size_t bytes) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(60), [&] { return held_ >= bytes; });
+  }
+  void Cut() {
+    std::lock_guard<std::mutex> lock(mu_);
+    holding_ = false;
+    for (int fd : open_) ::shutdown(fd, SHUT_RDWR);  // wakes the relaying threads
+    closed_.insert(closed_.end(), open_.begin(), open_.end());
+    open_.clear();
+  }
+
+ private:
+  static sockaddr_in Loopback(int port) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return addr;
+  }
+  void Accept() {
+    for (;;) {
+      const int down = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (down < 0) return;
+      const int up = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in addr = Loopback(server_port_);
+      if (up < 0 || ::connect(up, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+        ::close(down);
+        if (up >= 0) ::close(up);
+        continue;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      open_.insert(open_.end(), {down, up});
+      threads_.emplace_back([this, down, up] { Relay(down, up, false); });
+      threads_.emplace_back([this, down, up] { Relay(up, down, true); });
+    }
+  }
+  void Relay(int from, int to, bool from_server) {
+    char buffer[1 << 16];
+    for (;;) {
+      const ssize_t n = ::recv(from, buffer, sizeof(buffer), 0);
+      if (n <= 0) {
+        ::shutdown(to, SHUT_WR);
+        return;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (from_server && holding_) {
+          held_ += static_cast<size_t>(n);
+          cv_.notify_all();
+          continue;
+        }
+      }
+      for (ssize_t sent = 0; sent < n;) {
+        const ssize_t w = ::send(to, buffer + sent, static_cast<size_t>(n - sent), MSG_NOSIGNAL);
+        if (w <= 0) return;
+        sent += w;
+      }
+    }
+  }
+
+  const int server_port_;
+  int listener_ = -1;
+  std::string address_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool holding_ = false;   // guarded by mu_
+  size_t held_ = 0;        // bytes kept back; guarded by mu_
+  std::vector<int> open_;  // guarded by mu_
+  // Shut down, closed at the end (a relaying thread may still be using the number); guarded
+  // by mu_.
+  std::vector<int> closed_;
+  std::thread acceptor_;
+  std::vector<std::thread> threads_;  // relaying, started by Accept; guarded by mu_ until it ends
+};
+
+TEST_CASE("TheCppClientEndsALockstepStreamWhoseReconnectLostBatchesWithDataLoss") {
+  TempDir dir;
+  ServerProcess server({"--config", WriteDataset(dir, 60)});
+  REQUIRE(server.running());
+  const std::string& address = server.address();
+  CutRelay relay(std::stoi(address.substr(address.rfind(':') + 1)));
+  ClientOptions options;
+  options.targets = {relay.address()};
+  options.shared_memory = false;  // over the socket, through the relay
+  options.reconnect_deadline = std::chrono::milliseconds(30000);
+  auto client = Client::Create(options);
+  REQUIRE(client.ok());
+  auto stream = (*client)->Stream(Lockstep("cutcpp", 0, 2));
+  REQUIRE(stream.ok());
+  ReceivedBatch batch;
+  bool end = false;
+  for (int i = 0; i < 2; ++i) REQUIRE(((*stream)->Next(&batch, &end).ok() && !end));
+  // Consumer 1 is not there yet, so the job has made few batches: what the server writes to
+  // consumer 0 from here on is kept back by the relay and lost at the cut.
+  relay.Hold();
+  Raw other;
+  std::thread reader([&] { other = ReadRaw(address, Lockstep("cutcpp", 1, 2)); });
+  REQUIRE(relay.WaitHeld(3 * 4 * 32 * 32 * 3));
+  relay.Cut();
+  Status s;
+  while ((s = (*stream)->Next(&batch, &end)).ok() && !end) {
+  }
+  reader.join();
+  INFO(s.ToString());
+  CHECK(s.code() == StatusCode::kDataLoss);
+  CHECK(s.message().find("consumer_index 0 of 2 of job 'cutcpp': its batches (epoch ") !=
+        std::string::npos);
+  CHECK(s.message().find("were written to a connection that went") != std::string::npos);
+  CHECK((*stream)->reconnects() >= 1);
+  REQUIRE(other.status.ok());
+  CHECK(Positions(other.batches) == Share(1, 2, 12));
 }
 
 TEST_CASE("ProfileTargetJoinsAJobInLockstepUnderItsIndex") {

@@ -161,10 +161,10 @@ void Job::Stop(Status status) {
 std::optional<std::chrono::steady_clock::time_point> Job::AbsenceDeadline(
     std::chrono::seconds linger) const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!lockstep() || final_) return std::nullopt;
+  if (!lockstep() || (final_ && !final_->ok())) return std::nullopt;
   std::optional<std::chrono::steady_clock::time_point> first;
   for (const Slot& s : slots_) {
-    if (s.away_since && (!first || *s.away_since < *first)) first = s.away_since;
+    if (s.away_since && !s.ended && (!first || *s.away_since < *first)) first = s.away_since;
   }
   if (!first) return std::nullopt;
   return *first + linger;
@@ -174,10 +174,10 @@ std::optional<Status> Job::AbortIfAbsent(std::chrono::steady_clock::time_point n
                                          std::chrono::seconds linger) {
   std::vector<std::deque<Batch>> dropped;  // destroyed after the lock
   std::lock_guard<std::mutex> lock(mu_);
-  if (!lockstep() || final_) return std::nullopt;
+  if (!lockstep() || (final_ && !final_->ok())) return std::nullopt;
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Slot& s = slots_[i];
-    if (!s.away_since || *s.away_since + linger > now) continue;
+    if (!s.away_since || s.ended || *s.away_since + linger > now) continue;
     std::string where;
     if (!s.ever_attached) {
       where = "it never attached";
@@ -305,7 +305,8 @@ void Job::Pump() {
       if (d.consumer != nullptr) delivering_ = d.consumer;
     }
     if (d.consumer != nullptr) {
-      const bool batch = !d.event.end && d.event.error.ok();
+      const bool end = d.event.end;
+      const bool batch = !end && d.event.error.ok();
       const BatchPosition position = batch ? d.event.batch.position() : BatchPosition{};
       const bool taken = d.consumer->OnEvent(d.event);
       {
@@ -315,6 +316,8 @@ void Job::Pump() {
           Untaken(d);
         } else if (batch && d.slot >= 0) {
           slots_[static_cast<size_t>(d.slot)].last = position;
+        } else if (end && d.slot >= 0) {
+          slots_[static_cast<size_t>(d.slot)].ended = true;
         }
       }
       cv_.notify_all();

@@ -84,14 +84,15 @@ class Job {
   void Stop(Status status);
 
   // Lockstep: when an index has been away (never attached since the job started, or detached)
-  // for `linger` while the job runs, the time it will have been; nullopt when none is away or
-  // the job has ended. Any thread.
+  // for `linger` before its consumer took the end of the stream, the time it will have been;
+  // nullopt when none is away or the job failed. Any thread.
   std::optional<std::chrono::steady_clock::time_point> AbsenceDeadline(
       std::chrono::seconds linger) const;
-  // Lockstep: when an index has been away for `linger` at `now`, ends the job for every
-  // consumer with ABORTED naming the job, the index and the last batch it took, and returns
-  // that status; the consumers waiting get it at the next Stop() (which the caller makes outside
-  // its own locks). Nullopt when none is.
+  // Lockstep: when an index has been away for `linger` at `now` before its consumer took the
+  // end (even once the pipeline has ended: its batches held for it would otherwise go unseen),
+  // ends the job with ABORTED naming the job, the index and the last batch it took for every
+  // consumer not yet given the end, and returns that status; the consumers waiting get it at the
+  // next Stop() (which the caller makes outside its own locks). Nullopt when none is.
   std::optional<Status> AbortIfAbsent(std::chrono::steady_clock::time_point now,
                                       std::chrono::seconds linger);
 
@@ -119,6 +120,7 @@ class Job {
     std::deque<Batch> held;
     std::optional<BatchPosition> last;  // of the last batch it took
     bool ever_attached = false;
+    bool ended = false;  // its consumer took the end of the stream (final_ OK)
     // Away since (null while attached): AbsenceDeadline.
     std::optional<std::chrono::steady_clock::time_point> away_since;
   };

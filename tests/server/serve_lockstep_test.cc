@@ -391,6 +391,53 @@ TEST_CASE("AConsumerAwayForJobLingerSecondsEndsTheJobForAllWithAborted") {
   }
 }
 
+TEST_CASE("AConsumerAwayAtThePipelinesEndStillEndsTheJobAbortedForThoseNotYetEnded") {
+  TempDir dir;
+  ServerProcess server({"--config", WriteDataset(dir, 1)});
+  REQUIRE(server.running());
+  // Batches of 300 KiB, over the 64 KiB window: a consumer that stops reading has one batch in
+  // flight and the rest held. 8 batches for each of 3 consumers.
+  std::vector<v1::StreamRequest> all = AllOf("ended", 3);
+  for (v1::StreamRequest& r : all) r.set_image_height(160);
+  // Consumer 1 reads 6 and waits; consumer 2 reads 7 and leaves; consumer 0 reads to its end,
+  // which the pipeline reaches with consumer 1's last batches and consumer 2's last held.
+  Raw done, gone;
+  std::thread reader([&] { done = ReadRaw(server.address(), all[0]); });
+  std::thread leaver([&] { gone = ReadRaw(server.address(), all[2], 7); });
+  auto stub = Stub(server.address());
+  grpc::ClientContext context;
+  auto waiting = stub->StreamBatches(&context, all[1]);
+  std::vector<v1::Batch> first;
+  v1::Batch b;
+  while (first.size() < 6 && waiting->Read(&b)) first.push_back(b);
+  REQUIRE(first.size() == 6);
+  reader.join();
+  leaver.join();
+  REQUIRE(gone.batches.size() == 7);
+  INFO(done.status.error_message());
+  REQUIRE(done.status.ok());
+  CHECK(Positions(done.batches) == Share(0, 3, 12));
+  // Consumer 2's last batch waits for it, unseen, while consumer 1 is still to end: after
+  // job_linger_seconds the job ends ABORTED and leaves the registry. A poll: the reaper's
+  // deadline passes in the server process, which tells this one nothing.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (;;) {
+    auto stats = Connect(server.address())->GetStats("train");
+    REQUIRE(stats.ok());
+    if (stats->jobs_size() == 0) break;
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::vector<v1::Batch> rest;
+  while (waiting->Read(&b)) rest.push_back(b);
+  const grpc::Status ended = waiting->Finish();
+  INFO(ended.error_message());
+  CHECK(ended.error_code() == grpc::StatusCode::ABORTED);
+  CHECK(ended.error_message().find("consumer_index 2 of its 3 consumers was away for 1 s") !=
+        std::string::npos);
+  CHECK(rest.size() < 2);  // at most the batch in flight; never its share's count
+}
+
 TEST_CASE("LockstepRequestsThatCannotJoinAreRefusedNamingTheField") {
   TempDir dir;
   ServerProcess server({"--config", WriteDataset(dir, 60)});

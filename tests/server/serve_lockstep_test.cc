@@ -130,6 +130,23 @@ std::vector<v1::StreamRequest> AllOf(const std::string& job, int consumers,
   return out;
 }
 
+// GetStats of "train" until `done` holds of it; fails after 20 s. A poll: what it waits for
+// happens in the server process (a stream attaching, the reaper's deadline passing), which tells
+// this one nothing; the interval only paces the calls.
+template <typename Done>
+void StatsWhen(const std::string& address, Done done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  auto client = Connect(address);
+  for (;;) {
+    auto stats = client->GetStats("train");
+    REQUIRE(stats.ok());
+    if (done(*stats)) return;
+    INFO(stats->ShortDebugString());
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 using Position = std::pair<int64_t, int64_t>;  // epoch, index
 
 std::vector<Position> Positions(const std::vector<v1::Batch>& batches) {
@@ -313,11 +330,14 @@ TEST_CASE("AStreamUnderAnIndexThatIsStreamingTakesItOverAndTheOldEndsAborted") {
   TempDir dir;
   ServerProcess server({"--config", WriteDataset(dir, 60)});
   REQUIRE(server.running());
-  const std::vector<v1::StreamRequest> requests = AllOf("over", 2);
+  // Batches of 300 KiB, over the 64 KiB window: the old stream, not reading, has at most one
+  // batch in flight when the new one attaches.
+  std::vector<v1::StreamRequest> requests = AllOf("over", 2);
+  for (v1::StreamRequest& r : requests) r.set_image_height(160);
   Raw second;
   std::thread other([&] { second = ReadRaw(server.address(), requests[1]); });
-  // The old stream reads two batches, then the new one attaches; the old one reads on and sees
-  // what was written to it, then ABORTED.
+  // The old stream reads two batches and waits until the new one has attached; it then reads
+  // on and sees what was written to it, then ABORTED.
   auto stub = Stub(server.address());
   grpc::ClientContext context;
   auto reader = stub->StreamBatches(&context, requests[0]);
@@ -327,6 +347,15 @@ TEST_CASE("AStreamUnderAnIndexThatIsStreamingTakesItOverAndTheOldEndsAborted") {
   REQUIRE(old.size() == 2);
   Raw taker;
   std::thread take([&] { taker = ReadRaw(server.address(), requests[0]); });
+  // The new one attached: the old, the new and the other stream are attached; or one of the
+  // three has left since the new one opened, which the old one (not reading, so index 0 stalls
+  // the job) does only when the new one's Attach ended it at once (it was waiting), and the
+  // other only when the new one has read on.
+  StatsWhen(server.address(), [](const v1::Stats& s) {
+    const v1::DatasetStats& d = s.datasets(0);
+    return (s.jobs_size() == 1 && s.jobs(0).consumers() == 3) ||
+           (d.streams_started() == 3 && d.active_streams() < 3);
+  });
   while (reader->Read(&b)) old.push_back(b);
   const grpc::Status ended = reader->Finish();
   take.join();
@@ -362,7 +391,10 @@ TEST_CASE("AConsumerAwayForJobLingerSecondsEndsTheJobForAllWithAborted") {
     }
   }
   SECTION("left after a batch") {
-    const std::vector<v1::StreamRequest> all = AllOf("left", 3);
+    // Batches of 300 KiB, over the 64 KiB window: the server has taken at most one more batch
+    // for the consumer that leaves after reading one.
+    std::vector<v1::StreamRequest> all = AllOf("left", 3);
+    for (v1::StreamRequest& r : all) r.set_image_height(160);
     std::vector<Raw> got(2);
     std::vector<std::thread> threads;
     for (size_t c = 0; c < 2; ++c) {
@@ -418,16 +450,8 @@ TEST_CASE("AConsumerAwayAtThePipelinesEndStillEndsTheJobAbortedForThoseNotYetEnd
   REQUIRE(done.status.ok());
   CHECK(Positions(done.batches) == Share(0, 3, 12));
   // Consumer 2's last batch waits for it, unseen, while consumer 1 is still to end: after
-  // job_linger_seconds the job ends ABORTED and leaves the registry. A poll: the reaper's
-  // deadline passes in the server process, which tells this one nothing.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  for (;;) {
-    auto stats = Connect(server.address())->GetStats("train");
-    REQUIRE(stats.ok());
-    if (stats->jobs_size() == 0) break;
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  // job_linger_seconds the job ends ABORTED and leaves the registry.
+  StatsWhen(server.address(), [](const v1::Stats& s) { return s.jobs_size() == 0; });
   std::vector<v1::Batch> rest;
   while (waiting->Read(&b)) rest.push_back(b);
   const grpc::Status ended = waiting->Finish();

@@ -116,13 +116,32 @@ class Job {
     bool waiting = false;             // consumer has a Want outstanding
     // Its batches the pipeline made while it was busy or away, in order. Bounded by the
     // pipeline's batch pool (every batch is a pool buffer), so a consumer away for long stalls
-    // the pipeline, never grows memory.
-    std::deque<Batch> held;
+    // the pipeline, never grows memory. Allocated only while it holds some: a std::deque takes
+    // ~600 bytes even empty, and of a job's up to 4096 slots only as many hold batches at once
+    // as the pool has buffers.
+    std::unique_ptr<std::deque<Batch>> held;
     std::optional<BatchPosition> last;  // of the last batch it took
     bool ever_attached = false;
     bool ended = false;  // its consumer took the end of the stream (final_ OK)
     // Away since (null while attached): AbsenceDeadline.
     std::optional<std::chrono::steady_clock::time_point> away_since;
+
+    bool holds() const { return held != nullptr && !held->empty(); }
+    void Hold(Batch b, bool front) {
+      if (!held) held = std::make_unique<std::deque<Batch>>();
+      if (front) {
+        held->push_front(std::move(b));
+      } else {
+        held->push_back(std::move(b));
+      }
+    }
+    // REQUIRES: holds().
+    Batch TakeFirst() {
+      Batch b = std::move(held->front());
+      held->pop_front();
+      if (held->empty()) held.reset();
+      return b;
+    }
   };
   // A consumer taken over (Attach under its index) until it detaches: its next event is `why`.
   struct Evicted {

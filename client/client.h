@@ -17,7 +17,11 @@
 // resumes after the last batch it received, so a deterministic private stream loses and repeats
 // nothing. A shared job's stream reconnects with the same request: one of a job's consumers in
 // lockstep (StreamRequest.consumer_index / num_consumers) continues with the batches the server
-// held for its index, losing at most the one being written when the connection went. Several
+// held for its index. The batches the server wrote before the connection went (any number: in
+// flow-control windows, socket buffers or shared-memory slots) are lost with it; such a gap in
+// the consumer's share ends the stream with DATA_LOSS naming the positions, since a consumer
+// with fewer batches than the others hangs a synchronous trainer (the Python client hands out
+// padding batches for them instead). Several
 // targets (or a "dns:///host:port" name resolving to several addresses) fan in: one stream per
 // server, taken round-robin among those with a batch ready.
 #pragma once

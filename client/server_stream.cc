@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "client/channel.h"
+#include "sluice/v1/service.grpc.pb.h"
 
 namespace sluice {
 namespace {
@@ -190,7 +191,7 @@ Status ServerStream::RunOnce(const std::shared_ptr<grpc::Channel>& channel, bool
   if (StartCall(call.get(), &cq, request)) {
     std::shared_ptr<SharedSegment> segment;
     if (request.shared_memory()) segment = OpenSegment(context, request);
-    decode_error = ReadBatches(call.get(), &cq, &context, segment, progressed);
+    decode_error = ReadBatches(channel, call.get(), &cq, &context, segment, progressed);
   }
   grpc::Status status;
   call->Finish(&status, Tag(Op::kFinish));
@@ -210,11 +211,67 @@ Status ServerStream::RunOnce(const std::shared_ptr<grpc::Channel>& channel, bool
   if (it != trailing.end()) {
     std::from_chars(it->second.data(), it->second.data() + it->second.size(), *trailing_skipped);
   }
+  if (status.ok() && request_.num_consumers() > 0 && reconnects_.load() > 0) {
+    return CheckLockstepGap(channel, nullptr).WithContext(target_);
+  }
   return FromGrpc(status);
 }
 
-Status ServerStream::ReadBatches(Call* call, grpc::CompletionQueue* cq,
-                                 grpc::ClientContext* context,
+Status ServerStream::CheckLockstepGap(const std::shared_ptr<grpc::Channel>& channel,
+                                      const BatchMeta* meta) {
+  const int64_t n = request_.num_consumers();
+  const int64_t index = request_.consumer_index();
+  using Pos = std::pair<int64_t, int64_t>;
+  std::optional<Pos> here;
+  if (meta != nullptr) here = Pos(meta->epoch, meta->index);
+  const std::optional<Pos> last = lockstep_last_;
+  if (here) lockstep_last_ = here;
+  // The next one within the epoch, or the first of the run: no plan needed.
+  if (here && last && *here == Pos(last->first, last->second + n)) return Status::OK();
+  if (here && !last && *here == Pos(request_.start_position().epoch(), index)) {
+    return Status::OK();
+  }
+  if (!plan_) {
+    grpc::ClientContext context;
+    AddToken(&context, options_.token);
+    context.set_deadline(std::chrono::system_clock::now() + options_.rpc_timeout);
+    v1::StreamPlan plan;
+    const grpc::Status s =
+        v1::DataService::NewStub(channel)->DescribeStream(&context, request_, &plan);
+    if (!s.ok()) return FromGrpc(s).WithContext("DescribeStream, to check a lockstep reconnect");
+    plan_ = plan;
+  }
+  const int64_t job_batches = plan_->batches_per_epoch() * n;
+  auto next = [&](const std::optional<Pos>& p) {
+    if (!p) return Pos(request_.start_position().epoch(), index);
+    if (p->second + n < job_batches) return Pos(p->first, p->second + n);
+    return Pos(p->first + 1, index);
+  };
+  const Pos expected = next(last);
+  if (here ? *here == expected : (plan_->epochs() <= 0 || expected.first >= plan_->epochs())) {
+    return Status::OK();
+  }
+  auto name = [](const Pos& p) {
+    return "(epoch " + std::to_string(p.first) + ", index " + std::to_string(p.second) + ")";
+  };
+  std::string missing = name(expected);
+  if (here) {
+    if (*here < expected || here->second % n != index) {
+      return DataLoss("consumer_index " + std::to_string(index) + " of " + std::to_string(n) +
+                      ": batch " + name(*here) + " is not ahead in this consumer's share");
+    }
+    missing += " up to before " + name(*here);
+  } else {
+    missing += " to the end of epoch " + std::to_string(plan_->epochs() - 1);
+  }
+  return DataLoss("consumer_index " + std::to_string(index) + " of " + std::to_string(n) +
+                  " of job '" + request_.job_name() + "': its batches " + missing +
+                  " were written to a connection that went; the stream ends rather than give "
+                  "this consumer fewer batches than the others");
+}
+
+Status ServerStream::ReadBatches(const std::shared_ptr<grpc::Channel>& channel, Call* call,
+                                 grpc::CompletionQueue* cq, grpc::ClientContext* context,
                                  const std::shared_ptr<SharedSegment>& segment, bool* progressed) {
   for (;;) {
     grpc::ByteBuffer in;
@@ -228,6 +285,19 @@ Status ServerStream::ReadBatches(Call* call, grpc::CompletionQueue* cq,
       pool_->Unacquire(arrays);
       context->TryCancel();
       return s;
+    }
+    if (request_.num_consumers() > 0) {
+      Status gap = Status::OK();
+      if (reconnects_.load() > 0) {
+        gap = CheckLockstepGap(channel, &item.meta);
+      } else {
+        lockstep_last_.emplace(item.meta.epoch, item.meta.index);
+      }
+      if (!gap.ok()) {
+        pool_->Unacquire(arrays);
+        context->TryCancel();
+        return gap;
+      }
     }
     v1::Position next;
     next.set_epoch(item.meta.epoch);

@@ -2,6 +2,9 @@
 // its pool's buffers, `prefetch` ahead, reconnecting and resuming on UNAVAILABLE.
 #pragma once
 
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -12,9 +15,6 @@
 #include <optional>
 #include <string>
 #include <thread>
-
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/grpcpp.h>
 
 #include "client/buffer_pool.h"
 #include "client/client.h"
@@ -73,8 +73,14 @@ class ServerStream {
                                              const v1::StreamRequest& request) const;
   // Reads batches into ready_ until the call ends, the pool closes or a batch is bad (the call
   // is then cancelled and the error returned).
-  Status ReadBatches(Call* call, grpc::CompletionQueue* cq, grpc::ClientContext* context,
+  Status ReadBatches(const std::shared_ptr<grpc::Channel>& channel, Call* call,
+                     grpc::CompletionQueue* cq, grpc::ClientContext* context,
                      const std::shared_ptr<SharedSegment>& segment, bool* progressed);
+  // Lockstep, after a reconnect: DataLoss naming the positions of this consumer's share that
+  // are missing before `meta` (written by the server to a connection that went), or, with
+  // `meta` null at the stream's end, after the last batch. `channel` answers DescribeStream
+  // (the job's batches per epoch and epochs), asked only when the positions do not tell.
+  Status CheckLockstepGap(const std::shared_ptr<grpc::Channel>& channel, const BatchMeta* meta);
   // Decodes one message into *item (its arrays already acquired), its images found in segment
   // when the server sent them through shared memory.
   Status DecodeItem(grpc::ByteBuffer* message, const std::shared_ptr<SharedSegment>& segment,
@@ -85,6 +91,10 @@ class ServerStream {
   const v1::StreamRequest request_;
   const std::function<void()> wake_;
   std::optional<v1::Position> resume_;  // reader thread only
+  // Lockstep: (epoch, index) of the last batch received, and the stream's plan once asked for;
+  // reader thread only.
+  std::optional<std::pair<int64_t, int64_t>> lockstep_last_;
+  std::optional<v1::StreamPlan> plan_;
   const std::shared_ptr<BufferPool> pool_;
   std::atomic<int64_t> reconnects_{0};
   std::atomic<int64_t> shared_batches_{0};

@@ -200,14 +200,16 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
       return FinishOnce(ToGrpc(event.error), event.skipped);
     }
     {
-      // Whether this stream writes the batch is settled before it is taken: a stream that has
-      // ended leaves it to the job (in lockstep, for the next stream under its index). From
-      // here OnCancel leaves the ending to OnWriteDone.
+      // The claim: whether this stream writes the batch is settled before anything is taken
+      // from the event; a stream that has ended leaves the event as it is to the job (in
+      // lockstep, for the next stream under its index). From here nothing else finishes the
+      // call (OnCancel and Opened leave the ending to OnWriteDone), so the write starts.
       std::lock_guard<std::mutex> lock(mu_);
       if (finished_) return false;
       writing_ = true;
     }
     if (shared_) return WriteShared(event.batch);
+    // Claimed: only now is the batch taken.
     Batch* batch = new Batch(std::move(event.batch));
     const BatchMeta meta = MetaOf(*batch);
     grpc::Slice slices[2] = {
@@ -215,7 +217,8 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
         grpc::Slice(const_cast<uint8_t*>(batch->images().data()), batch->images().size(),
                     &DestroyBatch, batch)};
     grpc::ByteBuffer message(slices, 2);
-    return Write(&message, meta);
+    StartWriting(&message, meta);
+    return true;
   }
 
   void OnWriteDone(bool ok) override {
@@ -403,25 +406,21 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
     grpc::Slice slice(
         EncodeSharedBatch(meta, batch.labels(), static_cast<uint32_t>(slot), ExtrasOf(batch)));
     grpc::ByteBuffer message(&slice, 1);
-    if (Write(&message, meta, slot)) return true;
-    segment_->Unfill(slot);
-    return false;
+    StartWriting(&message, meta, slot);
+    return true;
   }
 
   // Starts writing *message (taking it), counted as served when the write completes; `slot`:
-  // the shared-memory slot it names, or -1. A stream finished meanwhile writes nothing (false):
-  // *message keeps the bytes and gives them back with it.
-  bool Write(grpc::ByteBuffer* message, const BatchMeta& meta, int slot = -1) {
+  // the shared-memory slot it names, or -1.
+  // REQUIRES: claimed by OnEvent (writing_ set while not finished_).
+  void StartWriting(grpc::ByteBuffer* message, const BatchMeta& meta, int slot = -1) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (finished_) return false;
-      writing_ = true;
       pending_ = meta;
       pending_slot_ = slot;
       out_.Swap(message);
     }
     StartWrite(&out_);
-    return true;
   }
 
   // The call's; valid until OnDone, which comes only after Finish, so while the call is on.

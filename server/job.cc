@@ -142,14 +142,13 @@ void Job::Want(JobConsumer* c) {
 }
 
 void Job::Stop(Status status) {
-  std::vector<std::deque<Batch>> dropped;  // destroyed after the lock
+  std::vector<std::unique_ptr<std::deque<Batch>>> dropped;  // destroyed after the lock
   {
     std::lock_guard<std::mutex> lock(mu_);
     bool held = stash_.has_value();
     for (Slot& s : slots_) {
-      held = held || !s.held.empty();
-      dropped.push_back(std::move(s.held));
-      s.held.clear();
+      held = held || s.holds();
+      if (s.held) dropped.push_back(std::move(s.held));
     }
     // An end some consumers have not reached yet, their batches dropped, is no end for them.
     if (!final_ || (final_->ok() && held)) final_ = std::move(status);
@@ -161,10 +160,10 @@ void Job::Stop(Status status) {
 std::optional<std::chrono::steady_clock::time_point> Job::AbsenceDeadline(
     std::chrono::seconds linger) const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!lockstep() || final_) return std::nullopt;
+  if (!lockstep() || (final_ && !final_->ok())) return std::nullopt;
   std::optional<std::chrono::steady_clock::time_point> first;
   for (const Slot& s : slots_) {
-    if (s.away_since && (!first || *s.away_since < *first)) first = s.away_since;
+    if (s.away_since && !s.ended && (!first || *s.away_since < *first)) first = s.away_since;
   }
   if (!first) return std::nullopt;
   return *first + linger;
@@ -172,12 +171,11 @@ std::optional<std::chrono::steady_clock::time_point> Job::AbsenceDeadline(
 
 std::optional<Status> Job::AbortIfAbsent(std::chrono::steady_clock::time_point now,
                                          std::chrono::seconds linger) {
-  std::vector<std::deque<Batch>> dropped;  // destroyed after the lock
   std::lock_guard<std::mutex> lock(mu_);
-  if (!lockstep() || final_) return std::nullopt;
+  if (!lockstep() || (final_ && !final_->ok())) return std::nullopt;
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Slot& s = slots_[i];
-    if (!s.away_since || *s.away_since + linger > now) continue;
+    if (!s.away_since || s.ended || *s.away_since + linger > now) continue;
     std::string where;
     if (!s.ever_attached) {
       where = "it never attached";
@@ -192,7 +190,8 @@ std::optional<Status> Job::AbortIfAbsent(std::chrono::steady_clock::time_point n
                      " of its " + std::to_string(num_consumers_) + " consumers was away for " +
                      std::to_string(linger.count()) + " s (job_linger_seconds; " + where +
                      "), so the job ends for all its consumers");
-    for (Slot& held : slots_) dropped.push_back(std::move(held.held));
+    // Nothing held is handed out after an error; Stop(), which the caller makes outside its
+    // locks, drops the held batches there.
     return *final_;
   }
   return std::nullopt;
@@ -242,9 +241,8 @@ Job::Delivery Job::NextLockstepDelivery() {
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
     if (s.consumer == nullptr || !s.waiting) continue;
-    if (!s.held.empty() && !failed) {
-      d.event.batch = std::move(s.held.front());
-      s.held.pop_front();
+    if (s.holds() && !failed) {
+      d.event.batch = s.TakeFirst();
     } else if (final_) {
       d.event = FinalEvent();
     } else {
@@ -262,7 +260,7 @@ bool Job::NeedsBatch() const {
   if (final_) return false;
   if (!lockstep()) return !waiting_.empty() && !stash_;
   return std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) {
-    return s.consumer != nullptr && s.waiting && s.held.empty();
+    return s.consumer != nullptr && s.waiting && !s.holds();
   });
 }
 
@@ -273,7 +271,7 @@ void Job::Untaken(Delivery& d) {
   }
   if (final_ && !final_->ok()) return;  // stopped meanwhile: dropped with the rest
   if (d.slot >= 0) {
-    slots_[static_cast<size_t>(d.slot)].held.push_front(std::move(d.event.batch));
+    slots_[static_cast<size_t>(d.slot)].Hold(std::move(d.event.batch), /*front=*/true);
   } else {
     stash_ = std::move(d.event);  // empty: only the pumping thread fills it, from here
   }
@@ -305,7 +303,8 @@ void Job::Pump() {
       if (d.consumer != nullptr) delivering_ = d.consumer;
     }
     if (d.consumer != nullptr) {
-      const bool batch = !d.event.end && d.event.error.ok();
+      const bool end = d.event.end;
+      const bool batch = !end && d.event.error.ok();
       const BatchPosition position = batch ? d.event.batch.position() : BatchPosition{};
       const bool taken = d.consumer->OnEvent(d.event);
       {
@@ -315,6 +314,8 @@ void Job::Pump() {
           Untaken(d);
         } else if (batch && d.slot >= 0) {
           slots_[static_cast<size_t>(d.slot)].last = position;
+        } else if (end && d.slot >= 0) {
+          slots_[static_cast<size_t>(d.slot)].ended = true;
         }
       }
       cv_.notify_all();
@@ -339,7 +340,7 @@ void Job::Pump() {
       continue;  // stopped meanwhile: dropped (e goes after the lock)
     } else if (lockstep()) {
       const auto index = static_cast<size_t>(e.batch.position().index % num_consumers_);
-      slots_[index].held.push_back(std::move(e.batch));
+      slots_[index].Hold(std::move(e.batch), /*front=*/false);
     } else {
       stash_ = std::move(e);
     }

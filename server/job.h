@@ -84,14 +84,15 @@ class Job {
   void Stop(Status status);
 
   // Lockstep: when an index has been away (never attached since the job started, or detached)
-  // for `linger` while the job runs, the time it will have been; nullopt when none is away or
-  // the job has ended. Any thread.
+  // for `linger` before its consumer took the end of the stream, the time it will have been;
+  // nullopt when none is away or the job failed. Any thread.
   std::optional<std::chrono::steady_clock::time_point> AbsenceDeadline(
       std::chrono::seconds linger) const;
-  // Lockstep: when an index has been away for `linger` at `now`, ends the job for every
-  // consumer with ABORTED naming the job, the index and the last batch it took, and returns
-  // that status; the consumers waiting get it at the next Stop() (which the caller makes outside
-  // its own locks). Nullopt when none is.
+  // Lockstep: when an index has been away for `linger` at `now` before its consumer took the
+  // end (even once the pipeline has ended: its batches held for it would otherwise go unseen),
+  // ends the job with ABORTED naming the job, the index and the last batch it took for every
+  // consumer not yet given the end, and returns that status; the consumers waiting get it at the
+  // next Stop() (which the caller makes outside its own locks). Nullopt when none is.
   std::optional<Status> AbortIfAbsent(std::chrono::steady_clock::time_point now,
                                       std::chrono::seconds linger);
 
@@ -115,12 +116,32 @@ class Job {
     bool waiting = false;             // consumer has a Want outstanding
     // Its batches the pipeline made while it was busy or away, in order. Bounded by the
     // pipeline's batch pool (every batch is a pool buffer), so a consumer away for long stalls
-    // the pipeline, never grows memory.
-    std::deque<Batch> held;
+    // the pipeline, never grows memory. Allocated only while it holds some: a std::deque takes
+    // ~600 bytes even empty, and of a job's up to 4096 slots only as many hold batches at once
+    // as the pool has buffers.
+    std::unique_ptr<std::deque<Batch>> held;
     std::optional<BatchPosition> last;  // of the last batch it took
     bool ever_attached = false;
+    bool ended = false;  // its consumer took the end of the stream (final_ OK)
     // Away since (null while attached): AbsenceDeadline.
     std::optional<std::chrono::steady_clock::time_point> away_since;
+
+    bool holds() const { return held != nullptr && !held->empty(); }
+    void Hold(Batch b, bool front) {
+      if (!held) held = std::make_unique<std::deque<Batch>>();
+      if (front) {
+        held->push_front(std::move(b));
+      } else {
+        held->push_back(std::move(b));
+      }
+    }
+    // REQUIRES: holds().
+    Batch TakeFirst() {
+      Batch b = std::move(held->front());
+      held->pop_front();
+      if (held->empty()) held.reset();
+      return b;
+    }
   };
   // A consumer taken over (Attach under its index) until it detaches: its next event is `why`.
   struct Evicted {

@@ -80,11 +80,11 @@ Result<std::shared_ptr<Job>> JobRegistry::StartJob(const std::string& name,
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (reserved_ + budget > config_.memory_budget_bytes()) {
-      return ResourceExhausted(
-          "starting this job would reserve " + FormatBytes(budget) + " on top of the " +
-          FormatBytes(reserved_) +
-          " its running jobs hold, over the server's memory_budget_bytes " +
-          FormatBytes(config_.memory_budget_bytes()) + "; try again when a stream ends");
+      return ResourceExhausted("starting this job would reserve " + FormatBytes(budget) +
+                               " on top of the " + FormatBytes(reserved_) +
+                               " its running jobs hold, over the server's memory_budget_bytes " +
+                               FormatBytes(config_.memory_budget_bytes()) +
+                               "; try again when a stream ends");
     }
     reserved_ += budget;
   }
@@ -118,9 +118,9 @@ Result<std::shared_ptr<Job>> JobRegistry::Open(const std::string& dataset,
                                                int num_consumers) {
   if (streams_.fetch_add(1) >= config_.max_streams()) {
     streams_.fetch_sub(1);
-    return ResourceExhausted("this server already serves its max_streams = " +
-                             std::to_string(config_.max_streams()) +
-                             " streams; try again later or another server");
+    return ResourceExhausted(
+        "this server already serves its max_streams = " + std::to_string(config_.max_streams()) +
+        " streams; try again later or another server");
   }
   auto fail = [this](Status s) {
     streams_.fetch_sub(1);
@@ -142,15 +142,16 @@ Result<std::shared_ptr<Job>> JobRegistry::Open(const std::string& dataset,
   if (record_ids) options_key += "+record_ids";
   options_key += "+consumers=" + std::to_string(num_consumers);
   const bool shared = !job_name.empty();
-  // Why a stream cannot join the run it names, or OK.
-  auto mismatch = [&](const Job& job) {
-    if (job.num_consumers() != num_consumers) {
+  // Why a stream cannot join the run it names (running with, or being started with, these
+  // options), or OK.
+  auto mismatch = [&](const std::string& run_options, int run_consumers) {
+    if (run_consumers != num_consumers) {
       return InvalidArgument("job '" + job_name + "' of dataset '" + dataset + "' runs with " +
-                             "num_consumers " + std::to_string(job.num_consumers()) +
+                             "num_consumers " + std::to_string(run_consumers) +
                              "; this stream gives " + std::to_string(num_consumers) +
                              ": every consumer of a job in lockstep gives the same num_consumers");
     }
-    if (job.options_key() == options_key) return Status::OK();
+    if (run_options == options_key) return Status::OK();
     return InvalidArgument("job '" + job_name + "' of dataset '" + dataset +
                            "' runs with other options (batch size, image size, mode, seed, "
                            "epochs, shard, drop_remainder, equal_shares or record_ids); join "
@@ -158,17 +159,32 @@ Result<std::shared_ptr<Job>> JobRegistry::Open(const std::string& dataset,
   };
   std::string name = job_name;
   const std::string key = RunKey(dataset, name, start.epoch);
+  std::shared_ptr<Starting> mine;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     if (refuse_) return fail(*refuse_);
-    if (shared) {
-      auto it = jobs_.find(key);
-      if (it != jobs_.end()) {
-        if (Status s = mismatch(*it->second.job); !s.ok()) return fail(s);
+    if (!shared) name = "private-" + std::to_string(++next_private_);
+    while (shared) {
+      if (auto it = jobs_.find(key); it != jobs_.end()) {
+        const Job& job = *it->second.job;
+        if (Status s = mismatch(job.options_key(), job.num_consumers()); !s.ok()) return fail(s);
         return joined(it->second);
       }
-    } else {
-      name = "private-" + std::to_string(++next_private_);
+      auto at = starting_.find(key);
+      if (at == starting_.end()) {
+        mine = std::make_shared<Starting>();
+        mine->options_key = options_key;
+        mine->num_consumers = num_consumers;
+        starting_.emplace(key, mine);
+        break;
+      }
+      const std::shared_ptr<Starting> other = at->second;
+      if (Status s = mismatch(other->options_key, other->num_consumers); !s.ok()) return fail(s);
+      // On a start thread (DataService defers starts), which the start would take as long.
+      starts_cv_.wait(lock, [&] { return other->done; });
+      if (!other->status.ok()) return fail(other->status);
+      // Started: joined at the top (or, when it has ended already, started again).
+      if (refuse_) return fail(*refuse_);
     }
   }
 
@@ -176,27 +192,30 @@ Result<std::shared_ptr<Job>> JobRegistry::Open(const std::string& dataset,
   // every stream's end and every stats call need.
   Result<std::shared_ptr<Job>> started =
       StartJob(name, dataset, options_key, shared, options, start, record_ids, num_consumers);
-  if (!started.ok()) return fail(started.status());
-  std::shared_ptr<Job> job = std::move(*started);
   std::shared_ptr<Job> result;
   Status refused;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = jobs_.find(RunKey(*job));
-    if (refuse_) {
+    if (!started.ok()) {
+      refused = started.status();
+    } else if (refuse_) {
       refused = *refuse_;
-    } else if (it != jobs_.end()) {
-      // Another stream started the same shared job meanwhile: join that one.
-      refused = mismatch(*it->second.job);
-      if (refused.ok()) result = joined(it->second);
     } else {
-      Entry& e = jobs_[RunKey(*job)];
-      e.job = job;
+      // Under the key's Starting, no other Open adds the run.
+      Entry& e = jobs_[RunKey(**started)];
+      e.job = *started;
       result = joined(e);
     }
-    doomed_.push_back(std::move(job));  // this reference; the job lives on in jobs_ if kept
+    if (mine) {
+      mine->done = true;
+      mine->status = refused;
+      starting_.erase(key);
+    }
+    // This reference; the job lives on in jobs_ if kept.
+    if (started.ok()) doomed_.push_back(std::move(*started));
   }
   cv_.notify_all();
+  starts_cv_.notify_all();
   if (!refused.ok()) return fail(refused);
   return result;
 }
@@ -221,8 +240,8 @@ void JobRegistry::Close(std::shared_ptr<Job> job) {
     auto it = jobs_.find(RunKey(*job));
     if (it != jobs_.end() && it->second.job == job && --it->second.streams == 0) {
       if (job->shared() && !stopping_ && !refuse_) {
-        it->second.linger_until = std::chrono::steady_clock::now() +
-                                  std::chrono::seconds(config_.job_linger_seconds());
+        it->second.linger_until =
+            std::chrono::steady_clock::now() + std::chrono::seconds(config_.job_linger_seconds());
       } else {
         doomed_.push_back(std::move(it->second.job));
         jobs_.erase(it);

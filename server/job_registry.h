@@ -81,6 +81,15 @@ class JobRegistry {
     // A shared job without streams is kept until then.
     std::optional<std::chrono::steady_clock::time_point> linger_until;
   };
+  // A shared run being started by one Open (outside mu_); the other Opens of its key wait for
+  // it (starts_cv_) and join the job, or get its error, so that a run has one pipeline and one
+  // budget however many of its consumers connect at once.
+  struct Starting {
+    std::string options_key;
+    int num_consumers = 0;
+    bool done = false;  // guarded by mu_
+    Status status;      // the start's error; guarded by mu_
+  };
   // The registry's thread: ends lingering jobs and lockstep jobs with a consumer away too long,
   // and drops doomed references, sleeping until the next such deadline or a notification.
   void Reap();
@@ -108,14 +117,17 @@ class JobRegistry {
   std::condition_variable cv_;
   // By dataset, name and start epoch (RunKey); guarded by mu_.
   std::map<std::string, Entry> jobs_;
+  // Shared runs being started, by RunKey; guarded by mu_.
+  std::map<std::string, std::shared_ptr<Starting>> starting_;
+  std::condition_variable starts_cv_;  // a Starting is done
   // References to drop on the reaper's thread (only the last one destroys); guarded by mu_.
   std::vector<std::shared_ptr<Job>> doomed_;
   // Every job not yet destroyed, whether in jobs_ or on its way out; guarded by mu_.
   std::vector<const Job*> live_;
-  int64_t reserved_ = 0;                              // guarded by mu_
-  uint64_t next_private_ = 0;                         // guarded by mu_
-  bool stopping_ = false;                             // guarded by mu_
-  std::optional<Status> refuse_;                      // StopAll's status; guarded by mu_
+  int64_t reserved_ = 0;          // guarded by mu_
+  uint64_t next_private_ = 0;     // guarded by mu_
+  bool stopping_ = false;         // guarded by mu_
+  std::optional<Status> refuse_;  // StopAll's status; guarded by mu_
   std::thread reaper_;
 };
 

@@ -141,10 +141,14 @@ Status CheckConsumers(const v1::StreamRequest& r, const v1::PipelineOptions& o) 
         "num_consumers {} needs a job_name: consumers in lockstep share one named job", n));
   }
   if (o.equal_shares() == v1::EQUAL_SHARES_OFF) {
+    // OFF is the request's, or the dataset's when the request leaves it unset.
     return InvalidArgument(fmt::format(
-        "num_consumers {} with equal_shares OFF: consumers in lockstep get equal shares; ask for "
-        "DROP or PAD (or leave equal_shares unset)",
-        n));
+        "num_consumers {} with equal_shares OFF{}: consumers in lockstep get equal shares; ask "
+        "for DROP or PAD",
+        n,
+        r.has_equal_shares()
+            ? ""
+            : fmt::format(" (dataset '{}' sets it; the request left it unset)", r.dataset())));
   }
   return Status::OK();
 }

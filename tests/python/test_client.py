@@ -9,6 +9,7 @@ the rest in build/venv (TensorFlow); in a venv without torch or TensorFlow those
 import gc
 import hashlib
 import pickle
+import socket
 import struct
 import subprocess
 import sys
@@ -354,6 +355,122 @@ def test_three_lockstep_consumers_of_a_job_get_equal_batches_and_every_record_on
     # Another epoch, another order.
     assert [ids for p, ids, _ in got[0] if p.epoch == 0] != [
         ids for p, ids, _ in got[0] if p.epoch == 1]
+
+
+class _CutProxy:
+    """A TCP relay to a server whose connections the test cuts, as a network does: hold() keeps
+    reading what the server sends without passing it on (the server counts it written), and
+    cut() closes every connection, losing what was kept. Connections made later relay as usual.
+    """
+
+    def __init__(self, target):
+        host, port = target.rsplit(":", 1)
+        self._upstream = (host, int(port))
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.target = "127.0.0.1:%d" % self._listener.getsockname()[1]
+        self._cv = threading.Condition()
+        self._holding = False  # guarded by _cv
+        self._held = 0         # bytes from the server kept back; guarded by _cv
+        self._sockets = []     # guarded by _cv
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                down, _ = self._listener.accept()
+            except OSError:
+                return
+            up = socket.create_connection(self._upstream)
+            with self._cv:
+                self._sockets += [down, up]
+            threading.Thread(target=self._relay, args=(down, up, False), daemon=True).start()
+            threading.Thread(target=self._relay, args=(up, down, True), daemon=True).start()
+
+    def _relay(self, source, sink, from_server):
+        while True:
+            try:
+                data = source.recv(1 << 16)
+                if not data:
+                    sink.shutdown(socket.SHUT_WR)
+                    return
+                with self._cv:
+                    if from_server and self._holding:
+                        self._held += len(data)
+                        self._cv.notify_all()
+                        continue
+                sink.sendall(data)
+            except OSError:
+                return
+
+    def hold(self):
+        with self._cv:
+            self._holding = True
+
+    def wait_held(self, nbytes, timeout=60):
+        with self._cv:
+            return self._cv.wait_for(lambda: self._held >= nbytes, timeout)
+
+    def cut(self):
+        with self._cv:
+            self._holding = False
+            sockets, self._sockets = self._sockets, []
+        for s in sockets:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def close(self):
+        self._listener.close()
+        self.cut()
+
+
+def test_a_lockstep_consumer_whose_connection_is_cut_gets_padding_for_the_batches_lost(
+        server, caplog):
+    """Consumer 0 of 2 reads through a relay that keeps back what the server writes and then
+    cuts the connection: the server counted those batches written, so the reconnected stream
+    goes on after them. Padding batches (valid all False) stand in for each, at its position:
+    the consumer still gets its 25 batches per epoch, as consumer 1 does."""
+    # Over the socket (the relay is on this host, where the server would offer shared memory).
+    request = dict(batch_size=4, image_size=32, seed=5, epochs=2, job_name="cut-lockstep",
+                   num_consumers=2, record_ids=True, shared_memory=False)
+    share = [(e, i) for e in range(2) for i in range(0, 50, 2)]
+    batch_bytes = 4 * 32 * 32 * 3
+    proxy = _CutProxy(server.target)
+    other = []
+
+    def consume_other():
+        with sluice.Client(server.target) as c:
+            other.extend(c.stream("train", consumer_index=1, **request))
+
+    thread = threading.Thread(target=consume_other)
+    try:
+        with sluice.Client(proxy.target, reconnect_deadline=30) as c:
+            stream = c.stream("train", consumer_index=0, **request)
+            got = [next(stream), next(stream)]
+            # Consumer 1 is not there yet, so the job has made few batches: what the server
+            # writes to consumer 0 from here on is kept back by the relay and lost at the cut.
+            proxy.hold()
+            thread.start()
+            assert proxy.wait_held(3 * batch_bytes)
+            proxy.cut()
+            with caplog.at_level("WARNING", logger="sluice"):
+                got.extend(stream)
+            thread.join(timeout=120)
+    finally:
+        proxy.close()
+    assert [tuple(b.position)[:2] for b in got] == share
+    assert [tuple(b.position)[:2] for b in other] == [(e, i + 1) for e, i in share]
+    assert all(b.valid is None or b.valid.all() for b in other)
+    padding = [b for b in got if b.valid is not None and not b.valid.any()]
+    assert stream.reconnects >= 1
+    assert stream.lost_batches == len(padding) >= 2
+    assert all(not b.images.any() and not b.labels.any() for b in padding)
+    assert all(b.valid is None or b.valid.all() for b in got if not any(b is p for p in padding))
+    lost = [r.getMessage() for r in caplog.records if "lost" in r.getMessage()]
+    assert lost and "consumer 0 of 2 lost" in lost[0]
+    assert sum(int(m.split(" lost ")[1].split()[0]) for m in lost) == len(padding)
 
 
 @pytest.mark.parametrize("args, error", [

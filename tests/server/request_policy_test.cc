@@ -159,7 +159,7 @@ TEST_CASE("OverridesOutsideTheLimitsAreRefusedByField") {
        "num_consumers 2 needs a job_name: consumers in lockstep share one named job"},
       {"train", "job_name: \"j\" num_consumers: 2 equal_shares: EQUAL_SHARES_OFF",
        "num_consumers 2 with equal_shares OFF: consumers in lockstep get equal shares; ask for "
-       "DROP or PAD (or leave equal_shares unset)"},
+       "DROP or PAD"},
       {"eval", "start_position { epoch: 1 }",
        "start_position.epoch 1 is past the stream's 1 epochs"},
       {"train", "job_name: \"two words\"",
@@ -179,6 +179,23 @@ TEST_CASE("OverridesOutsideTheLimitsAreRefusedByField") {
     CHECK(o.status().code() == StatusCode::kInvalidArgument);
     CHECK(o.status().message() == c.message);
   }
+}
+
+TEST_CASE("LockstepUnderADatasetThatSetsEqualSharesOffNamesTheDataset") {
+  Server server;
+  v1::ServerConfig config = server.config();
+  v1::DatasetConfig* train = config.mutable_datasets(0);
+  REQUIRE(train->name() == "train");
+  train->mutable_pipeline()->set_equal_shares(v1::EQUAL_SHARES_OFF);
+  v1::StreamRequest r;
+  r.set_dataset("train");
+  r.set_job_name("j");
+  r.set_num_consumers(2);
+  Result<v1::PipelineOptions> got = PipelineForRequest(config, *train, r);
+  REQUIRE(!got.ok());
+  CHECK(got.status().message() ==
+        "num_consumers 2 with equal_shares OFF (dataset 'train' sets it; the request left it "
+        "unset): consumers in lockstep get equal shares; ask for DROP or PAD");
 }
 
 TEST_CASE("UnknownEnumModeIsRefused") {

@@ -40,7 +40,8 @@ constexpr auto kCallDeadline = std::chrono::seconds(20);
 
 // Datasets "train" (4 files of 40 records) and "other" (2 files), batches of 8.
 struct BlockedFixture {
-  explicit BlockedFixture(int max_streams) {
+  // server_budget: the server's memory_budget_bytes (a job of either data set reserves 24 MiB).
+  explicit BlockedFixture(int max_streams, int64_t server_budget = 1073741824) {
     WriteTestShards(train, 4, 40);
     WriteTestShards(other, 2, 40);
     config = dir.file("sluice.textproto");
@@ -53,7 +54,8 @@ struct BlockedFixture {
     };
     testing::WriteAll(config,
                       "listen: \"127.0.0.1:0\"\nmetrics_address: \"127.0.0.1:0\"\nmax_streams: " +
-                          std::to_string(max_streams) + "\nmemory_budget_bytes: 1073741824\n" +
+                          std::to_string(max_streams) + "\nmemory_budget_bytes: " +
+                          std::to_string(server_budget) + "\n" +
                           dataset("train", train) + dataset("other", other));
   }
 
@@ -326,6 +328,43 @@ TEST_CASE("OneDatasetsBlockedStartsLeaveAStartThreadToTheOtherDatasets") {
     CHECK(s->status().ok());
     CHECK(s->batches() == 5);
   }
+}
+
+TEST_CASE("ConsumersOfARunStartingTogetherJoinOneStartWithinABudgetForOneJob") {
+  // Room for one job: a second start of the run would be refused RESOURCE_EXHAUSTED, and the
+  // job in lockstep would then wait for the refused consumer until it ended for all.
+  constexpr int kConsumers = 3;  // DataService::kStartThreads - 1: all of them start at once
+  BlockedFixture f(/*max_streams=*/64, /*server_budget=*/40000000);
+  ServerProcess server(f.Args());
+  INFO(server.output());
+  REQUIRE(server.running());
+  auto stub = Stub(server.address());
+  f.BlockTrain();
+  std::vector<std::unique_ptr<RawStream>> consumers;
+  for (int i = 0; i < kConsumers; ++i) {
+    v1::StreamRequest r = BlockedRequest();
+    r.set_job_name("together");
+    r.set_consumer_index(i);
+    r.set_num_consumers(kConsumers);
+    consumers.push_back(std::make_unique<RawStream>(stub.get(), std::move(r)));
+  }
+  // Every consumer's open is in the registry before the first start can finish.
+  StatsWhen(stub.get(), [](const v1::Stats& s) { return s.active_streams() == kConsumers; });
+  f.Release();
+  std::vector<int> batches;
+  for (const auto& c : consumers) {
+    c->Join();
+    INFO(c->status().error_message());
+    CHECK(c->status().ok());
+    batches.push_back(c->batches());
+  }
+  CHECK(batches[0] > 0);
+  CHECK(batches == std::vector<int>(kConsumers, batches[0]));
+  // One run, one budget, lingering.
+  v1::Stats stats;
+  REQUIRE(GetStats(stub.get(), &stats).ok());
+  REQUIRE(stats.jobs_size() == 1);
+  CHECK(stats.memory_reserved_bytes() == stats.jobs(0).memory_budget_bytes());
 }
 
 TEST_CASE("BadDescribesAreAnsweredAtOnceWhileTheStartThreadsWait") {

@@ -4,11 +4,17 @@
 // reconnects, or a stream that takes its index over, continues its share; an absent consumer
 // ends the job for all with ABORTED; requests that cannot join are refused naming the field.
 // Batches are read as raw v1::Batch messages through the generated stub.
+#include <arpa/inet.h>
 #include <google/protobuf/util/message_differencer.h>
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <condition_variable>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -34,8 +40,9 @@ const std::vector<int> kSizes = {10, 13, 9, 11, 9};
 const std::vector<int> kFirstId = {0, 10, 23, 32, 43};
 constexpr int kRecords = 52;
 
-// Two epochs of batches of 4 at 32x32, shared jobs lingering `linger` seconds.
-std::string WriteDataset(const TempDir& dir, int linger) {
+// Two epochs of batches of 4 at 32x32, shared jobs lingering `linger` seconds. A job reserves
+// 64 MiB; `server_budget` (bytes; 0: the default) is the server's memory_budget_bytes.
+std::string WriteDataset(const TempDir& dir, int linger, int64_t server_budget = 0) {
   int id = 0;
   for (size_t f = 0; f < kSizes.size(); ++f) {
     auto writer = TFRecordWriter::Create(dir.file("shard-" + std::to_string(f) + ".tfrecord"));
@@ -47,13 +54,15 @@ std::string WriteDataset(const TempDir& dir, int linger) {
     REQUIRE((*writer)->Close().ok());
   }
   const std::string path = dir.file("sluice.textproto");
-  testing::WriteAll(path,
-                    std::string("listen: \"127.0.0.1:0\"\nmetrics_address: \"127.0.0.1:0\"\n") +
-                        "job_linger_seconds: " + std::to_string(linger) +
-                        "\ndatasets {\n  name: \"train\"\n" + "  pipeline {\n    files: \"" +
-                        dir.file("shard-*.tfrecord") +
-                        "\"\n    batch_size: 4\n    image_height: 32\n    threads: 2\n" +
-                        "    epochs: 2\n    memory_budget_bytes: 67108864\n  }\n}\n");
+  testing::WriteAll(
+      path, std::string("listen: \"127.0.0.1:0\"\nmetrics_address: \"127.0.0.1:0\"\n") +
+                "job_linger_seconds: " + std::to_string(linger) + "\n" +
+                (server_budget > 0 ? "memory_budget_bytes: " + std::to_string(server_budget) + "\n"
+                                   : std::string()) +
+                "datasets {\n  name: \"train\"\n" + "  pipeline {\n    files: \"" +
+                dir.file("shard-*.tfrecord") +
+                "\"\n    batch_size: 4\n    image_height: 32\n    threads: 2\n" +
+                "    epochs: 2\n    memory_budget_bytes: 67108864\n  }\n}\n");
   return path;
 }
 
@@ -119,6 +128,23 @@ std::vector<v1::StreamRequest> AllOf(const std::string& job, int consumers,
   std::vector<v1::StreamRequest> out;
   for (int i = 0; i < consumers; ++i) out.push_back(Lockstep(job, i, consumers, mode));
   return out;
+}
+
+// GetStats of "train" until `done` holds of it; fails after 20 s. A poll: what it waits for
+// happens in the server process (a stream attaching, the reaper's deadline passing), which tells
+// this one nothing; the interval only paces the calls.
+template <typename Done>
+void StatsWhen(const std::string& address, Done done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  auto client = Connect(address);
+  for (;;) {
+    auto stats = client->GetStats("train");
+    REQUIRE(stats.ok());
+    if (done(*stats)) return;
+    INFO(stats->ShortDebugString());
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 using Position = std::pair<int64_t, int64_t>;  // epoch, index
@@ -209,9 +235,11 @@ TEST_CASE("ThreeConsumersInLockstepGetEqualFullBatchesWithEveryRecordOncePerEpoc
 
 TEST_CASE("MoreConsumersThanTheJobsBatchPoolAllGetTheirShares") {
   TempDir dir;
-  ServerProcess server({"--config", WriteDataset(dir, 60)});
+  // A server budget for one job only: the consumers' streams start together (on the server's
+  // start threads) and must all join one start of the run, never start a second pipeline.
+  ServerProcess server({"--config", WriteDataset(dir, 60, 100000000)});
   REQUIRE(server.running());
-  // Batches of 2: 26 full per epoch, 24 for 8 consumers; the pool holds prefetch (2) + 5.
+  // Batches of 2: 26 full per epoch, 24 for 8 consumers; the pool holds prefetch (2) + 4.
   std::vector<v1::StreamRequest> requests = AllOf("many", 8);
   for (v1::StreamRequest& r : requests) r.set_batch_size(2);
   const std::vector<Raw> got = ReadTogether(server.address(), requests);
@@ -302,11 +330,14 @@ TEST_CASE("AStreamUnderAnIndexThatIsStreamingTakesItOverAndTheOldEndsAborted") {
   TempDir dir;
   ServerProcess server({"--config", WriteDataset(dir, 60)});
   REQUIRE(server.running());
-  const std::vector<v1::StreamRequest> requests = AllOf("over", 2);
+  // Batches of 300 KiB, over the 64 KiB window: the old stream, not reading, has at most one
+  // batch in flight when the new one attaches.
+  std::vector<v1::StreamRequest> requests = AllOf("over", 2);
+  for (v1::StreamRequest& r : requests) r.set_image_height(160);
   Raw second;
   std::thread other([&] { second = ReadRaw(server.address(), requests[1]); });
-  // The old stream reads two batches, then the new one attaches; the old one reads on and sees
-  // what was written to it, then ABORTED.
+  // The old stream reads two batches and waits until the new one has attached; it then reads
+  // on and sees what was written to it, then ABORTED.
   auto stub = Stub(server.address());
   grpc::ClientContext context;
   auto reader = stub->StreamBatches(&context, requests[0]);
@@ -316,6 +347,15 @@ TEST_CASE("AStreamUnderAnIndexThatIsStreamingTakesItOverAndTheOldEndsAborted") {
   REQUIRE(old.size() == 2);
   Raw taker;
   std::thread take([&] { taker = ReadRaw(server.address(), requests[0]); });
+  // The new one attached: the old, the new and the other stream are attached; or one of the
+  // three has left since the new one opened, which the old one (not reading, so index 0 stalls
+  // the job) does only when the new one's Attach ended it at once (it was waiting), and the
+  // other only when the new one has read on.
+  StatsWhen(server.address(), [](const v1::Stats& s) {
+    const v1::DatasetStats& d = s.datasets(0);
+    return (s.jobs_size() == 1 && s.jobs(0).consumers() == 3) ||
+           (d.streams_started() == 3 && d.active_streams() < 3);
+  });
   while (reader->Read(&b)) old.push_back(b);
   const grpc::Status ended = reader->Finish();
   take.join();
@@ -351,7 +391,10 @@ TEST_CASE("AConsumerAwayForJobLingerSecondsEndsTheJobForAllWithAborted") {
     }
   }
   SECTION("left after a batch") {
-    const std::vector<v1::StreamRequest> all = AllOf("left", 3);
+    // Batches of 300 KiB, over the 64 KiB window: the server has taken at most one more batch
+    // for the consumer that leaves after reading one.
+    std::vector<v1::StreamRequest> all = AllOf("left", 3);
+    for (v1::StreamRequest& r : all) r.set_image_height(160);
     std::vector<Raw> got(2);
     std::vector<std::thread> threads;
     for (size_t c = 0; c < 2; ++c) {
@@ -378,6 +421,45 @@ TEST_CASE("AConsumerAwayForJobLingerSecondsEndsTheJobForAllWithAborted") {
     CHECK(again.status.ok());
     CHECK(again.batches.size() == 2 * 13);
   }
+}
+
+TEST_CASE("AConsumerAwayAtThePipelinesEndStillEndsTheJobAbortedForThoseNotYetEnded") {
+  TempDir dir;
+  ServerProcess server({"--config", WriteDataset(dir, 1)});
+  REQUIRE(server.running());
+  // Batches of 300 KiB, over the 64 KiB window: a consumer that stops reading has one batch in
+  // flight and the rest held. 8 batches for each of 3 consumers.
+  std::vector<v1::StreamRequest> all = AllOf("ended", 3);
+  for (v1::StreamRequest& r : all) r.set_image_height(160);
+  // Consumer 1 reads 6 and waits; consumer 2 reads 7 and leaves; consumer 0 reads to its end,
+  // which the pipeline reaches with consumer 1's last batches and consumer 2's last held.
+  Raw done, gone;
+  std::thread reader([&] { done = ReadRaw(server.address(), all[0]); });
+  std::thread leaver([&] { gone = ReadRaw(server.address(), all[2], 7); });
+  auto stub = Stub(server.address());
+  grpc::ClientContext context;
+  auto waiting = stub->StreamBatches(&context, all[1]);
+  std::vector<v1::Batch> first;
+  v1::Batch b;
+  while (first.size() < 6 && waiting->Read(&b)) first.push_back(b);
+  REQUIRE(first.size() == 6);
+  reader.join();
+  leaver.join();
+  REQUIRE(gone.batches.size() == 7);
+  INFO(done.status.error_message());
+  REQUIRE(done.status.ok());
+  CHECK(Positions(done.batches) == Share(0, 3, 12));
+  // Consumer 2's last batch waits for it, unseen, while consumer 1 is still to end: after
+  // job_linger_seconds the job ends ABORTED and leaves the registry.
+  StatsWhen(server.address(), [](const v1::Stats& s) { return s.jobs_size() == 0; });
+  std::vector<v1::Batch> rest;
+  while (waiting->Read(&b)) rest.push_back(b);
+  const grpc::Status ended = waiting->Finish();
+  INFO(ended.error_message());
+  CHECK(ended.error_code() == grpc::StatusCode::ABORTED);
+  CHECK(ended.error_message().find("consumer_index 2 of its 3 consumers was away for 1 s") !=
+        std::string::npos);
+  CHECK(rest.size() < 2);  // at most the batch in flight; never its share's count
 }
 
 TEST_CASE("LockstepRequestsThatCannotJoinAreRefusedNamingTheField") {
@@ -464,6 +546,151 @@ TEST_CASE("TheCppClientStreamsAJobInLockstepThroughSharedMemory") {
     CHECK(positions == Share(c, 2, 12));
     CHECK(shared[c] == 12);
   }
+}
+
+// A TCP relay to the server whose connections the test cuts, as a network does: Hold() keeps
+// reading what the server sends without passing it on (the server counts it written), Cut()
+// closes every connection, losing what was kept. Connections made later relay as usual.
+class CutRelay {
+ public:
+  explicit CutRelay(int server_port) : server_port_(server_port) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(listener_ >= 0);
+    sockaddr_in addr = Loopback(0);
+    REQUIRE(::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    REQUIRE(::listen(listener_, 8) == 0);
+    socklen_t len = sizeof(addr);
+    REQUIRE(::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+    address_ = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+    acceptor_ = std::thread([this] { Accept(); });
+  }
+  ~CutRelay() {
+    ::shutdown(listener_, SHUT_RDWR);  // Accept returns
+    acceptor_.join();
+    Cut();
+    for (std::thread& t : threads_) t.join();
+    ::close(listener_);
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int fd : closed_) ::close(fd);
+  }
+  const std::string& address() const { return address_; }
+  void Hold() {
+    std::lock_guard<std::mutex> lock(mu_);
+    holding_ = true;
+  }
+  // Whether `bytes` from the server were kept back within 60 s.
+  bool WaitHeld(size_t bytes) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(60), [&] { return held_ >= bytes; });
+  }
+  void Cut() {
+    std::lock_guard<std::mutex> lock(mu_);
+    holding_ = false;
+    for (int fd : open_) ::shutdown(fd, SHUT_RDWR);  // wakes the relaying threads
+    closed_.insert(closed_.end(), open_.begin(), open_.end());
+    open_.clear();
+  }
+
+ private:
+  static sockaddr_in Loopback(int port) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return addr;
+  }
+  void Accept() {
+    for (;;) {
+      const int down = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (down < 0) return;
+      const int up = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in addr = Loopback(server_port_);
+      if (up < 0 || ::connect(up, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+        ::close(down);
+        if (up >= 0) ::close(up);
+        continue;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      open_.insert(open_.end(), {down, up});
+      threads_.emplace_back([this, down, up] { Relay(down, up, false); });
+      threads_.emplace_back([this, down, up] { Relay(up, down, true); });
+    }
+  }
+  void Relay(int from, int to, bool from_server) {
+    char buffer[1 << 16];
+    for (;;) {
+      const ssize_t n = ::recv(from, buffer, sizeof(buffer), 0);
+      if (n <= 0) {
+        ::shutdown(to, SHUT_WR);
+        return;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (from_server && holding_) {
+          held_ += static_cast<size_t>(n);
+          cv_.notify_all();
+          continue;
+        }
+      }
+      for (ssize_t sent = 0; sent < n;) {
+        const ssize_t w = ::send(to, buffer + sent, static_cast<size_t>(n - sent), MSG_NOSIGNAL);
+        if (w <= 0) return;
+        sent += w;
+      }
+    }
+  }
+
+  const int server_port_;
+  int listener_ = -1;
+  std::string address_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool holding_ = false;   // guarded by mu_
+  size_t held_ = 0;        // bytes kept back; guarded by mu_
+  std::vector<int> open_;  // guarded by mu_
+  // Shut down, closed at the end (a relaying thread may still be using the number); guarded
+  // by mu_.
+  std::vector<int> closed_;
+  std::thread acceptor_;
+  std::vector<std::thread> threads_;  // relaying, started by Accept; guarded by mu_ until it ends
+};
+
+TEST_CASE("TheCppClientEndsALockstepStreamWhoseReconnectLostBatchesWithDataLoss") {
+  TempDir dir;
+  ServerProcess server({"--config", WriteDataset(dir, 60)});
+  REQUIRE(server.running());
+  const std::string& address = server.address();
+  CutRelay relay(std::stoi(address.substr(address.rfind(':') + 1)));
+  ClientOptions options;
+  options.targets = {relay.address()};
+  options.shared_memory = false;  // over the socket, through the relay
+  options.reconnect_deadline = std::chrono::milliseconds(30000);
+  auto client = Client::Create(options);
+  REQUIRE(client.ok());
+  auto stream = (*client)->Stream(Lockstep("cutcpp", 0, 2));
+  REQUIRE(stream.ok());
+  ReceivedBatch batch;
+  bool end = false;
+  for (int i = 0; i < 2; ++i) REQUIRE(((*stream)->Next(&batch, &end).ok() && !end));
+  // Consumer 1 is not there yet, so the job has made few batches: what the server writes to
+  // consumer 0 from here on is kept back by the relay and lost at the cut.
+  relay.Hold();
+  Raw other;
+  std::thread reader([&] { other = ReadRaw(address, Lockstep("cutcpp", 1, 2)); });
+  REQUIRE(relay.WaitHeld(3 * 4 * 32 * 32 * 3));
+  relay.Cut();
+  Status s;
+  while ((s = (*stream)->Next(&batch, &end)).ok() && !end) {
+  }
+  reader.join();
+  INFO(s.ToString());
+  CHECK(s.code() == StatusCode::kDataLoss);
+  CHECK(s.message().find("consumer_index 0 of 2 of job 'cutcpp': its batches (epoch ") !=
+        std::string::npos);
+  CHECK(s.message().find("were written to a connection that went") != std::string::npos);
+  CHECK((*stream)->reconnects() >= 1);
+  REQUIRE(other.status.ok());
+  CHECK(Positions(other.batches) == Share(1, 2, 12));
 }
 
 TEST_CASE("ProfileTargetJoinsAJobInLockstepUnderItsIndex") {

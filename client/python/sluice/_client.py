@@ -24,7 +24,7 @@ import numpy as np
 
 from sluice import _shm
 from sluice._errors import SluiceError
-from sluice._wire import Batch, decode_batch
+from sluice._wire import Batch, Position, decode_batch
 from sluice.v1 import config_pb2, service_pb2, service_pb2_grpc
 
 log = logging.getLogger("sluice")
@@ -708,6 +708,13 @@ class BatchStream:
         return sum(r.reconnects for r in self._readers)
 
     @property
+    def lost_batches(self):
+        """Lockstep (num_consumers): batches of this consumer's share that a reconnect lost,
+        each handed out as padding (zero images, label 0, valid all False, record_ids -1) at its
+        position, so that every consumer gets the same count; each loss is logged."""
+        return sum(r.lost_batches for r in self._readers)
+
+    @property
     def shared_memory_batches(self):
         """Batches received so far whose images came through shared memory."""
         return sum(r.shared_batches for r in self._readers)
@@ -915,6 +922,82 @@ def _copied_out(shared):
     return Batch(images, batch.labels, batch.position, batch.valid, batch.record_ids)
 
 
+class _LockstepShare:
+    """A lockstep consumer's positions, to find the batches a reconnect lost (reader thread only).
+
+    Consumer c of N gets (e, c), (e, c + N), ... of each epoch e of the job's B batches (a
+    multiple of N), from the run's start epoch on. Within one call the server hands them out in
+    that order, each once; but a batch the server wrote before the connection went (into gRPC's
+    flow-control window, the TCP buffers or a shared-memory slot) is gone with it, and the
+    consumer's next call continues after it. Stand-ins for those batches (padding: zero images,
+    label 0, valid all False) keep this consumer's count equal to the others', which a
+    synchronous trainer needs (DDP waits for every rank's step).
+    """
+
+    def __init__(self, request, describe):
+        self._index = request.consumer_index
+        self._n = request.num_consumers
+        self._start_epoch = request.start_position.epoch
+        self._describe = describe  # () -> StreamPlan of this stream (DescribeStream), raises
+        self._plan = None
+        self.last = None  # (epoch, index) of the last batch handed on
+
+    def _next(self, position):
+        if position is None:
+            return (self._start_epoch, self._index)
+        epoch, index = position
+        if index + self._n < self._job_batches():
+            return (epoch, index + self._n)
+        return (epoch + 1, self._index)
+
+    def _job_batches(self):
+        if self._plan is None:
+            self._plan = self._describe()
+        return self._plan.batches_per_epoch * self._n
+
+    def lost_before(self, position):
+        """The positions of this consumer's share missing before `position`, a batch received
+        after a reconnect. Raises SluiceError DATA_LOSS when `position` is not ahead in it."""
+        here = (position.epoch, position.index)
+        last = self.last
+        if last is not None and here == (last[0], last[1] + self._n):
+            return []  # the next one within the epoch: no plan needed
+        if here[1] % self._n != self._index or (last is not None and here <= last):
+            raise SluiceError(grpc.StatusCode.DATA_LOSS,
+                              "consumer %d of %d: batch (epoch %d, index %d) after (epoch %s, "
+                              "index %s) is not ahead in this consumer's share"
+                              % (self._index, self._n, here[0], here[1],
+                                 *(last if last else ("-", "-"))))
+        lost, expected = [], self._next(last)
+        while expected < here:
+            lost.append(expected)
+            expected = self._next(expected)
+        return lost
+
+    def lost_at_end(self):
+        """The positions of this consumer's share missing when its stream ended (none for a
+        stream that repeats forever)."""
+        if self._plan is None:
+            self._plan = self._describe()
+        epochs = self._plan.epochs
+        if epochs <= 0:
+            return []
+        lost, expected = [], self._next(self.last)
+        while expected[0] < epochs:
+            lost.append(expected)
+            expected = self._next(expected)
+        return lost
+
+    def padding(self, position):
+        """A stand-in for the lost batch at `position` (epoch, index)."""
+        plan = self._plan
+        n = plan.batch_size
+        images = np.zeros((n, plan.image_height, plan.image_width, 3), dtype=np.uint8)
+        images.flags.writeable = False
+        return Batch(images, np.zeros(n, dtype=np.int32), Position(position[0], position[1], 0),
+                     np.zeros(n, dtype=np.bool_), np.full((n, 2), -1, dtype=np.int64))
+
+
 class _Reader:
     """The thread that receives, parses and queues one server's batches, reconnecting on
     UNAVAILABLE. It holds no reference to its BatchStream, so an abandoned stream is collected and
@@ -943,6 +1026,8 @@ class _Reader:
         self._ready = None  # the connectivity wait in progress; guarded by _lock
         self.reconnects = 0       # written by the reader thread only
         self.shared_batches = 0   # written by the reader thread only
+        # Lockstep: padding batches standing in for those a reconnect lost; reader thread only.
+        self.lost_batches = 0
         self.held = held
         self._what = "stream of %r from %s" % (request.dataset, target)
         self.epochs = _EpochSkips(
@@ -1041,6 +1126,36 @@ class _Reader:
         if self._stop.is_set():
             self._drain()
 
+    def _describe(self, channel):
+        """This stream's StreamPlan, from its server."""
+        describe = channel.unary_unary(
+            "/sluice.v1.DataService/DescribeStream",
+            request_serializer=service_pb2.StreamRequest.SerializeToString,
+            response_deserializer=service_pb2.StreamPlan.FromString)
+        try:
+            return describe(self._request, timeout=self._client.rpc_timeout,
+                            metadata=self._client._metadata)
+        except grpc.RpcError as e:
+            raise SluiceError.from_rpc_error(e, self.target) from None
+
+    def _fill(self, share, lost):
+        """Queues padding batches for the lost positions (logged and counted); False when
+        stopped first."""
+        if not lost:
+            return True
+        self.lost_batches += len(lost)
+        log.warning("%s: consumer %d of %d lost %d batch(es) with its connection, (epoch, index) "
+                    "%s: padding batches (valid all False) stand in for them so that this "
+                    "consumer still gets its share's count", self._what,
+                    self._request.consumer_index, self._request.num_consumers, len(lost),
+                    ", ".join("(%d, %d)" % p for p in lost[:8]) + (" ..." if len(lost) > 8
+                                                                      else ""))
+        for position in lost:
+            if not self._put(share.padding(position)):
+                return False
+            share.last = position
+        return True
+
     def _connected(self, channel, deadline):
         """Waits for the channel to connect until `deadline` (time.monotonic()): True when it
         did, False when not by then, None when stopped."""
@@ -1074,6 +1189,9 @@ class _Reader:
             started = last_progress = time.monotonic()
             received = False  # a batch came: connect_timeout is over, reconnect_deadline rules
             resume = None  # private streams: the position after the last batch received
+            share = None   # lockstep: this consumer's positions, to fill a reconnect's gap
+            if self._request.num_consumers > 0:
+                share = _LockstepShare(self._request, lambda: self._describe(channel))
             while True:
                 if not received:
                     connected = self._connected(channel, started + client.connect_timeout)
@@ -1104,6 +1222,11 @@ class _Reader:
                     for message in call:
                         token = _Token(self.held)
                         batch, skipped = decode_batch(message, segment, token)
+                        if share is not None:
+                            if self.reconnects and not self._fill(
+                                    share, share.lost_before(batch.position)):
+                                return None
+                            share.last = (batch.position.epoch, batch.position.index)
                         self.epochs.add(batch.position, _real_samples(batch), skipped)
                         # A shared job goes on where it is: only a private stream resumes.
                         if not self._request.job_name:
@@ -1118,6 +1241,9 @@ class _Reader:
                             return None
                     # Skips after the last batch ride on no batch: the trailers carry them.
                     self.epochs.finish(self._trailing_skips(call))
+                    if share is not None and self.reconnects:
+                        if not self._fill(share, share.lost_at_end()):
+                            return None
                     return _END
                 except grpc.RpcError as e:
                     if self._stop.is_set():

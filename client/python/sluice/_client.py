@@ -358,7 +358,10 @@ class Client:
             number of batches of the same size per epoch. Every consumer of the job must give
             the same num_consumers. A consumer's batches wait for it while it reconnects; one
             away longer than the server's job_linger_seconds ends the job for all (ABORTED,
-            naming it). None (default): no lockstep.
+            naming it). Batches the server had written to a connection that broke are lost with
+            it: the stream hands out padding batches in their place (zero images, label 0,
+            valid all False, at their positions), counted in BatchStream.lost_batches and
+            logged, so the consumer keeps its count. None (default): no lockstep.
         start_position: resume a private stream (a Position, or (epoch, index, end_record[,
             shuffle_bytes])): give the last kept batch's position.after(), which carries the
             shuffle's byte share so that a resume under another share is refused, not reordered.

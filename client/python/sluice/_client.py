@@ -713,8 +713,10 @@ class BatchStream:
     @property
     def lost_batches(self):
         """Lockstep (num_consumers): batches of this consumer's share that a reconnect lost,
-        each handed out as padding (zero images, label 0, valid all False, record_ids -1) at its
-        position, so that every consumer gets the same count; each loss is logged."""
+        each handed out as padding (zero images, label 0, valid all False, record_ids -1 when the
+        stream asked for them) at its position, so that every consumer gets the same count; each
+        loss is logged. Positions before the stream's first batch are not counted: a consumer
+        that joins a running job (a restarted trainer) starts wherever the job is."""
         return sum(r.lost_batches for r in self._readers)
 
     @property

@@ -21,7 +21,8 @@
 // flow-control windows, socket buffers or shared-memory slots) are lost with it; such a gap in
 // the consumer's share ends the stream with DATA_LOSS naming the positions, since a consumer
 // with fewer batches than the others hangs a synchronous trainer (the Python client hands out
-// padding batches for them instead). Several
+// padding batches for them instead). Positions before the stream's first batch are no gap: a
+// consumer joining a running job (a restarted trainer) starts wherever the job is. Several
 // targets (or a "dns:///host:port" name resolving to several addresses) fan in: one stream per
 // server, taken round-robin among those with a batch ready.
 #pragma once

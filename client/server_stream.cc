@@ -114,8 +114,12 @@ void ServerStream::Run() {
     }
     // CANCELLED that this client did not ask for (stop_ is false here) comes from a server
     // that is shutting down (a call that raced its drain): as transient as UNAVAILABLE.
+    // A lockstep stream's DescribeStream that timed out or was told to try again later is
+    // retried like the stream itself: the consumer's share needs its plan.
     const bool transient =
-        s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kCancelled;
+        s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kCancelled ||
+        (describe_failed_ &&
+         (s.code() == StatusCode::kDeadlineExceeded || s.code() == StatusCode::kResourceExhausted));
     const bool retry =
         transient && std::chrono::steady_clock::now() - last_progress < options_.reconnect_deadline;
     if (!retry) {
@@ -177,6 +181,32 @@ std::shared_ptr<SharedSegment> ServerStream::OpenSegment(const grpc::ClientConte
 Status ServerStream::RunOnce(const std::shared_ptr<grpc::Channel>& channel, bool* progressed,
                              uint64_t* trailing_skipped) {
   grpc::GenericStub stub(channel);
+  describe_failed_ = false;
+  if (request_.num_consumers() > 0 && !plan_) {
+    // Lockstep: the plan (the job's batches per epoch, its epochs) tells a reconnect's gap
+    // apart from the end of an epoch; asked once, before the first call, so that no batch
+    // taken from the job waits on it.
+    grpc::ClientContext describe;
+    AddToken(&describe, options_.token);
+    describe.set_deadline(std::chrono::system_clock::now() + options_.rpc_timeout);
+    v1::StreamPlan plan;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) return Status(StatusCode::kCancelled, "stream closed");
+      context_ = &describe;  // Stop cancels it
+    }
+    const grpc::Status s =
+        v1::DataService::NewStub(channel)->DescribeStream(&describe, request_, &plan);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      context_ = nullptr;
+    }
+    if (!s.ok()) {
+      describe_failed_ = true;
+      return FromGrpc(s).WithContext("DescribeStream, for a lockstep stream's plan");
+    }
+    plan_ = plan;
+  }
   grpc::CompletionQueue cq;
   grpc::ClientContext context;
   AddToken(&context, options_.token);
@@ -212,42 +242,25 @@ Status ServerStream::RunOnce(const std::shared_ptr<grpc::Channel>& channel, bool
     std::from_chars(it->second.data(), it->second.data() + it->second.size(), *trailing_skipped);
   }
   if (status.ok() && request_.num_consumers() > 0 && reconnects_.load() > 0) {
-    return CheckLockstepGap(channel, nullptr).WithContext(target_);
+    return CheckLockstepGap(nullptr).WithContext(target_);
   }
   return FromGrpc(status);
 }
 
-Status ServerStream::CheckLockstepGap(const std::shared_ptr<grpc::Channel>& channel,
-                                      const BatchMeta* meta) {
+Status ServerStream::CheckLockstepGap(const BatchMeta* meta) {
   const int64_t n = request_.num_consumers();
   const int64_t index = request_.consumer_index();
   using Pos = std::pair<int64_t, int64_t>;
   std::optional<Pos> here;
   if (meta != nullptr) here = Pos(meta->epoch, meta->index);
   const std::optional<Pos> last = lockstep_last_;
-  if (here) lockstep_last_ = here;
-  // The next one within the epoch, or the first of the run: no plan needed.
-  if (here && last && *here == Pos(last->first, last->second + n)) return Status::OK();
-  if (here && !last && *here == Pos(request_.start_position().epoch(), index)) {
-    return Status::OK();
-  }
-  if (!plan_) {
-    grpc::ClientContext context;
-    AddToken(&context, options_.token);
-    context.set_deadline(std::chrono::system_clock::now() + options_.rpc_timeout);
-    v1::StreamPlan plan;
-    const grpc::Status s =
-        v1::DataService::NewStub(channel)->DescribeStream(&context, request_, &plan);
-    if (!s.ok()) return FromGrpc(s).WithContext("DescribeStream, to check a lockstep reconnect");
-    plan_ = plan;
-  }
+  // No batch yet: where a consumer joins a running job (a restarted trainer) is wherever the job
+  // is, so its first batch is taken as it comes, and a stream that ends before one lost none.
+  if (!last) return Status::OK();
+  if (here && *here == Pos(last->first, last->second + n)) return Status::OK();
   const int64_t job_batches = plan_->batches_per_epoch() * n;
-  auto next = [&](const std::optional<Pos>& p) {
-    if (!p) return Pos(request_.start_position().epoch(), index);
-    if (p->second + n < job_batches) return Pos(p->first, p->second + n);
-    return Pos(p->first + 1, index);
-  };
-  const Pos expected = next(last);
+  const Pos expected = last->second + n < job_batches ? Pos(last->first, last->second + n)
+                                                      : Pos(last->first + 1, index);
   if (here ? *here == expected : (plan_->epochs() <= 0 || expected.first >= plan_->epochs())) {
     return Status::OK();
   }
@@ -256,9 +269,18 @@ Status ServerStream::CheckLockstepGap(const std::shared_ptr<grpc::Channel>& chan
   };
   std::string missing = name(expected);
   if (here) {
-    if (*here < expected || here->second % n != index) {
+    if (here->second % n != index) {
       return DataLoss("consumer_index " + std::to_string(index) + " of " + std::to_string(n) +
-                      ": batch " + name(*here) + " is not ahead in this consumer's share");
+                      " of job '" + request_.job_name() + "': batch " + name(*here) +
+                      " is not in this consumer's share");
+    }
+    if (*here < expected) {
+      return DataLoss("consumer_index " + std::to_string(index) + " of " + std::to_string(n) +
+                      " of job '" + request_.job_name() + "': batch " + name(*here) +
+                      " comes after " + name(*last) +
+                      ": the job's run was probably aborted (a consumer away past "
+                      "job_linger_seconds) and restarted under the same name, so its positions "
+                      "started over");
     }
     missing += " up to before " + name(*here);
   } else {
@@ -288,16 +310,14 @@ Status ServerStream::ReadBatches(const std::shared_ptr<grpc::Channel>& channel, 
     }
     if (request_.num_consumers() > 0) {
       Status gap = Status::OK();
-      if (reconnects_.load() > 0) {
-        gap = CheckLockstepGap(channel, &item.meta);
-      } else {
-        lockstep_last_.emplace(item.meta.epoch, item.meta.index);
-      }
+      if (reconnects_.load() > 0) gap = CheckLockstepGap(&item.meta);
       if (!gap.ok()) {
         pool_->Unacquire(arrays);
         context->TryCancel();
         return gap;
       }
+      // Only a batch that passed: a check that failed must not make its batch the last one.
+      lockstep_last_.emplace(item.meta.epoch, item.meta.index);
     }
     v1::Position next;
     next.set_epoch(item.meta.epoch);

@@ -77,10 +77,10 @@ class ServerStream {
                      grpc::CompletionQueue* cq, grpc::ClientContext* context,
                      const std::shared_ptr<SharedSegment>& segment, bool* progressed);
   // Lockstep, after a reconnect: DataLoss naming the positions of this consumer's share that
-  // are missing before `meta` (written by the server to a connection that went), or, with
-  // `meta` null at the stream's end, after the last batch. `channel` answers DescribeStream
-  // (the job's batches per epoch and epochs), asked only when the positions do not tell.
-  Status CheckLockstepGap(const std::shared_ptr<grpc::Channel>& channel, const BatchMeta* meta);
+  // are missing between the last batch received and `meta` (written by the server to a
+  // connection that went), or, with `meta` null at the stream's end, after the last batch;
+  // nothing before the first batch. Uses plan_, asked for before the stream's first call.
+  Status CheckLockstepGap(const BatchMeta* meta);
   // Decodes one message into *item (its arrays already acquired), its images found in segment
   // when the server sent them through shared memory.
   Status DecodeItem(grpc::ByteBuffer* message, const std::shared_ptr<SharedSegment>& segment,
@@ -95,6 +95,7 @@ class ServerStream {
   // reader thread only.
   std::optional<std::pair<int64_t, int64_t>> lockstep_last_;
   std::optional<v1::StreamPlan> plan_;
+  bool describe_failed_ = false;  // the last RunOnce failed in its DescribeStream; reader only
   const std::shared_ptr<BufferPool> pool_;
   std::atomic<int64_t> reconnects_{0};
   std::atomic<int64_t> shared_batches_{0};

@@ -371,6 +371,7 @@ class _CutProxy:
         self._cv = threading.Condition()
         self._holding = False  # guarded by _cv
         self._held = 0         # bytes from the server kept back; guarded by _cv
+        self._hold_after = 0   # bytes each connection passes on before holding; guarded by _cv
         self._sockets = []     # guarded by _cv
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -387,6 +388,7 @@ class _CutProxy:
             threading.Thread(target=self._relay, args=(up, down, True), daemon=True).start()
 
     def _relay(self, source, sink, from_server):
+        passed = 0  # bytes passed on
         while True:
             try:
                 data = source.recv(1 << 16)
@@ -395,16 +397,21 @@ class _CutProxy:
                     return
                 with self._cv:
                     if from_server and self._holding:
-                        self._held += len(data)
+                        keep = max(len(data) - max(self._hold_after - passed, 0), 0)
+                        self._held += keep
                         self._cv.notify_all()
-                        continue
-                sink.sendall(data)
+                        data = data[:len(data) - keep]
+                passed += len(data)
+                if data:
+                    sink.sendall(data)
             except OSError:
                 return
 
-    def hold(self):
+    def hold(self, after=0):
+        """Keeps back what the server sends from here on, past the first `after` bytes of each
+        connection."""
         with self._cv:
-            self._holding = True
+            self._holding, self._hold_after = True, after
 
     def wait_held(self, nbytes, timeout=60):
         with self._cv:
@@ -426,15 +433,18 @@ class _CutProxy:
         self.cut()
 
 
+@pytest.mark.parametrize("record_ids", [True, False])
 def test_a_lockstep_consumer_whose_connection_is_cut_gets_padding_for_the_batches_lost(
-        server, caplog):
+        server, caplog, record_ids):
     """Consumer 0 of 2 reads through a relay that keeps back what the server writes and then
     cuts the connection: the server counted those batches written, so the reconnected stream
     goes on after them. Padding batches (valid all False) stand in for each, at its position:
-    the consumer still gets its 25 batches per epoch, as consumer 1 does."""
+    the consumer still gets its 25 batches per epoch, as consumer 1 does. Their record ids are
+    -1 when the stream asked for ids, None (as every batch's) when not."""
     # Over the socket (the relay is on this host, where the server would offer shared memory).
-    request = dict(batch_size=4, image_size=32, seed=5, epochs=2, job_name="cut-lockstep",
-                   num_consumers=2, record_ids=True, shared_memory=False)
+    request = dict(batch_size=4, image_size=32, seed=5, epochs=2,
+                   job_name="cut-lockstep-%s" % record_ids, num_consumers=2,
+                   record_ids=record_ids, shared_memory=False)
     share = [(e, i) for e in range(2) for i in range(0, 50, 2)]
     batch_bytes = 4 * 32 * 32 * 3
     proxy = _CutProxy(server.target)
@@ -467,10 +477,57 @@ def test_a_lockstep_consumer_whose_connection_is_cut_gets_padding_for_the_batche
     assert stream.reconnects >= 1
     assert stream.lost_batches == len(padding) >= 2
     assert all(not b.images.any() and not b.labels.any() for b in padding)
+    if record_ids:
+        assert all(b.record_ids.shape == (4, 2) and (b.record_ids == -1).all() for b in padding)
+    else:
+        assert all(b.record_ids is None for b in got + other)
     assert all(b.valid is None or b.valid.all() for b in got if not any(b is p for p in padding))
     lost = [r.getMessage() for r in caplog.records if "lost" in r.getMessage()]
     assert lost and "consumer 0 of 2 lost" in lost[0]
     assert sum(int(m.split(" lost ")[1].split()[0]) for m in lost) == len(padding)
+
+
+def test_a_lockstep_consumer_rejoining_a_running_job_after_a_failed_first_connect_gets_no_padding(
+        server):
+    """A restarted trainer: consumer 0 of 2 took 3 batches and went; its restart's first
+    connection is cut before any batch came (what the server wrote to it kept back by the
+    relay), and the reconnect joins the job where it is. The positions before its first batch
+    are not taken as lost: no padding, the rest of its share from there."""
+    request = dict(batch_size=4, image_size=32, seed=6, epochs=2, job_name="rejoin-lockstep",
+                   num_consumers=2, shared_memory=False)
+    share = [(e, i) for e in range(2) for i in range(0, 50, 2)]
+    proxy = _CutProxy(server.target)
+    other = []
+
+    def consume_other():
+        with sluice.Client(server.target) as c:
+            other.extend(c.stream("train", consumer_index=1, **request))
+
+    thread = threading.Thread(target=consume_other)
+    thread.start()
+    try:
+        with sluice.Client(server.target) as c:
+            before = c.stream("train", consumer_index=0, **request)
+            for _ in range(3):
+                next(before)
+            before.close()
+        # The HTTP/2 handshake and the plan pass (under 4 KiB); the first batch (12 KiB of
+        # images) is kept back, and the connection cut.
+        proxy.hold(after=4096)
+        cutter = threading.Thread(target=lambda: proxy.wait_held(4 * 32 * 32 * 3) and proxy.cut())
+        cutter.start()
+        with sluice.Client(proxy.target, reconnect_deadline=30) as c:
+            stream = c.stream("train", consumer_index=0, **request)
+            got = [tuple(b.position)[:2] for b in stream]
+        cutter.join()
+        thread.join(timeout=120)
+    finally:
+        proxy.close()
+    assert stream.reconnects >= 1
+    assert stream.lost_batches == 0
+    assert got and got[0] >= (0, 6) and got[0] in share
+    assert got == share[share.index(got[0]):]
+    assert [tuple(b.position)[:2] for b in other] == [(e, i + 1) for e, i in share]
 
 
 @pytest.mark.parametrize("args, error", [

@@ -425,7 +425,8 @@ TEST_CASE("AConsumerAwayForJobLingerSecondsEndsTheJobForAllWithAborted") {
 
 TEST_CASE("AConsumerAwayAtThePipelinesEndStillEndsTheJobAbortedForThoseNotYetEnded") {
   TempDir dir;
-  ServerProcess server({"--config", WriteDataset(dir, 1)});
+  // Consumer 0 must read to its end within the linger, counted from consumer 2's leaving.
+  ServerProcess server({"--config", WriteDataset(dir, 3)});
   REQUIRE(server.running());
   // Batches of 300 KiB, over the 64 KiB window: a consumer that stops reading has one batch in
   // flight and the rest held. 8 batches for each of 3 consumers.
@@ -457,7 +458,7 @@ TEST_CASE("AConsumerAwayAtThePipelinesEndStillEndsTheJobAbortedForThoseNotYetEnd
   const grpc::Status ended = waiting->Finish();
   INFO(ended.error_message());
   CHECK(ended.error_code() == grpc::StatusCode::ABORTED);
-  CHECK(ended.error_message().find("consumer_index 2 of its 3 consumers was away for 1 s") !=
+  CHECK(ended.error_message().find("consumer_index 2 of its 3 consumers was away for 3 s") !=
         std::string::npos);
   CHECK(rest.size() < 2);  // at most the batch in flight; never its share's count
 }
@@ -583,6 +584,13 @@ class CutRelay {
     std::unique_lock<std::mutex> lock(mu_);
     return cv_.wait_for(lock, std::chrono::seconds(60), [&] { return held_ >= bytes; });
   }
+  // Lets `after` connections more through, then closes the next `n` as soon as they are made,
+  // before any byte is relayed.
+  void Refuse(int after, int n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pass_ = after;
+    refuse_ = n;
+  }
   void Cut() {
     std::lock_guard<std::mutex> lock(mu_);
     holding_ = false;
@@ -603,6 +611,16 @@ class CutRelay {
     for (;;) {
       const int down = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
       if (down < 0) return;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (pass_ > 0) {
+          --pass_;
+        } else if (refuse_ > 0) {
+          --refuse_;
+          ::close(down);
+          continue;
+        }
+      }
       const int up = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
       sockaddr_in addr = Loopback(server_port_);
       if (up < 0 || ::connect(up, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
@@ -646,6 +664,8 @@ class CutRelay {
   std::mutex mu_;
   std::condition_variable cv_;
   bool holding_ = false;   // guarded by mu_
+  int pass_ = 0;           // connections to let through before refusing; guarded by mu_
+  int refuse_ = 0;         // connections still to refuse; guarded by mu_
   size_t held_ = 0;        // bytes kept back; guarded by mu_
   std::vector<int> open_;  // guarded by mu_
   // Shut down, closed at the end (a relaying thread may still be using the number); guarded
@@ -657,7 +677,10 @@ class CutRelay {
 
 TEST_CASE("TheCppClientEndsALockstepStreamWhoseReconnectLostBatchesWithDataLoss") {
   TempDir dir;
-  ServerProcess server({"--config", WriteDataset(dir, 60)});
+  // Consumer 0 leaves with DATA_LOSS; the job holds its batches still to come, and consumer 1
+  // may wait on them (when the cut lost too few for the held ones to fit the job's bound) until
+  // the 3 s linger ends the job ABORTED: bounded either way.
+  ServerProcess server({"--config", WriteDataset(dir, 3)});
   REQUIRE(server.running());
   const std::string& address = server.address();
   CutRelay relay(std::stoi(address.substr(address.rfind(':') + 1)));
@@ -689,6 +712,59 @@ TEST_CASE("TheCppClientEndsALockstepStreamWhoseReconnectLostBatchesWithDataLoss"
         std::string::npos);
   CHECK(s.message().find("were written to a connection that went") != std::string::npos);
   CHECK((*stream)->reconnects() >= 1);
+  INFO(other.status.error_message());
+  if (other.status.ok()) {
+    CHECK(Positions(other.batches) == Share(1, 2, 12));
+  } else {
+    CHECK(other.status.error_code() == grpc::StatusCode::ABORTED);
+    CHECK(other.status.error_message().find("consumer_index 0 of its 2 consumers was away") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE(
+    "ALockstepConsumerRejoiningARunningJobAfterAFailedFirstConnectTakesItsFirstBatchAsItComes") {
+  TempDir dir;
+  ServerProcess server({"--config", WriteDataset(dir, 60)});
+  REQUIRE(server.running());
+  const std::string& address = server.address();
+  // Consumer 0 of 2 takes 3 batches and goes (a trainer that died); consumer 1 reads along.
+  Raw before, other;
+  std::thread reader([&] { other = ReadRaw(address, Lockstep("rejoin", 1, 2)); });
+  before = ReadRaw(address, Lockstep("rejoin", 0, 2), 3);
+  REQUIRE(before.batches.size() == 3);
+  // Its restart's first connection fails before any batch; the reconnect joins the job where
+  // it is, after the batches taken before (and any that were in flight when it went).
+  CutRelay relay(std::stoi(address.substr(address.rfind(':') + 1)));
+  // The client's first connection is Stream()'s fleet check (ListDatasets, waiting for ready);
+  // the stream's own channel makes the second.
+  relay.Refuse(1, 1);
+  ClientOptions options;
+  options.targets = {relay.address()};
+  options.shared_memory = false;
+  options.reconnect_deadline = std::chrono::milliseconds(30000);
+  auto client = Client::Create(options);
+  REQUIRE(client.ok());
+  auto stream = (*client)->Stream(Lockstep("rejoin", 0, 2));
+  INFO((stream.ok() ? Status::OK() : stream.status()).ToString());
+  REQUIRE(stream.ok());
+  std::vector<Position> got;
+  ReceivedBatch batch;
+  bool end = false;
+  Status s;
+  while ((s = (*stream)->Next(&batch, &end)).ok() && !end) {
+    got.emplace_back(batch.meta.epoch, batch.meta.index);
+  }
+  reader.join();
+  INFO(s.ToString());
+  REQUIRE(s.ok());  // no DATA_LOSS for the positions before it joined
+  CHECK((*stream)->reconnects() >= 1);
+  const std::vector<Position> share = Share(0, 2, 12);
+  REQUIRE(!got.empty());
+  CHECK(got.front() >= Position(0, 6));
+  const auto from = std::find(share.begin(), share.end(), got.front());
+  REQUIRE(from != share.end());
+  CHECK(got == std::vector<Position>(from, share.end()));
   REQUIRE(other.status.ok());
   CHECK(Positions(other.batches) == Share(1, 2, 12));
 }

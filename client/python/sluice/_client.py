@@ -713,8 +713,10 @@ class BatchStream:
     @property
     def lost_batches(self):
         """Lockstep (num_consumers): batches of this consumer's share that a reconnect lost,
-        each handed out as padding (zero images, label 0, valid all False, record_ids -1) at its
-        position, so that every consumer gets the same count; each loss is logged."""
+        each handed out as padding (zero images, label 0, valid all False, record_ids -1 when the
+        stream asked for them) at its position, so that every consumer gets the same count; each
+        loss is logged. Positions before the stream's first batch are not counted: a consumer
+        that joins a running job (a restarted trainer) starts wherever the job is."""
         return sum(r.lost_batches for r in self._readers)
 
     @property
@@ -925,6 +927,9 @@ def _copied_out(shared):
     return Batch(images, batch.labels, batch.position, batch.valid, batch.record_ids)
 
 
+_RECONNECT = object()  # _Reader._after_error: reconnect
+
+
 class _LockstepShare:
     """A lockstep consumer's positions, to find the batches a reconnect lost (reader thread only).
 
@@ -934,43 +939,43 @@ class _LockstepShare:
     flow-control window, the TCP buffers or a shared-memory slot) is gone with it, and the
     consumer's next call continues after it. Stand-ins for those batches (padding: zero images,
     label 0, valid all False) keep this consumer's count equal to the others', which a
-    synchronous trainer needs (DDP waits for every rank's step).
+    synchronous trainer needs (DDP waits for every rank's step). Before its first batch a
+    consumer has lost nothing: one that joins a running job (a restarted trainer) starts
+    wherever the job is.
     """
 
-    def __init__(self, request, describe):
+    def __init__(self, request):
         self._index = request.consumer_index
         self._n = request.num_consumers
-        self._start_epoch = request.start_position.epoch
-        self._describe = describe  # () -> StreamPlan of this stream (DescribeStream), raises
-        self._plan = None
+        self._record_ids = request.record_ids
+        # This stream's StreamPlan (DescribeStream), set by the reader before its first call.
+        self.plan = None
         self.last = None  # (epoch, index) of the last batch handed on
 
     def _next(self, position):
-        if position is None:
-            return (self._start_epoch, self._index)
         epoch, index = position
-        if index + self._n < self._job_batches():
+        if index + self._n < self.plan.batches_per_epoch * self._n:
             return (epoch, index + self._n)
         return (epoch + 1, self._index)
-
-    def _job_batches(self):
-        if self._plan is None:
-            self._plan = self._describe()
-        return self._plan.batches_per_epoch * self._n
 
     def lost_before(self, position):
         """The positions of this consumer's share missing before `position`, a batch received
         after a reconnect. Raises SluiceError DATA_LOSS when `position` is not ahead in it."""
         here = (position.epoch, position.index)
         last = self.last
-        if last is not None and here == (last[0], last[1] + self._n):
-            return []  # the next one within the epoch: no plan needed
-        if here[1] % self._n != self._index or (last is not None and here <= last):
+        if last is None:
+            return []  # the first batch: taken as it comes
+        if here[1] % self._n != self._index:
             raise SluiceError(grpc.StatusCode.DATA_LOSS,
-                              "consumer %d of %d: batch (epoch %d, index %d) after (epoch %s, "
-                              "index %s) is not ahead in this consumer's share"
-                              % (self._index, self._n, here[0], here[1],
-                                 *(last if last else ("-", "-"))))
+                              "consumer %d of %d: batch (epoch %d, index %d) is not in this "
+                              "consumer's share" % (self._index, self._n, here[0], here[1]))
+        if here <= last:
+            raise SluiceError(grpc.StatusCode.DATA_LOSS,
+                              "consumer %d of %d: batch (epoch %d, index %d) comes after (epoch "
+                              "%d, index %d): the job's run was probably aborted (a consumer "
+                              "away past job_linger_seconds) and restarted under the same name, "
+                              "so its positions started over"
+                              % (self._index, self._n, here[0], here[1], last[0], last[1]))
         lost, expected = [], self._next(last)
         while expected < here:
             lost.append(expected)
@@ -979,11 +984,9 @@ class _LockstepShare:
 
     def lost_at_end(self):
         """The positions of this consumer's share missing when its stream ended (none for a
-        stream that repeats forever)."""
-        if self._plan is None:
-            self._plan = self._describe()
-        epochs = self._plan.epochs
-        if epochs <= 0:
+        stream that repeats forever, or ended before its first batch)."""
+        epochs = self.plan.epochs
+        if epochs <= 0 or self.last is None:
             return []
         lost, expected = [], self._next(self.last)
         while expected[0] < epochs:
@@ -993,12 +996,13 @@ class _LockstepShare:
 
     def padding(self, position):
         """A stand-in for the lost batch at `position` (epoch, index)."""
-        plan = self._plan
+        plan = self.plan
         n = plan.batch_size
         images = np.zeros((n, plan.image_height, plan.image_width, 3), dtype=np.uint8)
         images.flags.writeable = False
+        ids = np.full((n, 2), -1, dtype=np.int64) if self._record_ids else None
         return Batch(images, np.zeros(n, dtype=np.int32), Position(position[0], position[1], 0),
-                     np.zeros(n, dtype=np.bool_), np.full((n, 2), -1, dtype=np.int64))
+                     np.zeros(n, dtype=np.bool_), ids)
 
 
 class _Reader:
@@ -1130,16 +1134,25 @@ class _Reader:
             self._drain()
 
     def _describe(self, channel):
-        """This stream's StreamPlan, from its server."""
+        """This stream's StreamPlan, from its server, or None when stopped first (close()
+        cancels it as it does the stream's call); raises grpc.RpcError."""
         describe = channel.unary_unary(
             "/sluice.v1.DataService/DescribeStream",
             request_serializer=service_pb2.StreamRequest.SerializeToString,
             response_deserializer=service_pb2.StreamPlan.FromString)
+        with self._lock:
+            if self._stop.is_set():
+                return None
+            future = describe.future(self._request, timeout=self._client.rpc_timeout,
+                                     metadata=self._client._metadata)
+            self._call = future
         try:
-            return describe(self._request, timeout=self._client.rpc_timeout,
-                            metadata=self._client._metadata)
-        except grpc.RpcError as e:
-            raise SluiceError.from_rpc_error(e, self.target) from None
+            return future.result()
+        except grpc.FutureCancelledError:
+            return None
+        finally:
+            with self._lock:
+                self._call = None
 
     def _fill(self, share, lost):
         """Queues padding batches for the lost positions (logged and counted); False when
@@ -1158,6 +1171,48 @@ class _Reader:
                 return False
             share.last = position
         return True
+
+    def _after_error(self, e, started, last_progress, received, backoff, call=None,
+                     describing=False):
+        """After `e` (grpc.RpcError) from the stream's call, or from its DescribeStream when
+        `describing`: (_RECONNECT, the next backoff) once the pause before the reconnect is
+        over, or (what _serve returns, backoff)."""
+        if self._stop.is_set():
+            return None, backoff
+        client = self._client
+        now = time.monotonic()
+        waited = now - (last_progress if received else started)
+        limit = client.reconnect_deadline if received else client.connect_timeout
+        # CANCELLED that we did not ask for (_stop is clear) comes from a server that is shutting
+        # down: as transient as UNAVAILABLE (as in the C++ client). A DescribeStream that timed
+        # out or was told to try again later is retried too: the share needs its plan.
+        transient = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+        if describing:
+            transient += (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED)
+        what = "DescribeStream, for a lockstep stream's plan: " if describing else ""
+        if e.code() in transient:
+            if waited < limit:
+                # Before the first batch, never past connect_timeout.
+                pause = backoff if received else min(backoff, limit - waited)
+                self.reconnects += 1
+                log.warning("%s: %s%s: %s; reconnect %d in %.1f s (%.0f s without a batch; "
+                            "gives up after %g s)", self._what, what, e.code().name,
+                            e.details(), self.reconnects, pause, waited, limit)
+                if self._stop.wait(pause):
+                    return None, backoff
+                return _RECONNECT, min(backoff * 2, client.reconnect_max)
+            # A call that is not resumed: its trailer counts (a resumed one would skip those
+            # records again and say so itself).
+            if call is not None:
+                self.epochs.finish(self._trailing_skips(e))
+            return SluiceError.from_rpc_error(
+                e, self.target,
+                " (%sgave up reconnecting after %.0f s%s)"
+                % (what, waited, "" if received else " without a batch, connect_timeout")), backoff
+        if call is not None:
+            self.epochs.finish(self._trailing_skips(e))
+        return SluiceError.from_rpc_error(
+            e, self.target, " (%s)" % what[:-2] if describing else ""), backoff
 
     def _connected(self, channel, deadline):
         """Waits for the channel to connect until `deadline` (time.monotonic()): True when it
@@ -1194,7 +1249,7 @@ class _Reader:
             resume = None  # private streams: the position after the last batch received
             share = None   # lockstep: this consumer's positions, to fill a reconnect's gap
             if self._request.num_consumers > 0:
-                share = _LockstepShare(self._request, lambda: self._describe(channel))
+                share = _LockstepShare(self._request)
             while True:
                 if not received:
                     connected = self._connected(channel, started + client.connect_timeout)
@@ -1206,6 +1261,20 @@ class _Reader:
                             "no connection within connect_timeout %g s: is `sluice serve` "
                             "running there, on that port?" % client.connect_timeout,
                             self.target)
+                call = segment = None
+                try:
+                    if share is not None and share.plan is None:
+                        # Asked once, before the first call, so that no batch taken from the job
+                        # waits on it; under the stream's reconnect policy below.
+                        share.plan = self._describe(channel)
+                        if share.plan is None:
+                            return None
+                except grpc.RpcError as e:
+                    outcome, backoff = self._after_error(e, started, last_progress, received,
+                                                         backoff, describing=True)
+                    if outcome is _RECONNECT:
+                        continue
+                    return outcome
                 request = self._request
                 if resume is not None or request.shared_memory != self._ask_shared_memory:
                     request = service_pb2.StreamRequest()
@@ -1219,7 +1288,6 @@ class _Reader:
                         return None
                     call = method(request, metadata=client._metadata)
                     self._call = call
-                segment = None
                 try:
                     segment = self._map_segment(call, request) if request.shared_memory else None
                     for message in call:
@@ -1249,35 +1317,11 @@ class _Reader:
                             return None
                     return _END
                 except grpc.RpcError as e:
-                    if self._stop.is_set():
-                        return None
-                    now = time.monotonic()
-                    waited = now - (last_progress if received else started)
-                    limit = client.reconnect_deadline if received else client.connect_timeout
-                    # CANCELLED that we did not ask for (_stop is clear) comes from a server that
-                    # is shutting down: as transient as UNAVAILABLE (as in the C++ client).
-                    if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
-                        if waited < limit:
-                            # Before the first batch, never past connect_timeout.
-                            pause = backoff if received else min(backoff, limit - waited)
-                            self.reconnects += 1
-                            log.warning("%s: %s: %s; reconnect %d in %.1f s (%.0f s without a "
-                                        "batch; gives up after %g s)", self._what,
-                                        e.code().name, e.details(), self.reconnects, pause,
-                                        waited, limit)
-                            if self._stop.wait(pause):
-                                return None
-                            backoff = min(backoff * 2, client.reconnect_max)
-                            continue
-                        # A call that is not resumed: its trailer counts (a resumed one would
-                        # skip those records again and say so itself).
-                        self.epochs.finish(self._trailing_skips(e))
-                        return SluiceError.from_rpc_error(
-                            e, self.target,
-                            " (gave up reconnecting after %.0f s%s)"
-                            % (waited, "" if received else " without a batch, connect_timeout"))
-                    self.epochs.finish(self._trailing_skips(e))
-                    return SluiceError.from_rpc_error(e, self.target)
+                    outcome, backoff = self._after_error(e, started, last_progress, received,
+                                                         backoff, call=call)
+                    if outcome is _RECONNECT:
+                        continue
+                    return outcome
                 except SluiceError as e:
                     call.cancel()
                     return SluiceError(e.code, e.message, self.target)

@@ -1,13 +1,13 @@
 #include "pipeline/stats_proto.h"
 
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
+
+#include <catch2/catch.hpp>
 #include <set>
 #include <string>
 #include <tuple>
 #include <vector>
-
-#include <google/protobuf/descriptor.h>
-#include <google/protobuf/message.h>
-#include <catch2/catch.hpp>
 
 namespace sluice {
 namespace {
@@ -56,7 +56,8 @@ TEST_CASE("EveryStageAndPoolFieldOfTheWireIsFilled") {
   CHECK(SetFields(job.stages(0)) == AllFields(v1::StageStats::descriptor()));
   CHECK(SetFields(job.pools(0)) == AllFields(v1::PoolStats::descriptor()));
   std::set<std::string> job_fields = AllFields(v1::JobStats::descriptor());
-  for (const char* owned_by_the_job : {"name", "dataset", "consumers", "memory_budget_bytes"}) {
+  for (const char* owned_by_the_job :
+       {"name", "dataset", "consumers", "memory_budget_bytes", "num_consumers", "start_epoch"}) {
     job_fields.erase(owned_by_the_job);
   }
   CHECK(SetFields(job) == job_fields);

@@ -12,7 +12,6 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "formats/tfrecord_writer.h"
 #include "tests/server/serve_fixture.h"
 
 namespace sluice {
@@ -21,6 +20,7 @@ namespace {
 using serve_testing::Connect;
 using serve_testing::FetchMetrics;
 using serve_testing::Request;
+using serve_testing::WriteIdShards;
 using testing::ServerProcess;
 using testing::TempDir;
 
@@ -31,16 +31,7 @@ const std::vector<int> kFirstId = {0, 10, 23, 32, 43};
 constexpr int kRecords = 52;
 
 std::string WriteDataset(const TempDir& dir, const std::string& config_extra = "") {
-  int id = 0;
-  for (size_t f = 0; f < kSizes.size(); ++f) {
-    auto writer = TFRecordWriter::Create(dir.file("shard-" + std::to_string(f) + ".tfrecord"));
-    REQUIRE(writer.ok());
-    for (int r = 0; r < kSizes[f]; ++r, ++id) {
-      const std::string jpeg = testing::IdJpeg(id);
-      REQUIRE((*writer)->Write(EncodeImageExample({jpeg, id, "c", 48, 64, "x"})).ok());
-    }
-    REQUIRE((*writer)->Close().ok());
-  }
+  WriteIdShards(dir, kSizes);
   const std::string path = dir.file("sluice.textproto");
   testing::WriteAll(path, "listen: \"127.0.0.1:0\"\nmetrics_address: \"127.0.0.1:0\"\n" +
                               config_extra + "datasets {\n  name: \"train\"\n  pipeline {\n" +

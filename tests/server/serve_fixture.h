@@ -12,6 +12,8 @@
 #include <catch2/catch.hpp>
 
 #include "client/client.h"
+#include "formats/image_example.h"
+#include "formats/tfrecord_writer.h"
 #include "sluice/v1/service.grpc.pb.h"
 #include "tests/pipeline/pipeline_test_data.h"
 #include "tests/server/serve_test_support.h"
@@ -20,6 +22,21 @@ namespace sluice::serve_testing {
 
 using testing::TempDir;
 using testing::WriteTestShards;
+
+// Files shard-<f>.tfrecord in dir of sizes[f] records each, labelled (and drawn, IdJpeg) by
+// global record id from 0 in file order.
+inline void WriteIdShards(const TempDir& dir, const std::vector<int>& sizes) {
+  int id = 0;
+  for (size_t f = 0; f < sizes.size(); ++f) {
+    auto writer = TFRecordWriter::Create(dir.file("shard-" + std::to_string(f) + ".tfrecord"));
+    REQUIRE(writer.ok());
+    for (int r = 0; r < sizes[f]; ++r, ++id) {
+      const std::string jpeg = testing::IdJpeg(id);
+      REQUIRE((*writer)->Write(EncodeImageExample({jpeg, id, "c", 48, 64, "x"})).ok());
+    }
+    REQUIRE((*writer)->Close().ok());
+  }
+}
 
 // A dataset "train" of files × per_file records (labels = record ids), served from a config.
 struct Fixture {

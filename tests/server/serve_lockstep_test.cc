@@ -22,7 +22,6 @@
 #include <tuple>
 #include <vector>
 
-#include "formats/tfrecord_writer.h"
 #include "tests/server/serve_fixture.h"
 
 namespace sluice {
@@ -31,6 +30,7 @@ namespace {
 using serve_testing::Connect;
 using serve_testing::FetchMetrics;
 using serve_testing::Request;
+using serve_testing::WriteIdShards;
 using testing::ServerProcess;
 using testing::TempDir;
 
@@ -43,16 +43,7 @@ constexpr int kRecords = 52;
 // Two epochs of batches of 4 at 32x32, shared jobs lingering `linger` seconds. A job reserves
 // 64 MiB; `server_budget` (bytes; 0: the default) is the server's memory_budget_bytes.
 std::string WriteDataset(const TempDir& dir, int linger, int64_t server_budget = 0) {
-  int id = 0;
-  for (size_t f = 0; f < kSizes.size(); ++f) {
-    auto writer = TFRecordWriter::Create(dir.file("shard-" + std::to_string(f) + ".tfrecord"));
-    REQUIRE(writer.ok());
-    for (int r = 0; r < kSizes[f]; ++r, ++id) {
-      const std::string jpeg = testing::IdJpeg(id);
-      REQUIRE((*writer)->Write(EncodeImageExample({jpeg, id, "c", 48, 64, "x"})).ok());
-    }
-    REQUIRE((*writer)->Close().ok());
-  }
+  WriteIdShards(dir, kSizes);
   const std::string path = dir.file("sluice.textproto");
   testing::WriteAll(
       path, std::string("listen: \"127.0.0.1:0\"\nmetrics_address: \"127.0.0.1:0\"\n") +

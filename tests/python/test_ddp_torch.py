@@ -115,22 +115,27 @@ def _rank(rank, world, init_file, target, out, phase):
     dist.destroy_process_group()
 
 
-def _run_ranks(world, target, out, phase):
+def _spawn_ranks(world, fn, args, timeout):
+    """Runs fn(rank, world, *args) in `world` spawned processes; returns their exit codes (None
+    for one killed after `timeout` seconds)."""
     import torch.multiprocessing as mp
     context = mp.get_context("spawn")
-    init_file = os.path.join(out, "rendezvous-" + phase)
-    ranks = [context.Process(target=_rank, args=(r, world, init_file, target, out, phase))
-             for r in range(world)]
+    ranks = [context.Process(target=fn, args=(r, world) + tuple(args)) for r in range(world)]
     for p in ranks:
         p.start()
     for p in ranks:
-        p.join(timeout=120)
+        p.join(timeout=timeout)
     codes = [p.exitcode for p in ranks]
     for p in ranks:
         if p.is_alive():
             p.kill()
             p.join()
     return codes
+
+
+def _run_ranks(world, target, out, phase):
+    return _spawn_ranks(world, _rank, (os.path.join(out, "rendezvous-" + phase), target, out,
+                                       phase), timeout=120)
 
 
 @pytest.mark.parametrize("world", [2, 3])
@@ -243,22 +248,11 @@ def test_torch_ddp_workers_of_a_shared_job_in_lockstep_get_equal_batches_every_r
     gets the same number of batches each epoch, the one len(loader) says; the valid samples of
     all ranks are every record exactly once per epoch; the second iteration is another epoch."""
     pytest.importorskip("torch")
-    import torch.multiprocessing as mp
     world = 2
     out = str(tmp_path)
-    context = mp.get_context("spawn")
-    ranks = [context.Process(target=_lockstep_rank,
-                             args=(r, world, os.path.join(out, "rendezvous"),
-                                   uneven_server.target, out)) for r in range(world)]
-    for p in ranks:
-        p.start()
-    for p in ranks:
-        p.join(timeout=180)
-    codes = [p.exitcode for p in ranks]
-    for p in ranks:
-        if p.is_alive():
-            p.kill()
-            p.join()
+    codes = _spawn_ranks(world, _lockstep_rank,
+                         (os.path.join(out, "rendezvous"), uneven_server.target, out),
+                         timeout=180)
     assert codes == [0] * world
     results = [json.load(open(os.path.join(out, "lockstep-%d.json" % r))) for r in range(world)]
 

@@ -74,7 +74,15 @@ struct BlockedFixture {
     if (writer >= 0) ::close(writer);
   }
 
-  std::vector<std::string> Args() const { return {"--config", config}; }
+  // drain_seconds > 0: the server's --drain-seconds.
+  std::vector<std::string> Args(int drain_seconds = 0) const {
+    std::vector<std::string> args = {"--config", config};
+    if (drain_seconds > 0) {
+      args.push_back("--drain-seconds");
+      args.push_back(std::to_string(drain_seconds));
+    }
+    return args;
+  }
 
   TempDir dir, train, other;
   std::string config;
@@ -591,10 +599,7 @@ TEST_CASE("DescribesWaitingOnTheirFilesNeverTakeAStartsPlace") {
 
 TEST_CASE("SigtermWhileStartsBlockEndsTheirCallsAndExitsZeroWithoutThem") {
   BlockedFixture f(/*max_streams=*/8);
-  std::vector<std::string> args = f.Args();
-  args.push_back("--drain-seconds");
-  args.push_back("1");
-  ServerProcess server(args);
+  ServerProcess server(f.Args(/*drain_seconds=*/1));
   INFO(server.output());
   REQUIRE(server.running());
   auto stub = Stub(server.address());
@@ -620,10 +625,7 @@ TEST_CASE("SigtermWhileStartsBlockEndsTheirCallsAndExitsZeroWithoutThem") {
 
 TEST_CASE("StartReturningDuringTheDrainLetsTheServerStopWithoutAbandoningIt") {
   BlockedFixture f(/*max_streams=*/8);
-  std::vector<std::string> args = f.Args();
-  args.push_back("--drain-seconds");
-  args.push_back("60");
-  ServerProcess server(args);
+  ServerProcess server(f.Args(/*drain_seconds=*/60));
   INFO(server.output());
   REQUIRE(server.running());
   auto stub = Stub(server.address());

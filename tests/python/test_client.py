@@ -433,6 +433,15 @@ class _CutProxy:
         self.cut()
 
 
+def _consumer_thread(target, index, request, out):
+    """A thread (not started) that streams consumer `index` of the lockstep `request` from
+    `target` into the list `out`."""
+    def consume():
+        with sluice.Client(target) as c:
+            out.extend(c.stream("train", consumer_index=index, **request))
+    return threading.Thread(target=consume)
+
+
 @pytest.mark.parametrize("record_ids", [True, False])
 def test_a_lockstep_consumer_whose_connection_is_cut_gets_padding_for_the_batches_lost(
         server, caplog, record_ids):
@@ -449,12 +458,7 @@ def test_a_lockstep_consumer_whose_connection_is_cut_gets_padding_for_the_batche
     batch_bytes = 4 * 32 * 32 * 3
     proxy = _CutProxy(server.target)
     other = []
-
-    def consume_other():
-        with sluice.Client(server.target) as c:
-            other.extend(c.stream("train", consumer_index=1, **request))
-
-    thread = threading.Thread(target=consume_other)
+    thread = _consumer_thread(server.target, 1, request, other)
     try:
         with sluice.Client(proxy.target, reconnect_deadline=30) as c:
             stream = c.stream("train", consumer_index=0, **request)
@@ -498,12 +502,7 @@ def test_a_lockstep_consumer_rejoining_a_running_job_after_a_failed_first_connec
     share = [(e, i) for e in range(2) for i in range(0, 50, 2)]
     proxy = _CutProxy(server.target)
     other = []
-
-    def consume_other():
-        with sluice.Client(server.target) as c:
-            other.extend(c.stream("train", consumer_index=1, **request))
-
-    thread = threading.Thread(target=consume_other)
+    thread = _consumer_thread(server.target, 1, request, other)
     thread.start()
     try:
         with sluice.Client(server.target) as c:

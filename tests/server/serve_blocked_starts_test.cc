@@ -38,10 +38,13 @@ using testing::WriteTestShards;
 
 constexpr auto kCallDeadline = std::chrono::seconds(20);
 
+// The server's memory_budget_bytes unless a test says otherwise.
+constexpr int64_t kServerBudget = 1073741824;
+
 // Datasets "train" (4 files of 40 records) and "other" (2 files), batches of 8.
 struct BlockedFixture {
   // server_budget: the server's memory_budget_bytes (a job of either data set reserves 24 MiB).
-  explicit BlockedFixture(int max_streams, int64_t server_budget = 1073741824) {
+  explicit BlockedFixture(int max_streams, int64_t server_budget = kServerBudget) {
     WriteTestShards(train, 4, 40);
     WriteTestShards(other, 2, 40);
     config = dir.file("sluice.textproto");
@@ -100,6 +103,21 @@ v1::StreamRequest BlockedRequest() {
 std::unique_ptr<v1::DataService::Stub> Stub(const std::string& address) {
   return v1::DataService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
 }
+
+// A BlockedFixture's server, running, and a stub on it; tests bind its parts by name
+// (`auto& [f, server, stub] = started;`).
+struct BlockedServer {
+  explicit BlockedServer(int max_streams, int64_t server_budget = kServerBudget,
+                         int drain_seconds = 0)
+      : f(max_streams, server_budget), server(f.Args(drain_seconds)) {
+    INFO(server.output());
+    REQUIRE(server.running());
+    stub = Stub(server.address());
+  }
+  BlockedFixture f;
+  ServerProcess server;
+  std::unique_ptr<v1::DataService::Stub> stub;
+};
 
 // A StreamBatches call read to its end on a thread of its own.
 class RawStream {
@@ -229,11 +247,9 @@ TEST_CASE("StartsAndDescribesBlockedOnTheirFilesStopNoOtherCall") {
   // More starts than any gRPC build has callback threads (at most 16 on the largest machine).
   constexpr int kStarts = 24;
   constexpr int kDescribes = 4;
-  BlockedFixture f(/*max_streams=*/64);
-  ServerProcess server(f.Args());
+  BlockedServer started(/*max_streams=*/64);
+  auto& [f, server, stub] = started;
   INFO(server.output());
-  REQUIRE(server.running());
-  auto stub = Stub(server.address());
 
   // A stream of "other" that runs throughout: its writes are reactions too.
   v1::StreamRequest forever = serve_testing::Request("other");
@@ -299,11 +315,9 @@ TEST_CASE("OneDatasetsBlockedStartsLeaveAStartThreadToTheOtherDatasets") {
   // More blocked starts of "train" than the server has start threads, and plans behind them.
   constexpr int kStarts = 8;
   constexpr int kDescribes = 2;
-  BlockedFixture f(/*max_streams=*/64);
-  ServerProcess server(f.Args());
+  BlockedServer started(/*max_streams=*/64);
+  auto& [f, server, stub] = started;
   INFO(server.output());
-  REQUIRE(server.running());
-  auto stub = Stub(server.address());
   f.BlockTrain();
   // Three opens of train block (DataService::kStartThreads - 1), the rest wait for them.
   const auto starts = StartBlocked(stub.get(), kStarts, /*opening=*/3);
@@ -342,11 +356,9 @@ TEST_CASE("ConsumersOfARunStartingTogetherJoinOneStartWithinABudgetForOneJob") {
   // Room for one job: a second start of the run would be refused RESOURCE_EXHAUSTED, and the
   // job in lockstep would then wait for the refused consumer until it ended for all.
   constexpr int kConsumers = 3;  // DataService::kStartThreads - 1: all of them start at once
-  BlockedFixture f(/*max_streams=*/64, /*server_budget=*/40000000);
-  ServerProcess server(f.Args());
+  BlockedServer started(/*max_streams=*/64, /*server_budget=*/40000000);
+  auto& [f, server, stub] = started;
   INFO(server.output());
-  REQUIRE(server.running());
-  auto stub = Stub(server.address());
   f.BlockTrain();
   std::vector<std::unique_ptr<RawStream>> consumers;
   for (int i = 0; i < kConsumers; ++i) {
@@ -377,11 +389,9 @@ TEST_CASE("ConsumersOfARunStartingTogetherJoinOneStartWithinABudgetForOneJob") {
 
 TEST_CASE("BadDescribesAreAnsweredAtOnceWhileTheStartThreadsWait") {
   constexpr int kStarts = 6;
-  BlockedFixture f(/*max_streams=*/64);
-  ServerProcess server(f.Args());
+  BlockedServer started(/*max_streams=*/64);
+  auto& [f, server, stub] = started;
   INFO(server.output());
-  REQUIRE(server.running());
-  auto stub = Stub(server.address());
   f.BlockTrain();
   const auto starts = StartBlocked(stub.get(), kStarts, /*opening=*/3);
   struct Case {
@@ -425,11 +435,9 @@ TEST_CASE("StreamsCancelledWhileTheirJobsOpenGiveBackTheirPlaceAtOnceAndLeaveNot
   // More than the server's start threads, so some are still queued when cancelled; max_streams
   // as many, so a stream the cancels leaked would refuse the next round.
   constexpr int kStarts = 6;
-  BlockedFixture f(/*max_streams=*/kStarts);
-  ServerProcess server(f.Args());
+  BlockedServer started(/*max_streams=*/kStarts);
+  auto& [f, server, stub] = started;
   INFO(server.output());
-  REQUIRE(server.running());
-  auto stub = Stub(server.address());
   f.BlockTrain();
   v1::StreamRequest shared_memory = BlockedRequest();
   shared_memory.set_shared_memory(true);
@@ -491,12 +499,12 @@ TEST_CASE("SharedMemoryStreamCancelledOnceItsJobOpenedGivesBackItsSegment") {
   // The cancels above all come while the job is being opened, before a segment exists. This one
   // comes once the job is open and the segment offered (named in the initial metadata, its bytes
   // reserved), before the client maps it. The instant between Open's return and the offer (the
-  // stream's kStarting phase) has nothing a test can hold it at: no file is read there.
-  BlockedFixture f(/*max_streams=*/4);
-  ServerProcess server(f.Args());
+  // stream's kStarting phase) has nothing a test can hold it at: no file is read there. A leaked
+  // segment would still go back at the server's attach deadline (2 s, within StatsWhen's wait),
+  // so what can fail here is the stream and its job: both must be gone, not just the bytes.
+  BlockedServer started(/*max_streams=*/4);
+  auto& [f, server, stub] = started;
   INFO(server.output());
-  REQUIRE(server.running());
-  auto stub = Stub(server.address());
   v1::StreamRequest request = serve_testing::Request("other");
   request.set_shared_memory(true);
   request.set_shared_memory_slots(2);
@@ -524,11 +532,9 @@ TEST_CASE("SharedMemoryStreamCancelledOnceItsJobOpenedGivesBackItsSegment") {
 }
 
 TEST_CASE("StartsInFlightPastMaxStreamsAreRefusedResourceExhausted") {
-  BlockedFixture f(/*max_streams=*/2);
-  ServerProcess server(f.Args());
+  BlockedServer started(/*max_streams=*/2);
+  auto& [f, server, stub] = started;
   INFO(server.output());
-  REQUIRE(server.running());
-  auto stub = Stub(server.address());
   f.BlockTrain();
   RawStream a(stub.get(), BlockedRequest());
   RawStream b(stub.get(), BlockedRequest());
@@ -565,11 +571,9 @@ TEST_CASE("DescribesWaitingOnTheirFilesNeverTakeAStartsPlace") {
   // More plans waiting than max_streams: before they had a bound of their own, the third was
   // refused and a start after them too.
   constexpr int kDescribes = 8;
-  BlockedFixture f(/*max_streams=*/2);
-  ServerProcess server(f.Args());
+  BlockedServer started(/*max_streams=*/2);
+  auto& [f, server, stub] = started;
   INFO(server.output());
-  REQUIRE(server.running());
-  auto stub = Stub(server.address());
   f.BlockTrain();
   std::vector<std::unique_ptr<RawDescribe>> describes;
   for (int i = 0; i < kDescribes; ++i) {
@@ -598,11 +602,9 @@ TEST_CASE("DescribesWaitingOnTheirFilesNeverTakeAStartsPlace") {
 }
 
 TEST_CASE("SigtermWhileStartsBlockEndsTheirCallsAndExitsZeroWithoutThem") {
-  BlockedFixture f(/*max_streams=*/8);
-  ServerProcess server(f.Args(/*drain_seconds=*/1));
+  BlockedServer started(/*max_streams=*/8, /*server_budget=*/kServerBudget, /*drain_seconds=*/1);
+  auto& [f, server, stub] = started;
   INFO(server.output());
-  REQUIRE(server.running());
-  auto stub = Stub(server.address());
   f.BlockTrain();
   RawStream start(stub.get(), BlockedRequest());
   RawDescribe describe(stub.get(), BlockedRequest());
@@ -624,11 +626,9 @@ TEST_CASE("SigtermWhileStartsBlockEndsTheirCallsAndExitsZeroWithoutThem") {
 }
 
 TEST_CASE("StartReturningDuringTheDrainLetsTheServerStopWithoutAbandoningIt") {
-  BlockedFixture f(/*max_streams=*/8);
-  ServerProcess server(f.Args(/*drain_seconds=*/60));
+  BlockedServer started(/*max_streams=*/8, /*server_budget=*/kServerBudget, /*drain_seconds=*/60);
+  auto& [f, server, stub] = started;
   INFO(server.output());
-  REQUIRE(server.running());
-  auto stub = Stub(server.address());
   f.BlockTrain();
   RawStream start(stub.get(), BlockedRequest());
   StatsWhen(stub.get(), [](const v1::Stats& s) {

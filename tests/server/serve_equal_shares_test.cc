@@ -19,19 +19,18 @@ namespace {
 
 using serve_testing::Connect;
 using serve_testing::FetchMetrics;
+using serve_testing::kIdShardFirstId;
+using serve_testing::kIdShardRecords;
+using serve_testing::kIdShardSizes;
 using serve_testing::Request;
 using serve_testing::WriteIdShards;
 using testing::ServerProcess;
 using testing::TempDir;
 
-// Files of 10, 13, 9, 11 and 9 records, labelled by global record id. Three shards take files
-// {0, 3}, {1, 4} and {2}: 21, 22 and 9 records.
-const std::vector<int> kSizes = {10, 13, 9, 11, 9};
-const std::vector<int> kFirstId = {0, 10, 23, 32, 43};
-constexpr int kRecords = 52;
-
+// The id shards, in one epoch of batches of 4 at 32x32. Three shards take files {0, 3}, {1, 4}
+// and {2}: 21, 22 and 9 records.
 std::string WriteDataset(const TempDir& dir, const std::string& config_extra = "") {
-  WriteIdShards(dir, kSizes);
+  WriteIdShards(dir, kIdShardSizes);
   const std::string path = dir.file("sluice.textproto");
   testing::WriteAll(path, "listen: \"127.0.0.1:0\"\nmetrics_address: \"127.0.0.1:0\"\n" +
                               config_extra + "datasets {\n  name: \"train\"\n  pipeline {\n" +
@@ -117,7 +116,7 @@ TEST_CASE("ThreeShardStreamsOfUnevenFilesGetEqualFullBatchesWithMasksAndIds") {
         CHECK((b.valid_size() == 0 || b.valid_size() == 4));
         for (int i = 0; i < 4; ++i) {
           // Padding names the record it repeats, label and all.
-          CHECK(b.labels(i) == kFirstId[b.record_files(i)] + b.record_indexes(i));
+          CHECK(b.labels(i) == kIdShardFirstId[b.record_files(i)] + b.record_indexes(i));
           const bool real = b.valid_size() == 0 || b.valid(i);
           if (real) valid.insert(b.labels(i));
         }
@@ -125,7 +124,7 @@ TEST_CASE("ThreeShardStreamsOfUnevenFilesGetEqualFullBatchesWithMasksAndIds") {
     }
     std::vector<int32_t> labels(valid.begin(), valid.end());
     if (mode.resolved == v1::EQUAL_SHARES_PAD) {
-      CHECK(labels == testing::Iota(kRecords));  // every record exactly once
+      CHECK(labels == testing::Iota(kIdShardRecords));  // every record exactly once
     } else {
       CHECK(labels.size() == 3 * 2 * 4);
       CHECK(std::set<int32_t>(labels.begin(), labels.end()).size() == labels.size());
@@ -169,7 +168,7 @@ TEST_CASE("DescribeStreamRefusesWhatStreamBatchesRefusesWithTheSameCode") {
   // Unsharded: the stream as it is, its last batch partial.
   v1::StreamPlan plan;
   REQUIRE(Describe(server.address(), Request(), &plan).ok());
-  CHECK(plan.records_per_epoch() == kRecords);
+  CHECK(plan.records_per_epoch() == kIdShardRecords);
   CHECK(plan.batches_per_epoch() == 13);
   CHECK(plan.shard().count() == 1);
   const Raw all = ReadRaw(server.address(), Request());

@@ -23,6 +23,12 @@ namespace sluice::serve_testing {
 using testing::TempDir;
 using testing::WriteTestShards;
 
+// The id shards of the equal-shares and lockstep tests: files of 10, 13, 9, 11 and 9 records,
+// labelled by global record id (file f's first is kIdShardFirstId[f]), 52 in all.
+inline const std::vector<int> kIdShardSizes = {10, 13, 9, 11, 9};
+inline const std::vector<int> kIdShardFirstId = {0, 10, 23, 32, 43};
+constexpr int kIdShardRecords = 52;
+
 // Files shard-<f>.tfrecord in dir of sizes[f] records each, labelled (and drawn, IdJpeg) by
 // global record id from 0 in file order.
 inline void WriteIdShards(const TempDir& dir, const std::vector<int>& sizes) {

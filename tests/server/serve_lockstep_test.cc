@@ -29,21 +29,19 @@ namespace {
 
 using serve_testing::Connect;
 using serve_testing::FetchMetrics;
+using serve_testing::kIdShardFirstId;
+using serve_testing::kIdShardRecords;
+using serve_testing::kIdShardSizes;
 using serve_testing::Request;
 using serve_testing::WriteIdShards;
 using testing::ServerProcess;
 using testing::TempDir;
 
-// Files of 10, 13, 9, 11 and 9 records, labelled by global record id: 52 records, 13 full
-// batches of 4 per epoch.
-const std::vector<int> kSizes = {10, 13, 9, 11, 9};
-const std::vector<int> kFirstId = {0, 10, 23, 32, 43};
-constexpr int kRecords = 52;
-
-// Two epochs of batches of 4 at 32x32, shared jobs lingering `linger` seconds. A job reserves
-// 64 MiB; `server_budget` (bytes; 0: the default) is the server's memory_budget_bytes.
+// The id shards (52 records, 13 full batches of 4 per epoch) in two epochs of batches of 4 at
+// 32x32, shared jobs lingering `linger` seconds. A job reserves 64 MiB; `server_budget`
+// (bytes; 0: the default) is the server's memory_budget_bytes.
 std::string WriteDataset(const TempDir& dir, int linger, int64_t server_budget = 0) {
-  WriteIdShards(dir, kSizes);
+  WriteIdShards(dir, kIdShardSizes);
   const std::string path = dir.file("sluice.textproto");
   testing::WriteAll(
       path, std::string("listen: \"127.0.0.1:0\"\nmetrics_address: \"127.0.0.1:0\"\n") +
@@ -170,7 +168,7 @@ TEST_CASE("ThreeConsumersInLockstepGetEqualFullBatchesWithEveryRecordOncePerEpoc
     v1::StreamPlan plan;
     REQUIRE(Describe(server.address(), requests[1], &plan).ok());
     CHECK(plan.num_consumers() == 3);
-    CHECK(plan.records_per_epoch() == kRecords);
+    CHECK(plan.records_per_epoch() == kIdShardRecords);
     CHECK(plan.batches_per_epoch() == mode.job_batches / 3);
 
     const std::vector<Raw> got = ReadTogether(server.address(), requests);
@@ -189,7 +187,7 @@ TEST_CASE("ThreeConsumersInLockstepGetEqualFullBatchesWithEveryRecordOncePerEpoc
         REQUIRE(b.record_files_size() == 4);
         for (int i = 0; i < 4; ++i) {
           if (b.valid_size() > 0 && !b.valid(i)) continue;
-          CHECK(b.labels(i) == kFirstId[b.record_files(i)] + b.record_indexes(i));
+          CHECK(b.labels(i) == kIdShardFirstId[b.record_files(i)] + b.record_indexes(i));
           real[static_cast<size_t>(b.position().epoch())].insert(b.labels(i));
         }
       }
@@ -197,7 +195,7 @@ TEST_CASE("ThreeConsumersInLockstepGetEqualFullBatchesWithEveryRecordOncePerEpoc
     for (const std::multiset<int32_t>& epoch : real) {
       const std::vector<int32_t> labels(epoch.begin(), epoch.end());
       if (mode.job == "pad") {
-        CHECK(labels == testing::Iota(kRecords));  // every record exactly once
+        CHECK(labels == testing::Iota(kIdShardRecords));  // every record exactly once
       } else {
         CHECK(labels.size() == 12 * 4);
         CHECK(std::set<int32_t>(labels.begin(), labels.end()).size() == labels.size());
@@ -218,7 +216,7 @@ TEST_CASE("ThreeConsumersInLockstepGetEqualFullBatchesWithEveryRecordOncePerEpoc
     INFO(j.name());
     CHECK(j.num_consumers() == 3);
     CHECK(j.dropped_records() == (j.name() == "drop" ? 8u : 0u));
-    CHECK(j.padded_samples() == (j.name() == "pad" ? 2u * (15 * 4 - kRecords) : 0u));
+    CHECK(j.padded_samples() == (j.name() == "pad" ? 2u * (15 * 4 - kIdShardRecords) : 0u));
   }
   CHECK(FetchMetrics(server).find("sluice_job_num_consumers{dataset=\"train\",job=\"drop\"} 3\n") !=
         std::string::npos);

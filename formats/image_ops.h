@@ -41,6 +41,15 @@ struct Image {
   }
 };
 
+// How Resize resamples (proto Interpolation) and mirrors. Every filter is antialiased as Pillow's
+// and torchvision's (antialias=True) are: widened by the scale when shrinking.
+enum class ResizeFilter { kBilinear = 0, kArea = 1, kBicubic = 2 };
+struct ResizeOptions {
+  ResizeFilter filter = ResizeFilter::kBilinear;
+  bool flip_horizontal = false;
+  bool flip_vertical = false;
+};
+
 // Resizes src into dst (dst_width x dst_height RGB, rows dst_stride bytes apart); when
 // flip_horizontal is set, also mirrors the result left-right, at no extra cost (the pass that
 // writes dst writes its columns in reverse): the same bytes as Resize then FlipHorizontal.

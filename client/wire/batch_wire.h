@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "client/wire/buffer_allocator.h"
+#include "formats/dtype.h"
 #include "formats/status.h"
 
 namespace grpc {
@@ -32,8 +33,14 @@ struct BatchMeta {
   int64_t shuffle_bytes = 0;
   int32_t n = 0, height = 0, width = 0, channels = 3;
   uint64_t skipped_records = 0;
+  // The images' element type and layout (formats/dtype.h); shape is [n, height, width, channels]
+  // for NHWC, [n, channels, height, width] for NCHW.
+  DType dtype = DType::kUint8;
+  Layout layout = Layout::kNhwc;
 
-  size_t image_bytes() const { return static_cast<size_t>(n) * height * width * channels; }
+  size_t image_bytes() const {
+    return static_cast<size_t>(n) * height * width * channels * DTypeSize(dtype);
+  }
 };
 
 // Per-sample extras of a batch (service.proto Batch.valid, record_files, record_indexes);
@@ -42,6 +49,9 @@ struct BatchExtras {
   std::span<const uint8_t> valid;  // 1 = real sample, 0 = padding; empty: all real
   std::span<const int32_t> record_files;
   std::span<const int64_t> record_indexes;
+  // Mixup / cutmix (Batch.mixed_labels, label_weights): both or neither.
+  std::span<const int32_t> mixed_labels;
+  std::span<const float> label_weights;
 };
 
 // The serialized Batch up to and including the tag and length of `images`; appending
@@ -69,6 +79,8 @@ struct BatchArrays {
   std::vector<uint8_t> valid;
   std::vector<int32_t> record_files;
   std::vector<int64_t> record_indexes;
+  std::vector<int32_t> mixed_labels;  // with label_weights: Batch.mixed_labels, label_weights
+  std::vector<float> label_weights;
   // A batch whose images are in a shared-memory slot: DecodeBatch sets `shared` and shared_slot;
   // the client then points shared_images into its mapping of `segment` (and frees the slot when
   // the batch is released).

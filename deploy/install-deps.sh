@@ -41,10 +41,10 @@ packages=(
   # the Python client's PyTorch tests: PyPI's x86-64 torch wheels are CUDA builds (~3.5 GB with
   # their nvidia-* dependencies), Debian's is CPU-only (a few hundred MB)
   python3-torch
+  # the transforms' reference: tests compare every op with torchvision's functional ops (and
+  # PNG/JPEG decodes with Pillow's)
+  python3-torchvision python3-pil
 )
-if ((bench)); then
-  packages+=(python3-torchvision python3-pil)
-fi
 if ((fuzz)); then
   packages+=(clang libclang-rt-14-dev)
 fi

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,13 @@ using OpFn = void (*)(Image& in, const Params& p, std::vector<uint8_t>* out);
                           static_cast<size_t>(img.width) * 3};
 }
 
+ResizeFilter ParseFilter(const std::string& name) {
+  if (name == "bilinear") return ResizeFilter::kBilinear;
+  if (name == "area") return ResizeFilter::kArea;
+  if (name == "bicubic") return ResizeFilter::kBicubic;
+  throw std::runtime_error("filter=" + name + ": expected bilinear, area or bicubic");
+}
+
 // The image itself, after an in-place op.
 void Pixels(const Image& img, std::vector<uint8_t>* out) { *out = img.pixels; }
 
@@ -52,6 +60,19 @@ const std::map<std::string, OpFn>& Ops() {
   static const auto* ops = new std::map<std::string, OpFn>{
       // Each entry: "name", [](Image& in, const Params& p, std::vector<uint8_t>* out) {...}.
       {"identity", [](Image& in, const Params&, std::vector<uint8_t>* out) { Pixels(in, out); }},
+      // width, height: the output's; filter=bilinear|area|bicubic; hflip, vflip = 0|1 (default 0).
+      // Output: the resized RGB image, height x width x 3.
+      {"resize",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         const int width = p.Int("width"), height = p.Int("height");
+         if (width <= 0 || height <= 0) throw std::runtime_error("width and height must be > 0");
+         ResizeOptions options;
+         options.filter = ParseFilter(p.Get("filter"));
+         options.flip_horizontal = p.Has("hflip") && p.Int("hflip") != 0;
+         options.flip_vertical = p.Has("vflip") && p.Int("vflip") != 0;
+         out->resize(static_cast<size_t>(width) * height * 3);
+         Resize(in.view(), out->data(), width, height, static_cast<size_t>(width) * 3, options);
+       }},
   };
   return *ops;
 }

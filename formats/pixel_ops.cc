@@ -27,6 +27,11 @@ using pixel_internal::Kernels;
 // Python floats become float32 scalars in torch's float32 ops: round the double, as torch does.
 float F32(double v) { return static_cast<float>(v); }
 
+// std::min and std::max on floats by value: the reference-returning ones keep GCC's if-conversion,
+// and with it vectorization, out of a loop.
+SLUICE_ALWAYS_INLINE float MinF(float a, float b) { return b < a ? b : a; }
+SLUICE_ALWAYS_INLINE float MaxF(float a, float b) { return a < b ? b : a; }
+
 uint32_t FloatBits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
@@ -63,20 +68,36 @@ SLUICE_ALWAYS_INLINE uint8_t Gray(const uint8_t* px) {
   return static_cast<uint8_t>(static_cast<int>(l));
 }
 
-// ---- AdjustHue: F.adjust_hue's float arithmetic on kHueBlock pixels at a time ----
+constexpr int kPixelBlock = 16;
 
-constexpr int kHueBlock = 16;
+// F.adjust_saturation on kPixelBlock pixels: each channel blended with the pixel's uint8 gray.
+// params: the ratio and 1 - ratio as float32.
+SLUICE_ALWAYS_INLINE void SaturationBlock(float* __restrict r, float* __restrict g,
+                                          float* __restrict b, const float* params) {
+  const float ratio = params[0], other = params[1];
+  for (int i = 0; i < kPixelBlock; ++i) {
+    const float l = (F32(0.2989) * r[i] + F32(0.587) * g[i]) + F32(0.114) * b[i];
+    const float gray = other * static_cast<float>(static_cast<int>(l));
+    // MaxF(0, v) also maps a NaN (a NaN factor) to 0.
+    r[i] = static_cast<float>(static_cast<int>(MinF(MaxF(0.0f, ratio * r[i] + gray), 255.0f)));
+    g[i] = static_cast<float>(static_cast<int>(MinF(MaxF(0.0f, ratio * g[i] + gray), 255.0f)));
+    b[i] = static_cast<float>(static_cast<int>(MinF(MaxF(0.0f, ratio * b[i] + gray), 255.0f)));
+  }
+}
+
+// ---- AdjustHue: F.adjust_hue's float arithmetic ----
 
 // _rgb2hsv, the hue shift (h + hue_factor) % 1, _hsv2rgb, and the float -> uint8 conversion of
 // convert_image_dtype (x * 255.999, truncated; the one transforms.v2 uses, which keeps hue 0 the
 // identity), on channels given as floats 0..255; results are written back as whole floats.
-// Branch-free selects over plain arrays so the compiler vectorizes the loop.
-void HueBlock(float* __restrict r, float* __restrict g, float* __restrict b, float hue) {
+// params: the hue factor as float32. HueBlockAvx2 is the same arithmetic in AVX2.
+void HueBlock(float* __restrict r, float* __restrict g, float* __restrict b, const float* params) {
+  const float hue = params[0];
   const float to_u8 = F32(255.0 + 1.0 - 1e-3);
-  for (int i = 0; i < kHueBlock; ++i) {
+  for (int i = 0; i < kPixelBlock; ++i) {
     const float rf = r[i] / 255.0f, gf = g[i] / 255.0f, bf = b[i] / 255.0f;
-    const float maxc = std::max(std::max(rf, gf), bf);
-    const float minc = std::min(std::min(rf, gf), bf);
+    const float maxc = MaxF(MaxF(rf, gf), bf);
+    const float minc = MinF(MinF(rf, gf), bf);
     const bool eqc = maxc == minc;
     const float cr = maxc - minc;
     const float s = cr / (eqc ? 1.0f : maxc);
@@ -101,9 +122,9 @@ void HueBlock(float* __restrict r, float* __restrict g, float* __restrict b, flo
     const float fi_less6 = fi - 6.0f;
     const float sector = fi >= 6.0f ? fi_less6 : fi;
     const float v = maxc;
-    const float p = std::min(std::max(v * (1.0f - s), 0.0f), 1.0f);
-    const float q = std::min(std::max(v * (1.0f - s * f), 0.0f), 1.0f);
-    const float t = std::min(std::max(v * (1.0f - s * (1.0f - f)), 0.0f), 1.0f);
+    const float p = MinF(MaxF(v * (1.0f - s), 0.0f), 1.0f);
+    const float q = MinF(MaxF(v * (1.0f - s * f), 0.0f), 1.0f);
+    const float t = MinF(MaxF(v * (1.0f - s * (1.0f - f)), 0.0f), 1.0f);
     // Sectors 0..5: r = (v, q, p, p, t, v), g = (t, v, v, q, p, p), b = (p, p, t, v, v, q).
     const bool s0 = sector == 0.0f, s1 = sector == 1.0f, s2 = sector == 2.0f;
     const bool s3 = sector == 3.0f, s4 = sector == 4.0f, s5 = sector == 5.0f;
@@ -116,21 +137,23 @@ void HueBlock(float* __restrict r, float* __restrict g, float* __restrict b, flo
   }
 }
 
-template <void (*kBlock)(float*, float*, float*, float)>
-SLUICE_ALWAYS_INLINE void HueImage(MutableImageView img, float hue) {
-  alignas(32) float r[kHueBlock], g[kHueBlock], b[kHueBlock];
+// Runs kOp on the image kPixelBlock pixels at a time, each channel deinterleaved into a float array
+// of values 0..255; kOp leaves whole values 0..255 there, which are written back.
+template <void (*kOp)(float*, float*, float*, const float*)>
+SLUICE_ALWAYS_INLINE void BlockImage(MutableImageView img, const float* params) {
+  alignas(32) float r[kPixelBlock], g[kPixelBlock], b[kPixelBlock];
   for (int y = 0; y < img.height; ++y) {
     uint8_t* row = img.row(y);
-    for (int x0 = 0; x0 < img.width; x0 += kHueBlock) {
-      const int n = std::min(kHueBlock, img.width - x0);
+    for (int x0 = 0; x0 < img.width; x0 += kPixelBlock) {
+      const int n = std::min(kPixelBlock, img.width - x0);
       uint8_t* px = row + static_cast<size_t>(x0) * 3;
-      for (int i = 0; i < kHueBlock; ++i) {
+      for (int i = 0; i < kPixelBlock; ++i) {
         const int k = std::min(i, n - 1) * 3;  // a short block repeats its last pixel
         r[i] = px[k];
         g[i] = px[k + 1];
         b[i] = px[k + 2];
       }
-      kBlock(r, g, b, hue);
+      kOp(r, g, b, params);
       for (int i = 0; i < n; ++i) {
         px[i * 3] = static_cast<uint8_t>(r[i]);
         px[i * 3 + 1] = static_cast<uint8_t>(g[i]);
@@ -140,7 +163,11 @@ SLUICE_ALWAYS_INLINE void HueImage(MutableImageView img, float hue) {
   }
 }
 
-void HuePortable(MutableImageView img, float hue) { HueImage<HueBlock>(img, hue); }
+void SaturationPortable(MutableImageView img, const float* params) {
+  BlockImage<SaturationBlock>(img, params);
+}
+
+void HuePortable(MutableImageView img, const float* params) { BlockImage<HueBlock>(img, params); }
 
 // ---- WriteOutput ----
 
@@ -211,6 +238,99 @@ void WriteOutputPortable(const ImageView& img, const OutputSpec& spec, void* dst
   }
 }
 
+// ---- GaussianBlur ----
+
+// _get_gaussian_kernel1d in float32: torch.linspace(-(k-1)/2, (k-1)/2, k) (its two-sided
+// formula), exp(-0.5 (x / sigma)^2), divided by its sum.
+void GaussianKernel1d(int k, double sigma, float* out) {
+  const float half = F32((k - 1) * 0.5);
+  const float start = -half, end = half;
+  const float step = (end - start) / static_cast<float>(k - 1);
+  const int halfway = k / 2;
+  float sum = 0;
+  for (int i = 0; i < k; ++i) {
+    const float x = i < halfway ? start + step * static_cast<float>(i)
+                                : end - step * static_cast<float>(k - i - 1);
+    const float z = x / F32(sigma);
+    out[i] = std::exp(-0.5f * (z * z));
+    sum += out[i];
+  }
+  for (int i = 0; i < k; ++i) out[i] /= sum;
+}
+
+// torch's reflect padding index for any i, with as many bounces as it takes (torchvision refuses
+// padding >= the side; a kernel that wide still gets a defined result here).
+int Reflect(int i, int n) {
+  if (n == 1) return 0;
+  const int period = 2 * (n - 1);
+  i %= period;
+  if (i < 0) i += period;
+  return i < n ? i : period - i;
+}
+
+// Round half to even of v in [0, 2^23): adding and removing 2^23 leaves the rounded value under
+// the default rounding mode, and vectorizes without SSE4.1.
+SLUICE_ALWAYS_INLINE float RoundEven(float v) { return (v + 8388608.0f) - 8388608.0f; }
+
+// out[i] = kj * in[i], then out[i] += kj * in[i] for each further tap: the taps added in order.
+SLUICE_ALWAYS_INLINE void FirstTap(float kj, const float* __restrict in, size_t n,
+                                   float* __restrict out) {
+  for (size_t i = 0; i < n; ++i) out[i] = kj * in[i];
+}
+SLUICE_ALWAYS_INLINE void AddTap(float kj, const float* __restrict in, size_t n,
+                                 float* __restrict out) {
+  for (size_t i = 0; i < n; ++i) out[i] += kj * in[i];
+}
+
+// Separable: each source row is filtered horizontally once, into a ring of k rows, and each
+// output row is the vertical sum over the ring, rounded half to even as torch.round. torch
+// convolves with the 2-D outer product instead; the sums differ only in float rounding.
+// work: BlurWorkSize floats.
+size_t BlurWorkSize(int width, int height, int k) {
+  const size_t row_len = static_cast<size_t>(width) * 3;
+  return (static_cast<size_t>(width) + k) * 3 + row_len +
+         static_cast<size_t>(std::min(k, height)) * row_len;
+}
+
+SLUICE_ALWAYS_INLINE void BlurImage(MutableImageView img, int k, const float* kern, float* work) {
+  const int r = k / 2, w = img.width;
+  const size_t row_len = static_cast<size_t>(w) * 3;
+  const int ring = std::min(k, img.height);
+  float* padded = work;
+  float* acc = padded + (static_cast<size_t>(w) + k) * 3;
+  float* rows = acc + row_len;
+  auto ring_row = [&](int s) { return rows + static_cast<size_t>(s % ring) * row_len; };
+
+  int next = 0;  // the next source row to filter horizontally
+  for (int y = 0; y < img.height; ++y) {
+    for (; next <= std::min(img.height - 1, y + r); ++next) {
+      const uint8_t* src = img.row(next);
+      for (size_t i = 0; i < row_len; ++i) padded[static_cast<size_t>(r) * 3 + i] = src[i];
+      for (int x = -r; x < 0; ++x) {
+        for (int c = 0; c < 3; ++c) {
+          padded[static_cast<size_t>(x + r) * 3 + c] = src[Reflect(x, w) * 3 + c];
+          padded[static_cast<size_t>(w - x - 1 + r) * 3 + c] = src[Reflect(w - x - 1, w) * 3 + c];
+        }
+      }
+      float* out = ring_row(next);
+      FirstTap(kern[0], padded, row_len, out);
+      for (int j = 1; j < k; ++j)
+        AddTap(kern[j], padded + static_cast<size_t>(j) * 3, row_len, out);
+    }
+    FirstTap(kern[0], ring_row(Reflect(y - r, img.height)), row_len, acc);
+    for (int j = 1; j < k; ++j)
+      AddTap(kern[j], ring_row(Reflect(y - r + j, img.height)), row_len, acc);
+    uint8_t* dst = img.row(y);
+    for (size_t i = 0; i < row_len; ++i) {
+      dst[i] = static_cast<uint8_t>(static_cast<int>(MinF(RoundEven(acc[i]), 255.0f)));
+    }
+  }
+}
+
+void BlurPortable(MutableImageView img, int k, const float* kern, float* work) {
+  BlurImage(img, k, kern, work);
+}
+
 #if SLUICE_HAVE_X86_PIXEL_KERNELS
 
 #define SLUICE_AVX2 __attribute__((target("avx2,f16c")))
@@ -235,11 +355,11 @@ SLUICE_AVX2_INLINE __m256 ToU8Float(__m256 x, __m256 to_u8) {
 }
 
 // HueBlock's arithmetic, eight pixels at a time, the selects as blends.
-SLUICE_AVX2 void HueBlockAvx2(float* r, float* g, float* b, float hue_factor) {
+SLUICE_AVX2 void HueBlockAvx2(float* r, float* g, float* b, const float* params) {
   const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
   const __m256 k255 = _mm256_set1_ps(255.0f), to_u8 = _mm256_set1_ps(F32(255.0 + 1.0 - 1e-3));
-  const __m256 hue = _mm256_set1_ps(hue_factor), six = _mm256_set1_ps(6.0f);
-  for (int i = 0; i < kHueBlock; i += 8) {
+  const __m256 hue = _mm256_set1_ps(params[0]), six = _mm256_set1_ps(6.0f);
+  for (int i = 0; i < kPixelBlock; i += 8) {
     const __m256 rf = _mm256_div_ps(_mm256_load_ps(r + i), k255);
     const __m256 gf = _mm256_div_ps(_mm256_load_ps(g + i), k255);
     const __m256 bf = _mm256_div_ps(_mm256_load_ps(b + i), k255);
@@ -283,7 +403,17 @@ SLUICE_AVX2 void HueBlockAvx2(float* r, float* g, float* b, float hue_factor) {
   }
 }
 
-SLUICE_AVX2 void HueAvx2(MutableImageView img, float hue) { HueImage<HueBlockAvx2>(img, hue); }
+SLUICE_AVX2 void HueAvx2(MutableImageView img, const float* params) {
+  BlockImage<HueBlockAvx2>(img, params);
+}
+
+SLUICE_AVX2 void SaturationAvx2(MutableImageView img, const float* params) {
+  BlockImage<SaturationBlock>(img, params);
+}
+
+SLUICE_AVX2 void BlurAvx2(MutableImageView img, int k, const float* kern, float* work) {
+  BlurImage(img, k, kern, work);
+}
 
 struct Planes16 {
   __m128i r, g, b;
@@ -467,40 +597,6 @@ bool CpuHasAvx2F16c() { return false; }
 
 bool UseSimd(Kernels kernels) { return kernels == Kernels::kBest && CpuHasAvx2F16c(); }
 
-// ---- GaussianBlur ----
-
-// _get_gaussian_kernel1d in float32: torch.linspace(-(k-1)/2, (k-1)/2, k) (its two-sided
-// formula), exp(-0.5 (x / sigma)^2), divided by its sum.
-void GaussianKernel1d(int k, double sigma, float* out) {
-  const float half = F32((k - 1) * 0.5);
-  const float start = -half, end = half;
-  const float step = (end - start) / static_cast<float>(k - 1);
-  const int halfway = k / 2;
-  float sum = 0;
-  for (int i = 0; i < k; ++i) {
-    const float x = i < halfway ? start + step * static_cast<float>(i)
-                                : end - step * static_cast<float>(k - i - 1);
-    const float z = x / F32(sigma);
-    out[i] = std::exp(-0.5f * (z * z));
-    sum += out[i];
-  }
-  for (int i = 0; i < k; ++i) out[i] /= sum;
-}
-
-// torch's reflect padding index for any i, with as many bounces as it takes (torchvision refuses
-// padding >= the side; a kernel that wide still gets a defined result here).
-int Reflect(int i, int n) {
-  if (n == 1) return 0;
-  const int period = 2 * (n - 1);
-  i %= period;
-  if (i < 0) i += period;
-  return i < n ? i : period - i;
-}
-
-// Round half to even of v in [0, 2^23): adding and removing 2^23 leaves the rounded value under
-// the default rounding mode, and vectorizes without SSE4.1.
-SLUICE_ALWAYS_INLINE float RoundEven(float v) { return (v + 8388608.0f) - 8388608.0f; }
-
 }  // namespace
 
 // ---- Per-value ops: a table per call ----
@@ -533,21 +629,7 @@ void AdjustContrast(MutableImageView img, double factor) {
 }
 
 void AdjustSaturation(MutableImageView img, double factor) {
-  const float ratio = F32(factor), other = F32(1.0 - factor);
-  float self_term[256], gray_term[256];
-  for (int x = 0; x < 256; ++x) {
-    self_term[x] = ratio * static_cast<float>(x);
-    gray_term[x] = other * static_cast<float>(x);
-  }
-  for (int y = 0; y < img.height; ++y) {
-    uint8_t* px = img.row(y);
-    for (int x = 0; x < img.width; ++x, px += 3) {
-      const float g = gray_term[Gray(px)];
-      px[0] = Blend(self_term[px[0]], g);
-      px[1] = Blend(self_term[px[1]], g);
-      px[2] = Blend(self_term[px[2]], g);
-    }
-  }
+  pixel_internal::AdjustSaturation(img, factor, Kernels::kBest);
 }
 
 void AdjustHue(MutableImageView img, double hue_factor) {
@@ -579,58 +661,9 @@ void Posterize(MutableImageView img, int bits) {
   ApplyLut(img, lut);
 }
 
-// Separable: each source row is filtered horizontally once, into a ring of kernel_size rows, and
-// each output row is the vertical sum over the ring, rounded half to even as torch.round. torch
-// convolves with the 2-D outer product instead; the sums differ only in float rounding.
 void GaussianBlur(MutableImageView img, int kernel_size, double sigma,
                   std::vector<float>* scratch) {
-  if (kernel_size <= 1 || kernel_size % 2 == 0 || !(sigma > 0) || img.width <= 0 ||
-      img.height <= 0) {
-    return;
-  }
-  const int k = kernel_size, r = k / 2;
-  const size_t row_len = static_cast<size_t>(img.width) * 3;
-  const size_t padded_len = (static_cast<size_t>(img.width) + 2 * r) * 3;
-  const int ring = std::min(k, img.height);
-  scratch->resize(k + padded_len + row_len + static_cast<size_t>(ring) * row_len);
-  float* kern = scratch->data();
-  float* padded = kern + k;
-  float* acc = padded + padded_len;
-  float* rows = acc + row_len;
-  GaussianKernel1d(k, sigma, kern);
-  auto ring_row = [&](int s) { return rows + static_cast<size_t>(s % ring) * row_len; };
-
-  int next = 0;  // the next source row to filter horizontally
-  for (int y = 0; y < img.height; ++y) {
-    for (; next <= std::min(img.height - 1, y + r); ++next) {
-      const uint8_t* src = img.row(next);
-      for (int x = -r; x < img.width + r; ++x) {
-        const uint8_t* p = src + static_cast<size_t>(Reflect(x, img.width)) * 3;
-        float* d = padded + static_cast<size_t>(x + r) * 3;
-        d[0] = p[0];
-        d[1] = p[1];
-        d[2] = p[2];
-      }
-      float* out = ring_row(next);
-      for (size_t i = 0; i < row_len; ++i) out[i] = kern[0] * padded[i];
-      for (int j = 1; j < k; ++j) {
-        const float kj = kern[j];
-        const float* in = padded + static_cast<size_t>(j) * 3;
-        for (size_t i = 0; i < row_len; ++i) out[i] += kj * in[i];
-      }
-    }
-    const float* first = ring_row(Reflect(y - r, img.height));
-    for (size_t i = 0; i < row_len; ++i) acc[i] = kern[0] * first[i];
-    for (int j = 1; j < k; ++j) {
-      const float kj = kern[j];
-      const float* in = ring_row(Reflect(y - r + j, img.height));
-      for (size_t i = 0; i < row_len; ++i) acc[i] += kj * in[i];
-    }
-    uint8_t* dst = img.row(y);
-    for (size_t i = 0; i < row_len; ++i) {
-      dst[i] = static_cast<uint8_t>(static_cast<int>(std::min(RoundEven(acc[i]), 255.0f)));
-    }
-  }
+  pixel_internal::GaussianBlur(img, kernel_size, sigma, scratch, Kernels::kBest);
 }
 
 void WriteOutput(const ImageView& img, const OutputSpec& spec, void* dst) {
@@ -676,12 +709,20 @@ namespace pixel_internal {
 
 bool HaveSimdKernels() { return CpuHasAvx2F16c(); }
 
-void AdjustHue(MutableImageView img, double hue_factor, Kernels kernels) {
-  const float hue = F32(hue_factor);
+void AdjustSaturation(MutableImageView img, double factor, Kernels kernels) {
+  const float params[2] = {F32(factor), F32(1.0 - factor)};
 #if SLUICE_HAVE_X86_PIXEL_KERNELS
-  if (UseSimd(kernels)) return HueAvx2(img, hue);
+  if (UseSimd(kernels)) return SaturationAvx2(img, params);
 #endif
-  HuePortable(img, hue);
+  SaturationPortable(img, params);
+}
+
+void AdjustHue(MutableImageView img, double hue_factor, Kernels kernels) {
+  const float params[1] = {F32(hue_factor)};
+#if SLUICE_HAVE_X86_PIXEL_KERNELS
+  if (UseSimd(kernels)) return HueAvx2(img, params);
+#endif
+  HuePortable(img, params);
 }
 
 void WriteOutput(const ImageView& img, const OutputSpec& spec, void* dst, Kernels kernels) {
@@ -689,6 +730,21 @@ void WriteOutput(const ImageView& img, const OutputSpec& spec, void* dst, Kernel
   if (UseSimd(kernels) && WriteOutputAvx2(img, spec, dst)) return;
 #endif
   WriteOutputPortable(img, spec, dst);
+}
+
+void GaussianBlur(MutableImageView img, int kernel_size, double sigma, std::vector<float>* scratch,
+                  Kernels kernels) {
+  if (kernel_size <= 1 || kernel_size % 2 == 0 || !(sigma > 0) || img.width <= 0 ||
+      img.height <= 0) {
+    return;
+  }
+  scratch->resize(kernel_size + BlurWorkSize(img.width, img.height, kernel_size));
+  float* kern = scratch->data();
+  GaussianKernel1d(kernel_size, sigma, kern);
+#if SLUICE_HAVE_X86_PIXEL_KERNELS
+  if (UseSimd(kernels)) return BlurAvx2(img, kernel_size, kern, kern + kernel_size);
+#endif
+  BlurPortable(img, kernel_size, kern, kern + kernel_size);
 }
 
 void FloatsToHalf(const float* in, size_t n, uint16_t* out, Kernels kernels) {

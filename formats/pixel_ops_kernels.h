@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "formats/pixel_ops.h"
 
@@ -16,8 +17,11 @@ enum class Kernels { kBest, kPortable };
 // Whether kBest differs from kPortable on this machine.
 bool HaveSimdKernels();
 
+void AdjustSaturation(MutableImageView img, double factor, Kernels kernels);
 void AdjustHue(MutableImageView img, double hue_factor, Kernels kernels);
 void WriteOutput(const ImageView& img, const OutputSpec& spec, void* dst, Kernels kernels);
+void GaussianBlur(MutableImageView img, int kernel_size, double sigma, std::vector<float>* scratch,
+                  Kernels kernels);
 
 // n floats to float16: F16C's VCVTPS2PH (round to nearest even) under kBest, FloatToHalf's
 // portable arithmetic under kPortable.

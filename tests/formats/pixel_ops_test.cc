@@ -382,6 +382,32 @@ TEST_CASE("OutputSimdAndPortableKernelsWriteTheSameBytes") {
   }
 }
 
+TEST_CASE("SaturationAndBlurSimdAndPortableKernelsWriteTheSameBytes") {
+  if (!pixel_internal::HaveSimdKernels()) {
+    WARN("no AVX2/F16C here: only the portable kernels run");
+    return;
+  }
+  const Image cube = ColourCube(3);
+  const Image odd = RandomImage(37, 29, 11);
+  for (const Image* src : {&cube, &odd}) {
+    for (double factor : {0.0, 0.6, 1.0, 1.4, 7.5}) {
+      Image simd = *src, portable = *src;
+      pixel_internal::AdjustSaturation(Mutable(simd), factor, Kernels::kBest);
+      pixel_internal::AdjustSaturation(Mutable(portable), factor, Kernels::kPortable);
+      INFO("saturation " << factor << " width " << src->width);
+      CHECK(simd.pixels == portable.pixels);
+    }
+  }
+  std::vector<float> scratch;
+  for (int k : {3, 7, 23}) {
+    Image simd = odd, portable = odd;
+    pixel_internal::GaussianBlur(Mutable(simd), k, 1.7, &scratch, Kernels::kBest);
+    pixel_internal::GaussianBlur(Mutable(portable), k, 1.7, &scratch, Kernels::kPortable);
+    INFO("blur " << k);
+    CHECK(simd.pixels == portable.pixels);
+  }
+}
+
 TEST_CASE("HueSimdAndPortableKernelsWriteTheSameBytes") {
   if (!pixel_internal::HaveSimdKernels()) {
     WARN("no AVX2/F16C here: only the portable kernels run");

@@ -139,28 +139,60 @@ void HueBlock(float* __restrict r, float* __restrict g, float* __restrict b, con
 
 // Runs kOp on the image kPixelBlock pixels at a time, each channel deinterleaved into a float array
 // of values 0..255; kOp leaves whole values 0..255 there, which are written back.
-template <void (*kOp)(float*, float*, float*, const float*)>
-SLUICE_ALWAYS_INLINE void BlockImage(MutableImageView img, const float* params) {
+using BlockOp = void (*)(float*, float*, float*, const float*);
+
+// kOp on the n <= kPixelBlock pixels at px.
+template <BlockOp kOp>
+SLUICE_ALWAYS_INLINE void OneBlock(uint8_t* px, int n, const float* params) {
   alignas(32) float r[kPixelBlock], g[kPixelBlock], b[kPixelBlock];
+  for (int i = 0; i < kPixelBlock; ++i) {
+    const int k = std::min(i, n - 1) * 3;  // a short block repeats its last pixel
+    r[i] = px[k];
+    g[i] = px[k + 1];
+    b[i] = px[k + 2];
+  }
+  kOp(r, g, b, params);
+  for (int i = 0; i < n; ++i) {
+    px[i * 3] = static_cast<uint8_t>(r[i]);
+    px[i * 3 + 1] = static_cast<uint8_t>(g[i]);
+    px[i * 3 + 2] = static_cast<uint8_t>(b[i]);
+  }
+}
+
+// Runs kOp on the image kPixelBlock pixels at a time, each channel deinterleaved into a float array
+// of values 0..255; kOp leaves whole values 0..255 there, which are written back.
+template <BlockOp kOp>
+SLUICE_ALWAYS_INLINE void BlockImage(MutableImageView img, const float* params) {
   for (int y = 0; y < img.height; ++y) {
     uint8_t* row = img.row(y);
     for (int x0 = 0; x0 < img.width; x0 += kPixelBlock) {
-      const int n = std::min(kPixelBlock, img.width - x0);
-      uint8_t* px = row + static_cast<size_t>(x0) * 3;
-      for (int i = 0; i < kPixelBlock; ++i) {
-        const int k = std::min(i, n - 1) * 3;  // a short block repeats its last pixel
-        r[i] = px[k];
-        g[i] = px[k + 1];
-        b[i] = px[k + 2];
-      }
-      kOp(r, g, b, params);
-      for (int i = 0; i < n; ++i) {
-        px[i * 3] = static_cast<uint8_t>(r[i]);
-        px[i * 3 + 1] = static_cast<uint8_t>(g[i]);
-        px[i * 3 + 2] = static_cast<uint8_t>(b[i]);
-      }
+      OneBlock<kOp>(row + static_cast<size_t>(x0) * 3, std::min(kPixelBlock, img.width - x0),
+                    params);
     }
   }
+}
+
+// F.rgb_to_grayscale(num_output_channels=3) on kPixelBlock pixels (Gray's arithmetic).
+SLUICE_ALWAYS_INLINE void GrayBlock(float* __restrict r, float* __restrict g, float* __restrict b,
+                                    const float*) {
+  for (int i = 0; i < kPixelBlock; ++i) {
+    const float l = (F32(0.2989) * r[i] + F32(0.587) * g[i]) + F32(0.114) * b[i];
+    r[i] = g[i] = b[i] = static_cast<float>(static_cast<int>(l));
+  }
+}
+
+void GrayPortable(MutableImageView img) { BlockImage<GrayBlock>(img, nullptr); }
+
+// The sum of the image's uint8 grays, exactly.
+uint64_t GraySumPortable(const ImageView& img) {
+  uint64_t sum = 0;
+  for (int y = 0; y < img.height; ++y) {
+    const uint8_t* px = img.row(y);
+    uint32_t row_sum = 0;
+    for (int x = 0; x < img.width; ++x) row_sum += Gray(px + x * 3);
+    sum += row_sum;
+  }
+  return sum;
 }
 
 void SaturationPortable(MutableImageView img, const float* params) {
@@ -403,18 +435,6 @@ SLUICE_AVX2 void HueBlockAvx2(float* r, float* g, float* b, const float* params)
   }
 }
 
-SLUICE_AVX2 void HueAvx2(MutableImageView img, const float* params) {
-  BlockImage<HueBlockAvx2>(img, params);
-}
-
-SLUICE_AVX2 void SaturationAvx2(MutableImageView img, const float* params) {
-  BlockImage<SaturationBlock>(img, params);
-}
-
-SLUICE_AVX2 void BlurAvx2(MutableImageView img, int k, const float* kern, float* work) {
-  BlurImage(img, k, kern, work);
-}
-
 struct Planes16 {
   __m128i r, g, b;
 };
@@ -448,6 +468,109 @@ SLUICE_AVX2_INLINE Planes16 Deinterleave16(const uint8_t* p) {
 // The low 8 bytes of v as floats.
 SLUICE_AVX2_INLINE __m256 Low8ToFloat(__m128i v) {
   return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
+}
+
+// The inverse of Deinterleave16: 16 pixels' channels interleaved into 48 bytes at p.
+SLUICE_AVX2_INLINE void Interleave16(__m128i r, __m128i g, __m128i b, uint8_t* p) {
+  // Output byte j of vector v is channel (16 v + j) % 3's byte (16 v + j) / 3.
+  alignas(16) static constexpr auto kMasks = [] {
+    struct {
+      char m[3][3][16];  // [output vector][channel][byte]
+    } t{};
+    for (int v = 0; v < 3; ++v) {
+      for (int c = 0; c < 3; ++c) {
+        for (int j = 0; j < 16; ++j) {
+          const int at = 16 * v + j;
+          t.m[v][c][j] = at % 3 == c ? static_cast<char>(at / 3) : static_cast<char>(-1);
+        }
+      }
+    }
+    return t;
+  }();
+  const __m128i planes[3] = {r, g, b};
+  for (int v = 0; v < 3; ++v) {
+    __m128i out = _mm_setzero_si128();
+    for (int c = 0; c < 3; ++c) {
+      const __m128i mask = _mm_load_si128(reinterpret_cast<const __m128i*>(kMasks.m[v][c]));
+      out = _mm_or_si128(out, _mm_shuffle_epi8(planes[c], mask));
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 16 * v), out);
+  }
+}
+
+// 16 whole floats 0..255 at f as bytes.
+SLUICE_AVX2_INLINE __m128i FloatsToBytes16(const float* f) {
+  const __m256i lo = _mm256_cvttps_epi32(_mm256_load_ps(f));
+  const __m256i hi = _mm256_cvttps_epi32(_mm256_load_ps(f + 8));
+  const __m256i words = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xD8);
+  return _mm_packus_epi16(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1));
+}
+
+// BlockImage with the channels split and joined by shuffles.
+template <BlockOp kOp>
+SLUICE_AVX2_INLINE void BlockImageAvx2(MutableImageView img, const float* params) {
+  alignas(32) float r[kPixelBlock], g[kPixelBlock], b[kPixelBlock];
+  for (int y = 0; y < img.height; ++y) {
+    uint8_t* row = img.row(y);
+    int x0 = 0;
+    for (; x0 + kPixelBlock <= img.width; x0 += kPixelBlock) {
+      uint8_t* px = row + static_cast<size_t>(x0) * 3;
+      const Planes16 p = Deinterleave16(px);
+      float* const out[3] = {r, g, b};
+      const __m128i in[3] = {p.r, p.g, p.b};
+      for (int c = 0; c < 3; ++c) {
+        _mm256_store_ps(out[c], Low8ToFloat(in[c]));
+        _mm256_store_ps(out[c] + 8, Low8ToFloat(_mm_srli_si128(in[c], 8)));
+      }
+      kOp(r, g, b, params);
+      Interleave16(FloatsToBytes16(r), FloatsToBytes16(g), FloatsToBytes16(b), px);
+    }
+    if (x0 < img.width) OneBlock<kOp>(row + static_cast<size_t>(x0) * 3, img.width - x0, params);
+  }
+}
+
+SLUICE_AVX2 uint64_t GraySumAvx2(const ImageView& img) {
+  const __m256 wr = _mm256_set1_ps(F32(0.2989)), wg = _mm256_set1_ps(F32(0.587));
+  const __m256 wb = _mm256_set1_ps(F32(0.114));
+  uint64_t sum = 0;
+  for (int y = 0; y < img.height; ++y) {
+    const uint8_t* row = img.row(y);
+    __m256i acc = _mm256_setzero_si256();  // at most 255 * width / 8 per lane
+    int x = 0;
+    for (; x + 16 <= img.width; x += 16) {
+      const Planes16 p = Deinterleave16(row + static_cast<size_t>(x) * 3);
+      for (int half = 0; half < 2; ++half) {
+        const __m128i r8 = half ? _mm_srli_si128(p.r, 8) : p.r;
+        const __m128i g8 = half ? _mm_srli_si128(p.g, 8) : p.g;
+        const __m128i b8 = half ? _mm_srli_si128(p.b, 8) : p.b;
+        const __m256 l = _mm256_add_ps(
+            _mm256_add_ps(_mm256_mul_ps(wr, Low8ToFloat(r8)), _mm256_mul_ps(wg, Low8ToFloat(g8))),
+            _mm256_mul_ps(wb, Low8ToFloat(b8)));
+        acc = _mm256_add_epi32(acc, _mm256_cvttps_epi32(l));
+      }
+    }
+    alignas(32) uint32_t lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), acc);
+    uint64_t row_sum = 0;
+    for (uint32_t v : lanes) row_sum += v;
+    for (; x < img.width; ++x) row_sum += Gray(row + static_cast<size_t>(x) * 3);
+    sum += row_sum;
+  }
+  return sum;
+}
+
+SLUICE_AVX2 void HueAvx2(MutableImageView img, const float* params) {
+  BlockImageAvx2<HueBlockAvx2>(img, params);
+}
+
+SLUICE_AVX2 void SaturationAvx2(MutableImageView img, const float* params) {
+  BlockImageAvx2<SaturationBlock>(img, params);
+}
+
+SLUICE_AVX2 void GrayAvx2(MutableImageView img) { BlockImageAvx2<GrayBlock>(img, nullptr); }
+
+SLUICE_AVX2 void BlurAvx2(MutableImageView img, int k, const float* kern, float* work) {
+  BlurImage(img, k, kern, work);
 }
 
 // Eight values stored as kDType at out + i (elements).
@@ -610,22 +733,7 @@ void AdjustBrightness(MutableImageView img, double factor) {
 }
 
 void AdjustContrast(MutableImageView img, double factor) {
-  if (img.width <= 0 || img.height <= 0) return;
-  uint64_t sum = 0;
-  for (int y = 0; y < img.height; ++y) {
-    const uint8_t* px = img.row(y);
-    uint32_t row_sum = 0;
-    for (int x = 0; x < img.width; ++x) row_sum += Gray(px + x * 3);
-    sum += row_sum;
-  }
-  // torch.mean: the float32 sum (exact below 2^24) divided by the count.
-  const float mean =
-      static_cast<float>(sum) / static_cast<float>(static_cast<int64_t>(img.width) * img.height);
-  const float ratio = F32(factor);
-  const float other = F32(1.0 - factor) * mean;
-  uint8_t lut[256];
-  for (int x = 0; x < 256; ++x) lut[x] = Blend(ratio * static_cast<float>(x), other);
-  ApplyLut(img, lut);
+  pixel_internal::AdjustContrast(img, factor, Kernels::kBest);
 }
 
 void AdjustSaturation(MutableImageView img, double factor) {
@@ -636,12 +744,7 @@ void AdjustHue(MutableImageView img, double hue_factor) {
   pixel_internal::AdjustHue(img, hue_factor, Kernels::kBest);
 }
 
-void ToGrayscale(MutableImageView img) {
-  for (int y = 0; y < img.height; ++y) {
-    uint8_t* px = img.row(y);
-    for (int x = 0; x < img.width; ++x, px += 3) px[0] = px[1] = px[2] = Gray(px);
-  }
-}
+void ToGrayscale(MutableImageView img) { pixel_internal::ToGrayscale(img, Kernels::kBest); }
 
 void Solarize(MutableImageView img, double threshold) {
   // torch compares the uint8 values with the threshold in float32.
@@ -708,6 +811,30 @@ float HalfToFloat(uint16_t h) {
 namespace pixel_internal {
 
 bool HaveSimdKernels() { return CpuHasAvx2F16c(); }
+
+void AdjustContrast(MutableImageView img, double factor, Kernels kernels) {
+  if (img.width <= 0 || img.height <= 0) return;
+#if SLUICE_HAVE_X86_PIXEL_KERNELS
+  const uint64_t sum = UseSimd(kernels) ? GraySumAvx2(img.view()) : GraySumPortable(img.view());
+#else
+  const uint64_t sum = GraySumPortable(img.view());
+#endif
+  // torch.mean: the float32 sum (exact below 2^24) divided by the count.
+  const float mean =
+      static_cast<float>(sum) / static_cast<float>(static_cast<int64_t>(img.width) * img.height);
+  const float ratio = F32(factor);
+  const float other = F32(1.0 - factor) * mean;
+  uint8_t lut[256];
+  for (int x = 0; x < 256; ++x) lut[x] = Blend(ratio * static_cast<float>(x), other);
+  ApplyLut(img, lut);
+}
+
+void ToGrayscale(MutableImageView img, Kernels kernels) {
+#if SLUICE_HAVE_X86_PIXEL_KERNELS
+  if (UseSimd(kernels)) return GrayAvx2(img);
+#endif
+  GrayPortable(img);
+}
 
 void AdjustSaturation(MutableImageView img, double factor, Kernels kernels) {
   const float params[2] = {F32(factor), F32(1.0 - factor)};

@@ -17,7 +17,9 @@ enum class Kernels { kBest, kPortable };
 // Whether kBest differs from kPortable on this machine.
 bool HaveSimdKernels();
 
+void AdjustContrast(MutableImageView img, double factor, Kernels kernels);
 void AdjustSaturation(MutableImageView img, double factor, Kernels kernels);
+void ToGrayscale(MutableImageView img, Kernels kernels);
 void AdjustHue(MutableImageView img, double hue_factor, Kernels kernels);
 void WriteOutput(const ImageView& img, const OutputSpec& spec, void* dst, Kernels kernels);
 void GaussianBlur(MutableImageView img, int kernel_size, double sigma, std::vector<float>* scratch,

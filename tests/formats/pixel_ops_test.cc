@@ -382,7 +382,7 @@ TEST_CASE("OutputSimdAndPortableKernelsWriteTheSameBytes") {
   }
 }
 
-TEST_CASE("SaturationAndBlurSimdAndPortableKernelsWriteTheSameBytes") {
+TEST_CASE("ColourAndBlurSimdAndPortableKernelsWriteTheSameBytes") {
   if (!pixel_internal::HaveSimdKernels()) {
     WARN("no AVX2/F16C here: only the portable kernels run");
     return;
@@ -396,7 +396,15 @@ TEST_CASE("SaturationAndBlurSimdAndPortableKernelsWriteTheSameBytes") {
       pixel_internal::AdjustSaturation(Mutable(portable), factor, Kernels::kPortable);
       INFO("saturation " << factor << " width " << src->width);
       CHECK(simd.pixels == portable.pixels);
+      simd = portable = *src;
+      pixel_internal::AdjustContrast(Mutable(simd), factor, Kernels::kBest);
+      pixel_internal::AdjustContrast(Mutable(portable), factor, Kernels::kPortable);
+      CHECK(simd.pixels == portable.pixels);
     }
+    Image simd = *src, portable = *src;
+    pixel_internal::ToGrayscale(Mutable(simd), Kernels::kBest);
+    pixel_internal::ToGrayscale(Mutable(portable), Kernels::kPortable);
+    CHECK(simd.pixels == portable.pixels);
   }
   std::vector<float> scratch;
   for (int k : {3, 7, 23}) {

@@ -1,7 +1,10 @@
 // The colour ops and the output writer of pixel_ops.h. Each reproduces torchvision's arithmetic on
 // a uint8 tensor step by step in float32 (the same roundings, in the same order), so most outputs
-// equal torchvision's exactly. This file is compiled with -ffp-contract=off: a fused multiply-add
-// would round differently from torch's separate multiply and add, and from the other kernel path.
+// equal torchvision's exactly. This file is compiled with -ffp-contract=off
+// (formats/CMakeLists.txt): a fused multiply-add would round differently from torch's separate
+// multiply and add, and from the other kernel path. The AVX2 kernels do the portable ones' IEEE
+// operations in the same order, so both give the same bytes (tests/formats/pixel_ops_test.cc
+// compares them).
 #include "formats/pixel_ops.h"
 
 #include <algorithm>
@@ -137,8 +140,7 @@ void HueBlock(float* __restrict r, float* __restrict g, float* __restrict b, con
   }
 }
 
-// Runs kOp on the image kPixelBlock pixels at a time, each channel deinterleaved into a float array
-// of values 0..255; kOp leaves whole values 0..255 there, which are written back.
+// An op on kPixelBlock pixels: their channels as float arrays (r, g, b), and its parameters.
 using BlockOp = void (*)(float*, float*, float*, const float*);
 
 // kOp on the n <= kPixelBlock pixels at px.
@@ -254,11 +256,17 @@ void WriteOutputPortable(const ImageView& img, const OutputSpec& spec, void* dst
         return;
       }
       {
-        uint8_t lut[3][256];
-        for (int c = 0; c < 3; ++c) {
-          for (int x = 0; x < 256; ++x) lut[c][x] = static_cast<uint8_t>(x);
+        const size_t w = static_cast<size_t>(img.width);
+        const size_t plane = w * static_cast<size_t>(img.height);
+        for (int y = 0; y < img.height; ++y) {
+          const uint8_t* px = img.row(y);
+          uint8_t* o = static_cast<uint8_t*>(dst) + static_cast<size_t>(y) * w;
+          for (size_t x = 0; x < w; ++x) {
+            o[x] = px[x * 3];
+            o[plane + x] = px[x * 3 + 1];
+            o[2 * plane + x] = px[x * 3 + 2];
+          }
         }
-        WriteThroughLut(img, spec.layout, lut, static_cast<uint8_t*>(dst));
       }
       return;
     case DType::kFloat32:

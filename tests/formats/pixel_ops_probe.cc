@@ -129,13 +129,13 @@ const std::map<std::string, OpFn>& Ops() {
          spec.layout = layout == "NCHW" ? Layout::kNchw : Layout::kNhwc;
          const std::vector<double> mean =
              p.Has("mean") ? p.Doubles("mean") : std::vector<double>{0, 0, 0};
-         const std::vector<double> std =
+         const std::vector<double> stddev =
              p.Has("std") ? p.Doubles("std") : std::vector<double>{1, 1, 1};
-         if (mean.size() != 3 || std.size() != 3)
+         if (mean.size() != 3 || stddev.size() != 3)
            throw std::runtime_error("mean, std: 3 values each");
          for (int c = 0; c < 3; ++c) {
-           spec.scale[c] = static_cast<float>(1.0 / (255.0 * std[c]));
-           spec.bias[c] = static_cast<float>(-mean[c] / std[c]);
+           spec.scale[c] = static_cast<float>(1.0 / (255.0 * stddev[c]));
+           spec.bias[c] = static_cast<float>(-mean[c] / stddev[c]);
          }
          out->resize(in.pixels.size() * DTypeSize(spec.dtype));
          WriteOutput(in.view(), spec, out->data());

@@ -79,8 +79,9 @@ struct HorizontalFilter {
   size_t overread() const { return size_t{16} * groups; }
 };
 
-// One axis of a float-path resize: output i is sum_k weights[i * taps + k] * in(start[i] + k),
-// the weights zero from count[i] on (the kernels run every output over `taps` taps). Built as
+// One axis of a float-path resize: output i is sum_k weights[i * taps + k] * in(start[i] + k)
+// over k < count[i] (the window, inside the image); taps is the largest count, the weights past
+// an output's count zero. Built as
 // Pillow's and torchvision's antialiased resize build theirs: output i centred on source
 // coordinate (i + 0.5) * scale, the filter (triangle, box of half-width 0.5, or Keys cubic with
 // a = -0.5) stretched by the scale when shrinking, each window cut at the image's edges and

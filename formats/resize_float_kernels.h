@@ -22,8 +22,11 @@ namespace sluice::resize_internal {
 template <size_t kBlock>
 SLUICE_FLOAT_KERNEL_INLINE void VerticalFloatBlock(const uint8_t* const* rows, size_t j0,
                                                    const float* w, int taps, float* out) {
-  float acc[kBlock] = {};
-  for (int k = 0; k < taps; ++k) {
+  // Starting from tap 0's products rather than zeros: the same sums (0 + p is p), and the
+  // accumulators stay in registers.
+  float acc[kBlock];
+  for (size_t j = 0; j < kBlock; ++j) acc[j] = w[0] * static_cast<float>(rows[0][j0 + j]);
+  for (int k = 1; k < taps; ++k) {
     const uint8_t* in = rows[k] + j0;
     const float wk = w[k];
     for (size_t j = 0; j < kBlock; ++j) acc[j] += wk * static_cast<float>(in[j]);
@@ -70,8 +73,9 @@ SLUICE_FLOAT_KERNEL_INLINE void HorizontalFloatPixels(const float* tile, uint8_t
   for (int x = 0; x < n; ++x) {
     const float* w = weights + static_cast<size_t>(x) * taps;
     const float* t = tile + static_cast<size_t>(start[x]) * kLanes;
-    float acc[kLanes] = {};
-    for (int k = 0, end = count[x]; k < end; ++k) {
+    float acc[kLanes];
+    for (int j = 0; j < kLanes; ++j) acc[j] = w[0] * t[j];
+    for (int k = 1, end = count[x]; k < end; ++k) {
       const float wk = w[k];
       for (int j = 0; j < kLanes; ++j) acc[j] += wk * t[static_cast<size_t>(k) * kLanes + j];
     }

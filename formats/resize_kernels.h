@@ -30,6 +30,7 @@ void HorizontalPortable(const uint8_t* const* in, uint8_t* const* out, const Hor
                         bool flip, std::vector<uint8_t>* tile_storage);
 
 // The float path's kernels. out[j] for j < n = sum over k < taps of w[k] * rows[k][j].
+// REQUIRES: taps >= 1 (and every count of the horizontal kernel's filter).
 using VerticalFloatKernel = void (*)(const uint8_t* const* rows, const float* w, int taps, size_t n,
                                      float* out);
 // Filters the float rows in[0..kRowsPerStep) (f.in_size RGB pixels each) into

@@ -79,12 +79,13 @@ struct HorizontalFilter {
   size_t overread() const { return size_t{16} * groups; }
 };
 
-// One axis of a float-path resize: output i is sum_k weights[i * taps + k] * in(start[i] + k),
-// the weights zero from count[i] on (the kernels run every output over `taps` taps). Built as
-// Pillow's and torchvision's antialiased resize build theirs: output i centred on source
-// coordinate (i + 0.5) * scale, the filter (triangle, box of half-width 0.5, or Keys cubic with
-// a = -0.5) stretched by the scale when shrinking, each window cut at the image's edges and
-// renormalised to sum to 1. An axis whose size does not change is a one-tap copy.
+// One axis of a float-path resize: output i is sum_k weights[i * taps + k] * in(start[i] + k)
+// over k < count[i] (the window, inside the image, count[i] >= 1); taps is the largest count, the
+// weights past an output's count zero. Built as Pillow's and torchvision's antialiased resize
+// build theirs: output i centred on source coordinate (i + 0.5) * scale, the filter (triangle,
+// box of half-width 0.5, or Keys cubic with a = -0.5) stretched by the scale when shrinking, each
+// window cut at the image's edges and renormalised to sum to 1. An axis whose size does not
+// change is a one-tap copy.
 struct FloatFilter {
   ResizeFilter filter = ResizeFilter::kBilinear;
   int in_size = 0, out_size = 0;  // what it was built for; 0 when unbuilt
@@ -92,6 +93,7 @@ struct FloatFilter {
   std::vector<int> start, count;
   std::vector<float> weights;
 
+  // REQUIRES: in > 0, out > 0.
   void Build(ResizeFilter f, int in, int out);
   bool BuiltFor(ResizeFilter f, int in, int out) const {
     return filter == f && in_size == in && out_size == out;

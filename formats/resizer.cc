@@ -64,6 +64,8 @@ struct Resizer::State {
   bool simd = false;
   const char* name = "portable";
   VerticalKernel vertical = resize_internal::VerticalPortable;
+  resize_internal::VerticalFloatKernel vertical_float = resize_internal::VerticalFloat;
+  resize_internal::HorizontalFloatKernel horizontal_float = resize_internal::HorizontalFloat;
   VerticalFilter fy;
   HorizontalFilter fx;
   // kRowsPerStep horizontal inputs, each padded for the kernels' overreads (in_stride bytes
@@ -199,14 +201,13 @@ void Resizer::State::FloatPasses(const ImageView& src, const Destination& dst, b
         const int y = y0 + r, n = float_y.count[y];
         taps.resize(n);
         for (int k = 0; k < n; ++k) taps[k] = src.row(float_y.start[y] + k);
-        resize_internal::VerticalFloat(taps.data(),
-                                       &float_y.weights[static_cast<size_t>(y) * float_y.taps], n,
-                                       row_floats, &float_rows[r * row_floats]);
+        vertical_float(taps.data(), &float_y.weights[static_cast<size_t>(y) * float_y.taps], n,
+                       row_floats, &float_rows[r * row_floats]);
       }
       in[r] = &float_rows[(r < count ? r : 0) * row_floats];
       out[r] = r < count ? dst.row(y0 + r) : junk.data();
     }
-    resize_internal::HorizontalFloat(in, out, float_x, flip, &float_tile);
+    horizontal_float(in, out, float_x, flip, &float_tile);
   }
 }
 
@@ -216,6 +217,8 @@ Resizer::Resizer(Kernels kernels) : state_(std::make_unique<State>()) {
     state_->simd = true;
     state_->vertical = avx2;
     state_->name = "avx2";
+    state_->vertical_float = resize_internal::VerticalFloatAvx2Kernel();
+    state_->horizontal_float = resize_internal::HorizontalFloatAvx2Kernel();
     const VerticalKernel avx512 = resize_internal::VerticalAvx512Kernel();
     if (kernels == Kernels::kBest && avx512 != nullptr) {
       state_->vertical = avx512;

@@ -330,6 +330,35 @@ TEST_CASE("SimdAndPortableKernelsAreIdenticalForEveryFilter") {
   }
 }
 
+TEST_CASE("PaddingPastEachRowIsUntouchedForEveryFilterAndMirror") {
+  // Rows dst_stride apart, the bytes between them the caller's: the kernels' wide stores must stop
+  // at each row's dst_width * 3 bytes, mirrored or not, and every row land where it belongs.
+  constexpr uint8_t kSentinel = 0xA5;
+  Resizer portable(Resizer::Kernels::kPortable), best;
+  for (const SizeCase& c : Cases()) {
+    const Image src = RandomImage(c.sw, c.sh, static_cast<uint32_t>(c.sw + 5 * c.dh));
+    const size_t row = size_t{3} * c.dw, stride = row + 7;
+    for (ResizeFilter f : kFilters) {
+      for (int flips = 0; flips < 4; ++flips) {
+        DESCRIBE(c, f);
+        const ResizeOptions o = Options(f, (flips & 1) != 0, (flips & 2) != 0);
+        for (Resizer* r : {&portable, &best}) {
+          const Image packed = ResizedWith(*r, src.view(), c.dw, c.dh, o);
+          std::vector<uint8_t> padded(stride * c.dh + 9, kSentinel);
+          r->Resize(src.view(), padded.data(), c.dw, c.dh, stride, o);
+          for (int y = 0; y < c.dh; ++y) {
+            const uint8_t* at = &padded[y * stride];
+            REQUIRE(std::equal(at, at + row, &packed.pixels[y * row]));
+            REQUIRE(std::all_of(at + row, at + stride, [](uint8_t b) { return b == kSentinel; }));
+          }
+          REQUIRE(std::all_of(padded.end() - 9, padded.end(),
+                              [](uint8_t b) { return b == kSentinel; }));
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("SwitchingFiltersAtOneSizeRebuildsTheFilters") {
   // A Resizer keeps the last filters per size; a new filter at the same sizes must not reuse them.
   const Image src = RandomImage(300, 200, 9);

@@ -26,9 +26,9 @@ SIZES = {
 }
 
 # The lowest share of exact pixels seen on these images, less a margin. Bilinear is the
-# fixed-point fast path, rounded between its passes (72-100% exact); area rounds once where
-# Pillow rounds twice (between its passes, and ties up), which at integer scales leaves many
-# values a half apart (50-100%). Bicubic is torchvision's arithmetic: it differs only where the
+# fixed-point fast path, rounded between its passes (72-100% exact); area rounds the exact box
+# once where Pillow rounds twice (between its passes, and ties up), which at integer scales
+# leaves many values a level apart (50-100%; test_area_at_2x_is_the_exact_block_mean_rounded). Bicubic is torchvision's arithmetic: it differs only where the
 # exact value is a tie, k + 0.5, or within float32's error of one (test_bicubic_differs_only_at_
 # ties), which symmetric patterns hit often: 97.5% on the hard edges enlarged 1.5x, 99.98% else.
 EXACT_FLOOR = {"bilinear": 0.6, "area": 0.4, "bicubic": 0.95}
@@ -119,3 +119,15 @@ def test_unknown_filter_is_refused_by_name():
     img = photo_like(8, 8)
     with pytest.raises(AssertionError, match="filter=lanczos"):
         probe(img, "resize", out_shape=(4, 4, 3), width=4, height=4, filter="lanczos")
+
+
+def test_area_at_2x_is_the_exact_block_mean_rounded():
+    # Where area and Pillow's BOX differ, Pillow is the one off: at 2x each output is the mean of
+    # a 2x2 block, which Pillow rounds twice (between its passes, ties up), landing up to a whole
+    # level away (about half the pixels); Sluice rounds the exact mean once, ties to even.
+    img = photo_like(160, 224, seed=3)
+    exact = img.astype(np.float64).reshape(80, 2, 112, 2, 3).mean(axis=(1, 3))
+    got = probe(img, "resize", out_shape=(80, 112, 3), width=112, height=80, filter="area")
+    np.testing.assert_array_equal(got, np.round(exact))
+    pillow = reference(img, 80, 112, "area")
+    print(f"Pillow BOX equals the rounded exact mean at {np.mean(pillow == np.round(exact)):.3f}")

@@ -13,48 +13,73 @@ constexpr std::array<std::string_view, kNumAutoAugmentOps> kNames = {
     "Color",    "Contrast", "Sharpness", "Posterize",  "Solarize",   "AutoContrast", "Equalize",
 };
 
-// torch.linspace(start, end, steps) in float32, bit for bit as torch 1.13's CPU kernel makes it
-// on AVX2 (RangeFactoriesKernel.cpp, built with FMA contraction): an element alone is
-// fma(step, i, start) in the first half and fma(-step, steps - 1 - i, end) in the second, so both
-// ends are exact; while 16 or more are left from the front, they come as two 8-lane vectors whose
-// lane k is the vector's first element plus the rounded product k * step. Solarize's thresholds
-// and the translations' truncation depend on those last bits.
-std::vector<float> Linspace(double start, double end, int steps) {
+// Element i of torch.linspace(start, end, steps) in float32, bit for bit as torch 1.13's CPU
+// kernel makes it on AVX2 (RangeFactoriesKernel.cpp, built with FMA contraction): an element alone
+// is fma(step, i, start) in the first half and fma(-step, steps - 1 - i, end) in the second, so
+// both ends are exact; while 16 or more are left from the front, they come as two 8-lane vectors
+// whose lane k is the vector's first element plus the rounded product k * step. Solarize's
+// thresholds and the translations' truncation depend on those last bits.
+float LinspaceAt(double start, double end, int steps, int i) {
   const auto s = static_cast<float>(start);
   const auto e = static_cast<float>(end);
   const float step = (e - s) / static_cast<float>(steps - 1);
   const int halfway = steps / 2;
-  auto alone = [&](int i) {
-    return i < halfway ? std::fma(step, static_cast<float>(i), s)
-                       : std::fma(-step, static_cast<float>(steps - i - 1), e);
+  auto alone = [&](int j) {
+    return j < halfway ? std::fma(step, static_cast<float>(j), s)
+                       : std::fma(-step, static_cast<float>(steps - j - 1), e);
   };
   constexpr int kLanes = 8;
-  std::vector<float> out(steps);
-  int i = 0;
-  for (; i + 2 * kLanes <= steps; i += 2 * kLanes) {
-    for (int v = i; v < i + 2 * kLanes; v += kLanes) {
-      const float base = alone(v);
-      out[v] = base;
-      for (int k = 1; k < kLanes; ++k) {
-        const float k_step = static_cast<float>(k) * step;
-        out[v + k] = base + k_step;
-      }
-    }
-  }
-  for (; i < steps; ++i) out[i] = alone(i);
-  return out;
+  const int vectorised = steps / (2 * kLanes) * (2 * kLanes);
+  if (i >= vectorised) return alone(i);
+  const int lane = i % kLanes;
+  const float base = alone(i - lane);
+  if (lane == 0) return base;
+  const float lane_step = static_cast<float>(lane) * step;
+  return base + lane_step;
 }
 
-// 8 - (torch.arange(num_bins) / ((num_bins - 1) / divisor)).round().int(): the division in float32,
-// rounded half to even.
-std::vector<float> PosterizeBits(int num_bins, double divisor) {
+// Element i of 8 - (torch.arange(num_bins) / ((num_bins - 1) / divisor)).round().int(): the
+// division in float32, rounded half to even.
+float PosterizeBitsAt(int num_bins, double divisor, int i) {
   const auto denom = static_cast<float>((num_bins - 1) / divisor);
-  std::vector<float> out(num_bins);
-  for (int i = 0; i < num_bins; ++i) {
-    out[i] =
-        static_cast<float>(8 - static_cast<int>(std::nearbyint(static_cast<float>(i) / denom)));
+  return static_cast<float>(8 - static_cast<int>(std::nearbyint(static_cast<float>(i) / denom)));
+}
+
+// Bin `bin` of the op's magnitudes (0 for the ops without).
+float MagnitudeAt(AutoAugmentPolicy policy, AutoAugmentOpKind kind, int num_bins, int width,
+                  int height, int bin) {
+  const bool wide = policy == AutoAugmentPolicy::kTrivialAugmentWide;
+  switch (kind) {
+    case AutoAugmentOpKind::kShearX:
+    case AutoAugmentOpKind::kShearY:
+      return LinspaceAt(0.0, wide ? 0.99 : 0.3, num_bins, bin);
+    case AutoAugmentOpKind::kTranslateX:
+      return LinspaceAt(0.0, wide ? 32.0 : 150.0 / 331.0 * width, num_bins, bin);
+    case AutoAugmentOpKind::kTranslateY:
+      return LinspaceAt(0.0, wide ? 32.0 : 150.0 / 331.0 * height, num_bins, bin);
+    case AutoAugmentOpKind::kRotate:
+      return LinspaceAt(0.0, wide ? 135.0 : 30.0, num_bins, bin);
+    case AutoAugmentOpKind::kBrightness:
+    case AutoAugmentOpKind::kColor:
+    case AutoAugmentOpKind::kContrast:
+    case AutoAugmentOpKind::kSharpness:
+      return LinspaceAt(0.0, wide ? 0.99 : 0.9, num_bins, bin);
+    case AutoAugmentOpKind::kPosterize:
+      return PosterizeBitsAt(num_bins, wide ? 6.0 : 4.0, bin);
+    case AutoAugmentOpKind::kSolarize:
+      return LinspaceAt(255.0, 0.0, num_bins, bin);
+    case AutoAugmentOpKind::kIdentity:
+    case AutoAugmentOpKind::kAutoContrast:
+    case AutoAugmentOpKind::kEqualize:
+      return 0;
   }
-  return out;
+  return 0;
+}
+
+// Identity, AutoContrast and Equalize have no magnitude (torch.tensor(0.0), zero-dimensional).
+bool HasBins(AutoAugmentOpKind kind) {
+  return kind != AutoAugmentOpKind::kIdentity && kind != AutoAugmentOpKind::kAutoContrast &&
+         kind != AutoAugmentOpKind::kEqualize;
 }
 
 int UniformInt(AugmentRng& rng, int n) {
@@ -106,32 +131,12 @@ bool AutoAugmentOpIsSigned(AutoAugmentOpKind kind) {
 
 std::vector<float> AutoAugmentMagnitudes(AutoAugmentPolicy policy, AutoAugmentOpKind kind,
                                          int num_bins, int width, int height) {
-  const bool wide = policy == AutoAugmentPolicy::kTrivialAugmentWide;
-  switch (kind) {
-    case AutoAugmentOpKind::kShearX:
-    case AutoAugmentOpKind::kShearY:
-      return Linspace(0.0, wide ? 0.99 : 0.3, num_bins);
-    case AutoAugmentOpKind::kTranslateX:
-      return Linspace(0.0, wide ? 32.0 : 150.0 / 331.0 * width, num_bins);
-    case AutoAugmentOpKind::kTranslateY:
-      return Linspace(0.0, wide ? 32.0 : 150.0 / 331.0 * height, num_bins);
-    case AutoAugmentOpKind::kRotate:
-      return Linspace(0.0, wide ? 135.0 : 30.0, num_bins);
-    case AutoAugmentOpKind::kBrightness:
-    case AutoAugmentOpKind::kColor:
-    case AutoAugmentOpKind::kContrast:
-    case AutoAugmentOpKind::kSharpness:
-      return Linspace(0.0, wide ? 0.99 : 0.9, num_bins);
-    case AutoAugmentOpKind::kPosterize:
-      return PosterizeBits(num_bins, wide ? 6.0 : 4.0);
-    case AutoAugmentOpKind::kSolarize:
-      return Linspace(255.0, 0.0, num_bins);
-    case AutoAugmentOpKind::kIdentity:
-    case AutoAugmentOpKind::kAutoContrast:
-    case AutoAugmentOpKind::kEqualize:
-      return {};
+  if (!HasBins(kind)) return {};
+  std::vector<float> bins(num_bins);
+  for (int i = 0; i < num_bins; ++i) {
+    bins[i] = MagnitudeAt(policy, kind, num_bins, width, height, i);
   }
-  return {};
+  return bins;
 }
 
 std::vector<AutoAugmentOp> SampleAutoAugment(AutoAugmentPolicy policy, int num_ops, int magnitude,
@@ -143,8 +148,10 @@ std::vector<AutoAugmentOp> SampleAutoAugment(AutoAugmentPolicy policy, int num_o
   for (int i = 0; i < count; ++i) {
     AutoAugmentOp op;
     op.kind = static_cast<AutoAugmentOpKind>(UniformInt(rng, kNumAutoAugmentOps));
-    const std::vector<float> bins = AutoAugmentMagnitudes(policy, op.kind, num_bins, width, height);
-    if (!bins.empty()) op.magnitude = bins[wide ? UniformInt(rng, num_bins) : magnitude];
+    if (HasBins(op.kind)) {
+      const int bin = wide ? UniformInt(rng, num_bins) : magnitude;
+      op.magnitude = MagnitudeAt(policy, op.kind, num_bins, width, height, bin);
+    }
     if (AutoAugmentOpIsSigned(op.kind) && (rng.NextU64() & 1) != 0) op.magnitude = -op.magnitude;
     ops.push_back(op);
   }

@@ -113,7 +113,7 @@ def torch_space(policy, num_bins, h, w):
 
 
 @pytest.mark.parametrize("policy", ["trivial_augment_wide", "rand_augment"])
-@pytest.mark.parametrize("num_bins", [2, 5, 11, 31, 32, 64])
+@pytest.mark.parametrize("num_bins", [2, 5, 11, 17, 31, 32, 64, 100])
 def test_magnitude_bins_match_augmentation_space(policy, num_bins):
     for h, w in [(224, 224), (29, 37), (331, 500)]:
         img = np.zeros((h, w, 3), np.uint8)

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -27,7 +28,73 @@ inline void VerticalPortableBlock(const uint8_t* const* rows, size_t j0, const u
   for (size_t j = 0; j < kBlock; ++j) out[j] = static_cast<uint8_t>(acc[j] >> 8);
 }
 
+// kBlock outputs of VerticalFloat at out[0..kBlock): a fixed trip count, which the compiler
+// vectorizes.
+template <size_t kBlock>
+inline void VerticalFloatBlock(const uint8_t* const* rows, size_t j0, const float* w, int taps,
+                               float* out) {
+  float acc[kBlock] = {};
+  for (int k = 0; k < taps; ++k) {
+    const uint8_t* in = rows[k] + j0;
+    const float wk = w[k];
+    for (size_t j = 0; j < kBlock; ++j) acc[j] += wk * static_cast<float>(in[j]);
+  }
+  for (size_t j = 0; j < kBlock; ++j) out[j] = acc[j];
+}
+
+// v clamped to 0..255 and rounded to the nearest integer, ties to even: adding 2^23 leaves no
+// fraction bits, so the addition itself rounds (in the default rounding mode), exactly, for any v
+// in range; no libm call, and it vectorizes.
+inline uint8_t RoundToByte(float v) {
+  constexpr float kNoFraction = 8388608.0f;  // 2^23
+  const float clamped = std::min(std::max(v, 0.0f), 255.0f);
+  return static_cast<uint8_t>((clamped + kNoFraction) - kNoFraction);
+}
+
 }  // namespace
+
+void VerticalFloat(const uint8_t* const* rows, const float* w, int taps, size_t n, float* out) {
+  constexpr size_t kBlock = 32;
+  size_t j = 0;
+  for (; j + kBlock <= n; j += kBlock) VerticalFloatBlock<kBlock>(rows, j, w, taps, out + j);
+  for (; j < n; ++j) VerticalFloatBlock<1>(rows, j, w, taps, out + j);
+}
+
+// As HorizontalPortable: the rows transposed into a tile of 16 floats per source pixel (r g b 0
+// of each row), so that a tap is one multiply-add over 16 contiguous lanes.
+void HorizontalFloat(const float* const* in, uint8_t* const* out, const FloatFilter& f, bool flip,
+                     std::vector<float>* tile_storage) {
+  constexpr int kLanes = 4 * kRowsPerStep;
+  const int n = f.out_size, taps = f.taps;
+  // The last windows' zero-weight taps reach up to taps - 1 pixels past the row; the tile holds
+  // finite values there (zeros from resize(), or an earlier, wider row's samples), so they add 0.
+  const size_t width = static_cast<size_t>(f.in_size) + taps;
+  if (tile_storage->size() < width * kLanes) tile_storage->resize(width * kLanes);
+  float* tile = tile_storage->data();
+  for (int p = 0; p < f.in_size; ++p) {
+    float* to = tile + static_cast<size_t>(p) * kLanes;
+    for (int r = 0; r < kRowsPerStep; ++r) {
+      const float* from = in[r] + size_t{3} * p;
+      to[4 * r] = from[0];
+      to[4 * r + 1] = from[1];
+      to[4 * r + 2] = from[2];
+      to[4 * r + 3] = 0.0f;
+    }
+  }
+  for (int x = 0; x < n; ++x) {
+    const float* w = &f.weights[static_cast<size_t>(x) * taps];
+    const float* t = tile + static_cast<size_t>(f.start[x]) * kLanes;
+    float acc[kLanes] = {};
+    for (int k = 0; k < taps; ++k) {
+      const float wk = w[k];
+      for (int j = 0; j < kLanes; ++j) acc[j] += wk * t[static_cast<size_t>(k) * kLanes + j];
+    }
+    const size_t at = size_t{3} * (flip ? n - 1 - x : x);
+    for (int r = 0; r < kRowsPerStep; ++r) {
+      for (int c = 0; c < 3; ++c) out[r][at + c] = RoundToByte(acc[4 * r + c]);
+    }
+  }
+}
 
 // out[j] for j < n from rows[0..taps), as described at the top.
 void VerticalPortable(const uint8_t* const* rows, const uint16_t* w, int taps, size_t n,

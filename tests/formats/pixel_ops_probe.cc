@@ -31,6 +31,18 @@ class Params {
   double Double(const std::string& key) const { return std::stod(Get(key)); }
   int Int(const std::string& key) const { return std::stoi(Get(key)); }
   bool Has(const std::string& key) const { return kv_.count(key) != 0; }
+  // A comma-separated list: a,b,c.
+  std::vector<double> Doubles(const std::string& key) const {
+    std::vector<double> values;
+    std::string s = Get(key);
+    for (size_t start = 0; start <= s.size();) {
+      size_t comma = s.find(',', start);
+      if (comma == std::string::npos) comma = s.size();
+      values.push_back(std::stod(s.substr(start, comma - start)));
+      start = comma + 1;
+    }
+    return values;
+  }
   std::string Get(const std::string& key) const {
     auto it = kv_.find(key);
     if (it == kv_.end()) throw std::runtime_error("missing parameter " + key);
@@ -44,9 +56,16 @@ class Params {
 // One op: reads `in` (the image, which it may change) and fills `out`.
 using OpFn = void (*)(Image& in, const Params& p, std::vector<uint8_t>* out);
 
-[[maybe_unused]] MutableImageView Mutable(Image& img) {
+MutableImageView Mutable(Image& img) {
   return MutableImageView{img.pixels.data(), img.width, img.height,
                           static_cast<size_t>(img.width) * 3};
+}
+
+ResizeFilter ParseFilter(const std::string& name) {
+  if (name == "bilinear") return ResizeFilter::kBilinear;
+  if (name == "area") return ResizeFilter::kArea;
+  if (name == "bicubic") return ResizeFilter::kBicubic;
+  throw std::runtime_error("filter=" + name + ": expected bilinear, area or bicubic");
 }
 
 // The image itself, after an in-place op.
@@ -114,6 +133,94 @@ const std::map<std::string, OpFn>& Ops() {
          }
          out->resize(table.size() * sizeof(float));
          std::memcpy(out->data(), table.data(), out->size());
+       }},
+      // width, height: the output's; filter=bilinear|area|bicubic; hflip, vflip = 0|1 (default 0).
+      // Output: the resized RGB image, height x width x 3.
+      {"resize",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         const int width = p.Int("width"), height = p.Int("height");
+         if (width <= 0 || height <= 0) throw std::runtime_error("width and height must be > 0");
+         ResizeOptions options;
+         options.filter = ParseFilter(p.Get("filter"));
+         options.flip_horizontal = p.Has("hflip") && p.Int("hflip") != 0;
+         options.flip_vertical = p.Has("vflip") && p.Int("vflip") != 0;
+         out->resize(static_cast<size_t>(width) * height * 3);
+         Resize(in.view(), out->data(), width, height, static_cast<size_t>(width) * 3, options);
+       }},
+      // The colour ops (pixel_ops.cc): the image after the op, HxWx3 uint8.
+      {"brightness",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         AdjustBrightness(Mutable(in), p.Double("factor"));
+         Pixels(in, out);
+       }},
+      {"contrast",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         AdjustContrast(Mutable(in), p.Double("factor"));
+         Pixels(in, out);
+       }},
+      {"saturation",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         AdjustSaturation(Mutable(in), p.Double("factor"));
+         Pixels(in, out);
+       }},
+      {"hue",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         AdjustHue(Mutable(in), p.Double("factor"));
+         Pixels(in, out);
+       }},
+      {"grayscale",
+       [](Image& in, const Params&, std::vector<uint8_t>* out) {
+         ToGrayscale(Mutable(in));
+         Pixels(in, out);
+       }},
+      {"solarize",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         Solarize(Mutable(in), p.Double("threshold"));
+         Pixels(in, out);
+       }},
+      {"posterize",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         Posterize(Mutable(in), p.Int("bits"));
+         Pixels(in, out);
+       }},
+      {"gaussian_blur",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         std::vector<float> scratch;
+         GaussianBlur(Mutable(in), p.Int("kernel_size"), p.Double("sigma"), &scratch);
+         Pixels(in, out);
+       }},
+      // The batch slot WriteOutput fills: dtype=uint8|float16|bfloat16|float32, layout=NHWC|NCHW,
+      // mean=a,b,c std=a,b,c (normalize after scaling to [0, 1]; default none).
+      {"output",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         OutputSpec spec;
+         const std::string dtype = p.Has("dtype") ? p.Get("dtype") : "uint8";
+         if (dtype == "uint8") {
+           spec.dtype = DType::kUint8;
+         } else if (dtype == "float16") {
+           spec.dtype = DType::kFloat16;
+         } else if (dtype == "bfloat16") {
+           spec.dtype = DType::kBFloat16;
+         } else if (dtype == "float32") {
+           spec.dtype = DType::kFloat32;
+         } else {
+           throw std::runtime_error("dtype: unknown " + dtype);
+         }
+         const std::string layout = p.Has("layout") ? p.Get("layout") : "NHWC";
+         if (layout != "NHWC" && layout != "NCHW") throw std::runtime_error("layout: " + layout);
+         spec.layout = layout == "NCHW" ? Layout::kNchw : Layout::kNhwc;
+         const std::vector<double> mean =
+             p.Has("mean") ? p.Doubles("mean") : std::vector<double>{0, 0, 0};
+         const std::vector<double> stddev =
+             p.Has("std") ? p.Doubles("std") : std::vector<double>{1, 1, 1};
+         if (mean.size() != 3 || stddev.size() != 3)
+           throw std::runtime_error("mean, std: 3 values each");
+         for (int c = 0; c < 3; ++c) {
+           spec.scale[c] = static_cast<float>(1.0 / (255.0 * stddev[c]));
+           spec.bias[c] = static_cast<float>(-mean[c] / stddev[c]);
+         }
+         out->resize(in.pixels.size() * DTypeSize(spec.dtype));
+         WriteOutput(in.view(), spec, out->data());
        }},
   };
   return *ops;

@@ -20,6 +20,7 @@
 
 #include "formats/image_ops.h"
 #include "formats/pixel_ops.h"
+#include "formats/seed.h"
 #include "pipeline/auto_augment.h"
 
 namespace sluice {
@@ -118,6 +119,26 @@ const std::map<std::string, OpFn>& Ops() {
          std::vector<uint8_t> scratch;
          ApplyAutoAugmentOp(AutoAugmentOp{*kind, p.Double("magnitude")}, Mutable(in), &scratch);
          Pixels(in, out);
+       }},
+      // A whole policy on the image: SampleAutoAugment(policy, num_ops, magnitude, num_bins, the
+      // image's size, AugmentRng(seed, stream)), then each op. Out: the pixels, then per op its
+      // kind (one byte, torchvision's order) and signed magnitude (float64, little-endian), so the
+      // test can replay the draws through torchvision.
+      {"auto_augment",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         AugmentRng rng(std::stoull(p.Get("seed")), std::stoull(p.Get("stream")));
+         const std::vector<AutoAugmentOp> ops =
+             SampleAutoAugment(PolicyParam(p), p.Int("num_ops"), p.Int("magnitude"),
+                               p.Int("num_bins"), in.width, in.height, rng);
+         std::vector<uint8_t> scratch;
+         for (const AutoAugmentOp& op : ops) ApplyAutoAugmentOp(op, Mutable(in), &scratch);
+         Pixels(in, out);
+         for (const AutoAugmentOp& op : ops) {
+           out->push_back(static_cast<uint8_t>(op.kind));
+           const size_t at = out->size();
+           out->resize(at + sizeof(double));
+           std::memcpy(out->data() + at, &op.magnitude, sizeof(double));
+         }
        }},
       // The policy's magnitude bins for the input's size: kNumAutoAugmentOps rows of num_bins
       // float32, in torchvision's op order; NaN for the ops without bins.

@@ -170,3 +170,46 @@ def test_shear_magnitude_is_a_tangent():
     theirs = probe(img, "affine", angle=0, tx=0, ty=0, shear_x=math.degrees(math.atan(0.99)),
                    shear_y=0, center_origin=1)
     assert np.array_equal(ours, theirs)
+
+
+def run_policy(img, policy, num_ops, magnitude, stream):
+    """Sluice's policy on img: the image and the (op name, magnitude) it drew."""
+    h, w, _ = img.shape
+    raw = probe(img, "auto_augment", out_shape=(-1,), policy=policy, num_ops=num_ops,
+                magnitude=magnitude, num_bins=NUM_BINS, seed=1234, stream=stream)
+    pixels, tail = raw[: h * w * 3].reshape(h, w, 3), raw[h * w * 3:]
+    names = list(torch_space(policy, NUM_BINS, h, w).keys())
+    ops = [(names[tail[i]], float(tail[i + 1: i + 9].view("<f8")[0]))
+           for i in range(0, len(tail), 9)]
+    return pixels, ops
+
+
+@pytest.mark.parametrize("policy,num_ops,magnitude", [
+    ("trivial_augment_wide", 1, 0),
+    ("rand_augment", 2, 9),
+    ("rand_augment", 3, 30),
+])
+def test_policy_draws_replayed_through_torchvision_match(policy, num_ops, magnitude):
+    """The whole policy: Sluice's draws, replayed op by op through _apply_op, give the same
+    image. Each colour op may round one level apart and a later op carries that along, so a pixel
+    may differ by up to one per op; a geometric op after it may also pick its neighbour on a .5
+    tie, so larger differences are counted like the affine ops'."""
+    img = images()[0]
+    seen = set()
+    for stream in range(40):
+        ours, ops = run_policy(img, policy, num_ops, magnitude, stream)
+        assert len(ops) == num_ops
+        theirs = to_tensor(img)
+        for name, m in ops:
+            seen.add(name)
+            bins = torch_space(policy, NUM_BINS, *img.shape[:2])[name][0]
+            if bins.ndim:
+                assert any(abs(m) == float(b) for b in bins), (name, m)
+            theirs = _apply_op(theirs, name, m, interpolation=InterpolationMode.NEAREST,
+                               fill=None)
+        theirs = to_hwc(theirs)
+        diff = np.abs(ours.astype(np.int16) - theirs.astype(np.int16)).max(axis=-1)
+        far = float(np.mean(diff > num_ops))
+        print(f"{policy} {ops}: exact {float(np.mean(diff == 0)):.4f}")
+        assert far < AFFINE_MAX_DIFFERING, f"{ops}: {far:.2%} of pixels differ by > {num_ops}"
+    assert len(seen) >= 10, seen

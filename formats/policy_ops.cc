@@ -3,7 +3,8 @@
 // the same float32 operations in the same order, so the results match it exactly or, where torch's
 // own summation order is not ours (the 3x3 blur), within one level. This file is compiled with
 // -ffp-contract=off (formats/CMakeLists.txt): torch rounds each product and sum, and a fused
-// multiply-add would move the affine grid's .5 ties.
+// multiply-add would move the affine grid's .5 ties; and with the vectorizer's dynamic cost model
+// and no trapping math, as pixel_ops.cc, so the sharpness row loop runs in SIMD (same values).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -15,6 +16,14 @@
 
 namespace sluice {
 namespace {
+
+// Rounds half to even, as torch.round and grid_sample's _mm256_round_ps do, without a libm call
+// per pixel: adding and subtracting 1.5 * 2^23 leaves an integer, rounded in the default
+// nearest-even mode. REQUIRES: |v| < 2^22.
+float RoundHalfEven(float v) {
+  constexpr float kMagic = 0x1.8p23f;
+  return (v + kMagic) - kMagic;
+}
 
 // float -> uint8 as torch's .to(torch.uint8) after clamp(0, 255): truncation.
 uint8_t TruncateToU8(float v) { return static_cast<uint8_t>(std::clamp(v, 0.0f, 255.0f)); }
@@ -120,27 +129,26 @@ void AdjustSharpness(MutableImageView img, double factor, std::vector<uint8_t>* 
   const float w_mid = 5.0f / 13.0f;
   const float ratio = static_cast<float>(factor);
   const float one_minus_ratio = static_cast<float>(1.0 - factor);
+  const int interior_end = static_cast<int>(row_bytes) - 3;
   for (int y = 1; y + 1 < img.height; ++y) {
-    const uint8_t* above = scratch->data() + (y - 1) * row_bytes;
-    const uint8_t* here = above + row_bytes;
-    const uint8_t* below = here + row_bytes;
-    uint8_t* out = img.row(y);
-    for (int x = 1; x + 1 < img.width; ++x) {
-      for (int c = 0; c < 3; ++c) {
-        const int i = 3 * x + c;
-        float sum = 0;
-        sum += w_side * above[i - 3];
-        sum += w_side * above[i];
-        sum += w_side * above[i + 3];
-        sum += w_side * here[i - 3];
-        sum += w_mid * here[i];
-        sum += w_side * here[i + 3];
-        sum += w_side * below[i - 3];
-        sum += w_side * below[i];
-        sum += w_side * below[i + 3];
-        const auto blurred = static_cast<uint8_t>(std::clamp(std::nearbyint(sum), 0.0f, 255.0f));
-        out[i] = Blend(here[i], blurred, ratio, one_minus_ratio);
-      }
+    const uint8_t* __restrict above = scratch->data() + (y - 1) * row_bytes;
+    const uint8_t* __restrict here = above + row_bytes;
+    const uint8_t* __restrict below = here + row_bytes;
+    uint8_t* __restrict out = img.row(y);
+    // The interior's bytes, every channel in one run (a neighbour is 3 bytes away).
+    for (int i = 3; i < interior_end; ++i) {
+      float sum = w_side * above[i - 3];
+      sum += w_side * above[i];
+      sum += w_side * above[i + 3];
+      sum += w_side * here[i - 3];
+      sum += w_mid * here[i];
+      sum += w_side * here[i + 3];
+      sum += w_side * below[i - 3];
+      sum += w_side * below[i];
+      sum += w_side * below[i + 3];
+      // sum lies in [0, 255]: a weighted mean of uint8 values.
+      const auto blurred = static_cast<uint8_t>(std::clamp(RoundHalfEven(sum), 0.0f, 255.0f));
+      out[i] = Blend(here[i], blurred, ratio, one_minus_ratio);
     }
   }
   // The border: blended with itself, which the truncation may still move by one for factors
@@ -194,6 +202,8 @@ void AffineNearest(const ImageView& src, MutableImageView dst, double angle_deg,
   const float r01 = static_cast<float>(m[3]) / half_h;
   const float r11 = static_cast<float>(m[4]) / half_h;
   const float r21 = static_cast<float>(m[5]) / half_h;
+  const auto width_f = static_cast<float>(w);
+  const auto height_f = static_cast<float>(h);
   const float scale_x = static_cast<float>(w) / 2;
   const float scale_y = static_cast<float>(h) / 2;
   for (int i = 0; i < h; ++i) {
@@ -207,10 +217,13 @@ void AffineNearest(const ImageView& src, MutableImageView dst, double angle_deg,
       const float gy = (xc * r01 + y_r11) + r21;
       const float ix = (gx + 1.0f) * scale_x - 0.5f;
       const float iy = (gy + 1.0f) * scale_y - 0.5f;
-      const float rx = std::nearbyint(ix);
-      const float ry = std::nearbyint(iy);
       uint8_t* px = out + 3 * j;
-      if (rx >= 0 && rx < static_cast<float>(w) && ry >= 0 && ry < static_cast<float>(h)) {
+      // At or below -1, at or above the size (or NaN) rounds outside: fill, and keeps
+      // RoundHalfEven within its range.
+      const bool near = ix > -1.0f && ix < width_f && iy > -1.0f && iy < height_f;
+      const float rx = near ? RoundHalfEven(ix) : -1.0f;
+      const float ry = near ? RoundHalfEven(iy) : -1.0f;
+      if (rx >= 0 && rx < width_f && ry >= 0 && ry < height_f) {
         const uint8_t* s =
             src.data + static_cast<size_t>(ry) * src.stride + 3 * static_cast<size_t>(rx);
         px[0] = s[0];

@@ -86,7 +86,7 @@ void Equalize(MutableImageView img) {
   // with step 0 (one value, or almost all pixels at the top) is unchanged. Otherwise
   // lut[v] = (cumsum[v - 1] + step // 2) // step, lut[0] = 0, clamped to 255.
   std::array<std::array<uint8_t, 256>, 3> lut;
-  std::array<bool, 3> changes{};
+  bool changes = false;
   for (int c = 0; c < 3; ++c) {
     int64_t total = 0;
     int64_t last_nonzero = 0;
@@ -94,9 +94,12 @@ void Equalize(MutableImageView img) {
       total += h;
       if (h != 0) last_nonzero = h;
     }
-    int64_t step = (total - last_nonzero) / 255;
-    if (step == 0) continue;
-    changes[c] = true;
+    const int64_t step = (total - last_nonzero) / 255;
+    if (step == 0) {
+      for (int v = 0; v < 256; ++v) lut[c][v] = static_cast<uint8_t>(v);
+      continue;
+    }
+    changes = true;
     int64_t cumsum = 0;
     lut[c][0] = 0;
     for (int v = 1; v < 256; ++v) {
@@ -104,13 +107,11 @@ void Equalize(MutableImageView img) {
       lut[c][v] = static_cast<uint8_t>(std::min<int64_t>(255, (cumsum + step / 2) / step));
     }
   }
-  if (!changes[0] && !changes[1] && !changes[2]) return;
+  if (!changes) return;
   for (int y = 0; y < img.height; ++y) {
     uint8_t* row = img.row(y);
     for (int x = 0; x < img.width; ++x) {
-      for (int c = 0; c < 3; ++c) {
-        if (changes[c]) row[3 * x + c] = lut[c][row[3 * x + c]];
-      }
+      for (int c = 0; c < 3; ++c) row[3 * x + c] = lut[c][row[3 * x + c]];
     }
   }
 }

@@ -7,8 +7,10 @@
 // IN.rgb holds WIDTH * HEIGHT * 3 bytes (interleaved RGB, rows top to bottom); OUT.bin gets what
 // the op makes (its size and dtype are the op's: see each entry of kOps). Exit 0 on success,
 // 2 with a message naming the problem otherwise.
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -18,6 +20,8 @@
 
 #include "formats/image_ops.h"
 #include "formats/pixel_ops.h"
+#include "formats/seed.h"
+#include "pipeline/auto_augment.h"
 
 namespace sluice {
 namespace {
@@ -68,10 +72,89 @@ ResizeFilter ParseFilter(const std::string& name) {
 // The image itself, after an in-place op.
 void Pixels(const Image& img, std::vector<uint8_t>* out) { *out = img.pixels; }
 
+AutoAugmentPolicy PolicyParam(const Params& p) {
+  const std::string name = p.Get("policy");
+  if (name == "trivial_augment_wide") return AutoAugmentPolicy::kTrivialAugmentWide;
+  if (name == "rand_augment") return AutoAugmentPolicy::kRandAugment;
+  throw std::runtime_error("policy " + name + " is not trivial_augment_wide or rand_augment");
+}
+
 const std::map<std::string, OpFn>& Ops() {
   static const auto* ops = new std::map<std::string, OpFn>{
       // Each entry: "name", [](Image& in, const Params& p, std::vector<uint8_t>* out) {...}.
       {"identity", [](Image& in, const Params&, std::vector<uint8_t>* out) { Pixels(in, out); }},
+      {"autocontrast",
+       [](Image& in, const Params&, std::vector<uint8_t>* out) {
+         AutoContrast(Mutable(in));
+         Pixels(in, out);
+       }},
+      {"equalize",
+       [](Image& in, const Params&, std::vector<uint8_t>* out) {
+         Equalize(Mutable(in));
+         Pixels(in, out);
+       }},
+      // factor: F.adjust_sharpness's sharpness_factor.
+      {"sharpness",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         std::vector<uint8_t> scratch;
+         AdjustSharpness(Mutable(in), p.Double("factor"), &scratch);
+         Pixels(in, out);
+       }},
+      // F.affine(angle=-angle, translate=[tx, ty], scale=1, shear=[shear_x, shear_y], NEAREST,
+      // center=[0, 0] if center_origin=1 else None): angle counter-clockwise, as F.rotate's.
+      {"affine",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         Image dst;
+         dst.Resize(in.width, in.height);
+         AffineNearest(in.view(), Mutable(dst), p.Double("angle"), p.Double("tx"), p.Double("ty"),
+                       p.Double("shear_x"), p.Double("shear_y"), p.Int("center_origin") != 0);
+         Pixels(dst, out);
+       }},
+      // One policy op through ApplyAutoAugmentOp: name as torchvision's ("ShearX", ...),
+      // magnitude signed, as _apply_op takes it.
+      {"auto_augment_op",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         auto kind = AutoAugmentOpFromName(p.Get("name"));
+         if (!kind) throw std::runtime_error("unknown auto augment op " + p.Get("name"));
+         std::vector<uint8_t> scratch;
+         ApplyAutoAugmentOp(AutoAugmentOp{*kind, p.Double("magnitude")}, Mutable(in), &scratch);
+         Pixels(in, out);
+       }},
+      // A whole policy on the image: SampleAutoAugment(policy, num_ops, magnitude, num_bins, the
+      // image's size, AugmentRng(seed, stream)), then each op. Out: the pixels, then per op its
+      // kind (one byte, torchvision's order) and signed magnitude (float64, little-endian), so the
+      // test can replay the draws through torchvision.
+      {"auto_augment",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         AugmentRng rng(std::stoull(p.Get("seed")), std::stoull(p.Get("stream")));
+         const std::vector<AutoAugmentOp> ops =
+             SampleAutoAugment(PolicyParam(p), p.Int("num_ops"), p.Int("magnitude"),
+                               p.Int("num_bins"), in.width, in.height, rng);
+         std::vector<uint8_t> scratch;
+         for (const AutoAugmentOp& op : ops) ApplyAutoAugmentOp(op, Mutable(in), &scratch);
+         Pixels(in, out);
+         for (const AutoAugmentOp& op : ops) {
+           out->push_back(static_cast<uint8_t>(op.kind));
+           const size_t at = out->size();
+           out->resize(at + sizeof(double));
+           std::memcpy(out->data() + at, &op.magnitude, sizeof(double));
+         }
+       }},
+      // The policy's magnitude bins for the input's size: kNumAutoAugmentOps rows of num_bins
+      // float32, in torchvision's op order; NaN for the ops without bins.
+      {"auto_augment_magnitudes",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         const int num_bins = p.Int("num_bins");
+         std::vector<float> table;
+         for (int k = 0; k < kNumAutoAugmentOps; ++k) {
+           std::vector<float> bins = AutoAugmentMagnitudes(
+               PolicyParam(p), static_cast<AutoAugmentOpKind>(k), num_bins, in.width, in.height);
+           if (bins.empty()) bins.assign(num_bins, std::nanf(""));
+           table.insert(table.end(), bins.begin(), bins.end());
+         }
+         out->resize(table.size() * sizeof(float));
+         std::memcpy(out->data(), table.data(), out->size());
+       }},
       // width, height: the output's; filter=bilinear|area|bicubic; hflip, vflip = 0|1 (default 0).
       // Output: the resized RGB image, height x width x 3.
       {"resize",

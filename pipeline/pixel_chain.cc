@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "formats/crop_window.h"
+#include "pipeline/auto_augment.h"
 
 namespace sluice {
 namespace {
@@ -74,9 +75,18 @@ Status ApplyPixelOps(const std::vector<PixelOp>& ops, MutableImageView img, Augm
         }
         break;
       case PixelOp::Kind::kTrivialAugmentWide:
-      case PixelOp::Kind::kRandAugment:
-        (void)scratch;
-        return Unimplemented("the policies land with pipeline/auto_augment");
+      case PixelOp::Kind::kRandAugment: {
+        const bool trivial = op.kind == PixelOp::Kind::kTrivialAugmentWide;
+        const std::vector<AutoAugmentOp> drawn = SampleAutoAugment(
+            trivial ? AutoAugmentPolicy::kTrivialAugmentWide : AutoAugmentPolicy::kRandAugment,
+            trivial ? 1 : op.num_ops, op.magnitude, op.num_magnitude_bins, img.width, img.height,
+            rng);
+        for (const AutoAugmentOp& a : drawn) {
+          ApplyAutoAugmentOp(a, img, scratch);
+          Note(draws, std::string(AutoAugmentOpName(a.kind)), {a.magnitude});
+        }
+        break;
+      }
     }
   }
   return Status::OK();

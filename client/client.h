@@ -5,6 +5,7 @@
 //   ASSIGN_OR_RETURN(auto client, Client::Create(options));
 //   v1::StreamRequest request;
 //   request.set_dataset("train");
+//   request.set_transform_set("bf16");  // optional: one the dataset offers (DatasetInfo)
 //   ASSIGN_OR_RETURN(auto stream, client->Stream(request));
 //   ReceivedBatch batch; bool end = false;
 //   while (stream->Next(&batch, &end).ok() && !end) Train(batch.images, batch.labels);
@@ -27,6 +28,7 @@
 // server, taken round-robin among those with a batch ready.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -104,7 +106,9 @@ class BatchLease {
 // or Take() call or the stream's destruction; from Take(), until `lease` goes.
 struct ReceivedBatch {
   BatchMeta meta;
-  std::span<const uint8_t> images;  // meta.n × H × W × 3, NHWC
+  // meta.image_bytes() bytes: meta.n images of dtype() (little-endian), laid out as shape() says.
+  // A uint8 NHWC stream (the default) has meta.n × H × W × 3 bytes, as before dtypes existed.
+  std::span<const uint8_t> images;
   std::span<const int32_t> labels;  // meta.n
   // Per sample, each meta.n long or empty when the batch does not carry it (service.proto):
   // valid, 1 = real sample, 0 = padding to be ignored (empty: every sample is real); where each
@@ -113,8 +117,23 @@ struct ReceivedBatch {
   std::span<const uint8_t> valid;
   std::span<const int32_t> record_files;
   std::span<const int64_t> record_indexes;
+  // Mixup / cutmix (the request's transform set mixes labels: StreamPlan.mixes_labels), each
+  // meta.n long, else empty: sample i is label_weights[i] of labels[i] and the rest of
+  // mixed_labels[i] (soft label = w·onehot(labels[i]) + (1 - w)·onehot(mixed_labels[i])).
+  std::span<const int32_t> mixed_labels;
+  std::span<const float> label_weights;
   int server = 0;    // index of the server (resolved target) it came from
   BatchLease lease;  // empty from Next()
+
+  // The images' element type and layout (StreamRequest.transform_set's output; uint8 NHWC by
+  // default).
+  DType dtype() const { return meta.dtype; }
+  Layout layout() const { return meta.layout; }
+  // The images' shape in their layout's order: [N, H, W, 3] (NHWC) or [N, 3, H, W] (NCHW).
+  std::array<int64_t, 4> shape() const {
+    if (meta.layout == Layout::kNchw) return {meta.n, meta.channels, meta.height, meta.width};
+    return {meta.n, meta.height, meta.width, meta.channels};
+  }
 };
 
 class BatchStream {

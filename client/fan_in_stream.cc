@@ -95,6 +95,8 @@ Status FanInStream::Get(ReceivedBatch* batch, bool* end_of_sequence) {
         batch->valid = {a.valid.data(), a.valid.size()};
         batch->record_files = {a.record_files.data(), a.record_files.size()};
         batch->record_indexes = {a.record_indexes.data(), a.record_indexes.size()};
+        batch->mixed_labels = {a.mixed_labels.data(), a.mixed_labels.size()};
+        batch->label_weights = {a.label_weights.data(), a.label_weights.size()};
         batch->server = static_cast<int>(i);
         return Status::OK();
       }

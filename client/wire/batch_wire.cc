@@ -5,6 +5,8 @@
 #include <grpcpp/support/proto_buffer_reader.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <type_traits>
 
 #include "sluice/v1/service.pb.h"
@@ -65,6 +67,40 @@ bool ReadVarints(google::protobuf::io::CodedInputStream* in, uint32_t wire_type,
   return true;
 }
 
+// Reads a repeated float field in packed or unpacked form, appending to out.
+bool ReadFloats(google::protobuf::io::CodedInputStream* in, uint32_t wire_type,
+                std::vector<float>* out) {
+  uint32_t bits = 0;
+  auto append = [&] {
+    float v;
+    std::memcpy(&v, &bits, sizeof(v));
+    out->push_back(v);
+  };
+  if (wire_type == WireFormatLite::WIRETYPE_FIXED32) {
+    if (!in->ReadLittleEndian32(&bits)) return false;
+    append();
+    return true;
+  }
+  if (wire_type != WireFormatLite::WIRETYPE_LENGTH_DELIMITED) return false;
+  uint32_t length = 0;
+  if (!ReadLength(in, &length) || length % sizeof(float) != 0) return false;
+  auto limit = in->PushLimit(static_cast<int>(length));
+  while (in->BytesUntilLimit() > 0) {
+    if (!in->ReadLittleEndian32(&bits)) return false;
+    append();
+  }
+  in->PopLimit(limit);
+  return true;
+}
+
+// An enum field's varint as protobuf stores it in an open enum: the low 32 bits.
+bool ReadEnum(google::protobuf::io::CodedInputStream* in, uint32_t wire_type, int32_t* out) {
+  uint64_t v = 0;
+  if (wire_type != WireFormatLite::WIRETYPE_VARINT || !in->ReadVarint64(&v)) return false;
+  *out = static_cast<int32_t>(v);
+  return true;
+}
+
 // Every field of a Batch but its images.
 v1::Batch MetaMessage(const BatchMeta& meta, std::span<const int32_t> labels,
                       const BatchExtras& extras) {
@@ -74,9 +110,19 @@ v1::Batch MetaMessage(const BatchMeta& meta, std::span<const int32_t> labels,
   b.mutable_position()->set_end_record(meta.end_record);
   if (meta.shuffle_bytes != 0) b.mutable_position()->set_shuffle_bytes(meta.shuffle_bytes);
   b.add_shape(meta.n);
-  b.add_shape(meta.height);
-  b.add_shape(meta.width);
-  b.add_shape(meta.channels);
+  if (meta.layout == Layout::kNchw) {
+    b.add_shape(meta.channels);
+    b.add_shape(meta.height);
+    b.add_shape(meta.width);
+  } else {
+    b.add_shape(meta.height);
+    b.add_shape(meta.width);
+    b.add_shape(meta.channels);
+  }
+  // Proto3 writes neither when it is the default (uint8, NHWC): those batches' bytes are as
+  // before dtypes existed.
+  b.set_dtype(static_cast<v1::DType>(meta.dtype));
+  b.set_layout(static_cast<v1::Layout>(meta.layout));
   b.mutable_labels()->Add(labels.begin(), labels.end());
   b.set_skipped_records(meta.skipped_records);
   if (std::find(extras.valid.begin(), extras.valid.end(), uint8_t{0}) != extras.valid.end()) {
@@ -85,6 +131,8 @@ v1::Batch MetaMessage(const BatchMeta& meta, std::span<const int32_t> labels,
   }
   b.mutable_record_files()->Add(extras.record_files.begin(), extras.record_files.end());
   b.mutable_record_indexes()->Add(extras.record_indexes.begin(), extras.record_indexes.end());
+  b.mutable_mixed_labels()->Add(extras.mixed_labels.begin(), extras.mixed_labels.end());
+  b.mutable_label_weights()->Add(extras.label_weights.begin(), extras.label_weights.end());
   return b;
 }
 
@@ -119,6 +167,8 @@ struct RawBatch {
   v1::Position position;
   v1::SharedMemoryRef shared_memory;
   std::vector<int32_t> shape;
+  int32_t dtype = 0;  // as sent: checked against formats/dtype.h's values
+  int32_t layout = 0;
   uint64_t images_bytes = 0;
   bool have_images = false;
 };
@@ -195,6 +245,18 @@ Status ReadFields(google::protobuf::io::CodedInputStream& in, size_t message_byt
           return Malformed("record_indexes");
         }
         break;
+      case 8:
+        if (!ReadEnum(&in, wire_type, &raw->dtype)) return Malformed("dtype");
+        break;
+      case 9:
+        if (!ReadEnum(&in, wire_type, &raw->layout)) return Malformed("layout");
+        break;
+      case 10:
+        if (!ReadVarints(&in, wire_type, &out->mixed_labels)) return Malformed("mixed_labels");
+        break;
+      case 11:
+        if (!ReadFloats(&in, wire_type, &out->label_weights)) return Malformed("label_weights");
+        break;
       case kImagesField:
         RETURN_IF_ERROR(ReadImages(&in, wire_type, message_bytes, raw, out));
         break;
@@ -223,7 +285,9 @@ Status CheckPerSample(const BatchMeta& meta, const BatchArrays& out) {
     size_t size;
   } fields[] = {{"valid", out.valid.size()},
                 {"record_files", out.record_files.size()},
-                {"record_indexes", out.record_indexes.size()}};
+                {"record_indexes", out.record_indexes.size()},
+                {"mixed_labels", out.mixed_labels.size()},
+                {"label_weights", out.label_weights.size()}};
   for (const auto& f : fields) {
     if (f.size != 0 && f.size != n) {
       return Malformed(std::string(f.name) + " holds " + std::to_string(f.size) + " values for " +
@@ -233,6 +297,18 @@ Status CheckPerSample(const BatchMeta& meta, const BatchArrays& out) {
   if (out.record_files.size() != out.record_indexes.size()) {
     return Malformed(out.record_files.empty() ? "record_indexes without record_files"
                                               : "record_files without record_indexes");
+  }
+  if (out.mixed_labels.size() != out.label_weights.size()) {
+    return Malformed(out.mixed_labels.empty() ? "label_weights without mixed_labels"
+                                              : "mixed_labels without label_weights");
+  }
+  // A weight is the share of labels[i] in a soft label: anything else trains on garbage.
+  for (size_t i = 0; i < out.label_weights.size(); ++i) {
+    const float w = out.label_weights[i];
+    if (!std::isfinite(w) || w < 0 || w > 1) {
+      return Malformed("label_weights[" + std::to_string(i) + "] is " + std::to_string(w) +
+                       ", not in [0, 1]");
+    }
   }
   return Status::OK();
 }
@@ -248,26 +324,43 @@ Status CheckFields(const RawBatch& raw, BatchMeta* meta, BatchArrays* out) {
     out->shared_slot = raw.shared_memory.slot();
     images_bytes = raw.shared_memory.length();
   }
+  if (!IsKnownDType(raw.dtype)) {
+    return Malformed("dtype " + std::to_string(raw.dtype) + " is not a known DType");
+  }
+  if (!IsKnownLayout(raw.layout)) {
+    return Malformed("layout " + std::to_string(raw.layout) + " is not a known Layout");
+  }
+  meta->dtype = static_cast<DType>(raw.dtype);
+  meta->layout = static_cast<Layout>(raw.layout);
+  const bool nchw = meta->layout == Layout::kNchw;
+  // Images are RGB: the channel dimension, where the layout puts it, is 3.
   const std::vector<int32_t>& shape = raw.shape;
-  if (shape.size() != 4 || shape[0] < 0 || shape[1] <= 0 || shape[2] <= 0 || shape[3] <= 0) {
-    return Malformed("shape must be [N, H, W, C]");
+  if (shape.size() != 4 || shape[0] < 0 || shape[1] <= 0 || shape[2] <= 0 || shape[3] <= 0 ||
+      shape[nchw ? 1 : 3] != 3) {
+    std::string got;
+    for (int32_t d : shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
+    return Malformed(std::string("shape must be ") + (nchw ? "[N, 3, H, W]" : "[N, H, W, 3]") +
+                     " for layout " + std::string(LayoutName(meta->layout)) + ", got [" + got +
+                     "]");
   }
   meta->n = shape[0];
-  meta->height = shape[1];
-  meta->width = shape[2];
-  meta->channels = shape[3];
+  meta->channels = shape[nchw ? 1 : 3];
+  meta->height = shape[nchw ? 2 : 1];
+  meta->width = shape[nchw ? 3 : 2];
   // Consumers index the images by the shape: its byte count must not wrap to what was sent.
-  size_t pixels = 0;
-  if (__builtin_mul_overflow(size_t(meta->n), size_t(meta->height), &pixels) ||
-      __builtin_mul_overflow(pixels, size_t(meta->width), &pixels) ||
-      __builtin_mul_overflow(pixels, size_t(meta->channels), &pixels)) {
+  size_t bytes = 0;
+  if (__builtin_mul_overflow(size_t(meta->n), size_t(meta->height), &bytes) ||
+      __builtin_mul_overflow(bytes, size_t(meta->width), &bytes) ||
+      __builtin_mul_overflow(bytes, size_t(meta->channels), &bytes) ||
+      __builtin_mul_overflow(bytes, DTypeSize(meta->dtype), &bytes)) {
     return Malformed("shape's byte count overflows");
   }
   if (out->shared && raw.have_images) return Malformed("both images and shared_memory");
   if (!raw.have_images && !out->shared && meta->n > 0) return Malformed("no images");
   if (images_bytes != meta->image_bytes()) {
     return Malformed("images holds " + std::to_string(images_bytes) + " bytes, shape needs " +
-                     std::to_string(meta->image_bytes()));
+                     std::to_string(meta->image_bytes()) + " (" +
+                     std::string(DTypeName(meta->dtype)) + ")");
   }
   if (out->labels.size() != static_cast<size_t>(meta->n)) {
     return Malformed(std::to_string(out->labels.size()) + " labels for " +
@@ -288,6 +381,8 @@ Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out) 
   out->valid.clear();
   out->record_files.clear();
   out->record_indexes.clear();
+  out->mixed_labels.clear();
+  out->label_weights.clear();
   out->shared = false;
   RawBatch raw;
   RETURN_IF_ERROR(ReadFields(in, message_bytes, &raw, meta, out));

@@ -56,7 +56,8 @@ struct BatchExtras {
 
 // The serialized Batch up to and including the tag and length of `images`; appending
 // meta.image_bytes() image bytes completes the message. valid is written (packed bool) only
-// when some sample is padding.
+// when some sample is padding; dtype and layout only when not uint8 and NHWC (so such batches
+// are the bytes they were before dtypes existed); shape in meta.layout's order.
 std::string EncodeBatchPrefix(const BatchMeta& meta, std::span<const int32_t> labels,
                               const BatchExtras& extras = {});
 
@@ -97,9 +98,12 @@ struct BatchArrays {
 // Parses a serialized Batch as gRPC received it, copying the images once into out->images (or,
 // for a shared-memory batch, only noting its slot: out->shared).
 // DataLoss naming the field when the message is malformed or its shape disagrees with its
-// images, labels or per-sample fields (valid, record_files and record_indexes each hold N values
-// or none; the record ids come both or neither); the allocator's status, naming the byte count,
-// when out->images cannot grow.
+// images, labels or per-sample fields: a dtype or layout that formats/dtype.h does not know; a
+// shape that is not [N, H, W, 3] (NHWC) or [N, 3, H, W] (NCHW); images of other than
+// N·H·W·3·DTypeSize bytes; valid, record_files, record_indexes, mixed_labels and label_weights
+// each N values or none, the record ids both or neither, mixed_labels and label_weights both or
+// neither, each weight finite and in [0, 1]. The allocator's status, naming the byte count, when
+// out->images cannot grow.
 Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out);
 
 }  // namespace sluice

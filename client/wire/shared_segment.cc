@@ -17,6 +17,8 @@
 #include <random>
 #include <string_view>
 
+#include "formats/dtype.h"
+
 #ifndef MFD_NOEXEC_SEAL
 #define MFD_NOEXEC_SEAL 0x0008U  // Linux 6.3; older headers lack it
 #endif
@@ -192,8 +194,9 @@ uint64_t SharedSegment::BytesFor(int slots, uint64_t slot_bytes) {
 uint64_t SharedSegment::MaxSlotBytesFor(int batch_size, int image_height, int image_width) {
   if (image_width == 0) image_width = image_height;
   if (batch_size <= 0 || image_height <= 0 || image_width <= 0) return shm_layout::kMaxSlotBytes;
-  const uint64_t bytes = uint64_t{3} * static_cast<uint64_t>(batch_size) *
-                         static_cast<uint64_t>(image_height) * static_cast<uint64_t>(image_width);
+  const uint64_t bytes = uint64_t{3} * DTypeSize(DType::kFloat32) *
+                         static_cast<uint64_t>(batch_size) * static_cast<uint64_t>(image_height) *
+                         static_cast<uint64_t>(image_width);
   return std::min(bytes, shm_layout::kMaxSlotBytes);
 }
 

@@ -58,8 +58,9 @@ class SharedSegment {
     int slots = 0;
     uint64_t max_slot_bytes = shm_layout::kMaxSlotBytes;
   };
-  // The most bytes a slot needs for a request's batch size and image size (height x width x 3),
-  // or kMaxSlotBytes when it leaves either to the server's defaults (zero) or asks for more.
+  // The most bytes a slot needs for a request's batch size and image size (height x width x 3
+  // values of the largest dtype, float32: the request's transform set may choose any), or
+  // kMaxSlotBytes when it leaves either to the server's defaults (zero) or asks for more.
   static uint64_t MaxSlotBytesFor(int batch_size, int image_height, int image_width);
 
   // The size of a segment of `slots` slots of at least slot_bytes: a header page and the slots,

@@ -9,6 +9,7 @@
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/slice.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -45,8 +46,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   v1::Batch batch;
   FUZZ_CHECK(batch.ParseFromString(message), "DecodeBatch accepts what protobuf refuses");
-  FUZZ_CHECK(batch.shape_size() == 4 && batch.shape(0) == meta.n && batch.shape(1) == meta.height &&
-                 batch.shape(2) == meta.width && batch.shape(3) == meta.channels,
+  FUZZ_CHECK(static_cast<int32_t>(batch.dtype()) == static_cast<int32_t>(meta.dtype) &&
+                 static_cast<int32_t>(batch.layout()) == static_cast<int32_t>(meta.layout),
+             "dtype or layout differs");
+  const bool nchw = meta.layout == Layout::kNchw;
+  FUZZ_CHECK(batch.shape_size() == 4 && batch.shape(0) == meta.n &&
+                 batch.shape(nchw ? 2 : 1) == meta.height &&
+                 batch.shape(nchw ? 3 : 2) == meta.width &&
+                 batch.shape(nchw ? 1 : 3) == meta.channels && meta.channels == 3,
              "shape differs");
   FUZZ_CHECK(batch.position().epoch() == meta.epoch && batch.position().index() == meta.index &&
                  batch.position().end_record() == meta.end_record,
@@ -65,16 +72,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(std::vector<int64_t>(batch.record_indexes().begin(), batch.record_indexes().end()) ==
                  arrays.record_indexes,
              "record_indexes differ");
+  FUZZ_CHECK(std::vector<int32_t>(batch.mixed_labels().begin(), batch.mixed_labels().end()) ==
+                 arrays.mixed_labels,
+             "mixed_labels differ");
+  FUZZ_CHECK(arrays.label_weights.size() == static_cast<size_t>(batch.label_weights_size()) &&
+                 std::equal(arrays.label_weights.begin(), arrays.label_weights.end(),
+                            batch.label_weights().begin()),
+             "label_weights differ");
+  for (float w : arrays.label_weights) FUZZ_CHECK(w >= 0 && w <= 1, "label weight %g", w);
   // Consumers index the per-sample fields by image: each is N long or empty.
   for (const size_t size :
-       {arrays.valid.size(), arrays.record_files.size(), arrays.record_indexes.size()}) {
+       {arrays.valid.size(), arrays.record_files.size(), arrays.record_indexes.size(),
+        arrays.mixed_labels.size(), arrays.label_weights.size()}) {
     FUZZ_CHECK(size == 0 || size == static_cast<size_t>(meta.n), "%zu values for %d images", size,
                meta.n);
   }
   // The shape's byte count, without wrapping: what a consumer will index.
-  const unsigned __int128 pixels =
-      static_cast<unsigned __int128>(meta.n) * meta.height * meta.width * meta.channels;
-  FUZZ_CHECK(pixels == meta.image_bytes(), "shape %dx%dx%dx%d wraps image_bytes() to %zu", meta.n,
+  const unsigned __int128 bytes = static_cast<unsigned __int128>(meta.n) * meta.height *
+                                  meta.width * meta.channels * DTypeSize(meta.dtype);
+  FUZZ_CHECK(bytes == meta.image_bytes(), "shape %dx%dx%dx%d wraps image_bytes() to %zu", meta.n,
              meta.height, meta.width, meta.channels, meta.image_bytes());
   if (arrays.shared) {
     FUZZ_CHECK(batch.has_shared_memory() && batch.images().empty(), "shared batch differs");

@@ -10,6 +10,10 @@ addresses) fan in: one stream per server, every server's batches in one iteratio
 dataset must be served whole (every --shard I/N), else SluiceError FAILED_PRECONDITION. Failures
 (reconnects, epochs with many skipped records) are logged on the "sluice" logger.
 
+A dataset's transform sets (DatasetInfo.transform_sets) are chosen by name: stream(...,
+transform_set="bf16") delivers that set's output (float16, bfloat16 or float32 images, NCHW, mixed
+labels: see Batch); sluice.transforms([...]) writes a transform list for a server config.
+
 sluice.tune_malloc() makes glibc keep freed memory for the next batches (faster; process-wide).
 sluice.torch.SluiceDataset and sluice.tf.dataset adapt streams to PyTorch and tf.data; they import
 their framework when imported themselves, so `import sluice` needs neither.
@@ -17,8 +21,9 @@ their framework when imported themselves, so `import sluice` needs neither.
 from sluice._client import BatchStream, Client, StreamPlan
 from sluice._errors import SluiceError
 from sluice._malloc import tune_malloc
-from sluice._wire import Batch, Position, decode_batch
+from sluice._transforms import transforms
+from sluice._wire import Batch, Position, decode_batch, soft_labels
 
 __version__ = "0.1.0"
 __all__ = ["Batch", "BatchStream", "Client", "Position", "SluiceError", "StreamPlan",
-           "decode_batch", "tune_malloc"]
+           "decode_batch", "soft_labels", "transforms", "tune_malloc"]

@@ -24,7 +24,7 @@ import numpy as np
 
 from sluice import _shm
 from sluice._errors import SluiceError
-from sluice._wire import Batch, Position, decode_batch
+from sluice._wire import DTYPES, LAYOUTS, Batch, Position, decode_batch
 from sluice.v1 import config_pb2, service_pb2, service_pb2_grpc
 
 log = logging.getLogger("sluice")
@@ -248,9 +248,15 @@ class Client:
     def _request(self, dataset, batch_size=None, image_size=None, mode=None, seed=None,
                  epochs=None, shard=None, job_name=None, start_position=None,
                  drop_remainder=None, equal_shares=None, record_ids=False,
-                 consumer_index=None, num_consumers=None):
+                 consumer_index=None, num_consumers=None, transform_set=None):
         """The StreamRequest of stream()'s and describe()'s arguments."""
         request = service_pb2.StreamRequest(dataset=dataset)
+        if transform_set:
+            if not isinstance(transform_set, str):
+                raise ValueError("transform_set must be the name of one of the dataset's "
+                                 "transform sets (DatasetInfo.transform_sets), got %r"
+                                 % (transform_set,))
+            request.transform_set = transform_set
         if batch_size is not None:
             request.batch_size = batch_size
         if image_size is not None:
@@ -307,17 +313,18 @@ class Client:
     def describe(self, dataset, batch_size=None, image_size=None, mode=None, seed=None,
                  epochs=None, shard=None, job_name=None, start_position=None,
                  drop_remainder=None, equal_shares=None, record_ids=False,
-                 consumer_index=None, num_consumers=None, **_stream_only):
+                 consumer_index=None, num_consumers=None, transform_set=None, **_stream_only):
         """What stream() with these arguments would deliver, without starting it
         (DescribeStream): a StreamPlan, summed over every server of the client as a fan-in
         stream delivers them (batches_per_epoch: a PyTorch dataset's length per epoch). The
         servers must agree on the resolved batch size, image size, mode, epochs and equal shares
-        (else SluiceError FAILED_PRECONDITION naming them). Arguments that only shape the
+        and on what the batches hold (transform set, dtype, layout, mixed labels) (else
+        SluiceError FAILED_PRECONDITION naming them). Arguments that only shape the
         transport (prefetch, shared_memory, ...) are accepted and ignored. Raises what stream()
         would raise for the request (SluiceError with the server's status)."""
         request = self._request(dataset, batch_size, image_size, mode, seed, epochs, shard,
                                 job_name, start_position, drop_remainder, equal_shares,
-                                record_ids, consumer_index, num_consumers)
+                                record_ids, consumer_index, num_consumers, transform_set)
         calls = [(t, self._stub(t).DescribeStream.future(
             request, timeout=self.rpc_timeout, metadata=self._metadata)) for t in self.targets]
         plans = []
@@ -334,12 +341,15 @@ class Client:
                epochs=None, shard=None, job_name=None, start_position=None,
                drop_remainder=None, prefetch=2, shared_memory=None, max_held=4,
                on_max_held=None, allow_partial_fleet=False, skip_warn_percent=10,
-               equal_shares=None, record_ids=False, consumer_index=None, num_consumers=None):
+               equal_shares=None, record_ids=False, consumer_index=None, num_consumers=None,
+               transform_set=None):
         """Streams ready batches of `dataset`, from every server of the client (fan-in).
         Returns a BatchStream: iterate it for (images, labels, position) — images uint8
-        [N, H, W, 3] (read-only: a view of the received message, of a shared-memory slot, or a
+        [N, H, W, 3] by default, else as the transform set's output says (Batch.dtype and
+        layout; read-only: a view of the received message, of a shared-memory slot, or a
         copy; see shared_memory), labels int32 [N], position a Position (of the server's
-        stream the batch came from).
+        stream the batch came from); mixed labels (mixup, cutmix) in Batch.mixed_labels and
+        label_weights.
 
         Unset (None) arguments take the dataset's defaults (see datasets()).
         image_size: N or (height, width).
@@ -406,13 +416,17 @@ class Client:
             largest share needs; the others repeat their epoch's first samples, marked False in
             Batch.valid) or "off" (each share as it is). See sluice.v1.EqualShares.
         record_ids: each Batch carries record_ids, int64 [N, 2] of (file, record) per sample.
+        transform_set: one of the dataset's transform sets by name (DatasetInfo.transform_sets,
+            which datasets() lists); None: "default", the pipeline's own. What its batches hold
+            (dtype, layout, mixed labels) describe() says. A name the dataset does not offer is
+            refused (SluiceError INVALID_ARGUMENT naming it).
 
         A request the server refuses raises SluiceError here, with the server's status and
         message; errors later in the stream are raised by the iteration.
         """
         request = self._request(dataset, batch_size, image_size, mode, seed, epochs, shard,
                                 job_name, start_position, drop_remainder, equal_shares,
-                                record_ids, consumer_index, num_consumers)
+                                record_ids, consumer_index, num_consumers, transform_set)
         if prefetch < 1:
             raise ValueError("prefetch must be at least 1")
         if max_held < 1:
@@ -518,6 +532,9 @@ class StreamPlan:
 
     batch_size, image_size ((height, width)), mode ("train" or "eval"), epochs (0: forever),
     equal_shares ("drop", "pad" or "off"): as the servers resolved the request.
+    transform_set, dtype ("uint8", "float16", "bfloat16" or "float32"), layout ("NHWC" or
+        "NCHW"), mixes_labels (batches carry mixed_labels and label_weights): what the batches
+        hold; image_shape: one image's shape in that layout.
     batches_per_epoch, records_per_epoch: the stream's, summed over the servers (batches are
         exact under "drop" and "pad"; under "off" an upper bound when records turn out corrupt).
     min_shard_records, max_shard_records: the smallest and largest share among the stream's
@@ -532,6 +549,15 @@ class StreamPlan:
         first = plans[0][1]
         key = lambda p: (p.batch_size, p.image_height, p.image_width, p.mode, p.epochs,
                          p.equal_shares)
+        output = lambda p: (p.transform_set, p.dtype, p.layout, p.mixes_labels)
+        if any(output(p) != output(first) for _, p in plans):
+            raise SluiceError(grpc.StatusCode.FAILED_PRECONDITION, "the servers deliver "
+                              "batches of %r differently: %s" % (dataset, "; ".join(
+                                  "%s: transform set %r, %s %s%s" % (
+                                      t, p.transform_set, _name(DTYPES, p.dtype),
+                                      LAYOUTS.get(p.layout, p.layout),
+                                      ", mixed labels" if p.mixes_labels else "")
+                                  for t, p in plans)), ",".join(t for t, _ in plans))
         if any(key(p) != key(first) for _, p in plans):
             raise SluiceError(grpc.StatusCode.FAILED_PRECONDITION, "the servers resolve a "
                               "stream of %r differently: %s" % (dataset, "; ".join(
@@ -552,13 +578,30 @@ class StreamPlan:
         self.min_shard_records = min(p.min_shard_records for _, p in plans)
         self.max_shard_records = max(p.max_shard_records for _, p in plans)
         self.num_consumers = first.num_consumers
+        self.transform_set = first.transform_set
+        self.dtype = _name(DTYPES, first.dtype)
+        self.layout = LAYOUTS.get(first.layout, first.layout)
+        self.mixes_labels = first.mixes_labels
+
+    @property
+    def image_shape(self):
+        """The shape of one image in the batches: (H, W, 3) for NHWC, (3, H, W) for NCHW."""
+        height, width = self.image_size
+        return (3, height, width) if self.layout == "NCHW" else (height, width, 3)
 
     def __repr__(self):
         return ("StreamPlan(batches_per_epoch=%d, records_per_epoch=%d, batch_size=%d, "
-                "image_size=%r, mode=%r, epochs=%d, equal_shares=%r, servers=%d)" % (
+                "image_size=%r, mode=%r, epochs=%d, equal_shares=%r, transform_set=%r, "
+                "dtype=%r, layout=%r, mixes_labels=%r, servers=%d)" % (
                     self.batches_per_epoch, self.records_per_epoch, self.batch_size,
                     self.image_size, self.mode, self.epochs, self.equal_shares,
+                    self.transform_set, self.dtype, self.layout, self.mixes_labels,
                     len(self.plans)))
+
+
+def _name(dtypes, value):
+    """The name of a DType value (its number when this client does not know it)."""
+    return dtypes[value][0] if value in dtypes else value
 
 
 def _per_server_starts(targets, start_position):
@@ -924,7 +967,7 @@ def _copied_out(shared):
     batch = shared.batch
     images = np.array(batch.images)
     images.flags.writeable = False
-    return Batch(images, batch.labels, batch.position, batch.valid, batch.record_ids)
+    return batch._replace(images=images)
 
 
 _RECONNECT = object()  # _Reader._after_error: reconnect
@@ -998,11 +1041,18 @@ class _LockstepShare:
         """A stand-in for the lost batch at `position` (epoch, index)."""
         plan = self.plan
         n = plan.batch_size
-        images = np.zeros((n, plan.image_height, plan.image_width, 3), dtype=np.uint8)
+        dtype_name, dtype = DTYPES[plan.dtype]
+        layout = LAYOUTS[plan.layout]
+        shape = ((n, 3, plan.image_height, plan.image_width) if layout == "NCHW"
+                 else (n, plan.image_height, plan.image_width, 3))
+        images = np.zeros(shape, dtype=dtype)
         images.flags.writeable = False
         ids = np.full((n, 2), -1, dtype=np.int64) if self._record_ids else None
+        mixed = weights = None
+        if plan.mixes_labels:
+            mixed, weights = np.zeros(n, dtype=np.int32), np.ones(n, dtype=np.float32)
         return Batch(images, np.zeros(n, dtype=np.int32), Position(position[0], position[1], 0),
-                     np.zeros(n, dtype=np.bool_), ids)
+                     np.zeros(n, dtype=np.bool_), ids, mixed, weights, dtype_name, layout)
 
 
 class _Reader:

@@ -67,11 +67,12 @@ def is_local(target):
 
 
 def max_slot_bytes(batch_size, image_height, image_width):
-    """The most bytes a slot needs for a request (SharedSegment::MaxSlotBytesFor)."""
+    """The most bytes a slot needs for a request (SharedSegment::MaxSlotBytesFor): room for the
+    largest dtype, float32, which the request's transform set may choose."""
     image_width = image_width or image_height
     if batch_size <= 0 or image_height <= 0 or image_width <= 0:
         return _MAX_SLOT_BYTES
-    return min(3 * batch_size * image_height * image_width, _MAX_SLOT_BYTES)
+    return min(3 * 4 * batch_size * image_height * image_width, _MAX_SLOT_BYTES)
 
 
 def _round_up(n):
@@ -204,11 +205,12 @@ class Segment:
             self._detach()
         token.release()
 
-    def view(self, slot, shape, token):
-        """The images of a full `slot` as a read-only uint8 array of `shape`, in place. The slot is
-        freed, and token.release() called, when nothing references the array any more; sets
-        token.attached."""
-        length = int(np.prod(shape))
+    def view(self, slot, shape, token, dtype=np.uint8):
+        """The images of a full `slot` as a read-only array of `shape` and `dtype`, in place. The
+        slot is freed, and token.release() called, when nothing references the array any more;
+        sets token.attached."""
+        dtype = np.dtype(dtype)
+        length = int(np.prod(shape)) * dtype.itemsize
         if not 0 <= slot < self.slots or length > self.slot_bytes:
             raise SluiceError(grpc.StatusCode.DATA_LOSS,
                               "shared segment %s: slot %d of %d bytes is outside its %d slots "
@@ -225,7 +227,7 @@ class Segment:
             self._held += 1
         weakref.finalize(owner, self._release, slot, token)
         token.attached = True
-        images = np.frombuffer(owner, dtype=np.uint8).reshape(shape)
+        images = np.frombuffer(owner, dtype=dtype).reshape(shape)
         images.flags.writeable = False
         return images
 

@@ -5,7 +5,14 @@ so that `images` (field 15, which the server writes last) is never copied: the i
 read-only numpy view of that slice of the message. The small remaining fields are re-joined and
 parsed by protobuf itself, so packed or unpacked labels, negative values and unknown fields are
 handled exactly as any protobuf client would. Fields may come in any order.
+
+The images come as the batch's dtype says (Batch.dtype, service.proto DType): uint8, float16,
+float32, or bfloat16, which numpy lacks: `ml_dtypes.bfloat16` where ml_dtypes is importable
+(TensorFlow installs it), else uint16 holding each value's bits (the high half of its float32);
+Batch.dtype names the type either way. Their shape is the layout's (Batch.layout): [N, H, W, 3]
+(NHWC) or [N, 3, H, W] (NCHW).
 """
+import math
 from typing import NamedTuple
 
 import grpc
@@ -13,6 +20,19 @@ import numpy as np
 
 from sluice._errors import SluiceError
 from sluice.v1 import service_pb2
+
+try:
+    from ml_dtypes import bfloat16 as _BFLOAT16
+except ImportError:  # numpy has no bfloat16: its bits, as uint16
+    _BFLOAT16 = None
+
+# service.proto DType -> (name, numpy dtype of the received bytes, little-endian).
+DTYPES = {0: ("uint8", np.dtype(np.uint8)), 1: ("float16", np.dtype("<f2")),
+          2: ("bfloat16", np.dtype(_BFLOAT16) if _BFLOAT16 is not None else np.dtype("<u2")),
+          3: ("float32", np.dtype("<f4"))}
+DTYPE_VALUES = {name: value for value, (name, _) in DTYPES.items()}
+LAYOUTS = {0: "NHWC", 1: "NCHW"}
+LAYOUT_VALUES = {name: value for value, name in LAYOUTS.items()}
 
 _IMAGES_FIELD = 15
 _WIRETYPE_VARINT, _WIRETYPE_I64, _WIRETYPE_LEN, _WIRETYPE_I32 = 0, 1, 2, 5
@@ -60,30 +80,83 @@ class _BatchFields(NamedTuple):
 class Batch(_BatchFields):
     """One batch: an (images, labels, position) tuple.
 
-    images: uint8 [N, H, W, 3] (NHWC, RGB), a read-only view of the received message;
+    images: RGB, a read-only view of the received message (or of a shared-memory slot), of the
+        stream's transform set's output: by default uint8 [N, H, W, 3] (NHWC); see `dtype` and
+        `layout`.
     labels: int32 [N].
     Attributes, not tuple fields (so that code unpacking three fields keeps working):
+    dtype: the images' element type, "uint8", "float16", "bfloat16" or "float32". bfloat16
+        images are ml_dtypes.bfloat16 where ml_dtypes is importable, else uint16 holding the
+        values' bits (images.view(np.uint16) either way; torch: .view(torch.bfloat16) of them
+        as int16, as sluice.torch does).
+    layout: "NHWC" (images [N, H, W, 3]) or "NCHW" ([N, 3, H, W], PyTorch's).
     valid: bool [N], False for a padding sample (a repeat that metrics and losses should ignore,
         service.proto Batch.valid), or None when every sample is real.
     record_ids: int64 [N, 2] of (file, record) per sample, the file's index in the dataset's
         sorted file list and the record's index in that file, or None unless the stream asked for
         record ids. A padding sample names the record it repeats.
+    mixed_labels, label_weights: int32 [N] and float32 [N] with mixup or cutmix in the
+        stream's transform set, else None: sample i is label_weights[i] of labels[i] and the
+        rest of mixed_labels[i] (soft_labels() makes the N x classes matrix).
     """
 
-    valid = None  # what _make() and other tuple constructors leave: every sample real
+    # What _make() and other tuple constructors leave: every sample real, uint8 NHWC.
+    valid = None
     record_ids = None
+    mixed_labels = None
+    label_weights = None
+    dtype = "uint8"
+    layout = "NHWC"
 
-    def __new__(cls, images, labels, position, valid=None, record_ids=None):
+    def __new__(cls, images, labels, position, valid=None, record_ids=None, mixed_labels=None,
+                label_weights=None, dtype="uint8", layout="NHWC"):
         self = super().__new__(cls, images, labels, position)
         self.valid = valid
         self.record_ids = record_ids
+        self.mixed_labels = mixed_labels
+        self.label_weights = label_weights
+        self.dtype = dtype
+        self.layout = layout
         return self
 
-    def __getnewargs__(self):
-        return (self.images, self.labels, self.position, self.valid, self.record_ids)
+    def _extras(self):
+        return dict(valid=self.valid, record_ids=self.record_ids, mixed_labels=self.mixed_labels,
+                    label_weights=self.label_weights, dtype=self.dtype, layout=self.layout)
+
+    def __getnewargs_ex__(self):
+        return (self.images, self.labels, self.position), self._extras()
 
     def _replace(self, **fields):
-        return Batch(*super()._replace(**fields), valid=self.valid, record_ids=self.record_ids)
+        return Batch(*super()._replace(**fields), **self._extras())
+
+    def soft_labels(self, num_classes):
+        """float32 [N, num_classes]: one-hot labels, or with mixed labels
+        w * onehot(labels) + (1 - w) * onehot(mixed_labels). ValueError naming a label outside
+        [0, num_classes)."""
+        return soft_labels(self.labels, self.mixed_labels, self.label_weights, num_classes)
+
+
+def soft_labels(labels, mixed_labels, label_weights, num_classes):
+    """float32 [N, num_classes] from a batch's labels and, when not None, its mixed labels and
+    weights (Batch.soft_labels)."""
+    num_classes = int(num_classes)
+    if num_classes < 1:
+        raise ValueError("soft labels need the dataset's num_classes (at least 1), got %d"
+                         % num_classes)
+    labels = np.asarray(labels)
+    rows = np.arange(len(labels))
+    out = np.zeros((len(labels), num_classes), dtype=np.float32)
+    pairs = [(labels, np.ones(len(labels), dtype=np.float32))]
+    if mixed_labels is not None:
+        w = np.asarray(label_weights, dtype=np.float32)
+        pairs = [(labels, w), (np.asarray(mixed_labels), 1 - w)]
+    for name, (values, weights) in zip(("labels", "mixed_labels"), pairs):
+        bad = np.flatnonzero((values < 0) | (values >= num_classes))
+        if len(bad):
+            raise ValueError("%s[%d] is %d, outside the dataset's %d classes" % (
+                name, bad[0], values[bad[0]], num_classes))
+        np.add.at(out, (rows, values), weights)
+    return out
 
 
 def _malformed(what):
@@ -113,8 +186,11 @@ def decode_batch(data, segment=None, token=None):
     view is gone.
 
     Raises SluiceError(DATA_LOSS) naming what is wrong when the message is malformed or its shape
-    disagrees with its images, labels or per-sample fields (valid, record_files and record_indexes
-    each hold N values or none; the record ids come both or neither).
+    disagrees with its images, labels or per-sample fields: an unknown dtype or layout, a shape
+    other than [N, H, W, 3] (NHWC) or [N, 3, H, W] (NCHW), images of other than N*H*W*3 values
+    of the dtype, valid, record_files, record_indexes, mixed_labels and label_weights each N
+    values or none, the record ids both or neither, mixed_labels and label_weights both or
+    neither, each weight finite and in [0, 1].
     """
     end = len(data)
     pos = 0
@@ -150,10 +226,21 @@ def decode_batch(data, segment=None, token=None):
         message = service_pb2.Batch.FromString(b"".join(header))
     except Exception as e:  # protobuf's DecodeError, whichever implementation is loaded
         raise _malformed(str(e) or "cannot parse the fields before images") from None
+    if message.dtype not in DTYPES:
+        raise _malformed("dtype %d is not a known DType" % message.dtype)
+    if message.layout not in LAYOUTS:
+        raise _malformed("layout %d is not a known Layout" % message.layout)
+    dtype_name, dtype = DTYPES[message.dtype]
+    layout = LAYOUTS[message.layout]
+    nchw = layout == "NCHW"
     shape = list(message.shape)
-    if len(shape) != 4 or shape[0] < 0 or min(shape[1:]) <= 0:
-        raise _malformed("shape must be [N, H, W, C], got %s" % shape)
-    n, h, w, c = shape
+    # Images are RGB: the channel dimension, where the layout puts it, is 3.
+    if (len(shape) != 4 or shape[0] < 0 or min(shape[1:]) <= 0
+            or shape[1 if nchw else 3] != 3):
+        raise _malformed("shape must be %s for layout %s, got %s"
+                         % ("[N, 3, H, W]" if nchw else "[N, H, W, 3]", layout, shape))
+    n = shape[0]
+    count = n * shape[1] * shape[2] * shape[3]
     shared = message.HasField("shared_memory")
     if shared:
         if images_offset is not None:
@@ -163,23 +250,30 @@ def decode_batch(data, segment=None, token=None):
         images_length = message.shared_memory.length
     elif images_offset is None:
         images_offset, images_length = 0, 0
-    if images_length != n * h * w * c:
-        raise _malformed("images holds %d bytes, shape %s needs %d" %
-                         (images_length, shape, n * h * w * c))
+    if images_length != count * dtype.itemsize:
+        raise _malformed("images holds %d bytes, shape %s needs %d (%s)" %
+                         (images_length, shape, count * dtype.itemsize, dtype_name))
     if len(message.labels) != n:
         raise _malformed("%d labels for %d images" % (len(message.labels), n))
-    for name in ("valid", "record_files", "record_indexes"):
-        count = len(getattr(message, name))
-        if count not in (0, n):
-            raise _malformed("%s holds %d values for %d images" % (name, count, n))
+    for name in ("valid", "record_files", "record_indexes", "mixed_labels", "label_weights"):
+        values = len(getattr(message, name))
+        if values not in (0, n):
+            raise _malformed("%s holds %d values for %d images" % (name, values, n))
     if len(message.record_files) != len(message.record_indexes):
         raise _malformed("record_indexes without record_files" if not message.record_files
                          else "record_files without record_indexes")
+    if len(message.mixed_labels) != len(message.label_weights):
+        raise _malformed("label_weights without mixed_labels" if not message.mixed_labels
+                         else "mixed_labels without label_weights")
+    # A weight is the share of labels[i] in a soft label: anything else trains on garbage.
+    for i, weight in enumerate(message.label_weights):
+        if not (math.isfinite(weight) and 0 <= weight <= 1):
+            raise _malformed("label_weights[%d] is %r, not in [0, 1]" % (i, weight))
     if shared:
-        images = segment.view(message.shared_memory.slot, (n, h, w, c), token)
+        images = segment.view(message.shared_memory.slot, tuple(shape), token, dtype)
     else:
-        images = np.frombuffer(data, dtype=np.uint8, count=images_length,
-                               offset=images_offset).reshape(n, h, w, c)
+        images = np.frombuffer(data, dtype=dtype, count=count,
+                               offset=images_offset).reshape(shape)
     labels = np.array(message.labels, dtype=np.int32)
     valid = np.array(message.valid, dtype=np.bool_) if message.valid else None
     record_ids = None
@@ -187,7 +281,11 @@ def decode_batch(data, segment=None, token=None):
         record_ids = np.empty((n, 2), dtype=np.int64)
         record_ids[:, 0] = message.record_files
         record_ids[:, 1] = message.record_indexes
+    mixed_labels = label_weights = None
+    if message.mixed_labels:
+        mixed_labels = np.array(message.mixed_labels, dtype=np.int32)
+        label_weights = np.array(message.label_weights, dtype=np.float32)
     p = message.position
     batch = Batch(images, labels, Position(p.epoch, p.index, p.end_record, p.shuffle_bytes),
-                  valid, record_ids)
+                  valid, record_ids, mixed_labels, label_weights, dtype_name, layout)
     return batch, message.skipped_records

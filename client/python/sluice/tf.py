@@ -4,10 +4,13 @@
     model.fit(ds.map(lambda x, y: (tf.cast(x, tf.float32) / 255, y)), epochs=10)
 
 Elements are (images, labels): uint8 [N, H, W, 3] (NHWC, RGB) and int32 [N], then the valid mask
-(with_valid=True) and the record ids (record_ids=True). Each iteration of the dataset opens its own
-stream and is the next epoch of the server's numbering (new file order, shuffle and crops), so
-Keras fit(epochs=E) trains on E different epochs. The mask as a third element is what Keras takes
-for sample weights, so padding samples count for nothing in losses and metrics:
+(with_valid=True) and the record ids (record_ids=True). A transform set of the server's
+(transform_set="bf16") gives its output as it is: tf.float16, tf.bfloat16 or tf.float32 images,
+[N, 3, H, W] under NCHW; with mixup/cutmix, float32 [N, classes] soft labels (soft_labels=True)
+or int32 mixed_labels and float32 label_weights after the labels. Each iteration of the dataset
+opens its own stream and is the next epoch of the server's numbering (new file order, shuffle and
+crops), so Keras fit(epochs=E) trains on E different epochs. The mask as a third element is what
+Keras takes for sample weights, so padding samples count for nothing in losses and metrics:
 
     val = sluice.tf.dataset(target, "val", mode="eval", shard=(rank, ranks), with_valid=True)
     model.fit(train, epochs=10, validation_data=val.map(
@@ -25,18 +28,32 @@ repetition streams the next epoch, or epochs=0 (one endless stream):
 """
 import threading
 
+import grpc
 import numpy as np
 import tensorflow as tf
 
 from sluice._client import Client, image_hw
 from sluice._errors import SluiceError
 
+_TF_DTYPES = {"uint8": tf.uint8, "float16": tf.float16, "bfloat16": tf.bfloat16,
+              "float32": tf.float32}
 
-def output_signature(image_size, with_valid=False, record_ids=False):
-    """The element spec of dataset(): N is unknown (a last partial batch is smaller)."""
+
+def output_signature(image_size, with_valid=False, record_ids=False, dtype="uint8",
+                     layout="NHWC", mixes_labels=False, num_classes=None):
+    """The element spec of dataset(): N is unknown (a last partial batch is smaller).
+    dtype, layout, mixes_labels: the stream's output (StreamPlan's); num_classes: soft labels
+    of that many classes instead of class indexes (and mixed labels)."""
     height, width = image_hw(image_size)
-    spec = (tf.TensorSpec(shape=(None, height, width, 3), dtype=tf.uint8),
-            tf.TensorSpec(shape=(None,), dtype=tf.int32))
+    shape = (None, 3, height, width) if layout == "NCHW" else (None, height, width, 3)
+    spec = (tf.TensorSpec(shape=shape, dtype=_TF_DTYPES[dtype]),)
+    if num_classes:
+        spec += (tf.TensorSpec(shape=(None, num_classes), dtype=tf.float32),)
+    else:
+        spec += (tf.TensorSpec(shape=(None,), dtype=tf.int32),)
+        if mixes_labels:
+            spec += (tf.TensorSpec(shape=(None,), dtype=tf.int32),
+                     tf.TensorSpec(shape=(None,), dtype=tf.float32))
     if with_valid:
         spec += (tf.TensorSpec(shape=(None,), dtype=tf.bool),)
     if record_ids:
@@ -48,7 +65,8 @@ def dataset(target, dataset, batch_size=None, image_size=None, mode=None, seed=N
             shard=None, job_name=None, start_position=None, drop_remainder=None, prefetch=2,
             token=None, root_certificates=None, connect_timeout=10.0,
             allow_partial_fleet=False, equal_shares=None, record_ids=False, with_valid=False,
-            shared_memory=None, max_held=4, consumer_index=None, num_consumers=None):
+            shared_memory=None, max_held=4, consumer_index=None, num_consumers=None,
+            transform_set=None, soft_labels=False):
     """A tf.data.Dataset of (images, labels) batches of `dataset` served at `target` (one server
     or several: see Client).
 
@@ -65,8 +83,18 @@ def dataset(target, dataset, batch_size=None, image_size=None, mode=None, seed=N
     of num_consumers in lockstep, each with the same number of batches (Client.stream()).
     equal_shares: None (the server's: "drop" in train, "pad" in eval), "drop", "pad" or "off":
     how the consumers of a sharded stream (`shard` count > 1) are kept equal (Client.stream()).
-    with_valid: a third element, bool [N], False for a padding sample (all True without
-    padding); record_ids: then int64 [N, 2], (file, record) per sample.
+    transform_set: one of the dataset's transform sets (Client.stream()); the images' dtype and
+    layout, and whether labels are mixed, are asked of the server (DescribeStream) here, for
+    the output signature.
+    soft_labels: True (the dataset's num_classes, from the server) or a number of classes:
+    labels are float32 [N, classes] soft labels (one-hot without mixing; Keras's
+    CategoricalCrossentropy takes them). False (default): int32 class indexes, and a transform
+    set that mixes labels (mixup, cutmix) adds mixed_labels int32 [N] and label_weights float32
+    [N] after them (sample i is label_weights[i] of labels[i] and the rest of
+    mixed_labels[i]).
+    with_valid: then bool [N], False for a padding sample (all True without padding; third
+    after plain labels, as Keras takes sample weights); record_ids: then int64 [N, 2], (file,
+    record) per sample.
     When every server's DescribeStream says the batch count is exact (a sharded stream, or a
     shared job's consumer in lockstep, under "drop" or "pad"), epochs > 0 and start_position is
     none or an epoch's start (epoch, 0, 0), the dataset's cardinality is that count
@@ -79,9 +107,13 @@ def dataset(target, dataset, batch_size=None, image_size=None, mode=None, seed=N
     Other arguments are Client.stream()'s and Client's; `prefetch` batches are read ahead by the
     client and as many again by tf.data.
     Errors (e.g. SluiceError NOT_FOUND for an unknown dataset) surface when the dataset is
-    iterated, as tf.errors with the server's message (or here, when the image size is asked
-    for).
+    iterated, as tf.errors with the server's message (or here, when the image size or the
+    number of classes is asked for, or a transform_set's output).
     """
+    if soft_labels is not False and not (soft_labels is True or (
+            isinstance(soft_labels, int) and soft_labels > 0)):
+        raise ValueError("soft_labels must be False, True (the dataset's num_classes) or a "
+                         "number of classes, got %r" % (soft_labels,))
     if epochs is None or epochs < 0:
         raise ValueError("epochs is the epochs per iteration, 0 (forever) or more; got %r"
                          % (epochs,))
@@ -96,23 +128,40 @@ def dataset(target, dataset, batch_size=None, image_size=None, mode=None, seed=N
         return Client(target, token=token, root_certificates=root_certificates,
                       connect_timeout=connect_timeout)
 
-    if image_size is None:
+    num_classes = soft_labels if soft_labels is not True else None
+    if image_size is None or soft_labels is True:
         with client() as c:
             info = c.dataset_info(dataset)
-        image_size = (info.image_height, info.image_width or info.image_height)
+        if image_size is None:
+            image_size = (info.image_height, info.image_width or info.image_height)
+        if soft_labels is True:
+            num_classes = info.num_classes
+            if num_classes < 1:
+                raise ValueError("soft_labels=True, but the server does not say dataset %r's "
+                                 "num_classes: pass soft_labels=<number of classes>" % dataset)
     height, width = image_hw(image_size)
     request = dict(batch_size=batch_size, image_size=(height, width), mode=mode, seed=seed,
                    shard=shard, job_name=job_name, drop_remainder=drop_remainder,
                    allow_partial_fleet=allow_partial_fleet, equal_shares=equal_shares,
                    record_ids=record_ids, consumer_index=consumer_index,
-                   num_consumers=num_consumers)
+                   num_consumers=num_consumers, transform_set=transform_set)
+    # The plan's output (dtype, layout, mixed labels) fixes the signature.
+    try:
+        with client() as c:
+            plan = c.describe(dataset, **request)
+    except SluiceError:
+        if transform_set:
+            raise  # its output is the set's: without the plan there is no signature
+        plan = None  # a request the server refuses fails when iterated, with its message
+    output = dict(dtype="uint8", layout="NHWC", mixes_labels=False)
+    if plan is not None:
+        if plan.dtype not in _TF_DTYPES or plan.layout not in ("NHWC", "NCHW"):
+            raise SluiceError(grpc.StatusCode.FAILED_PRECONDITION,
+                              "dataset %r: the server's batches are %s %s, which this client "
+                              "does not know" % (dataset, plan.dtype, plan.layout))
+        output = dict(dtype=plan.dtype, layout=plan.layout, mixes_labels=plan.mixes_labels)
     cardinality = None
     if epochs and (num_consumers or not job_name) and at_epoch_start:
-        try:
-            with client() as c:
-                plan = c.describe(dataset, **request)
-        except SluiceError:
-            plan = None  # a request the server refuses fails when iterated, with its message
         if plan is not None and plan.equal_shares in ("drop", "pad") and (
                 plan.num_consumers > 0 or all(p.shard.consumers > 1 for _, p in plan.plans)):
             # Equal shares among the request's consumers (a job's in lockstep, or the shards':
@@ -147,7 +196,13 @@ def dataset(target, dataset, batch_size=None, image_size=None, mode=None, seed=N
                           max_held=max_held, on_max_held="copy", **request) as stream:
                 for batch in stream:
                     reached(batch.position.epoch)
-                    out = (batch.images, batch.labels)
+                    out = (batch.images,)
+                    if num_classes:
+                        out += (batch.soft_labels(num_classes),)
+                    elif output["mixes_labels"]:
+                        out += (batch.labels, batch.mixed_labels, batch.label_weights)
+                    else:
+                        out += (batch.labels,)
                     if with_valid:
                         out += (batch.valid if batch.valid is not None
                                 else np.ones(len(batch.labels), dtype=np.bool_),)
@@ -156,7 +211,8 @@ def dataset(target, dataset, batch_size=None, image_size=None, mode=None, seed=N
                     yield out
 
     ds = tf.data.Dataset.from_generator(
-        batches, output_signature=output_signature((height, width), with_valid, record_ids))
+        batches, output_signature=output_signature((height, width), with_valid, record_ids,
+                                                   num_classes=num_classes, **output))
     if cardinality is not None:
         ds = ds.apply(tf.data.experimental.assert_cardinality(cardinality))
     return ds.prefetch(prefetch)

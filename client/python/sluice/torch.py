@@ -7,6 +7,11 @@
         for images, labels in loader:  # uint8 [256, 224, 224, 3] (NHWC), int64 [256]
             ...
 
+A transform set of the server's (SluiceDataset(..., transform_set="bf16")) delivers its output as
+it is: torch.bfloat16, torch.float16 or torch.float32 tensors, [N, 3, H, W] under NCHW, ready for
+the model (no conversion in Python); mixup/cutmix labels as soft labels (soft_labels=True) or as
+(labels, mixed_labels, label_weights).
+
 The server batches: use DataLoader(batch_size=None). Each DataLoader worker streams its own
 disjoint shard (worker i of n asks for shard i of n within the dataset's own `shard`, which under
 torch.distributed is (rank, world size) by default), so the workers together see every image once
@@ -47,9 +52,14 @@ def worker_shard(shard, worker_id, num_workers):
     return index * num_workers + worker_id, count * num_workers
 
 
-def _images_tensor(images, writable):
+def _images_tensor(images, writable, dtype="uint8"):
+    """The images of a Batch (its dtype's name: Batch.dtype) as a tensor of that dtype and the
+    array's shape; bfloat16 (ml_dtypes' or uint16 bits, which torch.from_numpy takes neither
+    of) through their bits as int16, viewed as torch.bfloat16: no copy either way."""
     if writable:
-        return torch.from_numpy(np.array(images))  # one copy, into memory torch owns
+        images = np.array(images)  # one copy, into memory torch owns
+    if dtype == "bfloat16":
+        images = images.view(np.int16)
     # Zero copy: the tensor shares the received message's memory. That memory is an immutable
     # `bytes` object, and torch has no read-only tensors, so from_numpy warns that writing to it
     # would be undefined. Reading it (.float(), .to(device), .permute(), normalization, a
@@ -57,7 +67,8 @@ def _images_tensor(images, writable):
     # the tensor itself need writable=True.
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        return torch.from_numpy(images)
+        tensor = torch.from_numpy(images)
+    return tensor.view(torch.bfloat16) if dtype == "bfloat16" else tensor
 
 
 # Layout of _SharedState's int64s: each worker's next epoch, then each worker's resume (flag,
@@ -314,11 +325,19 @@ def _default_shard():
 class SluiceDataset(torch.utils.data.IterableDataset):
     """Ready (images, labels) batches of `dataset` served at `target`.
 
-    images: uint8 [N, H, W, 3] (NHWC, RGB); labels: int64 [N] (the class-index type of torch's
-    losses). Arguments are Client.stream()'s (batch_size, image_size, mode, seed, job_name,
-    start_position, drop_remainder, prefetch, allow_partial_fleet, equal_shares, record_ids)
-    and Client's (target, with its fan-in from several servers, token, root_certificates,
-    connect_timeout).
+    images: uint8 [N, H, W, 3] (NHWC, RGB) by default; with a transform_set, that set's output
+    as it is: torch.uint8, torch.float16, torch.bfloat16 or torch.float32, [N, H, W, 3] (NHWC)
+    or [N, 3, H, W] (NCHW), zero-copy as uint8 is (Client.describe() tells which). labels: int64 [N]
+    (the class-index type of torch's losses). Arguments are Client.stream()'s (batch_size,
+    image_size, mode, seed, job_name, start_position, drop_remainder, prefetch,
+    allow_partial_fleet, equal_shares, record_ids, transform_set) and Client's (target, with
+    its fan-in from several servers, token, root_certificates, connect_timeout).
+    soft_labels: False (default): labels are class indexes, and a transform set that mixes
+        labels (mixup, cutmix) adds two outputs after them, mixed_labels int64 [N] and
+        label_weights float32 [N] (sample i is label_weights[i] of labels[i] and the rest of
+        mixed_labels[i]). True, or the number of classes: labels are float32 [N, classes] soft
+        labels (one-hot without mixing), what cross_entropy takes as probabilities; True takes
+        the class count from the server (DatasetInfo.num_classes).
     shard: (index, count), this process's part of the data. None (default): (rank, world size)
         when torch.distributed is initialized (when the dataset is made) with several ranks, as
         DistributedSampler does; else all of it. (0, 1) opts out. With job_name the job reads
@@ -333,7 +352,8 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         raises TypeError instead, as a shared job's share per consumer depends on the worker
         count). A worker that finds another count than the one declared here or in a loaded
         state raises ValueError.
-    Outputs: (images, labels), then in this order when asked for:
+    Outputs: (images, labels), then (mixed_labels, label_weights) when the transform set mixes
+    labels and soft_labels is off, then in this order when asked for:
         with_valid=True: bool [N], False for a padding sample (equal_shares "pad": a repeat that
             losses and metrics should ignore), all True when the batch has no padding. Without
             it, padding is delivered unmarked and logged as a warning once per iteration
@@ -421,7 +441,7 @@ class SluiceDataset(torch.utils.data.IterableDataset):
                  writable=False, tune_malloc=False, shared_memory=None, max_held=4,
                  connect_timeout=10.0, allow_partial_fleet=False, equal_shares=None,
                  record_ids=False, with_valid=False, with_position=False, num_workers=None,
-                 lockstep=True):
+                 lockstep=True, transform_set=None, soft_labels=False):
         super().__init__()
         if epochs is None or epochs < 0:
             raise ValueError("epochs is the epochs per iteration, 0 (forever) or more; got %r"
@@ -452,11 +472,18 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         self.with_valid = with_valid
         self.record_ids = record_ids
         self.with_position = with_position
+        if soft_labels is not False and not (soft_labels is True or (
+                isinstance(soft_labels, int) and soft_labels > 0)):
+            raise ValueError("soft_labels must be False, True (the dataset's num_classes) or a "
+                             "number of classes, got %r" % (soft_labels,))
+        self.soft_labels = soft_labels
+        self.transform_set = transform_set
         self.stream_args = dict(batch_size=batch_size, image_size=image_size, mode=mode,
                                 seed=seed, shard=self.shard, job_name=job_name,
                                 drop_remainder=drop_remainder, prefetch=prefetch,
                                 max_held=max_held, allow_partial_fleet=allow_partial_fleet,
-                                equal_shares=equal_shares, record_ids=record_ids)
+                                equal_shares=equal_shares, record_ids=record_ids,
+                                transform_set=transform_set)
         self._state = _SharedState()
         self._base_epoch = 0       # main process: where iteration starts when nothing recorded
         self._recorded = {}        # main process: worker -> its last recorded StreamPosition
@@ -704,6 +731,13 @@ class SluiceDataset(torch.utils.data.IterableDataset):
                 worker is None and self.shared_memory is None and _shm.supported()
                 and any(map(_shm.is_local, client.targets)))
             servers = len(client.targets)
+            num_classes = self.soft_labels
+            if num_classes is True:
+                num_classes = client.dataset_info(self.dataset).num_classes
+                if num_classes < 1:
+                    raise ValueError("SluiceDataset %r: soft_labels=True, but the server does "
+                                     "not say the dataset's num_classes: pass soft_labels="
+                                     "<number of classes>" % self.dataset)
             with client.stream(self.dataset, **args) as stream:
 
                 def take():
@@ -724,8 +758,14 @@ class SluiceDataset(torch.utils.data.IterableDataset):
                     positions = dict(stream.positions)
                     # A position says whether it is its epoch's last: read one batch ahead.
                     following = take() if self.with_position else None
-                    out = [_images_tensor(batch.images, copy),
-                           torch.from_numpy(batch.labels.astype(np.int64))]
+                    out = [_images_tensor(batch.images, copy, batch.dtype)]
+                    if num_classes:
+                        out.append(torch.from_numpy(batch.soft_labels(num_classes)))
+                    else:
+                        out.append(torch.from_numpy(batch.labels.astype(np.int64)))
+                        if batch.mixed_labels is not None:
+                            out += [torch.from_numpy(batch.mixed_labels.astype(np.int64)),
+                                    torch.from_numpy(batch.label_weights)]
                     if batch.valid is not None and not self.with_valid and not warned:
                         warned = True
                         log.warning("SluiceDataset %r: batches carry padding samples (equal "

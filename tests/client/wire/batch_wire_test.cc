@@ -181,9 +181,9 @@ TEST_CASE("MalformedBatchesAreDataLossNamingTheField") {
   for (int l : {1, 2, 3, 4}) wrong_shape.add_labels(l);
   wrong_shape.set_images(images);  // 3 images' worth
   grpc::ByteBuffer few_labels = ServerBuffer(m, {1, 2}, images);
-  // One image of 2^22 × 2^21 × 2^21 bytes: 2^64, which wraps to the 0 bytes sent.
+  // 2^21 images of 2^21 × 2^22 × 3 bytes: 3 · 2^64, which wraps to the 0 bytes sent.
   v1::Batch wrapping;
-  for (int d : {1, 1 << 22, 1 << 21, 1 << 21}) wrapping.add_shape(d);
+  for (int d : {1 << 21, 1 << 21, 1 << 22, 3}) wrapping.add_shape(d);
   wrapping.add_labels(0);
   wrapping.set_images("");
   const std::vector<Case> cases = {

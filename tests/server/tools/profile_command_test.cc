@@ -25,6 +25,9 @@ TEST_CASE("ProfileJsonHasTheDocumentedFields") {
     CHECK(j["batches"] == 5);
     CHECK(j["images"] == 40);
     CHECK(j["images_per_sec"].get<double>() > 0);
+    CHECK(j["cpu_seconds"].get<double>() > 0);
+    CHECK(j["images_per_cpu_sec"].get<double>() ==
+          Approx(j["images"].get<double>() / j["cpu_seconds"].get<double>()));
     CHECK(j["bytes_per_sec"].get<double>() ==
           Approx(j["images_per_sec"].get<double>() * 32 * 40 * 3));
     CHECK(j["height"] == 32);

@@ -148,6 +148,7 @@ def main():
         'images_per_cpu_sec': round(n / cpu_seconds, 1),
         'shape': list(batch.shape),
         'dtype': str(batch.dtype),
+        'image_bytes': batch.nbytes // len(batch),
         'output': '%s %s' % (batch.dtype, 'NHWC' if batch.shape[-1] == 3 else 'NCHW'),
         'dali': dali.__version__,
     }), flush=True)

@@ -260,6 +260,7 @@ def main():
         'images_per_cpu_sec': round(n / cpu_seconds, 1),
         'shape': shape,
         'dtype': dtype,
+        'image_bytes': images[0].numel() * images.element_size(),
         'output': '%s NCHW' % dtype.replace('torch.', ''),
         'torch': torch.__version__,
         'torchvision': torchvision.__version__,

@@ -126,6 +126,7 @@ def main():
         'images_per_cpu_sec': round(n / cpu_seconds, 1),
         'shape': list(images.shape),
         'dtype': images.dtype.name,
+        'image_bytes': images.dtype.size * int(tf.reduce_prod(images.shape[1:])),
         'output': '%s %s' % (images.dtype.name, 'NHWC' if images.shape[-1] == 3 else 'NCHW'),
         'tensorflow': tf.__version__,
     }), flush=True)

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "formats/dtype.h"
 #include "formats/example_scanner.h"
 #include "formats/file.h"
 #include "formats/jpeg_codec.h"
@@ -258,6 +259,8 @@ void PrintJson(const ResolvedOptions& o, const Measurement& m, const ProfileRepo
                       {"batch_size", o.batch_size},
                       {"height", o.height},
                       {"width", o.width},
+                      {"dtype", DTypeName(o.transforms.output.dtype)},
+                      {"layout", LayoutName(o.transforms.output.layout)},
                       {"consumer_wait_fraction", report.consumer_wait_fraction},
                       {"skipped", m.after.skipped - m.before.skipped},
                       {"cache_full", m.after.cache_full},

@@ -105,9 +105,10 @@ cat "${files[@]}" >/dev/null  # page cache: measure decoding, not the disk
 # run_loader RECIPE NAME OUTPUT COMMAND...: runs COMMAND pinned, $runs times; appends
 # "RECIPE<TAB>NAME<TAB>OUTPUT<TAB>ips:cpu ..." (or "...<TAB>error") to $results, from
 # images_per_sec and images_per_cpu_sec (optional) in the JSON the command prints last. OUTPUT is
-# the dtype and layout the recipe asks of this loader; the JSON's "output" replaces it when
-# present. A run whose images are not the recipe's size in bytes ("image_bytes", else
-# bytes_per_sec / images_per_sec) failed: it did not apply the recipe.
+# the dtype and layout the recipe asks of this loader; the JSON's "output" (or "dtype" and
+# "layout", as `sluice profile` prints them) replaces it when present. A run whose images are not
+# the recipe's size in bytes ("image_bytes", else bytes_per_sec / images_per_sec) failed: it did
+# not apply the recipe.
 results=$(mktemp)
 trap 'rm -f "$results" "$results".out "$results".err' EXIT
 run_loader() {
@@ -129,6 +130,8 @@ got = round(float(j["image_bytes"] if "image_bytes" in j else j["bytes_per_sec"]
 if got != int(sys.argv[2]):
     sys.exit("images of %d bytes where the recipe makes %s: the recipe was not applied"
              % (got, sys.argv[2]))
+if "output" not in j and "layout" in j:
+    j["output"] = "%s %s" % (j["dtype"], j["layout"])
 print("%.1f:%s\t%s" % (ips, j.get("images_per_cpu_sec", "-"), j.get("output", sys.argv[3])))' \
         "$results.out" "$want_bytes" "$output" 2>>"$results.err"); then
       echo "  $(tail -n 1 "$results.out" | cut -c1-200)"

@@ -60,6 +60,7 @@ struct ProfileFlags {
   std::string token_file;
   std::string tls_ca_file;
   std::string job_name;
+  std::string transform_set;
   int consumer_index = 0;
   int num_consumers = 0;
   bool no_shared_memory = false;
@@ -381,6 +382,9 @@ void RegisterProfileCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--token-file", f->token_file, "With --target: file holding the bearer token");
   cmd->add_option("--tls-ca", f->tls_ca_file, "With --target: PEM roots to trust (enables TLS)");
   cmd->add_option("--job-name", f->job_name, "With --target: join this shared job");
+  cmd->add_option("--transform-set", f->transform_set,
+                  "With --target: one of the dataset's transform sets (ListDatasets); default: "
+                  "its own list");
   cmd->add_option("--num-consumers", f->num_consumers,
                   "With --job-name: the job's consumers in lockstep (each gets every N-th batch, "
                   "the same number per epoch)");
@@ -408,6 +412,7 @@ void RegisterProfileCommand(CLI::App& app, int* exit_code) {
     r.token_file = f->token_file;
     r.tls_ca_file = f->tls_ca_file;
     r.job_name = f->job_name;
+    r.transform_set = f->transform_set;
     r.consumer_index = f->consumer_index;
     r.num_consumers = f->num_consumers;
     r.shared_memory = !f->no_shared_memory;

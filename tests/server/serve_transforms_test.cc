@@ -113,6 +113,21 @@ TEST_CASE("AnUnofferedTransformSetIsRefusedNamingWhatIsOffered") {
                              "default, bf16, mix"));
 }
 
+TEST_CASE("ProfileTargetReadsTheChosenTransformSet") {
+  Fixture f(2, 8, "", kSets);
+  ServerProcess server(f.Args());
+  REQUIRE(server.running());
+  const std::string base =
+      "profile --target " + server.address() + " --dataset train --batches 2 --warmup-batches 0 "
+      "--no-shared-memory --json --transform-set ";
+  auto ok = testing::RunSluice(base + "bf16");
+  INFO(ok.err);
+  CHECK(ok.exit_code == 0);
+  auto bad = testing::RunSluice(base + "nope");
+  CHECK(bad.exit_code == 1);
+  CHECK_THAT(bad.err, Catch::Contains("transform_set 'nope' is not offered"));
+}
+
 TEST_CASE("ListDatasetsDescribesEveryTransformSetWithPresetsExpanded") {
   Fixture f(1, 4, "", kSets);
   ServerProcess server(f.Args());

@@ -42,9 +42,9 @@ int CenterOffset(int in, int out) {
 // the output pixels [out_begin, out_end) of `count` it covers.
 void Clip(double begin, double size, int limit, int count, int* src_begin, int* src_end,
           int* out_begin, int* out_end) {
-  int a = RoundHalfEven(begin);
-  int b = RoundHalfEven(begin + size);
-  if (b <= a) b = a + 1;  // a window under half a pixel still reads one
+  // The start and the size rounded (not the two ends), so a window keeps its shape.
+  const int a = RoundHalfEven(begin);
+  const int b = a + std::max(1, RoundHalfEven(size));
   const int ca = std::clamp(a, 0, limit);
   const int cb = std::clamp(b, 0, limit);
   if (ca == a && cb == b) {

@@ -74,10 +74,12 @@ Status SplitMemoryBudget(ResolvedOptions* options) {
     return ResourceExhausted(
         "memory_budget_bytes = " + std::to_string(r.memory_budget_bytes) + " cannot hold " +
         std::to_string(buffers) + " batches of " + std::to_string(r.batch_size) + "x" +
-        std::to_string(r.height) + "x" + std::to_string(r.width) + "x3 (" +
+        std::to_string(r.height) + "x" + std::to_string(r.width) + "x3 " +
+        std::string(DTypeName(r.transforms.output.dtype)) + " (" +
         std::to_string(pool_bytes) + " bytes)" +
         (cache_bytes ? " plus a cache of " + std::to_string(cache_bytes) + " bytes" : "") +
-        " and read buffers of " + std::to_string(read_bytes) +
+        " and read buffers of " + std::to_string(read_bytes) + " bytes and the transforms' " +
+        "scratch of " + std::to_string(TransformScratchBytes(r)) +
         " bytes with room for records in flight; raise the budget or lower batch_size, image "
         "size, prefetch or the cache budget");
   }
@@ -210,6 +212,20 @@ Result<ResolvedOptions> ResolveOptions(const v1::PipelineOptions& o, int job_con
 
   ASSIGN_OR_RETURN(r.transforms, CompileTransforms(o.transforms(), r.mode == PipelineMode::kEval,
                                                    r.height, r.width, r.num_classes));
+  if (r.cache == CacheKind::kDecoded) {
+    // The cache keeps images shrunk to decoded_short_side: the list's first op sees them at that
+    // scale, which only ops that take fractions of the image (or resize it) do not notice.
+    const GeometryOp& first = r.transforms.geometry.front();
+    if (first.kind == GeometryOp::Kind::kCenterCrop ||
+        first.kind == GeometryOp::Kind::kRandomCrop || first.kind == GeometryOp::Kind::kFlip) {
+      return InvalidArgument(
+          "cache.mode: CACHE_DECODED keeps images with their shorter side at decoded_short_side " +
+          std::to_string(r.decoded_short_side) + ", and the transform list's first geometric op "
+          "(a crop of absolute size, or a flip before one) would cut a different part of them "
+          "than of the original: start the list with a preset, random_resized_crop or resize, or "
+          "cache RECORDS instead");
+    }
+  }
 
   RETURN_IF_ERROR(SplitMemoryBudget(&r));
   return r;

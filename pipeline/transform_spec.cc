@@ -154,8 +154,10 @@ Result<TransformSpec> CompileTransforms(const google::protobuf::RepeatedPtrField
     const std::string name =
         std::string(v1::TransformOp::descriptor()->FindFieldByNumber(op.op_case())->name());
     Checker c(i, name);
-    if (has_output) return c.Bad("", "comes after output, which must be the last op");
     const bool batch_op = op.has_mixup() || op.has_cutmix();
+    if (has_output && !batch_op) {
+      return c.Bad("", "comes after output, which must be the last op (but for mixup and cutmix)");
+    }
     const bool geometric = op.has_preset() || op.has_random_resized_crop() || op.has_resize() ||
                            op.has_center_crop() || op.has_random_crop() || op.has_flip();
     if (!normalized_by.empty() && !op.has_output() && !batch_op) {
@@ -203,12 +205,15 @@ Result<TransformSpec> CompileTransforms(const google::protobuf::RepeatedPtrField
         if ((o.shorter_side() != 0) == !o.size().empty()) {
           return c.Bad("", "give exactly one of shorter_side and size");
         }
-        if (o.shorter_side() != 0) {
-          if (o.shorter_side() < 1 || o.shorter_side() > kMaxOpSize) {
-            return c.Bad("shorter_side", std::to_string(o.shorter_side()) + " is outside [1, " +
-                                             std::to_string(kMaxOpSize) + "]");
+        // torchvision's Resize([s]) is the shorter side s, as Resize(s) is.
+        const int shorter = o.size().size() == 1 ? o.size(0) : o.shorter_side();
+        if (shorter != 0) {
+          const std::string field = o.size().size() == 1 ? "size" : "shorter_side";
+          if (shorter < 1 || shorter > kMaxOpSize) {
+            return c.Bad(field, std::to_string(shorter) + " is outside [1, " +
+                                    std::to_string(kMaxOpSize) + "]");
           }
-          g.shorter_side = o.shorter_side();
+          g.shorter_side = shorter;
         } else {
           RETURN_IF_ERROR(c.Size(o.size(), height, width, &g.height, &g.width));
         }
@@ -300,11 +305,11 @@ Result<TransformSpec> CompileTransforms(const google::protobuf::RepeatedPtrField
       case v1::TransformOp::kRandAugment: {
         const auto& o = op.rand_augment();
         px.kind = PixelOp::Kind::kRandAugment;
-        px.num_ops = o.num_ops() == 0 ? 2 : o.num_ops();
-        px.magnitude = o.magnitude() == 0 ? 9 : o.magnitude();
+        px.num_ops = o.has_num_ops() ? o.num_ops() : 2;
+        px.magnitude = o.has_magnitude() ? o.magnitude() : 9;
         px.num_magnitude_bins = o.num_magnitude_bins() == 0 ? 31 : o.num_magnitude_bins();
-        if (px.num_ops < 1 || px.num_ops > 16) {
-          return c.Bad("num_ops", std::to_string(px.num_ops) + " is outside [1, 16]");
+        if (px.num_ops < 0 || px.num_ops > 16) {
+          return c.Bad("num_ops", std::to_string(px.num_ops) + " is outside [0, 16]");
         }
         if (px.num_magnitude_bins < 2 || px.num_magnitude_bins > 1000) {
           return c.Bad("num_magnitude_bins",
@@ -381,6 +386,11 @@ Result<TransformSpec> CompileTransforms(const google::protobuf::RepeatedPtrField
                            "); start the list with preset: PRESET_IMAGENET_TRAIN, a crop or "
                            "resize { size }");
   }
+  if (!size && size_set_by.empty()) {
+    return InvalidArgument("transforms: no op sets the image size (" + want +
+                           "); a flip keeps the image's own size: put preset: "
+                           "PRESET_IMAGENET_TRAIN, a crop or resize { size } before it");
+  }
   if (!size) {
     return InvalidArgument(size_set_by + ": the list ends at a size that depends on the image; "
                            "end its geometry with a crop or resize { size } of " + want);
@@ -402,37 +412,6 @@ DType OutputDType(const google::protobuf::RepeatedPtrField<v1::TransformOp>& ops
     }
   }
   return dtype;
-}
-
-std::vector<v1::TransformOp> ExpandPresets(
-    const google::protobuf::RepeatedPtrField<v1::TransformOp>& ops, bool eval, int height) {
-  std::vector<v1::TransformOp> out;
-  auto expand = [&out, height](v1::Preset preset) {
-    v1::TransformOp a, b;
-    if (preset == v1::PRESET_IMAGENET_EVAL) {
-      // The window is computed directly in the source (one resampling): as resize to the
-      // shorter side size * 256/224, then the centre crop.
-      a.mutable_resize()->set_shorter_side(RoundHalfEven(height * 256.0 / 224.0));
-      b.mutable_center_crop();
-    } else {
-      a.mutable_random_resized_crop();
-      b.mutable_flip();
-    }
-    out.push_back(a);
-    out.push_back(b);
-  };
-  if (ops.empty()) {
-    expand(eval ? v1::PRESET_IMAGENET_EVAL : v1::PRESET_IMAGENET_TRAIN);
-    return out;
-  }
-  for (const v1::TransformOp& op : ops) {
-    if (op.has_preset()) {
-      expand(op.preset());
-    } else {
-      out.push_back(op);
-    }
-  }
-  return out;
 }
 
 }  // namespace sluice

@@ -87,9 +87,4 @@ Result<TransformSpec> CompileTransforms(const google::protobuf::RepeatedPtrField
 // uint8), without checking the list.
 DType OutputDType(const google::protobuf::RepeatedPtrField<v1::TransformOp>& ops);
 
-// The list with every preset expanded into the ops it stands for (what ListDatasets shows), and
-// an empty list as the preset of `mode` (height: the image height, for the eval preset's resize).
-std::vector<v1::TransformOp> ExpandPresets(
-    const google::protobuf::RepeatedPtrField<v1::TransformOp>& ops, bool eval, int height);
-
 }  // namespace sluice

@@ -154,7 +154,7 @@ Result<std::shared_ptr<Job>> JobRegistry::Open(const std::string& dataset,
     if (run_options == options_key) return Status::OK();
     return InvalidArgument("job '" + job_name + "' of dataset '" + dataset +
                            "' runs with other options (batch size, image size, mode, seed, "
-                           "epochs, shard, drop_remainder, equal_shares or record_ids); join "
+                           "epochs, shard, drop_remainder, equal_shares, record_ids or transform_set); join "
                            "it with the same request or choose another job_name");
   };
   std::string name = job_name;

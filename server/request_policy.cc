@@ -273,6 +273,24 @@ Result<v1::PipelineOptions> PipelineForRequest(const v1::ServerConfig& config,
     }
     *o.mutable_transforms() = chosen->transforms();
   }
+  if (!o.transforms().empty()) {
+    // mode picks the recipe of an empty list only: asking another of a list would be ignored.
+    if (r.has_mode() && r.mode() != dataset.pipeline().mode()) {
+      return InvalidArgument(fmt::format(
+          "mode {}: transform set '{}' of dataset '{}' is a transform list, which mode does not "
+          "change; choose another transform_set (ListDatasets lists them)",
+          v1::Mode_Name(r.mode()),
+          r.transform_set().empty() ? kDefaultTransformSet : r.transform_set(), dataset.name()));
+    }
+    // Checked at this request's image size (the configuration checked the dataset's).
+    Result<TransformSpec> spec = CompileTransforms(o.transforms(), o.mode() == v1::MODE_EVAL,
+                                                   height, width, o.num_classes());
+    if (!spec.ok()) {
+      return spec.status().WithContext(fmt::format(
+          "transform_set '{}' at {}x{}",
+          r.transform_set().empty() ? kDefaultTransformSet : r.transform_set(), height, width));
+    }
+  }
 
   const int64_t bytes = BatchMessageBytes(o.batch_size(), height, width,
                                           DTypeSize(OutputDType(o.transforms())));
@@ -310,19 +328,14 @@ v1::DatasetInfo DescribeDataset(const v1::DatasetConfig& dataset, const v1::Flee
     info.set_shard_index(fleet.index());
     info.set_shard_count(fleet.count());
   }
-  const bool eval = o.mode() == v1::MODE_EVAL;
   v1::TransformSet* own = info.add_transform_sets();
   own->set_name(std::string(kDefaultTransformSet));
-  for (v1::TransformOp& op : ExpandPresets(o.transforms(), eval, o.image_height())) {
-    *own->add_transforms() = std::move(op);
+  *own->mutable_transforms() = o.transforms();
+  if (o.transforms().empty()) {
+    own->add_transforms()->set_preset(o.mode() == v1::MODE_EVAL ? v1::PRESET_IMAGENET_EVAL
+                                                                : v1::PRESET_IMAGENET_TRAIN);
   }
-  for (const v1::TransformSet& set : dataset.transform_sets()) {
-    v1::TransformSet* out = info.add_transform_sets();
-    out->set_name(set.name());
-    for (v1::TransformOp& op : ExpandPresets(set.transforms(), eval, o.image_height())) {
-      *out->add_transforms() = std::move(op);
-    }
-  }
+  for (const v1::TransformSet& set : dataset.transform_sets()) *info.add_transform_sets() = set;
   return info;
 }
 

@@ -78,7 +78,8 @@ Result<std::string> ReadToken(const v1::ServerConfig& config);
 
 // An upper bound on the serialized size of a Batch message of `batch` images of height x width:
 // the pixels, 10 bytes per label (a negative int32 varint) and 128 for position, shape and tags.
-// value_bytes: of one image value (DTypeSize of the output dtype).
+// value_bytes: of one image value (DTypeSize of the output dtype). Per sample, 40 bytes more at
+// most: a label, a valid flag, record ids, a mixed label and its weight.
 int64_t BatchMessageBytes(int64_t batch, int64_t height, int64_t width, size_t value_bytes = 1);
 
 // The name of a dataset's own transform list (pipeline.transforms) among its transform sets.

@@ -203,6 +203,18 @@ TEST_CASE("RandomCropWithPaddingLeavesZeroBorders") {
   CHECK(images_with_zero_rows >= 4);
 }
 
+TEST_CASE("TheDecodedCacheIsRefusedUnderACropOfAbsoluteSize") {
+  TempDir dir;
+  WriteTestShards(dir, 1, 4);
+  auto o = WithTransforms(dir, "transforms { random_crop { padding: 4 } } "
+                               "cache { mode: CACHE_DECODED }");
+  auto p = Pipeline::Create(o);
+  REQUIRE_FALSE(p.ok());
+  CHECK_THAT(p.status().message(), Catch::Contains("cache.mode: CACHE_DECODED keeps images"));
+  o.mutable_cache()->set_mode(v1::CACHE_RECORDS);
+  CHECK(Pipeline::Create(o).ok());
+}
+
 TEST_CASE("ABadTransformListFailsPipelineCreationNamingTheField") {
   TempDir dir;
   WriteTestShards(dir, 1, 4);

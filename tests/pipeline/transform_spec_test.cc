@@ -77,7 +77,40 @@ TEST_CASE("ResizeShorterSideThenCenterCropEndsAtTheImageSize") {
   auto r = Compile("transforms { resize { shorter_side: 256 } } transforms { center_crop {} }");
   REQUIRE(r.ok());
   CHECK(r->geometry.size() == 2);
+  CHECK(r->geometry[0].shorter_side == 256);
   CHECK(r->writes_slot_directly());
+}
+
+TEST_CASE("ResizeOfOneSizeIsTheShorterSideAsInTorchvision") {
+  // torchvision's Resize([256]) keeps the aspect; [s, s] is the square.
+  auto r = Compile("transforms { resize { size: 256 } } transforms { center_crop {} }");
+  REQUIRE(r.ok());
+  CHECK(r->geometry[0].shorter_side == 256);
+  auto square = Compile("transforms { resize { size: [224, 224] } }");
+  REQUIRE(square.ok());
+  CHECK(square->geometry[0].shorter_side == 0);
+  CHECK(square->geometry[0].height == 224);
+  RefusedNaming("transforms { resize { size: 0 } }", "transforms[0].resize.size");
+}
+
+TEST_CASE("RandAugmentTakesMagnitudeZeroAndNoOps") {
+  auto r = Compile("transforms { preset: PRESET_IMAGENET_TRAIN } "
+                   "transforms { rand_augment { magnitude: 0 num_ops: 0 } }");
+  REQUIRE(r.ok());
+  CHECK(r->pixel[0].magnitude == 0);
+  CHECK(r->pixel[0].num_ops == 0);
+  auto defaults = Compile("transforms { preset: PRESET_IMAGENET_TRAIN } "
+                          "transforms { rand_augment {} }");
+  REQUIRE(defaults.ok());
+  CHECK(defaults->pixel[0].magnitude == 9);
+  CHECK(defaults->pixel[0].num_ops == 2);
+}
+
+TEST_CASE("MixupMayFollowOutput") {
+  auto r = Compile("transforms { preset: PRESET_IMAGENET_TRAIN } "
+                   "transforms { output { dtype: DTYPE_FLOAT32 } } transforms { mixup {} }");
+  REQUIRE(r.ok());
+  CHECK(r->mixes_labels());
 }
 
 TEST_CASE("BadListsAreRefusedNamingTheField") {
@@ -172,20 +205,8 @@ TEST_CASE("AListWhoseSizeIsNotThePipelinesIsRefused") {
   RefusedNaming("transforms { resize { shorter_side: 224 } }",
                 "transforms[0].resize: the list ends at a size that depends on the image");
   RefusedNaming("transforms { normalize {} }", "transforms: no op sets the image size");
-}
-
-TEST_CASE("ExpandPresetsShowsWhatEachPresetStandsFor") {
-  auto train = ExpandPresets({}, false, 224);
-  REQUIRE(train.size() == 2);
-  CHECK(train[0].has_random_resized_crop());
-  CHECK(train[1].has_flip());
-  auto eval = ExpandPresets(Ops("transforms { preset: PRESET_IMAGENET_EVAL } transforms { "
-                                "normalize {} }"),
-                            false, 224);
-  REQUIRE(eval.size() == 3);
-  CHECK(eval[0].resize().shorter_side() == 256);
-  CHECK(eval[1].has_center_crop());
-  CHECK(eval[2].has_normalize());
+  RefusedNaming("transforms { flip {} } transforms { normalize {} }",
+                "transforms: no op sets the image size (224x224); a flip keeps");
 }
 
 }  // namespace

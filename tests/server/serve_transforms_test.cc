@@ -113,6 +113,39 @@ TEST_CASE("AnUnofferedTransformSetIsRefusedNamingWhatIsOffered") {
                              "default, bf16, mix"));
 }
 
+TEST_CASE("AModeThatATransformListWouldIgnoreIsRefused") {
+  Fixture f(1, 4, "", kSets);
+  ServerProcess server(f.Args());
+  REQUIRE(server.running());
+  auto request = Request();
+  request.set_transform_set("bf16");
+  request.set_mode(v1::MODE_EVAL);
+  const Read r = StreamAll(server.address(), request);
+  CHECK(r.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(r.status.error_message(),
+             Catch::Contains("mode MODE_EVAL: transform set 'bf16' of dataset 'train' is a "
+                             "transform list, which mode does not change"));
+  // The empty default list is mode's preset: mode still picks it.
+  auto eval = Request();
+  eval.set_mode(v1::MODE_EVAL);
+  CHECK(StreamAll(server.address(), eval).status.ok());
+}
+
+TEST_CASE("ASetOfFixedSizesIsRefusedAtAnotherRequestedSizeNamingTheSet") {
+  Fixture f(1, 4, "",
+            "transform_sets { name: \"fixed\" transforms { random_resized_crop { size: [32, 40] } } }\n");
+  ServerProcess server(f.Args());
+  REQUIRE(server.running());
+  auto request = Request();
+  request.set_transform_set("fixed");
+  request.set_image_height(48);
+  const Read r = StreamAll(server.address(), request);
+  CHECK(r.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(r.status.error_message(),
+             Catch::Contains("transform_set 'fixed' at 48x48: transforms[0].random_resized_crop: "
+                             "makes 32x40 images"));
+}
+
 TEST_CASE("ProfileTargetReadsTheChosenTransformSet") {
   Fixture f(2, 8, "", kSets);
   ServerProcess server(f.Args());
@@ -128,7 +161,7 @@ TEST_CASE("ProfileTargetReadsTheChosenTransformSet") {
   CHECK_THAT(bad.err, Catch::Contains("transform_set 'nope' is not offered"));
 }
 
-TEST_CASE("ListDatasetsDescribesEveryTransformSetWithPresetsExpanded") {
+TEST_CASE("ListDatasetsDescribesEveryTransformSetAsConfigured") {
   Fixture f(1, 4, "", kSets);
   ServerProcess server(f.Args());
   REQUIRE(server.running());
@@ -139,13 +172,13 @@ TEST_CASE("ListDatasetsDescribesEveryTransformSetWithPresetsExpanded") {
   REQUIRE(list.datasets_size() == 1);
   const auto& sets = list.datasets(0).transform_sets();
   REQUIRE(sets.size() == 3);
+  // The default list is empty: the preset of the dataset's mode, which a copy reproduces.
   CHECK(sets[0].name() == "default");
-  REQUIRE(sets[0].transforms_size() == 2);
-  CHECK(sets[0].transforms(0).has_random_resized_crop());
-  CHECK(sets[0].transforms(1).has_flip());
+  REQUIRE(sets[0].transforms_size() == 1);
+  CHECK(sets[0].transforms(0).preset() == v1::PRESET_IMAGENET_TRAIN);
   CHECK(sets[1].name() == "bf16");
-  REQUIRE(sets[1].transforms_size() == 5);
-  CHECK(sets[1].transforms(4).output().dtype() == v1::DTYPE_BFLOAT16);
+  REQUIRE(sets[1].transforms_size() == 4);
+  CHECK(sets[1].transforms(3).output().dtype() == v1::DTYPE_BFLOAT16);
   CHECK(sets[2].name() == "mix");
 }
 

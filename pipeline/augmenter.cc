@@ -41,9 +41,8 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* slot) {
     w->label = c.label;
     const GeometryPlan plan =
         PlanGeometry(spec_.geometry, c.width, c.height, options_.width, options_.height, rng);
-    RenderGeometry(
-        ImageView{c.pixels.get(), c.width, c.height, static_cast<size_t>(c.width) * 3}, plan,
-        options_.width, options_.height, Target(slot));
+    RenderGeometry(ImageView{c.pixels.get(), c.width, c.height, static_cast<size_t>(c.width) * 3},
+                   plan, options_.width, options_.height, Target(slot));
     return Finish(rng, slot);
   }
   std::string_view jpeg;

@@ -161,8 +161,8 @@ uint8_t* DestPixels(const GeometryPlan& plan, int out_width, uint8_t* target) {
   return target + (static_cast<size_t>(plan.dest.y) * out_width + plan.dest.x) * 3;
 }
 
-void RenderGeometry(const ImageView& image, const GeometryPlan& plan, int out_width,
-                    int out_height, uint8_t* target) {
+void RenderGeometry(const ImageView& image, const GeometryPlan& plan, int out_width, int out_height,
+                    uint8_t* target) {
   ClearPadding(plan, out_width, out_height, target);
   if (plan.dest.width == 0) return;
   Resize(image.Crop(plan.source.x, plan.source.y, plan.source.width, plan.source.height),

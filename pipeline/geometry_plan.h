@@ -45,7 +45,7 @@ uint8_t* DestPixels(const GeometryPlan& plan, int out_width, uint8_t* target);
 // plan.resize; every other pixel 0. What the pipeline makes of a decoded image before its
 // per-pixel ops (pipeline/augmenter.cc), and what the chain probe replays.
 // REQUIRES: plan made by PlanGeometry for image's size and out_width x out_height.
-void RenderGeometry(const ImageView& image, const GeometryPlan& plan, int out_width,
-                    int out_height, uint8_t* target);
+void RenderGeometry(const ImageView& image, const GeometryPlan& plan, int out_width, int out_height,
+                    uint8_t* target);
 
 }  // namespace sluice

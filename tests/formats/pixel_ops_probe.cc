@@ -10,6 +10,8 @@
 //
 // The op "chain" runs a whole transform list as the pipeline does (see RunChain) and also writes
 // OUT.bin.json: what the chain drew, for the test to replay in torchvision.
+#include <google/protobuf/text_format.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -29,8 +31,6 @@
 #include "pipeline/pixel_chain.h"
 #include "pipeline/transform_spec.h"
 #include "sluice/v1/config.pb.h"
-
-#include <google/protobuf/text_format.h>
 
 namespace sluice {
 namespace {
@@ -314,8 +314,8 @@ void RunChain(Image& in, const Params& p, std::vector<uint8_t>* out, std::string
     throw std::runtime_error("list: not a PipelineOptions textproto: " + text);
   }
   const int out_width = p.Int("out_width"), out_height = p.Int("out_height");
-  Result<TransformSpec> spec = CompileTransforms(options.transforms(), /*eval=*/false,
-                                                 out_height, out_width, /*num_classes=*/10);
+  Result<TransformSpec> spec = CompileTransforms(options.transforms(), /*eval=*/false, out_height,
+                                                 out_width, /*num_classes=*/10);
   if (!spec.ok()) throw std::runtime_error("list: " + spec.status().message());
   AugmentRng rng(std::stoull(p.Get("seed")), std::stoull(p.Get("stream")));
   const GeometryPlan plan =

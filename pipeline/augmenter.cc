@@ -1,7 +1,6 @@
 #include "pipeline/augmenter.h"
 
 #include <algorithm>
-#include <cstring>
 #include <limits>
 
 namespace sluice {
@@ -21,25 +20,8 @@ AugmentRng Augmenter::RngFor(const WorkItem& w) const {
   return AugmentRng(MixSeed(options_.seed, static_cast<uint64_t>(w.epoch)), w.epoch_index);
 }
 
-uint8_t* Augmenter::Target(const GeometryPlan& plan, uint8_t* slot) {
-  uint8_t* target = spec_.writes_slot_directly() ? slot : frame_.pixels.data();
-  if (plan.pads(options_.width, options_.height)) {
-    std::memset(target, 0, static_cast<size_t>(options_.width) * options_.height * 3);
-  }
-  return target;
-}
-
-namespace {
-uint8_t* DestOf(const GeometryPlan& plan, uint8_t* target, size_t stride) {
-  return target + static_cast<size_t>(plan.dest.y) * stride + static_cast<size_t>(plan.dest.x) * 3;
-}
-}  // namespace
-
-void Augmenter::RenderFrom(const ImageView& image, const GeometryPlan& plan, uint8_t* target) {
-  if (plan.dest.width == 0) return;
-  const size_t stride = static_cast<size_t>(options_.width) * 3;
-  Resize(image.Crop(plan.source.x, plan.source.y, plan.source.width, plan.source.height),
-         DestOf(plan, target, stride), plan.dest.width, plan.dest.height, stride, plan.resize);
+uint8_t* Augmenter::Target(uint8_t* slot) {
+  return spec_.writes_slot_directly() ? slot : frame_.pixels.data();
 }
 
 Status Augmenter::Finish(AugmentRng& rng, uint8_t* slot) {
@@ -59,8 +41,8 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* slot) {
     w->label = c.label;
     const GeometryPlan plan =
         PlanGeometry(spec_.geometry, c.width, c.height, options_.width, options_.height, rng);
-    RenderFrom(ImageView{c.pixels.get(), c.width, c.height, static_cast<size_t>(c.width) * 3},
-               plan, Target(plan, slot));
+    RenderGeometry(ImageView{c.pixels.get(), c.width, c.height, static_cast<size_t>(c.width) * 3},
+                   plan, options_.width, options_.height, Target(slot));
     return Finish(rng, slot);
   }
   std::string_view jpeg;
@@ -134,9 +116,9 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* slot) {
     ReleaseLargeImage();
     const GeometryPlan plan = PlanGeometry(spec_.geometry, entry.width, entry.height,
                                            options_.width, options_.height, rng);
-    RenderFrom(ImageView{entry.pixels.get(), entry.width, entry.height,
-                         static_cast<size_t>(entry.width) * 3},
-               plan, Target(plan, slot));
+    RenderGeometry(ImageView{entry.pixels.get(), entry.width, entry.height,
+                             static_cast<size_t>(entry.width) * 3},
+                   plan, options_.width, options_.height, Target(slot));
     cache_->Insert(w->file, w->record, std::move(entry));
     return Finish(rng, slot);
   }
@@ -146,11 +128,12 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* slot) {
   ASSIGN_OR_RETURN(JpegHeader header, roi_.ReadHeader(jpeg, options_.max_pixels));
   const GeometryPlan plan = PlanGeometry(spec_.geometry, header.width, header.height,
                                          options_.width, options_.height, rng);
-  uint8_t* target = Target(plan, slot);
+  uint8_t* target = Target(slot);
+  ClearPadding(plan, options_.width, options_.height, target);
   if (plan.dest.width > 0) {
     const size_t stride = static_cast<size_t>(options_.width) * 3;
     RETURN_IF_ERROR(roi_.DecodeCrop(jpeg, plan.source, plan.dest.width, plan.dest.height,
-                                    plan.resize, DestOf(plan, target, stride), stride,
+                                    plan.resize, DestPixels(plan, options_.width, target), stride,
                                     options_.max_pixels, /*stats=*/nullptr, &gate));
   }
   return Finish(rng, slot);

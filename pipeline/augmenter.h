@@ -39,11 +39,9 @@ class Augmenter final : public Transform {
 
  private:
   Status Decode(WorkItem* w, uint8_t* slot);
-  // Plans the geometry for a source of width x height and returns where it renders: the slot
-  // itself, or frame_ when per-pixel ops or an output conversion follow. Zeroes the padding.
-  uint8_t* Target(const GeometryPlan& plan, uint8_t* slot);
-  // Resamples plan.source of image into target.
-  void RenderFrom(const ImageView& image, const GeometryPlan& plan, uint8_t* target);
+  // Where the geometry renders: the slot itself, or frame_ when per-pixel ops or an output
+  // conversion follow.
+  uint8_t* Target(uint8_t* slot);
   // The per-pixel ops on frame_, then the output conversion into slot (unless written directly).
   Status Finish(AugmentRng& rng, uint8_t* slot);
   AugmentRng RngFor(const WorkItem& w) const;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace sluice {
 namespace {
@@ -148,6 +149,25 @@ GeometryPlan PlanGeometry(const std::vector<GeometryOp>& ops, int width, int hei
   plan.resize.flip_horizontal = v.flip_h;
   plan.resize.flip_vertical = v.flip_v;
   return plan;
+}
+
+void ClearPadding(const GeometryPlan& plan, int out_width, int out_height, uint8_t* target) {
+  if (plan.pads(out_width, out_height)) {
+    std::memset(target, 0, static_cast<size_t>(out_width) * out_height * 3);
+  }
+}
+
+uint8_t* DestPixels(const GeometryPlan& plan, int out_width, uint8_t* target) {
+  return target + (static_cast<size_t>(plan.dest.y) * out_width + plan.dest.x) * 3;
+}
+
+void RenderGeometry(const ImageView& image, const GeometryPlan& plan, int out_width, int out_height,
+                    uint8_t* target) {
+  ClearPadding(plan, out_width, out_height, target);
+  if (plan.dest.width == 0) return;
+  Resize(image.Crop(plan.source.x, plan.source.y, plan.source.width, plan.source.height),
+         DestPixels(plan, out_width, target), plan.dest.width, plan.dest.height,
+         static_cast<size_t>(out_width) * 3, plan.resize);
 }
 
 }  // namespace sluice

@@ -7,6 +7,7 @@
 // are exact. Pure maths, deterministic for a given random source.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "formats/crop_window.h"
@@ -31,5 +32,20 @@ struct GeometryPlan {
 // REQUIRES: ops compiled by CompileTransforms for out_width x out_height; width, height >= 1.
 GeometryPlan PlanGeometry(const std::vector<GeometryOp>& ops, int width, int height, int out_width,
                           int out_height, AugmentRng& rng);
+
+// Zeroes the pixels of the out_width x out_height RGB image at target (rows of out_width * 3
+// bytes) that plan leaves as padding, if any.
+void ClearPadding(const GeometryPlan& plan, int out_width, int out_height, uint8_t* target);
+
+// Where plan.dest begins in the out_width-wide RGB image at target.
+uint8_t* DestPixels(const GeometryPlan& plan, int out_width, uint8_t* target);
+
+// The geometry of plan rendered from the decoded image: plan.source of image resampled into
+// plan.dest of the out_width x out_height RGB image at target (rows of out_width * 3 bytes), with
+// plan.resize; every other pixel 0. What the pipeline makes of a decoded image before its
+// per-pixel ops (pipeline/augmenter.cc), and what the chain probe replays.
+// REQUIRES: plan made by PlanGeometry for image's size and out_width x out_height.
+void RenderGeometry(const ImageView& image, const GeometryPlan& plan, int out_width, int out_height,
+                    uint8_t* target);
 
 }  // namespace sluice

@@ -7,6 +7,11 @@
 // IN.rgb holds WIDTH * HEIGHT * 3 bytes (interleaved RGB, rows top to bottom); OUT.bin gets what
 // the op makes (its size and dtype are the op's: see each entry of kOps). Exit 0 on success,
 // 2 with a message naming the problem otherwise.
+//
+// The op "chain" runs a whole transform list as the pipeline does (see RunChain) and also writes
+// OUT.bin.json: what the chain drew, for the test to replay in torchvision.
+#include <google/protobuf/text_format.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +27,10 @@
 #include "formats/pixel_ops.h"
 #include "formats/seed.h"
 #include "pipeline/auto_augment.h"
+#include "pipeline/geometry_plan.h"
+#include "pipeline/pixel_chain.h"
+#include "pipeline/transform_spec.h"
+#include "sluice/v1/config.pb.h"
 
 namespace sluice {
 namespace {
@@ -247,6 +256,96 @@ const std::map<std::string, OpFn>& Ops() {
   return *ops;
 }
 
+// %XX escapes decoded (a textproto passes through argv and KEY=VALUE splitting unharmed).
+std::string UrlUnescape(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size()) {
+      out.push_back(static_cast<char>(std::stoi(s.substr(i + 1, 2), nullptr, 16)));
+      i += 2;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+const char* FilterName(ResizeFilter f) {
+  switch (f) {
+    case ResizeFilter::kBilinear:
+      return "bilinear";
+    case ResizeFilter::kArea:
+      return "area";
+    case ResizeFilter::kBicubic:
+      return "bicubic";
+  }
+  return "?";
+}
+
+std::string WindowJson(const CropWindow& w) {
+  return "{\"x\": " + std::to_string(w.x) + ", \"y\": " + std::to_string(w.y) +
+         ", \"width\": " + std::to_string(w.width) + ", \"height\": " + std::to_string(w.height) +
+         "}";
+}
+
+std::string NumberJson(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
+}
+
+// A transform list run on the image as pipeline/augmenter.cc runs it. Parameters: list (a
+// PipelineOptions textproto of `transforms`, %XX-escaped) or list_file (a path holding one),
+// out_width, out_height, seed, stream (the AugmentRng of the image). CompileTransforms (train
+// mode, num_classes 10), PlanGeometry, RenderGeometry, ApplyPixelOps, WriteOutput: OUT gets the
+// output in the list's dtype and layout; json gets the plan (source window, dest, flips, filter)
+// and each draw of the per-pixel ops (name, params), in the order applied.
+void RunChain(Image& in, const Params& p, std::vector<uint8_t>* out, std::string* json) {
+  std::string text;
+  if (p.Has("list_file")) {
+    std::ifstream f(p.Get("list_file"));
+    if (!f) throw std::runtime_error("cannot read list_file " + p.Get("list_file"));
+    text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  } else {
+    text = UrlUnescape(p.Get("list"));
+  }
+  v1::PipelineOptions options;
+  if (!google::protobuf::TextFormat::ParseFromString(text, &options)) {
+    throw std::runtime_error("list: not a PipelineOptions textproto: " + text);
+  }
+  const int out_width = p.Int("out_width"), out_height = p.Int("out_height");
+  Result<TransformSpec> spec = CompileTransforms(options.transforms(), /*eval=*/false, out_height,
+                                                 out_width, /*num_classes=*/10);
+  if (!spec.ok()) throw std::runtime_error("list: " + spec.status().message());
+  AugmentRng rng(std::stoull(p.Get("seed")), std::stoull(p.Get("stream")));
+  const GeometryPlan plan =
+      PlanGeometry(spec->geometry, in.width, in.height, out_width, out_height, rng);
+  Image frame;
+  frame.Resize(out_width, out_height);
+  RenderGeometry(in.view(), plan, out_width, out_height, frame.pixels.data());
+  std::vector<float> blur_scratch;
+  std::vector<uint8_t> scratch;
+  std::vector<PixelOpDraw> draws;
+  const Status applied =
+      ApplyPixelOps(spec->pixel, Mutable(frame), rng, &blur_scratch, &scratch, &draws);
+  if (!applied.ok()) throw std::runtime_error(applied.message());
+  out->resize(frame.pixels.size() * DTypeSize(spec->output.dtype));
+  WriteOutput(frame.view(), spec->output, out->data());
+
+  *json = "{\"source\": " + WindowJson(plan.source) + ", \"dest\": " + WindowJson(plan.dest) +
+          ", \"flip_horizontal\": " + (plan.resize.flip_horizontal ? "true" : "false") +
+          ", \"flip_vertical\": " + (plan.resize.flip_vertical ? "true" : "false") +
+          ", \"filter\": \"" + FilterName(plan.resize.filter) + "\", \"draws\": [";
+  for (size_t i = 0; i < draws.size(); ++i) {
+    *json += std::string(i ? ", " : "") + "{\"name\": \"" + draws[i].name + "\", \"params\": [";
+    for (size_t k = 0; k < draws[i].params.size(); ++k) {
+      *json += (k ? ", " : "") + NumberJson(draws[i].params[k]);
+    }
+    *json += "]}";
+  }
+  *json += "]}\n";
+}
+
 }  // namespace
 }  // namespace sluice
 
@@ -267,8 +366,9 @@ int main(int argc, char** argv) {
       return 2;
     }
     std::copy(bytes.begin(), bytes.end(), img.pixels.begin());
+    const bool chain = std::strcmp(argv[5], "chain") == 0;
     auto it = Ops().find(argv[5]);
-    if (it == Ops().end()) {
+    if (!chain && it == Ops().end()) {
       std::fprintf(stderr, "unknown op %s\n", argv[5]);
       return 2;
     }
@@ -283,7 +383,18 @@ int main(int argc, char** argv) {
       kv[a.substr(0, eq)] = a.substr(eq + 1);
     }
     std::vector<uint8_t> out;
-    it->second(img, Params(std::move(kv)), &out);
+    std::string json;
+    if (chain) {
+      RunChain(img, Params(std::move(kv)), &out, &json);
+      std::ofstream j(std::string(argv[4]) + ".json");
+      j << json;
+      if (!j) {
+        std::fprintf(stderr, "cannot write %s.json\n", argv[4]);
+        return 2;
+      }
+    } else {
+      it->second(img, Params(std::move(kv)), &out);
+    }
     std::ofstream o(argv[4], std::ios::binary);
     o.write(reinterpret_cast<const char*>(out.data()), static_cast<std::streamsize>(out.size()));
     if (!o) {

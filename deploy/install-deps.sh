@@ -3,8 +3,9 @@
 # already present are left alone, and apt-get update runs only when something is missing.
 #   deploy/install-deps.sh            Debian packages + the Python test environments: build/venv
 #                                     (TensorFlow) and build/venv-torch (Debian's PyTorch)
-#   deploy/install-deps.sh --bench    also torchvision + Pillow for /usr/bin/python3 (the
-#                                     competitor loaders in tests/bench/)
+#   deploy/install-deps.sh --bench    also build/venv-bench with NVIDIA DALI (CPU pipelines; the
+#                                     competitor loaders in tests/bench/, which use Debian's
+#                                     torchvision and build/venv's TensorFlow too)
 #   deploy/install-deps.sh --fuzz     also clang and its libFuzzer and sanitizer runtimes (the
 #                                     campaigns of tests/fuzz/run.sh; not needed for the tests)
 #   SLUICE_SKIP_PYTHON=1 deploy/...   Debian packages only
@@ -86,6 +87,19 @@ if [ "${SLUICE_SKIP_PYTHON:-0}" != 1 ]; then
     echo "install-deps: installing Python test packages into $venv_torch"
     "$venv_torch/bin/pip" install -q --disable-pip-version-check \
       -r "$root/deploy/requirements-test-torch.txt"
+  fi
+  # The DALI competitor loader (tests/bench/dali_loader.py): a venv of its own, as DALI's wheel
+  # pins its own numpy and nvidia-* packages (~700 MB); its CPU pipelines need no GPU or CUDA.
+  if ((bench)); then
+    venv_bench="$root/build/venv-bench"
+    if [ ! -x "$venv_bench/bin/python" ]; then
+      /usr/bin/python3 -m venv "$venv_bench"
+    fi
+    if ! "$venv_bench/bin/python" -c 'import nvidia.dali' 2>/dev/null; then
+      echo "install-deps: installing benchmark packages into $venv_bench"
+      "$venv_bench/bin/pip" install -q --disable-pip-version-check \
+        -r "$root/deploy/requirements-bench.txt"
+    fi
   fi
   # The Python client's package test (tests/python/test_package.py) installs the wheel it builds
   # into a fresh venv with no network: the wheels of its runtime dependencies, at the versions

@@ -4,24 +4,16 @@
 #include <cmath>
 
 namespace sluice {
-namespace {
 
-// Uniform in [lo, hi).
 double Uniform(AugmentRng& rng, double lo, double hi) { return lo + (hi - lo) * rng.NextDouble(); }
 
-// Uniform integer in [0, n] (n >= 0), by Lemire's multiply-shift: no division, and its bias of
-// at most n / 2^64 is far below anything a crop could show.
 int UniformInt(AugmentRng& rng, int n) {
   const unsigned __int128 product =
       static_cast<unsigned __int128>(rng.NextU64()) * (static_cast<uint64_t>(n) + 1);
   return static_cast<int>(product >> 64);
 }
 
-// Python's round(): halves go to the even neighbour (the default floating-point rounding mode),
-// so crops match torchvision's to the pixel.
 int RoundHalfEven(double v) { return static_cast<int>(std::nearbyint(v)); }
-
-}  // namespace
 
 CropWindow RandomResizedCrop(int width, int height, const RandomResizedCropParams& params,
                              AugmentRng& rng) {

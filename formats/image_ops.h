@@ -64,6 +64,21 @@ struct ResizeOptions {
 void Resize(const ImageView& src, uint8_t* dst, int dst_width, int dst_height, size_t dst_stride,
             bool flip_horizontal = false);
 
+// Resize with a choice of filter and both mirrors; options.flip_vertical writes the result's rows
+// bottom-up, at no extra cost: the same bytes as Resize then a flip of the rows.
+// kBilinear is the recipe above, byte for byte (the bool overload is this one with
+// {kBilinear, flip_horizontal, false}). kArea and kBicubic run a float path that keeps the
+// references' arithmetic: each axis filtered as Pillow and torchvision's antialiased resize do
+// (kArea: Pillow's BOX, a box of half-width 0.5 stretched by the scale when shrinking, nearest
+// neighbour when enlarging; kBicubic: Keys' cubic, a = -0.5, half-width 2 * max(scale, 1), as
+// torchvision's bicubic with antialias=True), the intermediate kept in float (bicubic's
+// overshoot unclamped), then clamped to 0..255 and rounded to nearest, ties to even. Its bytes do
+// not depend on Resizer::Kernels or the CPU. Identical sizes copy exactly (mirrored as asked) for
+// every filter.
+// REQUIRES: options.filter is one of ResizeFilter's enumerators.
+void Resize(const ImageView& src, uint8_t* dst, int dst_width, int dst_height, size_t dst_stride,
+            const ResizeOptions& options);
+
 // Resize with its scratch memory and the filters of the last sizes held in the object: a worker
 // that resizes a stream of images allocates nothing once warm, and rebuilds an axis's filter
 // (~1-2 us) only when that axis's (source, destination) size changes. Not thread-safe; use one
@@ -87,6 +102,10 @@ class Resizer {
   // window reaches, filtered to dst_width pixels.
   void Resize(const ImageView& src, uint8_t* dst, int dst_width, int dst_height, size_t dst_stride,
               bool flip_horizontal = false);
+  // As the free function Resize with options. The float path (kArea, kBicubic) keeps its own
+  // filters and scratch: four source-wide rows of floats and a tile of 64 bytes per source pixel.
+  void Resize(const ImageView& src, uint8_t* dst, int dst_width, int dst_height, size_t dst_stride,
+              const ResizeOptions& options);
 
   // The kernels in use: "avx512", "avx2" or "portable" (what the CPU and Kernels allowed).
   std::string_view kernels_name() const;

@@ -230,6 +230,15 @@ Status JpegRoiDecoder::DecodeCrop(std::string_view jpeg, const CropWindow& crop,
                                   int out_height, bool flip, uint8_t* out, size_t out_stride,
                                   int64_t max_pixels, RoiDecodeStats* stats,
                                   const DecodeMemoryGate* gate) {
+  return DecodeCrop(jpeg, crop, out_width, out_height,
+                    ResizeOptions{ResizeFilter::kBilinear, flip, /*flip_vertical=*/false}, out,
+                    out_stride, max_pixels, stats, gate);
+}
+
+Status JpegRoiDecoder::DecodeCrop(std::string_view jpeg, const CropWindow& crop, int out_width,
+                                  int out_height, const ResizeOptions& options, uint8_t* out,
+                                  size_t out_stride, int64_t max_pixels, RoiDecodeStats* stats,
+                                  const DecodeMemoryGate* gate) {
   if (out_width <= 0 || out_height <= 0 || out == nullptr ||
       out_stride < static_cast<size_t>(out_width) * 3) {
     return InvalidArgument("bad output of " + Dimensions(out_width, out_height) + " with stride " +
@@ -286,7 +295,7 @@ Status JpegRoiDecoder::DecodeCrop(std::string_view jpeg, const CropWindow& crop,
     const ImageView decoded{s.rows.data(), static_cast<int>(columns), plan.height, stride};
     const ImageView window =
         decoded.Crop(plan.x - static_cast<int>(xoffset), 0, plan.width, plan.height);
-    Resize(window, out, out_width, out_height, out_stride, /*flip_horizontal=*/flip);
+    Resize(window, out, out_width, out_height, out_stride, options);
   }
   if (s.rows.capacity() > kKeptRowsBytes) std::vector<uint8_t>().swap(s.rows);
   if (!read) return failed();

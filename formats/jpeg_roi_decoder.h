@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "formats/crop_window.h"
+#include "formats/image_ops.h"
 #include "formats/jpeg_codec.h"
 #include "formats/jpeg_header.h"
 #include "formats/status.h"
@@ -53,6 +54,14 @@ class JpegRoiDecoder {
   // for the next image.
   Status DecodeCrop(std::string_view jpeg, const CropWindow& crop, int out_width, int out_height,
                     bool flip, uint8_t* out, size_t out_stride,
+                    int64_t max_pixels = kDefaultMaxPixels, RoiDecodeStats* stats = nullptr,
+                    const DecodeMemoryGate* gate = nullptr);
+  // As above, resized with options.filter and mirrored as options says (Resize with
+  // ResizeOptions); the bool overload is this one with {kBilinear, flip, false}. The DCT scale is
+  // chosen as above whatever the filter: at 1/d libjpeg's scaled IDCT has already averaged d x d
+  // blocks before the filter runs.
+  Status DecodeCrop(std::string_view jpeg, const CropWindow& crop, int out_width, int out_height,
+                    const ResizeOptions& options, uint8_t* out, size_t out_stride,
                     int64_t max_pixels = kDefaultMaxPixels, RoiDecodeStats* stats = nullptr,
                     const DecodeMemoryGate* gate = nullptr);
 

@@ -1,6 +1,7 @@
 #include "formats/resize_filter.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -125,7 +126,74 @@ void BuildAxis(int in, int out, int one, int stride, Weight* table, int* start, 
   }
 }
 
+// The float path's filters, as Pillow (libImaging/Resample.c) and torch (_upsample_*_aa) define
+// them, with their half-widths at scale 1.
+double Triangle(double x) {
+  x = std::abs(x);
+  return x < 1.0 ? 1.0 - x : 0.0;
+}
+// Half-open on the left, as Pillow's: a source pixel exactly between two outputs goes to one.
+double Box(double x) { return x > -0.5 && x <= 0.5 ? 1.0 : 0.0; }
+// Keys' cubic convolution with a = -0.5 (Pillow's BICUBIC, torch's antialiased bicubic).
+double Cubic(double x) {
+  constexpr double a = -0.5;
+  x = std::abs(x);
+  if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0;
+  if (x < 2.0) return (((x - 5.0) * x + 8.0) * x - 4.0) * a;
+  return 0.0;
+}
+
 }  // namespace
+
+void FloatFilter::Build(ResizeFilter f, int in, int out) {
+  filter = f;
+  in_size = in;
+  out_size = out;
+  start.resize(out);
+  count.resize(out);
+  if (in == out) {
+    taps = 1;
+    weights.assign(out, 1.0f);
+    for (int i = 0; i < out; ++i) start[i] = i;
+    std::fill(count.begin(), count.end(), 1);
+    return;
+  }
+  double (*kernel)(double) = Triangle;
+  double half_width = 1.0;
+  if (f == ResizeFilter::kArea) {
+    kernel = Box;
+    half_width = 0.5;
+  } else if (f == ResizeFilter::kBicubic) {
+    kernel = Cubic;
+    half_width = 2.0;
+  }
+  const double scale = static_cast<double>(in) / out;
+  const double stretch = std::max(scale, 1.0);
+  const double support = half_width * stretch;
+  // Pillow's bound on a window: the filter's support on both sides, and the pixel it straddles.
+  taps = std::min(static_cast<int>(std::ceil(support)) * 2 + 1, in);
+  weights.assign(static_cast<size_t>(out) * taps, 0.0f);
+  for (int i = 0; i < out; ++i) {
+    const double center = (i + 0.5) * scale;
+    // Truncated, not floored, as both references do (the max makes them agree below zero).
+    const int first = std::max(static_cast<int>(center - support + 0.5), 0);
+    const int end = std::min({static_cast<int>(center + support + 0.5), in, first + taps});
+    float* w = &weights[static_cast<size_t>(i) * taps];
+    double sum = 0;
+    for (int k = 0; k < end - first; ++k) sum += kernel((k + first - center + 0.5) / stretch);
+    if (sum == 0) {  // cannot happen for these filters and windows; the nearest pixel if it did
+      start[i] = std::clamp(static_cast<int>(center), 0, in - 1);
+      count[i] = 1;
+      w[0] = 1.0f;
+      continue;
+    }
+    for (int k = 0; k < end - first; ++k) {
+      w[k] = static_cast<float>(kernel((k + first - center + 0.5) / stretch) / sum);
+    }
+    start[i] = first;
+    count[i] = end - first;
+  }
+}
 
 void VerticalFilter::Build(int in, int out) {
   taps = MaxTaps(in, out);

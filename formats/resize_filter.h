@@ -22,11 +22,19 @@
 // so both give identical bytes.
 //
 // Between the passes samples are rounded to uint8, as the passes' inputs must be bytes.
+//
+// The other filters (area, bicubic) take a path of their own, in float: bicubic weights are
+// negative, which the unsigned vertical weights cannot hold, and its overshoot between the passes
+// must not be clamped or rounded for the result to match torchvision's (which keeps float between
+// its passes). FloatFilter holds an axis's weights as Pillow and torchvision's antialiased resize
+// compute them; the float kernels keep every sample in float until the one rounding at the end.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
+
+#include "formats/image_ops.h"
 
 namespace sluice::resize_internal {
 
@@ -69,6 +77,27 @@ struct HorizontalFilter {
   // Bytes the kernels may read past the last source pixel (zero weights there): the last 16-byte
   // load starts at most 15 * (groups - 1) bytes into the last pixel.
   size_t overread() const { return size_t{16} * groups; }
+};
+
+// One axis of a float-path resize: output i is sum_k weights[i * taps + k] * in(start[i] + k)
+// over k < count[i] (the window, inside the image, count[i] >= 1); taps is the largest count, the
+// weights past an output's count zero. Built as Pillow's and torchvision's antialiased resize
+// build theirs: output i centred on source coordinate (i + 0.5) * scale, the filter (triangle,
+// box of half-width 0.5, or Keys cubic with a = -0.5) stretched by the scale when shrinking, each
+// window cut at the image's edges and renormalised to sum to 1. An axis whose size does not
+// change is a one-tap copy.
+struct FloatFilter {
+  ResizeFilter filter = ResizeFilter::kBilinear;
+  int in_size = 0, out_size = 0;  // what it was built for; 0 when unbuilt
+  int taps = 0;                   // the stride of weights
+  std::vector<int> start, count;
+  std::vector<float> weights;
+
+  // REQUIRES: in > 0, out > 0.
+  void Build(ResizeFilter f, int in, int out);
+  bool BuiltFor(ResizeFilter f, int in, int out) const {
+    return filter == f && in_size == in && out_size == out;
+  }
 };
 
 }  // namespace sluice::resize_internal

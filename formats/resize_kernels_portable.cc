@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "formats/resize_float_kernels.h"
 #include "formats/resize_kernels.h"
 
 namespace sluice::resize_internal {
@@ -28,6 +29,15 @@ inline void VerticalPortableBlock(const uint8_t* const* rows, size_t j0, const u
 }
 
 }  // namespace
+
+void VerticalFloat(const uint8_t* const* rows, const float* w, int taps, size_t n, float* out) {
+  VerticalFloatBody(rows, w, taps, n, out);
+}
+
+void HorizontalFloat(const float* const* in, uint8_t* const* out, const FloatFilter& f, bool flip,
+                     std::vector<float>* tile) {
+  HorizontalFloatBody(in, out, f, flip, tile);
+}
 
 // out[j] for j < n from rows[0..taps), as described at the top.
 void VerticalPortable(const uint8_t* const* rows, const uint16_t* w, int taps, size_t n,

@@ -15,6 +15,7 @@
 namespace sluice {
 namespace {
 
+using resize_internal::FloatFilter;
 using resize_internal::HorizontalFilter;
 using resize_internal::HorizontalKernel;
 using resize_internal::kRowsPerStep;
@@ -41,14 +42,19 @@ constexpr double kHorizontalCostPerPair = 1.0;
 constexpr double kHorizontalCostPerPixel = 1.2;
 constexpr double kCopyCostPerByte = 0.02;
 
-// Where a resize writes: width x height RGB pixels at data, rows stride bytes apart.
+// Where a resize writes: width x height RGB pixels at data, rows stride bytes apart; row y of the
+// result goes to row height - 1 - y when flip_vertical (which every pass gets for free by writing
+// through row()).
 struct Destination {
   uint8_t* data;
   int width;
   int height;
   size_t stride;
+  bool flip_vertical;
 
-  uint8_t* row(int y) const { return data + static_cast<size_t>(y) * stride; }
+  uint8_t* row(int y) const {
+    return data + static_cast<size_t>(flip_vertical ? height - 1 - y : y) * stride;
+  }
   size_t row_bytes() const { return size_t{3} * width; }
 };
 
@@ -58,6 +64,8 @@ struct Resizer::State {
   bool simd = false;
   const char* name = "portable";
   VerticalKernel vertical = resize_internal::VerticalPortable;
+  resize_internal::VerticalFloatKernel vertical_float = resize_internal::VerticalFloat;
+  resize_internal::HorizontalFloatKernel horizontal_float = resize_internal::HorizontalFloat;
   VerticalFilter fy;
   HorizontalFilter fx;
   // kRowsPerStep horizontal inputs, each padded for the kernels' overreads (in_stride bytes
@@ -67,6 +75,10 @@ struct Resizer::State {
   size_t in_stride = 0;
   std::vector<uint8_t> tile;         // the portable horizontal kernel's
   std::vector<const uint8_t*> taps;  // row pointers of one vertical window
+  // The float path (area, bicubic): its filters, kRowsPerStep vertically filtered source-wide
+  // rows, and its horizontal kernel's tile.
+  FloatFilter float_y, float_x;
+  std::vector<float> float_rows, float_tile;
 
   uint8_t* input(int r) { return &inputs[r * in_stride]; }
 
@@ -100,6 +112,7 @@ struct Resizer::State {
   void Copy(const ImageView& src, const Destination& dst, bool flip);
   void VerticalOnly(const ImageView& src, const Destination& dst, bool flip);
   void BothPasses(const ImageView& src, const Destination& dst, HorizontalKernel kernel, bool flip);
+  void FloatPasses(const ImageView& src, const Destination& dst, bool flip);
 };
 
 void Resizer::State::Copy(const ImageView& src, const Destination& dst, bool flip) {
@@ -172,12 +185,40 @@ void Resizer::State::BothPasses(const ImageView& src, const Destination& dst,
   for (int y = 0; y < dh; ++y) RunVertical(y, row_of_rows, dst_row_bytes, dst.row(y));
 }
 
+// Vertical first, kRowsPerStep output rows at a time, in float throughout: scratch stays at
+// kRowsPerStep source-wide rows however tall the source. (The references filter horizontally
+// first; in float the order changes a sum by rounding error only.)
+void Resizer::State::FloatPasses(const ImageView& src, const Destination& dst, bool flip) {
+  const size_t row_floats = size_t{3} * src.width;
+  if (float_rows.size() < kRowsPerStep * row_floats) float_rows.resize(kRowsPerStep * row_floats);
+  if (junk.size() < dst.row_bytes()) junk.resize(dst.row_bytes());
+  const float* in[kRowsPerStep];
+  uint8_t* out[kRowsPerStep];
+  for (int y0 = 0; y0 < dst.height; y0 += kRowsPerStep) {
+    const int count = std::min(kRowsPerStep, dst.height - y0);
+    for (int r = 0; r < kRowsPerStep; ++r) {
+      if (r < count) {
+        const int y = y0 + r, n = float_y.count[y];
+        taps.resize(n);
+        for (int k = 0; k < n; ++k) taps[k] = src.row(float_y.start[y] + k);
+        vertical_float(taps.data(), &float_y.weights[static_cast<size_t>(y) * float_y.taps], n,
+                       row_floats, &float_rows[r * row_floats]);
+      }
+      in[r] = &float_rows[(r < count ? r : 0) * row_floats];
+      out[r] = r < count ? dst.row(y0 + r) : junk.data();
+    }
+    horizontal_float(in, out, float_x, flip, &float_tile);
+  }
+}
+
 Resizer::Resizer(Kernels kernels) : state_(std::make_unique<State>()) {
   if (kernels == Kernels::kPortable) return;
   if (const VerticalKernel avx2 = resize_internal::VerticalAvx2Kernel(); avx2 != nullptr) {
     state_->simd = true;
     state_->vertical = avx2;
     state_->name = "avx2";
+    state_->vertical_float = resize_internal::VerticalFloatAvx2Kernel();
+    state_->horizontal_float = resize_internal::HorizontalFloatAvx2Kernel();
     const VerticalKernel avx512 = resize_internal::VerticalAvx512Kernel();
     if (kernels == Kernels::kBest && avx512 != nullptr) {
       state_->vertical = avx512;
@@ -193,13 +234,29 @@ std::string_view Resizer::kernels_name() const { return state_->name; }
 
 void Resizer::Resize(const ImageView& src, uint8_t* dst, int dst_width, int dst_height,
                      size_t dst_stride, bool flip_horizontal) {
+  Resize(src, dst, dst_width, dst_height, dst_stride,
+         ResizeOptions{ResizeFilter::kBilinear, flip_horizontal, /*flip_vertical=*/false});
+}
+
+void Resizer::Resize(const ImageView& src, uint8_t* dst, int dst_width, int dst_height,
+                     size_t dst_stride, const ResizeOptions& options) {
   if (dst_width <= 0 || dst_height <= 0 || src.width <= 0 || src.height <= 0) return;
   State& s = *state_;
-  const Destination to{dst, dst_width, dst_height, dst_stride};
-  const bool flip = flip_horizontal;
+  const Destination to{dst, dst_width, dst_height, dst_stride, options.flip_vertical};
+  const bool flip = options.flip_horizontal;
   const bool horizontal = src.width != dst_width;
   const bool vertical = src.height != dst_height;
   if (!horizontal && !vertical) return s.Copy(src, to, flip);
+
+  if (options.filter != ResizeFilter::kBilinear) {
+    if (!s.float_y.BuiltFor(options.filter, src.height, dst_height)) {
+      s.float_y.Build(options.filter, src.height, dst_height);
+    }
+    if (!s.float_x.BuiltFor(options.filter, src.width, dst_width)) {
+      s.float_x.Build(options.filter, src.width, dst_width);
+    }
+    return s.FloatPasses(src, to, flip);
+  }
 
   if (vertical && (s.fy.in_size != src.height || s.fy.out_size != dst_height)) {
     s.fy.Build(src.height, dst_height);
@@ -223,10 +280,24 @@ void Resizer::Resize(const ImageView& src, uint8_t* dst, int dst_width, int dst_
   s.BothPasses(src, to, kernel, flip);
 }
 
+namespace {
+
+// The free functions' Resizer, one per thread for both signatures.
+Resizer& ThreadResizer() {
+  thread_local Resizer resizer;
+  return resizer;
+}
+
+}  // namespace
+
 void Resize(const ImageView& src, uint8_t* dst, int dst_width, int dst_height, size_t dst_stride,
             bool flip_horizontal) {
-  thread_local Resizer resizer;
-  resizer.Resize(src, dst, dst_width, dst_height, dst_stride, flip_horizontal);
+  ThreadResizer().Resize(src, dst, dst_width, dst_height, dst_stride, flip_horizontal);
+}
+
+void Resize(const ImageView& src, uint8_t* dst, int dst_width, int dst_height, size_t dst_stride,
+            const ResizeOptions& options) {
+  ThreadResizer().Resize(src, dst, dst_width, dst_height, dst_stride, options);
 }
 
 }  // namespace sluice

@@ -8,41 +8,61 @@ namespace sluice {
 Augmenter::Augmenter(const ResolvedOptions& options, DecodedCache* cache, PipelineStats* stats,
                      DecodeBudget* decode_budget)
     : options_(options),
+      spec_(options.transforms),
       cache_(cache),
       stats_(stats),
       decode_budget_(decode_budget),
       scanner_(options.image_key, options.label_key),
-      roi_(options.fast_idct) {}
+      roi_(options.fast_idct) {
+  if (!spec_.writes_slot_directly()) frame_.Resize(options_.width, options_.height);
+}
 
 AugmentRng Augmenter::RngFor(const WorkItem& w) const {
   return AugmentRng(MixSeed(options_.seed, static_cast<uint64_t>(w.epoch)), w.epoch_index);
 }
 
-void Augmenter::CropFrom(const ImageView& image, AugmentRng& rng, uint8_t* out) const {
-  const size_t stride = static_cast<size_t>(options_.width) * 3;
-  CropWindow crop;
-  bool flip = false;
-  if (options_.mode == PipelineMode::kTrain) {
-    crop = RandomResizedCrop(image.width, image.height, crop_params_, rng);
-    flip = (rng.NextU64() & 1) != 0;
-  } else {
-    crop = CenterCrop(image.width, image.height, options_.width, options_.height);
+uint8_t* Augmenter::Target(const GeometryPlan& plan, uint8_t* slot) {
+  uint8_t* target = spec_.writes_slot_directly() ? slot : frame_.pixels.data();
+  if (plan.pads(options_.width, options_.height)) {
+    std::memset(target, 0, static_cast<size_t>(options_.width) * options_.height * 3);
   }
-  Resize(image.Crop(crop.x, crop.y, crop.width, crop.height), out, options_.width,
-         options_.height, stride, /*flip_horizontal=*/flip);
+  return target;
 }
 
-Status Augmenter::Decode(WorkItem* w, uint8_t* out) {
+namespace {
+uint8_t* DestOf(const GeometryPlan& plan, uint8_t* target, size_t stride) {
+  return target + static_cast<size_t>(plan.dest.y) * stride + static_cast<size_t>(plan.dest.x) * 3;
+}
+}  // namespace
+
+void Augmenter::RenderFrom(const ImageView& image, const GeometryPlan& plan, uint8_t* target) {
+  if (plan.dest.width == 0) return;
+  const size_t stride = static_cast<size_t>(options_.width) * 3;
+  Resize(image.Crop(plan.source.x, plan.source.y, plan.source.width, plan.source.height),
+         DestOf(plan, target, stride), plan.dest.width, plan.dest.height, stride, plan.resize);
+}
+
+Status Augmenter::Finish(AugmentRng& rng, uint8_t* slot) {
+  if (spec_.writes_slot_directly()) return Status::OK();
+  MutableImageView img{frame_.pixels.data(), frame_.width, frame_.height,
+                       static_cast<size_t>(frame_.width) * 3};
+  RETURN_IF_ERROR(ApplyPixelOps(spec_.pixel, img, rng, &blur_scratch_, &op_scratch_));
+  WriteOutput(frame_.view(), spec_.output, slot);
+  return Status::OK();
+}
+
+Status Augmenter::Decode(WorkItem* w, uint8_t* slot) {
   AugmentRng rng = RngFor(*w);
   if (w->cached != nullptr) {
     const CachedImage& c = *w->cached;
     if (!c.error.empty()) return Status(c.code, c.error);
     w->label = c.label;
-    CropFrom(ImageView{c.pixels.get(), c.width, c.height, static_cast<size_t>(c.width) * 3}, rng,
-             out);
-    return Status::OK();
+    const GeometryPlan plan =
+        PlanGeometry(spec_.geometry, c.width, c.height, options_.width, options_.height, rng);
+    RenderFrom(ImageView{c.pixels.get(), c.width, c.height, static_cast<size_t>(c.width) * 3},
+               plan, Target(plan, slot));
+    return Finish(rng, slot);
   }
-
   std::string_view jpeg;
   int64_t label = 0;
   Status parsed = scanner_.Scan(w->bytes, &jpeg, &label);
@@ -112,27 +132,28 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* out) {
     Resize(decoded_.view(), entry.pixels.get(), entry.width, entry.height,
            static_cast<size_t>(entry.width) * 3);
     ReleaseLargeImage();
-    CropFrom(ImageView{entry.pixels.get(), entry.width, entry.height,
-                       static_cast<size_t>(entry.width) * 3},
-             rng, out);
+    const GeometryPlan plan = PlanGeometry(spec_.geometry, entry.width, entry.height,
+                                           options_.width, options_.height, rng);
+    RenderFrom(ImageView{entry.pixels.get(), entry.width, entry.height,
+                         static_cast<size_t>(entry.width) * 3},
+               plan, Target(plan, slot));
     cache_->Insert(w->file, w->record, std::move(entry));
-    return Status::OK();
+    return Finish(rng, slot);
   }
 
   RETURN_IF_ERROR(parsed);
   stats_->jpeg_decodes.fetch_add(1, std::memory_order_relaxed);
   ASSIGN_OR_RETURN(JpegHeader header, roi_.ReadHeader(jpeg, options_.max_pixels));
-  CropWindow crop;
-  bool flip = false;
-  if (options_.mode == PipelineMode::kTrain) {
-    crop = RandomResizedCrop(header.width, header.height, crop_params_, rng);
-    flip = (rng.NextU64() & 1) != 0;
-  } else {
-    crop = CenterCrop(header.width, header.height, options_.width, options_.height);
+  const GeometryPlan plan = PlanGeometry(spec_.geometry, header.width, header.height,
+                                         options_.width, options_.height, rng);
+  uint8_t* target = Target(plan, slot);
+  if (plan.dest.width > 0) {
+    const size_t stride = static_cast<size_t>(options_.width) * 3;
+    RETURN_IF_ERROR(roi_.DecodeCrop(jpeg, plan.source, plan.dest.width, plan.dest.height,
+                                    plan.resize, DestOf(plan, target, stride), stride,
+                                    options_.max_pixels, /*stats=*/nullptr, &gate));
   }
-  return roi_.DecodeCrop(jpeg, crop, options_.width, options_.height, flip, out,
-                         static_cast<size_t>(options_.width) * 3, options_.max_pixels,
-                         /*stats=*/nullptr, &gate);
+  return Finish(rng, slot);
 }
 
 void Augmenter::ReleaseLargeImage() {

@@ -1,11 +1,14 @@
-// Turns one record into one training image in its batch slot: parse the Example, choose the crop
-// (RandomResizedCrop + flip for TRAIN, centre crop for EVAL), then the fused ROI decode — or, with
-// the DECODED cache, crop from the cached image. Randomness comes from (seed, epoch, position), so
-// the result does not depend on which thread ran it. One per worker thread: the Transform (see
-// pipeline/transform.h) every pipeline applies today.
+// Turns one record into one training image in its batch slot: parse the Example, plan the
+// transform list's geometry (pipeline/geometry_plan.h: one crop window and one resampling), then
+// the fused ROI decode — or, with the DECODED cache, crop from the cached image — then the
+// per-pixel ops and the output conversion (dtype, layout, normalize) into the slot. A list with
+// neither (the presets, uint8 NHWC) decodes straight into the slot. Randomness comes from (seed,
+// epoch, position), so the result does not depend on which thread ran it. One per worker thread:
+// the Transform (see pipeline/transform.h) every pipeline applies.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "formats/crop_window.h"
 #include "formats/example_scanner.h"
@@ -14,7 +17,10 @@
 #include "formats/jpeg_roi_decoder.h"
 #include "pipeline/caches.h"
 #include "pipeline/decode_budget.h"
+#include "pipeline/geometry_plan.h"
+#include "pipeline/pixel_chain.h"
 #include "pipeline/options.h"
+#include "pipeline/transform_spec.h"
 #include "pipeline/transform.h"
 #include "pipeline/work_item.h"
 
@@ -32,22 +38,30 @@ class Augmenter final : public Transform {
   void Apply(WorkItem* w) override;
 
  private:
-  Status Decode(WorkItem* w, uint8_t* out);
-  // Crops (and maybe flips) from an already decoded image into out.
-  void CropFrom(const ImageView& image, AugmentRng& rng, uint8_t* out) const;
+  Status Decode(WorkItem* w, uint8_t* slot);
+  // Plans the geometry for a source of width x height and returns where it renders: the slot
+  // itself, or frame_ when per-pixel ops or an output conversion follow. Zeroes the padding.
+  uint8_t* Target(const GeometryPlan& plan, uint8_t* slot);
+  // Resamples plan.source of image into target.
+  void RenderFrom(const ImageView& image, const GeometryPlan& plan, uint8_t* target);
+  // The per-pixel ops on frame_, then the output conversion into slot (unless written directly).
+  Status Finish(AugmentRng& rng, uint8_t* slot);
   AugmentRng RngFor(const WorkItem& w) const;
   // Frees decoded_ when it holds more than an ordinary image: no budget counts it between decodes.
   void ReleaseLargeImage();
 
   const ResolvedOptions& options_;
+  const TransformSpec& spec_;
   DecodedCache* cache_;
   PipelineStats* stats_;
   DecodeBudget* decode_budget_;
   ExampleScanner scanner_;
-  RandomResizedCropParams crop_params_;
   JpegRoiDecoder roi_;
   JpegDecoder full_;
   Image decoded_;
+  Image frame_;  // the resampled image, when per-pixel ops or a conversion follow
+  std::vector<float> blur_scratch_;
+  std::vector<uint8_t> op_scratch_;
 };
 
 }  // namespace sluice

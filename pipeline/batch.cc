@@ -5,11 +5,14 @@
 
 namespace sluice {
 
-BatchBuffer::BatchBuffer(int capacity, int height, int width, bool with_valid, bool with_ids)
+BatchBuffer::BatchBuffer(int capacity, int height, int width, bool with_valid, bool with_ids,
+                         DType dtype, Layout layout, bool with_mix)
     : capacity(capacity),
       height(height),
       width(width),
-      image_bytes(static_cast<size_t>(height) * width * 3) {
+      dtype(dtype),
+      layout(layout),
+      image_bytes(static_cast<size_t>(height) * width * 3 * DTypeSize(dtype)) {
   size_t bytes = (static_cast<size_t>(capacity) * image_bytes + 63) / 64 * 64;
   images = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
   labels = new int32_t[capacity]();
@@ -18,6 +21,10 @@ BatchBuffer::BatchBuffer(int capacity, int height, int width, bool with_valid, b
   if (with_ids) {
     record_files = std::make_unique<int32_t[]>(capacity);
     record_indexes = std::make_unique<int64_t[]>(capacity);
+  }
+  if (with_mix) {
+    mixed_labels = std::make_unique<int32_t[]>(capacity);
+    label_weights = std::make_unique<float[]>(capacity);
   }
 }
 

@@ -1,4 +1,5 @@
-// What the pipeline hands its consumer: N images (NHWC uint8) and N int32 labels in one pooled
+// What the pipeline hands its consumer: N images (of the transform list's dtype and layout; NHWC
+// uint8 by default) and N int32 labels in one pooled
 // buffer, with the batch's position in the stream. Move-only; destroying it returns the buffer to
 // the pool and lets the pipeline run ahead again, so a consumer that holds batches slows the
 // pipeline instead of growing its memory.
@@ -9,12 +10,15 @@
 #include <memory>
 #include <span>
 
+#include "formats/dtype.h"
+
 namespace sluice {
 
 // Storage for one batch: images and labels, allocated once and reused; with equal shares a valid
 // mask, with record ids the samples' files and record numbers (null otherwise).
 struct BatchBuffer {
-  BatchBuffer(int capacity, int height, int width, bool with_valid = false, bool with_ids = false);
+  BatchBuffer(int capacity, int height, int width, bool with_valid = false, bool with_ids = false,
+              DType dtype = DType::kUint8, Layout layout = Layout::kNhwc, bool with_mix = false);
   ~BatchBuffer();
   BatchBuffer(const BatchBuffer&) = delete;
   BatchBuffer& operator=(const BatchBuffer&) = delete;
@@ -25,12 +29,18 @@ struct BatchBuffer {
   const int capacity;
   const int height;
   const int width;
-  const size_t image_bytes;
+  const DType dtype;
+  const Layout layout;
+  const size_t image_bytes;  // height * width * 3 values of dtype
   uint8_t* images;  // capacity * image_bytes, 64-byte aligned
   int32_t* labels;  // capacity
   std::unique_ptr<uint8_t[]> valid;           // capacity; 1 = real sample, 0 = padding
   std::unique_ptr<int32_t[]> record_files;    // capacity; index into ResolvedOptions::files
   std::unique_ptr<int64_t[]> record_indexes;  // capacity; record number within the file
+  // With mixup / cutmix: sample i is label_weights[i] of labels[i] and the rest of
+  // mixed_labels[i] (Batcher).
+  std::unique_ptr<int32_t[]> mixed_labels;  // capacity
+  std::unique_ptr<float[]> label_weights;   // capacity
 };
 
 // Takes buffers back when batches are released. Thread-safe; kept alive by the batches it lent.
@@ -91,6 +101,8 @@ class Batch {
   int size() const { return size_; }  // images; < batch_size only for a last partial batch
   int height() const { return buffer_->height; }
   int width() const { return buffer_->width; }
+  DType dtype() const { return buffer_->dtype; }
+  Layout layout() const { return buffer_->layout; }
   BatchPosition position() const { return position_; }
   // Records skipped (corrupt or unusable) since the previous batch of the run, so possibly at
   // the end of the epoch before; those after the last batch: Iterator::SkippedAfterLastBatch.
@@ -120,6 +132,17 @@ class Batch {
   std::span<const int64_t> record_indexes() const {
     if (!buffer_->record_indexes) return {};
     return {buffer_->record_indexes.get(), static_cast<size_t>(size_)};
+  }
+
+  // Per sample, with mixup or cutmix: the label each sample was mixed with and the weight of its
+  // own label. Empty otherwise.
+  std::span<const int32_t> mixed_labels() const {
+    if (!buffer_->mixed_labels) return {};
+    return {buffer_->mixed_labels.get(), static_cast<size_t>(size_)};
+  }
+  std::span<const float> label_weights() const {
+    if (!buffer_->label_weights) return {};
+    return {buffer_->label_weights.get(), static_cast<size_t>(size_)};
   }
 
   // Gives the buffer back now (also done by the destructor).

@@ -11,7 +11,10 @@ BatchPool::BatchPool(const ResolvedOptions& options, PoolCounters* stats,
   for (int i = 0; i < buffers; ++i) {
     buffers_.push_back(std::make_unique<BatchBuffer>(options.batch_size, options.height,
                                                      options.width, options.equalizes(),
-                                                     options.record_ids));
+                                                     options.record_ids,
+                                                     options.transforms.output.dtype,
+                                                     options.transforms.output.layout,
+                                                     options.transforms.mixes_labels()));
     free_.push_back(buffers_.back().get());
   }
   stats_->limit = static_cast<int64_t>(buffers) * static_cast<int64_t>(buffers_[0]->bytes());

@@ -66,10 +66,18 @@ Batcher::Batcher(const ResolvedOptions& options, PipelineStats* stats, BatcherSi
       end_record_(start.end_record),
       partial_epoch_(start.end_record > 0),
       equal_batches_(equal_batches),
-      index_without_records_(start.index > 0 && start.end_record == 0) {}
+      index_without_records_(start.index > 0 && start.end_record == 0) {
+  if (options.transforms.mixes_labels()) mixer_.emplace(options.transforms, options.seed);
+}
 
 Batcher::~Batcher() {
   if (keep_) stats_->pool(Pool::kBatchPool).Remove(static_cast<int64_t>(keep_->bytes()));
+}
+
+void Batcher::Emit(BatchBuffer* buffer, int size, BatchPosition position, uint64_t skipped,
+                   int padded) {
+  if (mixer_) mixer_->Mix(buffer, size, position.epoch, position.index);
+  sink_->EmitBatch(buffer, size, position, skipped, padded);
 }
 
 void Batcher::Keep(const WorkItem& w) {
@@ -78,7 +86,9 @@ void Batcher::Keep(const WorkItem& w) {
     // Accounted with the batch pool: the memory budget holds one batch more for it
     // (ResolveOptions).
     keep_ = std::make_unique<BatchBuffer>(options_.batch_size, options_.height, options_.width,
-                                          false, options_.record_ids);
+                                          false, options_.record_ids,
+                                          options_.transforms.output.dtype,
+                                          options_.transforms.output.layout);
     PoolCounters& pool = stats_->pool(Pool::kBatchPool);
     pool.limit += static_cast<int64_t>(keep_->bytes());
     pool.Add(static_cast<int64_t>(keep_->bytes()));
@@ -119,9 +129,8 @@ void Batcher::EmitPadded(int64_t epoch) {
   }
   const int padded = static_cast<int>(batch_size_) - real;
   stats_->padded_samples.fetch_add(static_cast<uint64_t>(padded), std::memory_order_relaxed);
-  sink_->EmitBatch(dst_, static_cast<int>(batch_size_),
-                   BatchPosition{epoch, out_index_++, end_record_, ShuffleBytes()}, skipped_,
-                   padded);
+  Emit(dst_, static_cast<int>(batch_size_),
+       BatchPosition{epoch, out_index_++, end_record_, ShuffleBytes()}, skipped_, padded);
   ++epoch_batches_;
   skipped_ = 0;
   for (BatchBuffer*& b : inputs_) {
@@ -266,9 +275,8 @@ void Batcher::AddRecord(const WorkItem& w) {
   ++filled_;
   ++epoch_images_;
   if (static_cast<uint64_t>(filled_) == batch_size_) {
-    sink_->EmitBatch(dst_, filled_,
-                     BatchPosition{w.epoch, out_index_++, end_record_, ShuffleBytes()}, skipped_,
-                     0);
+    Emit(dst_, filled_, BatchPosition{w.epoch, out_index_++, end_record_, ShuffleBytes()},
+         skipped_, 0);
     ++epoch_batches_;
     // If dst_ is still among the inputs it must not be dropped when passed: mark it gone.
     for (BatchBuffer*& b : inputs_) {
@@ -338,8 +346,8 @@ void Batcher::EndEpoch(int64_t epoch) {
     EmitPadded(epoch);
   } else if (dst_ != nullptr) {
     if (!options_.drop_remainder) {
-      sink_->EmitBatch(dst_, filled_, BatchPosition{epoch, out_index_, end_record_, ShuffleBytes()},
-                       skipped_, 0);
+      Emit(dst_, filled_, BatchPosition{epoch, out_index_, end_record_, ShuffleBytes()},
+           skipped_, 0);
       ++epoch_batches_;
       skipped_ = 0;
     } else {

@@ -18,6 +18,7 @@
 
 #include "formats/status.h"
 #include "pipeline/batch.h"
+#include "pipeline/batch_mix.h"
 #include "pipeline/epoch_warning_limiter.h"
 #include "pipeline/options.h"
 #include "pipeline/stats.h"
@@ -74,6 +75,8 @@ class Batcher {
 
  private:
   void AddRecord(const WorkItem& w);
+  // Hands a finished batch to the sink, mixed first when the transform list has mixup or cutmix.
+  void Emit(BatchBuffer* buffer, int size, BatchPosition position, uint64_t skipped, int padded);
   // Equal shares: copies w's sample into keep_ while it holds fewer than batch_size.
   void Keep(const WorkItem& w);
   // Fills dst_'s slots from filled_ to batch_size with padding and emits it.
@@ -135,6 +138,7 @@ class Batcher {
   EpochWarningLimiter skip_warnings_{"epochs over it"};
   // Equal shares (0: off): the batches every epoch yields.
   const int64_t equal_batches_;
+  std::optional<BatchMixer> mixer_;  // with mixup or cutmix
   std::unique_ptr<BatchBuffer> keep_;  // the epoch's first samples, for padding; made on first use
   int kept_ = 0;                       // samples in keep_ from this epoch
   uint64_t epoch_padded_ = 0;          // padding samples emitted in this epoch

@@ -36,6 +36,17 @@ int64_t MinDecodeShareBytes(const ResolvedOptions& r) {
   return kDecodeTablesBytes + 2 * pixels * 3;
 }
 
+// What every decode thread keeps for the transform list: the resampled image that per-pixel ops
+// and the output conversion work on, and a blur's float rows.
+int64_t TransformScratchBytes(const ResolvedOptions& r) {
+  if (r.transforms.writes_slot_directly()) return 0;
+  const int64_t image = int64_t{r.height} * r.width * 3;
+  bool blur = false;
+  for (const PixelOp& op : r.transforms.pixel) blur |= op.kind == PixelOp::Kind::kGaussianBlur;
+  // The policies' affine ops warp through a copy of the image.
+  return r.threads * (image * 2 + (blur ? image * static_cast<int64_t>(sizeof(float)) : 0));
+}
+
 // Sets records_budget_bytes, max_held_record_bytes, decode_budget_bytes and shuffle_budget_bytes
 // from what the budget leaves after the batch pool, the cache and the read buffers;
 // ResourceExhausted when that is under a sixteenth of the budget, or the decode share under
@@ -49,7 +60,8 @@ Status SplitMemoryBudget(ResolvedOptions* options) {
   int64_t pool_bytes = static_cast<int64_t>(r.batch_image_bytes()) * buffers;
   int64_t cache_bytes = r.cache == CacheKind::kNone ? 0 : r.cache_budget_bytes;
   int64_t read_bytes = kReadBytesPerOpenFile * r.cycle_length;
-  const int64_t rest = r.memory_budget_bytes - pool_bytes - cache_bytes - read_bytes;
+  const int64_t rest =
+      r.memory_budget_bytes - pool_bytes - cache_bytes - read_bytes - TransformScratchBytes(r);
   // A quarter for decoding: a 12-megapixel progressive photo needs ~40 MB of coefficients, so the
   // default dataset budget decodes several at once, and a small budget refuses bombs early.
   r.decode_budget_bytes = rest / 4;
@@ -195,6 +207,9 @@ Result<ResolvedOptions> ResolveOptions(const v1::PipelineOptions& o, int job_con
   // still have pixels to choose from.
   RETURN_IF_ERROR(Take(Tunable::kDecodedShortSide, o.cache().decoded_short_side(),
                        (std::max(r.height, r.width) * 256 + 223) / 224, &r.decoded_short_side));
+
+  ASSIGN_OR_RETURN(r.transforms, CompileTransforms(o.transforms(), r.mode == PipelineMode::kEval,
+                                                   r.height, r.width, r.num_classes));
 
   RETURN_IF_ERROR(SplitMemoryBudget(&r));
   return r;

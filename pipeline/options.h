@@ -9,6 +9,7 @@
 
 #include "formats/compression.h"
 #include "formats/status.h"
+#include "pipeline/transform_spec.h"
 #include "pipeline/tunables.h"
 #include "sluice/v1/config.pb.h"
 
@@ -57,6 +58,8 @@ struct ResolvedOptions {
   // Each batch carries every sample's file (index into files) and record number within it. Not
   // from PipelineOptions: a stream's request asks for it (StreamRequest.record_ids).
   bool record_ids = false;
+  // PipelineOptions.transforms compiled for height x width (an empty list: mode's preset).
+  TransformSpec transforms;
   ErrorPolicy error_policy = ErrorPolicy::kSkip;
   int64_t max_errors = 0;
   int skip_warn_percent = 10;  // of an epoch's records; more skips are logged loudly
@@ -87,7 +90,10 @@ struct ResolvedOptions {
   // The in-flight window's byte bound: the records share less the record the source holds while
   // it waits for room there.
   int64_t window_bytes() const { return records_budget_bytes - max_held_record_bytes; }
-  size_t image_bytes() const { return static_cast<size_t>(height) * width * 3; }
+  // Bytes of one image in a batch: height x width x 3 values of the output dtype.
+  size_t image_bytes() const {
+    return static_cast<size_t>(height) * width * 3 * DTypeSize(transforms.output.dtype);
+  }
   size_t batch_image_bytes() const { return image_bytes() * batch_size; }
   // Every epoch yields the same number of full batches in every shard, and a multiple of
   // job_consumers of them (padding or dropping).

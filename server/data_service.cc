@@ -15,6 +15,7 @@
 #include "client/wire/shared_segment.h"
 #include "pipeline/equal_shares.h"
 #include "server/request_policy.h"
+#include "server/server_config.h"
 #include "server/token_auth.h"
 
 namespace sluice {
@@ -71,13 +72,16 @@ BatchMeta MetaOf(const Batch& batch) {
   meta.height = batch.height();
   meta.width = batch.width();
   meta.skipped_records = batch.skipped();
+  meta.dtype = batch.dtype();
+  meta.layout = batch.layout();
   return meta;
 }
 
 // The batch's per-sample extras: empty spans (nothing written) unless it has padding or the
 // stream asked for record ids.
 BatchExtras ExtrasOf(const Batch& batch) {
-  return BatchExtras{batch.valid_mask(), batch.record_files(), batch.record_indexes()};
+  return BatchExtras{batch.valid_mask(),   batch.record_files(),  batch.record_indexes(),
+                     batch.mixed_labels(), batch.label_weights()};
 }
 
 // How long a client that asked for shared memory has to map the segment before its stream falls
@@ -525,7 +529,12 @@ grpc::ServerUnaryReactor* DataService::DescribeStream(grpc::CallbackServerContex
       reactor->Answer(again.status());
       return;
     }
-    reactor->Answer(Plan(*again, request.num_consumers()));
+    Result<v1::StreamPlan> plan = Plan(*again, request.num_consumers());
+    if (plan.ok()) {
+      plan->set_transform_set(request.transform_set().empty() ? std::string(kDefaultTransformSet)
+                                                              : request.transform_set());
+    }
+    reactor->Answer(std::move(plan));
   });
   if (!s.ok()) reactor->Refuse(s);
   return reactor;
@@ -548,6 +557,9 @@ Result<v1::StreamPlan> DataService::Plan(const ResolvedOptions& resolved, int nu
   out.set_image_height(resolved.height);
   out.set_image_width(resolved.width);
   out.set_mode(resolved.mode == PipelineMode::kEval ? v1::MODE_EVAL : v1::MODE_TRAIN);
+  out.set_dtype(static_cast<v1::DType>(resolved.transforms.output.dtype));
+  out.set_layout(static_cast<v1::Layout>(resolved.transforms.output.layout));
+  out.set_mixes_labels(resolved.transforms.mixes_labels());
   out.set_epochs(resolved.epochs);
   out.mutable_shard()->set_index(resolved.shard_index);
   out.mutable_shard()->set_count(resolved.shard_count);

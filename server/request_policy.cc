@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "pipeline/transform_spec.h"
 #include "pipeline/tunables.h"
 #include "server/format_bytes.h"
 #include "server/server_config.h"
@@ -258,7 +259,23 @@ Result<v1::PipelineOptions> PipelineForRequest(const v1::ServerConfig& config,
   // Labels past the dataset's classes are bad records, as negative ones are.
   if (o.num_classes() == 0) o.set_num_classes(dataset.num_classes());
 
-  const int64_t bytes = BatchMessageBytes(o.batch_size(), height, width);
+  if (!r.transform_set().empty() && r.transform_set() != kDefaultTransformSet) {
+    const v1::TransformSet* chosen = nullptr;
+    std::string offered(kDefaultTransformSet);
+    for (const v1::TransformSet& set : dataset.transform_sets()) {
+      if (set.name() == r.transform_set()) chosen = &set;
+      offered += ", " + set.name();
+    }
+    if (chosen == nullptr) {
+      return InvalidArgument(fmt::format(
+          "transform_set '{}' is not offered by dataset '{}'; it offers: {}",
+          Echo(r.transform_set()), dataset.name(), offered));
+    }
+    *o.mutable_transforms() = chosen->transforms();
+  }
+
+  const int64_t bytes = BatchMessageBytes(o.batch_size(), height, width,
+                                          DTypeSize(OutputDType(o.transforms())));
   if (bytes > config.max_batch_bytes()) {
     return InvalidArgument(fmt::format(
         "a batch of {} at {}x{} is {}, over the server's max_batch_bytes {}; ask for a smaller "
@@ -292,6 +309,19 @@ v1::DatasetInfo DescribeDataset(const v1::DatasetConfig& dataset, const v1::Flee
   if (fleet.count() > 1) {
     info.set_shard_index(fleet.index());
     info.set_shard_count(fleet.count());
+  }
+  const bool eval = o.mode() == v1::MODE_EVAL;
+  v1::TransformSet* own = info.add_transform_sets();
+  own->set_name(std::string(kDefaultTransformSet));
+  for (v1::TransformOp& op : ExpandPresets(o.transforms(), eval, o.image_height())) {
+    *own->add_transforms() = std::move(op);
+  }
+  for (const v1::TransformSet& set : dataset.transform_sets()) {
+    v1::TransformSet* out = info.add_transform_sets();
+    out->set_name(set.name());
+    for (v1::TransformOp& op : ExpandPresets(set.transforms(), eval, o.image_height())) {
+      *out->add_transforms() = std::move(op);
+    }
   }
   return info;
 }

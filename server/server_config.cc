@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "client/wire/token_file.h"
+#include "formats/dtype.h"
 #include "formats/file.h"
 #include "pipeline/options.h"
 #include "pipeline/tunables.h"
@@ -184,9 +185,33 @@ Result<int64_t> CheckDataset(const v1::ServerConfig& server, v1::DatasetConfig* 
     }
   }
 
-  Result<ResolvedOptions> resolved = ResolveOptions(*p);
+  // Checked with the dataset's num_classes, as requests are resolved.
+  v1::PipelineOptions check = *p;
+  if (check.num_classes() == 0) check.set_num_classes(d->num_classes());
+  Result<ResolvedOptions> resolved = ResolveOptions(check);
   if (!resolved.ok()) return resolved.status().WithContext(ds + ".pipeline");
-  return BatchMessageBytes(p->batch_size(), p->image_height(), p->image_width());
+  int64_t largest = BatchMessageBytes(p->batch_size(), p->image_height(), p->image_width(),
+                                      DTypeSize(resolved->transforms.output.dtype));
+  std::set<std::string> names = {std::string(kDefaultTransformSet)};
+  for (int i = 0; i < d->transform_sets_size(); ++i) {
+    const v1::TransformSet& set = d->transform_sets(i);
+    const std::string where = fmt::format("{}.transform_sets[{}]", ds, i);
+    if (!IsDatasetName(set.name())) {
+      return Bad(where + ".name",
+                 fmt::format("\"{}\" is not 1 to 64 of A-Z a-z 0-9 _ . - (not starting with .)",
+                             set.name()));
+    }
+    if (!names.insert(set.name()).second) {
+      return Bad(where + ".name", fmt::format("'{}' is taken (\"default\" is pipeline.transforms)",
+                                              set.name()));
+    }
+    *check.mutable_transforms() = set.transforms();
+    Result<ResolvedOptions> r = ResolveOptions(check);
+    if (!r.ok()) return r.status().WithContext(where);
+    largest = std::max(largest, BatchMessageBytes(p->batch_size(), p->image_height(),
+                                                  p->image_width(), DTypeSize(r->transforms.output.dtype)));
+  }
+  return largest;
 }
 
 // Applies the defaults of the server-wide limits and checks them.
@@ -254,8 +279,9 @@ Status CheckServerLimits(v1::ServerConfig* c, const MemoryLimit& limit,
 
 }  // namespace
 
-int64_t BatchMessageBytes(int64_t batch, int64_t height, int64_t width) {
-  return batch * height * width * 3 + 10 * batch + 128;
+int64_t BatchMessageBytes(int64_t batch, int64_t height, int64_t width, size_t value_bytes) {
+  // Per sample: a label, a valid flag, record ids, a mixed label and its weight, varints at most.
+  return batch * height * width * 3 * static_cast<int64_t>(value_bytes) + 40 * batch + 128;
 }
 
 int64_t DefaultMaxSharedMemory(const MemoryLimit& limit) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "formats/status.h"
@@ -77,6 +78,10 @@ Result<std::string> ReadToken(const v1::ServerConfig& config);
 
 // An upper bound on the serialized size of a Batch message of `batch` images of height x width:
 // the pixels, 10 bytes per label (a negative int32 varint) and 128 for position, shape and tags.
-int64_t BatchMessageBytes(int64_t batch, int64_t height, int64_t width);
+// value_bytes: of one image value (DTypeSize of the output dtype).
+int64_t BatchMessageBytes(int64_t batch, int64_t height, int64_t width, size_t value_bytes = 1);
+
+// The name of a dataset's own transform list (pipeline.transforms) among its transform sets.
+inline constexpr std::string_view kDefaultTransformSet = "default";
 
 }  // namespace sluice

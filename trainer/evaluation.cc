@@ -9,6 +9,19 @@ namespace sluice::trainer {
 Status CheckBatch(const ReceivedBatch& batch, const ModelConfig& config,
                   const std::string& dataset) {
   const BatchMeta& m = batch.meta;
+  // The model normalizes uint8 NHWC pixels on the device and trains on hard labels.
+  if (m.dtype != DType::kUint8 || m.layout != Layout::kNhwc) {
+    return FailedPrecondition(fmt::format(
+        "dataset {}: batch {}:{} holds {} {} images; sluice-trainer takes uint8 NHWC (it "
+        "normalizes on the device): serve it a transform set whose output is uint8 NHWC",
+        dataset, m.epoch, m.index, DTypeName(m.dtype), LayoutName(m.layout)));
+  }
+  if (!batch.mixed_labels.empty()) {
+    return FailedPrecondition(fmt::format(
+        "dataset {}: batch {}:{} has mixed labels (mixup or cutmix); sluice-trainer trains on "
+        "hard labels: serve it a transform set without mixup and cutmix",
+        dataset, m.epoch, m.index));
+  }
   if (m.height != config.image_size || m.width != config.image_size || m.channels != 3) {
     return InvalidArgument(fmt::format(
         "dataset {}: batch {}:{} is {}×{}×{}, the model takes {}×{}×3", dataset, m.epoch, m.index,

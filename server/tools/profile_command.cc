@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <optional>
 #include <string>
 #include <thread>
@@ -16,6 +17,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "formats/dtype.h"
 #include "formats/example_scanner.h"
 #include "formats/file.h"
 #include "formats/jpeg_codec.h"
@@ -58,6 +60,7 @@ struct ProfileFlags {
   std::string token_file;
   std::string tls_ca_file;
   std::string job_name;
+  std::string transform_set;
   int consumer_index = 0;
   int num_consumers = 0;
   bool no_shared_memory = false;
@@ -162,7 +165,15 @@ struct Measurement {
   int64_t batches = 0;
   uint64_t images = 0;
   double wall = 0;  // seconds, as this command timed the window
+  double cpu = 0;   // CPU seconds all of this process's threads used in the window
 };
+
+// CPU seconds used so far by all threads of this process.
+double ProcessCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
 
 // Reads and drops the first batches (and whole epochs, e.g. to fill a cache): they are not
 // measured.
@@ -183,6 +194,7 @@ Result<Measurement> Measure(Iterator* it, const ProfileFlags& f) {
   const int64_t target_batches = f.batches > 0 ? f.batches : (f.seconds > 0 ? 0 : 30);
   Measurement m;
   m.before = it->Stats();
+  const double cpu_start = ProcessCpuSeconds();
   const auto start = std::chrono::steady_clock::now();
   Progress progress("profile", static_cast<uint64_t>(target_batches), "batches");
   Batch batch;
@@ -200,6 +212,7 @@ Result<Measurement> Measure(Iterator* it, const ProfileFlags& f) {
   }
   progress.Finish();
   m.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m.cpu = ProcessCpuSeconds() - cpu_start;
   m.after = it->Stats();
   return m;
 }
@@ -238,6 +251,8 @@ void PrintJson(const ResolvedOptions& o, const Measurement& m, const ProfileRepo
                       {"batches", m.batches},
                       {"images", m.images},
                       {"seconds", m.wall},
+                      {"cpu_seconds", m.cpu},
+                      {"images_per_cpu_sec", m.cpu > 0 ? static_cast<double>(m.images) / m.cpu : 0},
                       {"threads", o.threads},
                       {"decode_parallelism", m.after.decode_parallelism},
                       {"decode_parallelism_max", m.after.decode_parallelism_max},
@@ -245,6 +260,8 @@ void PrintJson(const ResolvedOptions& o, const Measurement& m, const ProfileRepo
                       {"batch_size", o.batch_size},
                       {"height", o.height},
                       {"width", o.width},
+                      {"dtype", DTypeName(o.transforms.output.dtype)},
+                      {"layout", LayoutName(o.transforms.output.layout)},
                       {"consumer_wait_fraction", report.consumer_wait_fraction},
                       {"skipped", m.after.skipped - m.before.skipped},
                       {"cache_full", m.after.cache_full},
@@ -365,6 +382,9 @@ void RegisterProfileCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--token-file", f->token_file, "With --target: file holding the bearer token");
   cmd->add_option("--tls-ca", f->tls_ca_file, "With --target: PEM roots to trust (enables TLS)");
   cmd->add_option("--job-name", f->job_name, "With --target: join this shared job");
+  cmd->add_option("--transform-set", f->transform_set,
+                  "With --target: one of the dataset's transform sets (ListDatasets); default: "
+                  "its own list");
   cmd->add_option("--num-consumers", f->num_consumers,
                   "With --job-name: the job's consumers in lockstep (each gets every N-th batch, "
                   "the same number per epoch)");
@@ -392,6 +412,7 @@ void RegisterProfileCommand(CLI::App& app, int* exit_code) {
     r.token_file = f->token_file;
     r.tls_ca_file = f->tls_ca_file;
     r.job_name = f->job_name;
+    r.transform_set = f->transform_set;
     r.consumer_index = f->consumer_index;
     r.num_consumers = f->num_consumers;
     r.shared_memory = !f->no_shared_memory;

@@ -69,6 +69,7 @@ v1::StreamRequest MakeRequest(const RemoteProfileFlags& f) {
   if (f.seed) request.set_seed(*f.seed);
   request.set_epochs(0);
   request.set_job_name(f.job_name);
+  request.set_transform_set(f.transform_set);
   request.set_consumer_index(f.consumer_index);
   request.set_num_consumers(f.num_consumers);
   return request;

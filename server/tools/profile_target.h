@@ -16,6 +16,7 @@ struct RemoteProfileFlags {
   std::string token_file;
   std::string tls_ca_file;
   std::string job_name;
+  std::string transform_set;  // "": the dataset's default set
   // With job_name: this consumer's index among the job's num_consumers in lockstep (0: none).
   int consumer_index = 0;
   int num_consumers = 0;

@@ -3,21 +3,25 @@
 
 Measures images/s of the TRAIN pipeline as a PyTorch user would write it: an IterableDataset that
 reads TFRecord shards (the files split among DataLoader workers), parses tf.train.Example, decodes
-with PIL and applies torchvision RandomResizedCrop(224) (area [0.08, 1], aspect [3/4, 4/3], bilinear)
-+ RandomHorizontalFlip(0.5) + PILToTensor (uint8, no float normalization), batched by the
-DataLoader (batch 256, persistent workers, prefetch_factor 2). It repeats epochs forever; after
---warmup batches it times --batches batches and prints one JSON line, e.g.
+with PIL and applies torchvision transforms on the PIL image, batched by the DataLoader (batch 256,
+persistent workers, prefetch_factor 2):
+  --recipe plain:  RandomResizedCrop(224) (area [0.08, 1], aspect [3/4, 4/3], bilinear)
+                   + RandomHorizontalFlip(0.5) + PILToTensor                  -> uint8 NCHW
+  --recipe jitter: the same + ColorJitter(0.4, 0.4, 0.4) + ToTensor + Normalize(ImageNet mean,
+                   std) + .to(torch.bfloat16)                                  -> bfloat16 NCHW
+It repeats epochs forever; after --warmup batches it times --batches batches and prints one JSON
+line, e.g.
   {"loader": "pytorch", "images_per_sec": 812.3, "batches": 30, "workers": 2, ...}
 with the CPU time its processes used meanwhile (images_per_cpu_sec: less sensitive to other load).
 
-Layout: batches are NCHW (PILToTensor's CHW per image), the layout PyTorch models consume; Sluice
-writes NHWC. Same bytes per image, so the difference does not matter to throughput.
+Layout: batches are NCHW (the tensors' CHW per image), the layout PyTorch models consume; Sluice's
+plain recipe writes NHWC. Same bytes per image, so the difference does not matter to throughput.
 
 Run with Debian's python (packages python3-torch, python3-torchvision, python3-pil; installed by
-`deploy/install-deps.sh --bench`), pinned to the cores under test:
+`deploy/install-deps.sh`), pinned to the cores under test:
   taskset -c 0-1 /usr/bin/python3 tests/bench/pytorch_loader.py '/tmp/sluice-bench-data/train-*' \
-      --workers 2 --batches 30
-tests/bench/compare.sh runs this next to `sluice profile` and tf.data.
+      --workers 2 --batches 30 --recipe jitter
+tests/bench/compare.sh runs this next to `sluice profile`, tf.data and DALI.
 """
 import argparse
 import glob
@@ -135,17 +139,33 @@ def parse_example(record):
     return jpeg, label
 
 
-class TFRecordImages(IterableDataset):
-    """(CHW uint8 tensor, label) for every record, epoch after epoch (files shuffled per epoch)."""
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
 
-    def __init__(self, files, image_size, seed=0):
+
+def _to_bfloat16(tensor):
+    return tensor.to(torch.bfloat16)
+
+
+class TFRecordImages(IterableDataset):
+    """(CHW tensor, label) for every record, epoch after epoch (files shuffled per epoch)."""
+
+    def __init__(self, files, image_size, recipe='plain', seed=0):
         self.files = list(files)
         self.seed = seed
-        self.transform = transforms.Compose([
+        geometry = [
             transforms.RandomResizedCrop(image_size),  # scale (0.08, 1), ratio (3/4, 4/3), bilinear
             transforms.RandomHorizontalFlip(),
-            transforms.PILToTensor(),
-        ])
+        ]
+        if recipe == 'plain':
+            self.transform = transforms.Compose(geometry + [transforms.PILToTensor()])
+        else:
+            self.transform = transforms.Compose(geometry + [
+                transforms.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4),
+                transforms.ToTensor(),
+                transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+                _to_bfloat16,
+            ])
 
     def __iter__(self):
         info = get_worker_info()
@@ -189,6 +209,7 @@ def _cpu_seconds(pids):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('files', nargs='+', help='TFRecord files or globs')
+    ap.add_argument('--recipe', choices=('plain', 'jitter'), default='plain')
     ap.add_argument('--workers', type=int, default=2)
     ap.add_argument('--batches', type=int, default=30, help='timed batches')
     ap.add_argument('--warmup', type=int, default=2, help='untimed batches first')
@@ -207,7 +228,7 @@ def main():
     if args.workers > 0:  # torch 1.13 rejects these options without workers
         multiprocess = dict(persistent_workers=True, prefetch_factor=2, worker_init_fn=_worker_init)
     loader = DataLoader(
-        TFRecordImages(files, args.image_size, args.seed),
+        TFRecordImages(files, args.image_size, args.recipe, args.seed),
         batch_size=args.batch_size,
         num_workers=args.workers,
         drop_last=True,
@@ -229,6 +250,7 @@ def main():
     del it
     print(json.dumps({
         'loader': 'pytorch',
+        'recipe': args.recipe,
         'images_per_sec': round(n / seconds, 1),
         'batches': args.batches,
         'workers': args.workers,
@@ -238,6 +260,8 @@ def main():
         'images_per_cpu_sec': round(n / cpu_seconds, 1),
         'shape': shape,
         'dtype': dtype,
+        'image_bytes': images[0].numel() * images.element_size(),
+        'output': '%s NCHW' % dtype.replace('torch.', ''),
         'torch': torch.__version__,
         'torchvision': torchvision.__version__,
     }), flush=True)

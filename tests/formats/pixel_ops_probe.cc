@@ -7,16 +7,21 @@
 // IN.rgb holds WIDTH * HEIGHT * 3 bytes (interleaved RGB, rows top to bottom); OUT.bin gets what
 // the op makes (its size and dtype are the op's: see each entry of kOps). Exit 0 on success,
 // 2 with a message naming the problem otherwise.
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "formats/image_ops.h"
 #include "formats/pixel_ops.h"
+#include "formats/seed.h"
+#include "pipeline/auto_augment.h"
 
 namespace sluice {
 namespace {
@@ -27,6 +32,18 @@ class Params {
   double Double(const std::string& key) const { return std::stod(Get(key)); }
   int Int(const std::string& key) const { return std::stoi(Get(key)); }
   bool Has(const std::string& key) const { return kv_.count(key) != 0; }
+  // A comma-separated list: a,b,c.
+  std::vector<double> Doubles(const std::string& key) const {
+    std::vector<double> values;
+    std::string s = Get(key);
+    for (size_t start = 0; start <= s.size();) {
+      size_t comma = s.find(',', start);
+      if (comma == std::string::npos) comma = s.size();
+      values.push_back(std::stod(s.substr(start, comma - start)));
+      start = comma + 1;
+    }
+    return values;
+  }
   std::string Get(const std::string& key) const {
     auto it = kv_.find(key);
     if (it == kv_.end()) throw std::runtime_error("missing parameter " + key);
@@ -40,18 +57,192 @@ class Params {
 // One op: reads `in` (the image, which it may change) and fills `out`.
 using OpFn = void (*)(Image& in, const Params& p, std::vector<uint8_t>* out);
 
-[[maybe_unused]] MutableImageView Mutable(Image& img) {
+MutableImageView Mutable(Image& img) {
   return MutableImageView{img.pixels.data(), img.width, img.height,
                           static_cast<size_t>(img.width) * 3};
+}
+
+ResizeFilter ParseFilter(const std::string& name) {
+  if (name == "bilinear") return ResizeFilter::kBilinear;
+  if (name == "area") return ResizeFilter::kArea;
+  if (name == "bicubic") return ResizeFilter::kBicubic;
+  throw std::runtime_error("filter=" + name + ": expected bilinear, area or bicubic");
 }
 
 // The image itself, after an in-place op.
 void Pixels(const Image& img, std::vector<uint8_t>* out) { *out = img.pixels; }
 
+AutoAugmentPolicy PolicyParam(const Params& p) {
+  const std::string name = p.Get("policy");
+  if (name == "trivial_augment_wide") return AutoAugmentPolicy::kTrivialAugmentWide;
+  if (name == "rand_augment") return AutoAugmentPolicy::kRandAugment;
+  throw std::runtime_error("policy " + name + " is not trivial_augment_wide or rand_augment");
+}
+
 const std::map<std::string, OpFn>& Ops() {
   static const auto* ops = new std::map<std::string, OpFn>{
       // Each entry: "name", [](Image& in, const Params& p, std::vector<uint8_t>* out) {...}.
       {"identity", [](Image& in, const Params&, std::vector<uint8_t>* out) { Pixels(in, out); }},
+      {"autocontrast",
+       [](Image& in, const Params&, std::vector<uint8_t>* out) {
+         AutoContrast(Mutable(in));
+         Pixels(in, out);
+       }},
+      {"equalize",
+       [](Image& in, const Params&, std::vector<uint8_t>* out) {
+         Equalize(Mutable(in));
+         Pixels(in, out);
+       }},
+      // factor: F.adjust_sharpness's sharpness_factor.
+      {"sharpness",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         std::vector<uint8_t> scratch;
+         AdjustSharpness(Mutable(in), p.Double("factor"), &scratch);
+         Pixels(in, out);
+       }},
+      // F.affine(angle=-angle, translate=[tx, ty], scale=1, shear=[shear_x, shear_y], NEAREST,
+      // center=[0, 0] if center_origin=1 else None): angle counter-clockwise, as F.rotate's.
+      {"affine",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         Image dst;
+         dst.Resize(in.width, in.height);
+         AffineNearest(in.view(), Mutable(dst), p.Double("angle"), p.Double("tx"), p.Double("ty"),
+                       p.Double("shear_x"), p.Double("shear_y"), p.Int("center_origin") != 0);
+         Pixels(dst, out);
+       }},
+      // One policy op through ApplyAutoAugmentOp: name as torchvision's ("ShearX", ...),
+      // magnitude signed, as _apply_op takes it.
+      {"auto_augment_op",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         auto kind = AutoAugmentOpFromName(p.Get("name"));
+         if (!kind) throw std::runtime_error("unknown auto augment op " + p.Get("name"));
+         std::vector<uint8_t> scratch;
+         ApplyAutoAugmentOp(AutoAugmentOp{*kind, p.Double("magnitude")}, Mutable(in), &scratch);
+         Pixels(in, out);
+       }},
+      // A whole policy on the image: SampleAutoAugment(policy, num_ops, magnitude, num_bins, the
+      // image's size, AugmentRng(seed, stream)), then each op. Out: the pixels, then per op its
+      // kind (one byte, torchvision's order) and signed magnitude (float64, little-endian), so the
+      // test can replay the draws through torchvision.
+      {"auto_augment",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         AugmentRng rng(std::stoull(p.Get("seed")), std::stoull(p.Get("stream")));
+         const std::vector<AutoAugmentOp> ops =
+             SampleAutoAugment(PolicyParam(p), p.Int("num_ops"), p.Int("magnitude"),
+                               p.Int("num_bins"), in.width, in.height, rng);
+         std::vector<uint8_t> scratch;
+         for (const AutoAugmentOp& op : ops) ApplyAutoAugmentOp(op, Mutable(in), &scratch);
+         Pixels(in, out);
+         for (const AutoAugmentOp& op : ops) {
+           out->push_back(static_cast<uint8_t>(op.kind));
+           const size_t at = out->size();
+           out->resize(at + sizeof(double));
+           std::memcpy(out->data() + at, &op.magnitude, sizeof(double));
+         }
+       }},
+      // The policy's magnitude bins for the input's size: kNumAutoAugmentOps rows of num_bins
+      // float32, in torchvision's op order; NaN for the ops without bins.
+      {"auto_augment_magnitudes",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         const int num_bins = p.Int("num_bins");
+         std::vector<float> table;
+         for (int k = 0; k < kNumAutoAugmentOps; ++k) {
+           std::vector<float> bins = AutoAugmentMagnitudes(
+               PolicyParam(p), static_cast<AutoAugmentOpKind>(k), num_bins, in.width, in.height);
+           if (bins.empty()) bins.assign(num_bins, std::nanf(""));
+           table.insert(table.end(), bins.begin(), bins.end());
+         }
+         out->resize(table.size() * sizeof(float));
+         std::memcpy(out->data(), table.data(), out->size());
+       }},
+      // width, height: the output's; filter=bilinear|area|bicubic; hflip, vflip = 0|1 (default 0).
+      // Output: the resized RGB image, height x width x 3.
+      {"resize",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         const int width = p.Int("width"), height = p.Int("height");
+         if (width <= 0 || height <= 0) throw std::runtime_error("width and height must be > 0");
+         ResizeOptions options;
+         options.filter = ParseFilter(p.Get("filter"));
+         options.flip_horizontal = p.Has("hflip") && p.Int("hflip") != 0;
+         options.flip_vertical = p.Has("vflip") && p.Int("vflip") != 0;
+         out->resize(static_cast<size_t>(width) * height * 3);
+         Resize(in.view(), out->data(), width, height, static_cast<size_t>(width) * 3, options);
+       }},
+      // The colour ops (pixel_ops.cc): the image after the op, HxWx3 uint8.
+      {"brightness",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         AdjustBrightness(Mutable(in), p.Double("factor"));
+         Pixels(in, out);
+       }},
+      {"contrast",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         AdjustContrast(Mutable(in), p.Double("factor"));
+         Pixels(in, out);
+       }},
+      {"saturation",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         AdjustSaturation(Mutable(in), p.Double("factor"));
+         Pixels(in, out);
+       }},
+      {"hue",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         AdjustHue(Mutable(in), p.Double("factor"));
+         Pixels(in, out);
+       }},
+      {"grayscale",
+       [](Image& in, const Params&, std::vector<uint8_t>* out) {
+         ToGrayscale(Mutable(in));
+         Pixels(in, out);
+       }},
+      {"solarize",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         Solarize(Mutable(in), p.Double("threshold"));
+         Pixels(in, out);
+       }},
+      {"posterize",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         Posterize(Mutable(in), p.Int("bits"));
+         Pixels(in, out);
+       }},
+      {"gaussian_blur",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         std::vector<float> scratch;
+         GaussianBlur(Mutable(in), p.Int("kernel_size"), p.Double("sigma"), &scratch);
+         Pixels(in, out);
+       }},
+      // The batch slot WriteOutput fills: dtype=uint8|float16|bfloat16|float32, layout=NHWC|NCHW,
+      // mean=a,b,c std=a,b,c (normalize after scaling to [0, 1]; default none).
+      {"output",
+       [](Image& in, const Params& p, std::vector<uint8_t>* out) {
+         OutputSpec spec;
+         const std::string dtype = p.Has("dtype") ? p.Get("dtype") : "uint8";
+         if (dtype == "uint8") {
+           spec.dtype = DType::kUint8;
+         } else if (dtype == "float16") {
+           spec.dtype = DType::kFloat16;
+         } else if (dtype == "bfloat16") {
+           spec.dtype = DType::kBFloat16;
+         } else if (dtype == "float32") {
+           spec.dtype = DType::kFloat32;
+         } else {
+           throw std::runtime_error("dtype: unknown " + dtype);
+         }
+         const std::string layout = p.Has("layout") ? p.Get("layout") : "NHWC";
+         if (layout != "NHWC" && layout != "NCHW") throw std::runtime_error("layout: " + layout);
+         spec.layout = layout == "NCHW" ? Layout::kNchw : Layout::kNhwc;
+         const std::vector<double> mean =
+             p.Has("mean") ? p.Doubles("mean") : std::vector<double>{0, 0, 0};
+         const std::vector<double> stddev =
+             p.Has("std") ? p.Doubles("std") : std::vector<double>{1, 1, 1};
+         if (mean.size() != 3 || stddev.size() != 3)
+           throw std::runtime_error("mean, std: 3 values each");
+         for (int c = 0; c < 3; ++c) {
+           spec.scale[c] = static_cast<float>(1.0 / (255.0 * stddev[c]));
+           spec.bias[c] = static_cast<float>(-mean[c] / stddev[c]);
+         }
+         out->resize(in.pixels.size() * DTypeSize(spec.dtype));
+         WriteOutput(in.view(), spec, out->data());
+       }},
   };
   return *ops;
 }

@@ -119,6 +119,22 @@ const GoldenCase kCases[] = {
      [](v1::PipelineOptions* o) { o->set_accurate_idct(true); },
      {0, 5, 41},
      0xf82d92074e10cf46ull},
+    // The presets written out are the defaults they stand for, byte for byte (issue 16).
+    {"train_preset",
+     [](v1::PipelineOptions* o) { o->add_transforms()->set_preset(v1::PRESET_IMAGENET_TRAIN); },
+     {},
+     0x2ebb7149ac3b4e01ull},
+    {"eval_preset_in_train_mode",
+     [](v1::PipelineOptions* o) { o->add_transforms()->set_preset(v1::PRESET_IMAGENET_EVAL); },
+     {},
+     0x39ec52bdd53e3f61ull},
+    {"decoded_cache_train_preset",
+     [](v1::PipelineOptions* o) {
+       o->mutable_cache()->set_mode(v1::CACHE_DECODED);
+       o->add_transforms()->set_preset(v1::PRESET_IMAGENET_TRAIN);
+     },
+     {},
+     0x5a03f6cf9a093bbeull},
     {"decoded_cache_resumed_in_epoch_1",
      [](v1::PipelineOptions* o) { o->mutable_cache()->set_mode(v1::CACHE_DECODED); },
      {1, 2, 16},

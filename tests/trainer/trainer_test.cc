@@ -120,6 +120,32 @@ TEST_CASE("MissingNumClassesIsAnError") {
   CHECK(Train(o, log).ok());
 }
 
+TEST_CASE("BatchesTheModelCannotTakeAreRefusedNamingTheirDtypeOrMixedLabels") {
+  // The model normalizes uint8 NHWC on the device and trains on hard labels: a dataset whose
+  // transform list makes float batches, or mixes labels, is refused before any step.
+  struct Case {
+    std::string transforms, says;
+  };
+  const std::vector<Case> cases = {
+      {"transforms { preset: PRESET_IMAGENET_TRAIN } transforms { normalize {} } "
+       "transforms { output { dtype: DTYPE_BFLOAT16 layout: LAYOUT_NCHW } }",
+       "holds bfloat16 NCHW images; sluice-trainer takes uint8 NHWC"},
+      {"transforms { preset: PRESET_IMAGENET_TRAIN } transforms { mixup {} }",
+       "has mixed labels (mixup or cutmix)"},
+  };
+  for (const Case& c : cases) {
+    SynthServer server(4, "127.0.0.1:0", true, c.transforms);
+    TrainerOptions o = server.Options();
+    o.steps = 2;
+    o.eval_dataset.clear();
+    std::ostringstream log;
+    const Status s = Train(o, log).status();
+    INFO(s.ToString());
+    CHECK(s.code() == StatusCode::kFailedPrecondition);
+    CHECK(s.message().find(c.says) != std::string::npos);
+  }
+}
+
 TEST_CASE("UnknownDatasetIsNotFoundListingTheServersDatasetsBeforeAnyStep") {
   SynthServer server;
   struct Case {

@@ -13,8 +13,10 @@
 namespace sluice::testing {
 
 struct SynthServer {
-  // listen: the server's address; start false: Start() starts it later.
-  explicit SynthServer(int num_classes = 4, std::string listen = "127.0.0.1:0", bool start = true)
+  // listen: the server's address; start false: Start() starts it later. train_extra: more of
+  // the train dataset's pipeline (textproto fields).
+  explicit SynthServer(int num_classes = 4, std::string listen = "127.0.0.1:0", bool start = true,
+                       const std::string& train_extra = "")
       : listen(std::move(listen)) {
     // $SLUICE_PHOTOS where Debian's mate-backgrounds is not installed (the lent GPU machine).
     const char* photos = std::getenv("SLUICE_PHOTOS");
@@ -32,7 +34,8 @@ struct SynthServer {
              "listen: \"" + this->listen + "\"\n" +
                  "datasets { name: \"train\" " +
                  classes + "pipeline { files: \"" + dir.file("data/train-*") +
-                 "\" cache { mode: CACHE_DECODED } threads: 2 shuffle { buffer_size: 320 } } }\n"
+                 "\" cache { mode: CACHE_DECODED } threads: 2 shuffle { buffer_size: 320 } " +
+                 train_extra + " } }\n"
                  "datasets { name: \"val\" " +
                  classes + "pipeline { files: \"" + dir.file("data/validation-*") +
                  "\" mode: MODE_EVAL epochs: 1 threads: 2 } }\n");

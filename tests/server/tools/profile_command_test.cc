@@ -25,6 +25,9 @@ TEST_CASE("ProfileJsonHasTheDocumentedFields") {
     CHECK(j["batches"] == 5);
     CHECK(j["images"] == 40);
     CHECK(j["images_per_sec"].get<double>() > 0);
+    CHECK(j["cpu_seconds"].get<double>() > 0);
+    CHECK(j["images_per_cpu_sec"].get<double>() ==
+          Approx(j["images"].get<double>() / j["cpu_seconds"].get<double>()));
     CHECK(j["bytes_per_sec"].get<double>() ==
           Approx(j["images_per_sec"].get<double>() * 32 * 40 * 3));
     CHECK(j["height"] == 32);
@@ -81,6 +84,37 @@ TEST_CASE("ProfileReadsAnOptionsFileAndFlagsOverrideIt") {
   CHECK(r.exit_code == 1);
   CHECK(r.err.find(dir.file("bad.textproto") + ":1:11: ") != std::string::npos);
   CHECK(r.err.find("batch_sise") != std::string::npos);
+}
+
+TEST_CASE("ProfileJsonNamesTheTransformListsOutputDtypeAndLayout") {
+  TempDir dir;
+  testing::WriteTestShards(dir, 2, 30);
+  const std::string glob = "'" + dir.file("shard-*.tfrecord") + "'";
+  testing::CommandResult r = RunSluice("profile --files " + glob +
+                                       " --batch-size 4 --image-size 24 --batches 2 --json");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["dtype"] == "uint8");
+  CHECK(j["layout"] == "NHWC");
+  CHECK(j["bytes_per_sec"].get<double>() ==
+        Approx(j["images_per_sec"].get<double>() * 24 * 24 * 3));
+
+  testing::WriteAll(
+      dir.file("jitter.textproto"),
+      "transforms { preset: PRESET_IMAGENET_TRAIN }\n"
+      "transforms { color_jitter { brightness: 0.4 contrast: 0.4 saturation: 0.4 } }\n"
+      "transforms { normalize { mean: [0.485, 0.456, 0.406] std: [0.229, 0.224, 0.225] } }\n"
+      "transforms { output { dtype: DTYPE_BFLOAT16 layout: LAYOUT_NCHW } }\n");
+  r = RunSluice("profile --options " + dir.file("jitter.textproto") + " --files " + glob +
+                " --batch-size 4 --image-size 24 --batches 2 --json");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  j = nlohmann::json::parse(r.out);
+  CHECK(j["dtype"] == "bfloat16");
+  CHECK(j["layout"] == "NCHW");
+  CHECK(j["bytes_per_sec"].get<double>() ==
+        Approx(j["images_per_sec"].get<double>() * 24 * 24 * 3 * 2));
 }
 
 TEST_CASE("ProfileOfMissingFilesSaysWhichPattern") {

@@ -1,0 +1,95 @@
+#include "pipeline/pixel_chain.h"
+
+#include <array>
+#include <utility>
+
+#include "formats/crop_window.h"
+#include "pipeline/auto_augment.h"
+
+namespace sluice {
+namespace {
+
+bool Draw(AugmentRng& rng, double p) { return p >= 1 || (p > 0 && rng.NextDouble() < p); }
+
+void Note(std::vector<PixelOpDraw>* draws, std::string name, std::vector<double> params) {
+  if (draws != nullptr) draws->push_back(PixelOpDraw{std::move(name), std::move(params)});
+}
+
+// torchvision ColorJitter: a random order of the four (randperm), then each factor drawn from its
+// range; absent ones are skipped.
+void ColorJitter(const PixelOp& op, MutableImageView img, AugmentRng& rng,
+                 std::vector<PixelOpDraw>* draws) {
+  std::array<int, 4> order = {0, 1, 2, 3};
+  if (op.random_order) {
+    for (int i = 3; i > 0; --i) std::swap(order[i], order[UniformInt(rng, i)]);
+  }
+  const double b = op.has_brightness ? Uniform(rng, op.brightness[0], op.brightness[1]) : 1;
+  const double c = op.has_contrast ? Uniform(rng, op.contrast[0], op.contrast[1]) : 1;
+  const double s = op.has_saturation ? Uniform(rng, op.saturation[0], op.saturation[1]) : 1;
+  const double h = op.has_hue ? Uniform(rng, op.hue[0], op.hue[1]) : 0;
+  for (int fn : order) {
+    switch (fn) {
+      case 0:
+        if (op.has_brightness) AdjustBrightness(img, b), Note(draws, "brightness", {b});
+        break;
+      case 1:
+        if (op.has_contrast) AdjustContrast(img, c), Note(draws, "contrast", {c});
+        break;
+      case 2:
+        if (op.has_saturation) AdjustSaturation(img, s), Note(draws, "saturation", {s});
+        break;
+      default:
+        if (op.has_hue) AdjustHue(img, h), Note(draws, "hue", {h});
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+Status ApplyPixelOps(const std::vector<PixelOp>& ops, MutableImageView img, AugmentRng& rng,
+                     std::vector<float>* blur_scratch, std::vector<uint8_t>* scratch,
+                     std::vector<PixelOpDraw>* draws) {
+  for (const PixelOp& op : ops) {
+    switch (op.kind) {
+      case PixelOp::Kind::kColorJitter:
+        if (Draw(rng, op.p)) ColorJitter(op, img, rng, draws);
+        break;
+      case PixelOp::Kind::kGrayscale:
+        if (Draw(rng, op.p)) ToGrayscale(img), Note(draws, "grayscale", {});
+        break;
+      case PixelOp::Kind::kGaussianBlur:
+        if (Draw(rng, op.p)) {
+          const double sigma = Uniform(rng, op.sigma[0], op.sigma[1]);
+          GaussianBlur(img, op.kernel_size, sigma, blur_scratch);
+          Note(draws, "gaussian_blur", {static_cast<double>(op.kernel_size), sigma});
+        }
+        break;
+      case PixelOp::Kind::kSolarize:
+        if (Draw(rng, op.p)) Solarize(img, op.threshold), Note(draws, "solarize", {op.threshold});
+        break;
+      case PixelOp::Kind::kPosterize:
+        if (Draw(rng, op.p)) {
+          Posterize(img, op.bits);
+          Note(draws, "posterize", {static_cast<double>(op.bits)});
+        }
+        break;
+      case PixelOp::Kind::kTrivialAugmentWide:
+      case PixelOp::Kind::kRandAugment: {
+        const bool trivial = op.kind == PixelOp::Kind::kTrivialAugmentWide;
+        const std::vector<AutoAugmentOp> drawn = SampleAutoAugment(
+            trivial ? AutoAugmentPolicy::kTrivialAugmentWide : AutoAugmentPolicy::kRandAugment,
+            trivial ? 1 : op.num_ops, op.magnitude, op.num_magnitude_bins, img.width, img.height,
+            rng);
+        for (const AutoAugmentOp& a : drawn) {
+          ApplyAutoAugmentOp(a, img, scratch);
+          Note(draws, std::string(AutoAugmentOpName(a.kind)), {a.magnitude});
+        }
+        break;
+      }
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace sluice

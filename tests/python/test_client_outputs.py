@@ -324,7 +324,8 @@ def test_stream_of_a_float_set_is_the_default_recipe_normalized(sets_server, nam
     assert len(got) == len(plain) > 1
     for p, b in zip(plain, got):
         assert b.dtype == dtype and b.layout == layout
-        assert b.images.shape == ((16, 3, 32, 32) if layout == "NCHW" else (16, 32, 32, 3))
+        n = len(p.labels)  # 16, the epoch's last batch 8
+        assert b.images.shape == ((n, 3, 32, 32) if layout == "NCHW" else (n, 32, 32, 3))
         assert b.labels.tolist() == p.labels.tolist() and b.position == p.position
         want = _reference(p.images, layout)
         got_f32 = _as_float32(b.images, dtype)
@@ -357,6 +358,14 @@ def test_torch_dataset_delivers_bf16_nchw_and_soft_labels(sets_server):
                                                           transform_set="bf16", **args)))
     assert images.dtype == torch.bfloat16 and tuple(images.shape) == (16, 3, 32, 32)
     assert labels.dtype == torch.int64
+    # Through a DataLoader worker (its tensors handed over through torch's shared memory): the
+    # same stream, the same bfloat16 tensors.
+    loader = torch.utils.data.DataLoader(
+        sluice.torch.SluiceDataset(sets_server.target, "train", transform_set="bf16", **args),
+        batch_size=None, num_workers=1, multiprocessing_context="spawn")
+    from_worker, worker_labels = next(iter(loader))
+    assert from_worker.dtype == torch.bfloat16 and torch.equal(from_worker, images)
+    assert torch.equal(worker_labels, labels)
     images, labels, mixed, weights = next(iter(sluice.torch.SluiceDataset(
         sets_server.target, "train", transform_set="mixup", **args)))
     assert images.dtype == torch.uint8 and mixed.dtype == torch.int64
@@ -406,7 +415,7 @@ def test_torch_model_learns_from_bf16_nchw_normalized_batches_as_from_uint8(sets
     runs = {name: _train_torch(torch, sets_server, name, steps) for name in (None, "bf16")}
     for name, losses in runs.items():
         assert len(losses) == steps and all(np.isfinite(losses)), name
-        first, last = np.mean(losses[:5]), np.mean(losses[-10:])
+        first, last = losses[0], np.mean(losses[-10:])
         # Four balanced classes start near ln 4 = 1.39; learning halves it at least.
         assert first > 1.0 and last < 0.5 * first, (name, first, last)
     # And about as well as from uint8 (the bf16 weights round their updates).

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "formats/pixel_ops.h"
@@ -48,6 +49,18 @@ std::vector<MixedBatch> Batches(const v1::PipelineOptions& o) {
     out.push_back(std::move(m));
   }
   return out;
+}
+
+// The batches of 16 records with the train preset alone, and with `mix` (a batch op) after it.
+std::pair<std::vector<MixedBatch>, std::vector<MixedBatch>> PlainAndMixed(const std::string& mix) {
+  TempDir dir;
+  WriteTestShards(dir, 1, 16, 72, 56, /*noisy=*/true);
+  auto plain = BaseOptions(dir);
+  plain.set_num_classes(100);
+  auto mixed = plain;
+  REQUIRE(google::protobuf::TextFormat::MergeFromString(
+      "transforms { preset: PRESET_IMAGENET_TRAIN } " + mix, &mixed));
+  return {Batches(plain), Batches(mixed)};
 }
 
 TEST_CASE("Bf16NchwNormalizedHoldsTheUint8RecipeConverted") {
@@ -114,15 +127,7 @@ TEST_CASE("RandomOpsAreTheSameBytesAtOneAndTwoThreadsAndWithTheDecodedCache") {
 }
 
 TEST_CASE("MixupBlendsEachSampleWithThePreviousOneAndSaysSo") {
-  TempDir dir;
-  WriteTestShards(dir, 1, 16, 72, 56, /*noisy=*/true);
-  auto plain_options = BaseOptions(dir);
-  plain_options.set_num_classes(100);
-  auto mixed_options = plain_options;
-  mixed_options.add_transforms()->set_preset(v1::PRESET_IMAGENET_TRAIN);
-  mixed_options.add_transforms()->mutable_mixup()->set_alpha(0.4);
-  const auto plain = Batches(plain_options);
-  const auto mixed = Batches(mixed_options);
+  const auto [plain, mixed] = PlainAndMixed("transforms { mixup { alpha: 0.4 } }");
   REQUIRE(plain.size() == mixed.size());
   const size_t image = 32 * 40 * 3;
   for (size_t b = 0; b < plain.size(); ++b) {
@@ -151,15 +156,7 @@ TEST_CASE("MixupBlendsEachSampleWithThePreviousOneAndSaysSo") {
 }
 
 TEST_CASE("CutmixPastesABoxOfThePreviousSampleAndWeighsWhatItLeaves") {
-  TempDir dir;
-  WriteTestShards(dir, 1, 16, 72, 56, /*noisy=*/true);
-  auto plain_options = BaseOptions(dir);
-  plain_options.set_num_classes(100);
-  auto mixed_options = plain_options;
-  mixed_options.add_transforms()->set_preset(v1::PRESET_IMAGENET_TRAIN);
-  mixed_options.add_transforms()->mutable_cutmix();
-  const auto plain = Batches(plain_options);
-  const auto mixed = Batches(mixed_options);
+  const auto [plain, mixed] = PlainAndMixed("transforms { cutmix {} }");
   REQUIRE(plain.size() == mixed.size());
   const int h = 32, w = 40;
   const size_t image = h * w * 3;

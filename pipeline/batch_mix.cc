@@ -59,13 +59,43 @@ void Store(float v, uint8_t* p, DType t) {
   }
 }
 
+// bfloat16 <-> float inline (round to nearest even; mixed values are finite), so the loop below
+// vectorizes: a batch is tens of millions of values on the batcher's one thread.
+inline float Bf16ToF32(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t F32ToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
 // dst = lambda * dst + (1 - lambda) * other, element by element.
 void Blend(uint8_t* dst, const uint8_t* other, size_t values, DType t, float lambda) {
   const size_t step = DTypeSize(t);
+  const float rest = 1 - lambda;
   if (t == DType::kFloat32) {
     float* d = reinterpret_cast<float*>(dst);
     const float* o = reinterpret_cast<const float*>(other);
-    for (size_t i = 0; i < values; ++i) d[i] = lambda * d[i] + (1 - lambda) * o[i];
+    for (size_t i = 0; i < values; ++i) d[i] = lambda * d[i] + rest * o[i];
+    return;
+  }
+  if (t == DType::kUint8) {
+    // Rounded half up: the blend of two values in [0, 255] stays in it.
+    for (size_t i = 0; i < values; ++i) {
+      dst[i] = static_cast<uint8_t>(static_cast<int>(lambda * dst[i] + rest * other[i] + 0.5f));
+    }
+    return;
+  }
+  if (t == DType::kBFloat16) {
+    uint16_t* d = reinterpret_cast<uint16_t*>(dst);
+    const uint16_t* o = reinterpret_cast<const uint16_t*>(other);
+    for (size_t i = 0; i < values; ++i) {
+      d[i] = F32ToBf16(lambda * Bf16ToF32(d[i]) + rest * Bf16ToF32(o[i]));
+    }
     return;
   }
   for (size_t i = 0; i < values; ++i) {
@@ -100,7 +130,9 @@ void Paste(uint8_t* dst, const uint8_t* other, const BatchBuffer& b, int x1, int
 double SampleBeta(double alpha, AugmentRng& rng) {
   const double x = Gamma(alpha, rng);
   const double y = Gamma(alpha, rng);
-  return x + y > 0 ? x / (x + y) : 0.5;
+  if (x + y > 0) return x / (x + y);
+  // Both draws underflowed (alpha far below 1): Beta(alpha, alpha) is then 0 or 1 with equal odds.
+  return static_cast<double>(rng.NextU64() & 1);
 }
 
 void BatchMixer::Mix(BatchBuffer* b, int size, int64_t epoch, int64_t index) {
@@ -129,6 +161,8 @@ void BatchMixer::Mix(BatchBuffer* b, int size, int64_t epoch, int64_t index) {
     b->mixed_labels[i] = b->labels[(i + size - 1) % size];
     b->label_weights[i] = static_cast<float>(weight);
   }
+  // Equal-shares padding samples (repeats, masked invalid) are mixed like the others: they are
+  // real images, and the mask keeps them out of losses either way.
   if (size < 2) {
     // A lone sample mixes with itself: the image stays, and so does its label.
     if (size == 1) b->label_weights[0] = 1.0f;

@@ -299,15 +299,14 @@ SLUICE_ALWAYS_INLINE void LinearBlock(float* __restrict r, float* __restrict g, 
   }
 }
 
-// The sum of the uint8 grays of the block's first n pixels (Gray's arithmetic).
-SLUICE_ALWAYS_INLINE uint32_t GraySumBlock(const float* __restrict r, const float* __restrict g,
-                                           const float* __restrict b, int n) {
-  uint32_t sum = 0;
+// Adds the uint8 grays of the block's first n pixels (Gray's arithmetic) to lanes, one per pixel
+// (a sum across the lanes once per row, not per block).
+SLUICE_ALWAYS_INLINE void AddGrays(const float* __restrict r, const float* __restrict g,
+                                   const float* __restrict b, int n, uint32_t* __restrict lanes) {
   for (int i = 0; i < kPixelBlock; ++i) {
     const float l = (F32(0.2989) * r[i] + F32(0.587) * g[i]) + F32(0.114) * b[i];
-    sum += i < n ? static_cast<uint32_t>(static_cast<int>(l)) : 0;
+    lanes[i] += i < n ? static_cast<uint32_t>(static_cast<int>(l)) : 0;
   }
-  return sum;
 }
 
 struct PortableIo {

@@ -278,6 +278,127 @@ void WriteOutputPortable(const ImageView& img, const OutputSpec& spec, void* dst
   }
 }
 
+// ---- JitterAndWrite ----
+
+// A jitter step with its float32 parameters: brightness {ratio, 0}, contrast {ratio, (1 - ratio)
+// * mean}, saturation {ratio, 1 - ratio}, hue {hue}.
+struct BlockStep {
+  JitterStep::Kind kind;
+  float params[2];
+};
+
+// _blend(x, other, ratio) on kPixelBlock pixels, each channel blended with the same value: as
+// AdjustBrightness's and AdjustContrast's tables compute it. params: ratio, (1 - ratio) * other.
+SLUICE_ALWAYS_INLINE void LinearBlock(float* __restrict r, float* __restrict g, float* __restrict b,
+                                      const float* params) {
+  const float ratio = params[0], other = params[1];
+  for (int i = 0; i < kPixelBlock; ++i) {
+    r[i] = static_cast<float>(static_cast<int>(MinF(MaxF(0.0f, ratio * r[i] + other), 255.0f)));
+    g[i] = static_cast<float>(static_cast<int>(MinF(MaxF(0.0f, ratio * g[i] + other), 255.0f)));
+    b[i] = static_cast<float>(static_cast<int>(MinF(MaxF(0.0f, ratio * b[i] + other), 255.0f)));
+  }
+}
+
+// Adds the uint8 grays of the block's first n pixels (Gray's arithmetic) to lanes, one per pixel
+// (a sum across the lanes once per row, not per block).
+SLUICE_ALWAYS_INLINE void AddGrays(const float* __restrict r, const float* __restrict g,
+                                   const float* __restrict b, int n, uint32_t* __restrict lanes) {
+  for (int i = 0; i < kPixelBlock; ++i) {
+    const float l = (F32(0.2989) * r[i] + F32(0.587) * g[i]) + F32(0.114) * b[i];
+    lanes[i] += i < n ? static_cast<uint32_t>(static_cast<int>(l)) : 0;
+  }
+}
+
+struct PortableIo {
+  // The m <= kPixelBlock pixels at px; a short block repeats its last pixel.
+  static void Load(const uint8_t* px, int m, float* r, float* g, float* b) {
+    for (int i = 0; i < kPixelBlock; ++i) {
+      const int k = std::min(i, m - 1) * 3;
+      r[i] = px[k];
+      g[i] = px[k + 1];
+      b[i] = px[k + 2];
+    }
+  }
+  static void Store(const float* r, const float* g, const float* b, int m, uint8_t* px) {
+    for (int i = 0; i < m; ++i) {
+      px[i * 3] = static_cast<uint8_t>(r[i]);
+      px[i * 3 + 1] = static_cast<uint8_t>(g[i]);
+      px[i * 3 + 2] = static_cast<uint8_t>(b[i]);
+    }
+  }
+  static void Hue(float* r, float* g, float* b, const float* params) { HueBlock(r, g, b, params); }
+};
+
+namespace portable {
+#include "formats/pixel_ops_fused.inc"
+}  // namespace portable
+
+// Writes blocks as WriteOutputPortable does: through per-channel tables of T.
+template <typename T>
+class PortableWriter {
+ public:
+  template <typename Convert>
+  PortableWriter(const ImageView& img, const OutputSpec& spec, T* out, Convert convert)
+      : layout_(spec.layout),
+        plane_(static_cast<size_t>(img.width) * static_cast<size_t>(img.height)),
+        out_(out) {
+    for (int c = 0; c < 3; ++c) {
+      for (int x = 0; x < 256; ++x) lut_[c][x] = convert(static_cast<uint8_t>(x), c);
+    }
+  }
+
+  void Write(const float* r, const float* g, const float* b, int m, size_t pixel) {
+    const float* ch[3] = {r, g, b};
+    for (int i = 0; i < m; ++i) {
+      for (int c = 0; c < 3; ++c) {
+        const T v = lut_[c][static_cast<uint8_t>(ch[c][i])];
+        if (layout_ == Layout::kNhwc) {
+          out_[(pixel + i) * 3 + c] = v;
+        } else {
+          out_[c * plane_ + pixel + i] = v;
+        }
+      }
+    }
+  }
+
+ private:
+  Layout layout_;
+  size_t plane_;
+  T* out_;
+  T lut_[3][256];
+};
+
+template <typename T, typename Convert>
+void StepsAndWritePortableAs(const ImageView& img, const BlockStep* steps, int n,
+                             const OutputSpec& spec, T* out, Convert convert) {
+  PortableWriter<T> writer(img, spec, out,
+                           [&](uint8_t x, int c) { return convert(OutputValue(x, spec, c)); });
+  portable::StepsAndWrite<PortableIo>(img, steps, n, writer);
+}
+
+void StepsAndWritePortable(const ImageView& img, const BlockStep* steps, int n,
+                           const OutputSpec& spec, void* dst) {
+  switch (spec.dtype) {
+    case DType::kUint8: {
+      PortableWriter<uint8_t> writer(img, spec, static_cast<uint8_t*>(dst),
+                                     [](uint8_t x, int) { return x; });
+      return portable::StepsAndWrite<PortableIo>(img, steps, n, writer);
+    }
+    case DType::kFloat32:
+      return StepsAndWritePortableAs(img, steps, n, spec, static_cast<float*>(dst),
+                                     [](float v) { return v; });
+    case DType::kFloat16:
+      return StepsAndWritePortableAs(img, steps, n, spec, static_cast<uint16_t*>(dst), FloatToHalf);
+    case DType::kBFloat16:
+      return StepsAndWritePortableAs(img, steps, n, spec, static_cast<uint16_t*>(dst),
+                                     FloatToBFloat16);
+  }
+}
+
+uint64_t StepsInPlacePortable(MutableImageView img, const BlockStep* steps, int n) {
+  return portable::StepsInPlace<PortableIo>(img, steps, n);
+}
+
 // ---- GaussianBlur ----
 
 // _get_gaussian_kernel1d in float32: torch.linspace(-(k-1)/2, (k-1)/2, k) (its two-sided
@@ -722,22 +843,193 @@ bool WriteOutputAvx2(const ImageView& img, const OutputSpec& spec, void* dst) {
   return false;
 }
 
+// _blend(x, other, ratio) on every channel value, as a table of Blend(ratio * x, other) gives it,
+// 16 values at a time.
+SLUICE_AVX2 void LinearAvx2(MutableImageView img, float ratio, float other) {
+  const __m256 vr = _mm256_set1_ps(ratio), vo = _mm256_set1_ps(other);
+  const __m256 zero = _mm256_setzero_ps(), k255 = _mm256_set1_ps(255.0f);
+  const size_t n = static_cast<size_t>(img.width) * 3;
+  for (int y = 0; y < img.height; ++y) {
+    uint8_t* p = img.row(y);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i));
+      __m256i half[2];
+      for (int h = 0; h < 2; ++h) {
+        const __m256 v = Low8ToFloat(h ? _mm_srli_si128(x, 8) : x);
+        // max(v, 0) maps a NaN (a NaN factor) to 0, as TruncU8 does.
+        const __m256 c =
+            _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(_mm256_mul_ps(vr, v), vo), zero), k255);
+        half[h] = _mm256_cvttps_epi32(c);
+      }
+      const __m256i words = _mm256_permute4x64_epi64(_mm256_packs_epi32(half[0], half[1]), 0xD8);
+      _mm_storeu_si128(
+          reinterpret_cast<__m128i*>(p + i),
+          _mm_packus_epi16(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1)));
+    }
+    for (; i < n; ++i) p[i] = Blend(ratio * static_cast<float>(p[i]), other);
+  }
+}
+
+// ---- JitterAndWrite's AVX2 path ----
+
+struct Avx2Io {
+  static SLUICE_AVX2_INLINE void Load(const uint8_t* px, int m, float* r, float* g, float* b) {
+    if (m < kPixelBlock) return PortableIo::Load(px, m, r, g, b);
+    const Planes16 p = Deinterleave16(px);
+    float* const out[3] = {r, g, b};
+    const __m128i in[3] = {p.r, p.g, p.b};
+    for (int c = 0; c < 3; ++c) {
+      _mm256_store_ps(out[c], Low8ToFloat(in[c]));
+      _mm256_store_ps(out[c] + 8, Low8ToFloat(_mm_srli_si128(in[c], 8)));
+    }
+  }
+  static SLUICE_AVX2_INLINE void Store(const float* r, const float* g, const float* b, int m,
+                                       uint8_t* px) {
+    if (m < kPixelBlock) return PortableIo::Store(r, g, b, m, px);
+    Interleave16(FloatsToBytes16(r), FloatsToBytes16(g), FloatsToBytes16(b), px);
+  }
+  static SLUICE_AVX2_INLINE void Hue(float* r, float* g, float* b, const float* params) {
+    HueBlockAvx2(r, g, b, params);
+  }
+};
+
+// The same templates compiled for AVX2, so that Avx2Io's kernels inline into them.
+namespace avx2 {
+#pragma GCC push_options
+#pragma GCC target("avx2,f16c")
+#include "formats/pixel_ops_fused.inc"
+#pragma GCC pop_options
+}  // namespace avx2
+
+// Writes blocks as WriteOutputAvx2 does, kDType values in spec.layout.
+template <DType kDType>
+class Avx2Writer {
+ public:
+  SLUICE_AVX2_INLINE Avx2Writer(const ImageView& img, const OutputSpec& spec, void* out)
+      : spec_(spec),
+        plane_(static_cast<size_t>(img.width) * static_cast<size_t>(img.height)),
+        out_(out) {
+    for (int c = 0; c < 3; ++c) {
+      scale_[c] = _mm256_set1_ps(spec.scale[c]);
+      bias_[c] = _mm256_set1_ps(spec.bias[c]);
+    }
+    // NHWC: eight values' channels cycle r g b r g b r g, b r g ..., g b r ...
+    for (int k = 0; k < 3; ++k) {
+      float s[8], b[8];
+      for (int i = 0; i < 8; ++i) {
+        s[i] = spec.scale[(k * 8 + i) % 3];
+        b[i] = spec.bias[(k * 8 + i) % 3];
+      }
+      cycle_scale_[k] = _mm256_loadu_ps(s);
+      cycle_bias_[k] = _mm256_loadu_ps(b);
+    }
+  }
+
+  SLUICE_AVX2_INLINE void Write(const float* r, const float* g, const float* b, int m,
+                                size_t pixel) {
+    const float* ch[3] = {r, g, b};
+    if (m < kPixelBlock) return WriteShort(ch, m, pixel);
+    const bool nhwc = spec_.layout == Layout::kNhwc;
+    if constexpr (kDType == DType::kUint8) {
+      uint8_t* out = static_cast<uint8_t*>(out_);
+      const __m128i bytes[3] = {FloatsToBytes16(r), FloatsToBytes16(g), FloatsToBytes16(b)};
+      if (nhwc) return Interleave16(bytes[0], bytes[1], bytes[2], out + pixel * 3);
+      for (int c = 0; c < 3; ++c) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + c * plane_ + pixel), bytes[c]);
+      }
+    } else {
+      if (!nhwc) {
+        for (int c = 0; c < 3; ++c) {
+          const size_t at = c * plane_ + pixel;
+          for (int h = 0; h < kPixelBlock; h += 8) {
+            const __m256 v = _mm256_load_ps(ch[c] + h);
+            Store8<kDType>(_mm256_add_ps(_mm256_mul_ps(v, scale_[c]), bias_[c]), out_, at + h);
+          }
+        }
+        return;
+      }
+      // The block interleaved as bytes, then converted eight values at a time.
+      alignas(16) uint8_t px[kPixelBlock * 3];
+      Interleave16(FloatsToBytes16(r), FloatsToBytes16(g), FloatsToBytes16(b), px);
+      for (int j = 0; j < 6; ++j) {
+        const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(px + j * 8));
+        Store8<kDType>(
+            _mm256_add_ps(_mm256_mul_ps(Low8ToFloat(v), cycle_scale_[j % 3]), cycle_bias_[j % 3]),
+            out_, pixel * 3 + j * 8);
+      }
+    }
+  }
+
+ private:
+  SLUICE_AVX2_INLINE void WriteShort(const float* const* ch, int m, size_t pixel) {
+    for (int i = 0; i < m; ++i) {
+      for (int c = 0; c < 3; ++c) {
+        const uint8_t x = static_cast<uint8_t>(ch[c][i]);
+        const size_t at =
+            spec_.layout == Layout::kNhwc ? (pixel + i) * 3 + c : c * plane_ + pixel + i;
+        if constexpr (kDType == DType::kUint8) {
+          static_cast<uint8_t*>(out_)[at] = x;
+        } else {
+          StoreScalar<kDType>(OutputValue(x, spec_, c), out_, at);
+        }
+      }
+    }
+  }
+
+  const OutputSpec& spec_;
+  size_t plane_;
+  void* out_;
+  __m256 scale_[3], bias_[3], cycle_scale_[3], cycle_bias_[3];
+};
+
+template <DType kDType>
+SLUICE_AVX2 void StepsAndWriteAvx2As(const ImageView& img, const BlockStep* steps, int n,
+                                     const OutputSpec& spec, void* dst) {
+  Avx2Writer<kDType> writer(img, spec, dst);
+  avx2::StepsAndWrite<Avx2Io>(img, steps, n, writer);
+}
+
+void StepsAndWriteAvx2(const ImageView& img, const BlockStep* steps, int n, const OutputSpec& spec,
+                       void* dst) {
+  switch (spec.dtype) {
+    case DType::kUint8:
+      return StepsAndWriteAvx2As<DType::kUint8>(img, steps, n, spec, dst);
+    case DType::kFloat32:
+      return StepsAndWriteAvx2As<DType::kFloat32>(img, steps, n, spec, dst);
+    case DType::kFloat16:
+      return StepsAndWriteAvx2As<DType::kFloat16>(img, steps, n, spec, dst);
+    case DType::kBFloat16:
+      return StepsAndWriteAvx2As<DType::kBFloat16>(img, steps, n, spec, dst);
+  }
+}
+
+SLUICE_AVX2 uint64_t StepsInPlaceAvx2(MutableImageView img, const BlockStep* steps, int n) {
+  return avx2::StepsInPlace<Avx2Io>(img, steps, n);
+}
+
 #else
 bool CpuHasAvx2F16c() { return false; }
 #endif
 
 bool UseSimd(Kernels kernels) { return kernels == Kernels::kBest && CpuHasAvx2F16c(); }
 
+// Blend(ratio * x, other) on every channel value.
+void Linear(MutableImageView img, float ratio, float other, Kernels kernels) {
+#if SLUICE_HAVE_X86_PIXEL_KERNELS
+  if (UseSimd(kernels)) return LinearAvx2(img, ratio, other);
+#endif
+  uint8_t lut[256];
+  for (int x = 0; x < 256; ++x) lut[x] = Blend(ratio * static_cast<float>(x), other);
+  ApplyLut(img, lut);
+}
+
 }  // namespace
 
 // ---- Per-value ops: a table per call ----
 
 void AdjustBrightness(MutableImageView img, double factor) {
-  const float ratio = F32(factor);
-  uint8_t lut[256];
-  // (1 - ratio) * zeros adds a zero.
-  for (int x = 0; x < 256; ++x) lut[x] = Blend(ratio * static_cast<float>(x), 0.0f);
-  ApplyLut(img, lut);
+  pixel_internal::AdjustBrightness(img, factor, Kernels::kBest);
 }
 
 void AdjustContrast(MutableImageView img, double factor) {
@@ -779,6 +1071,11 @@ void GaussianBlur(MutableImageView img, int kernel_size, double sigma,
 
 void WriteOutput(const ImageView& img, const OutputSpec& spec, void* dst) {
   pixel_internal::WriteOutput(img, spec, dst, Kernels::kBest);
+}
+
+void JitterAndWrite(MutableImageView img, const JitterStep* steps, int n, const OutputSpec& spec,
+                    void* dst) {
+  pixel_internal::JitterAndWrite(img, steps, n, spec, dst, Kernels::kBest);
 }
 
 // ---- bfloat16 and float16 ----
@@ -830,11 +1127,12 @@ void AdjustContrast(MutableImageView img, double factor, Kernels kernels) {
   // torch.mean: the float32 sum (exact below 2^24) divided by the count.
   const float mean =
       static_cast<float>(sum) / static_cast<float>(static_cast<int64_t>(img.width) * img.height);
-  const float ratio = F32(factor);
-  const float other = F32(1.0 - factor) * mean;
-  uint8_t lut[256];
-  for (int x = 0; x < 256; ++x) lut[x] = Blend(ratio * static_cast<float>(x), other);
-  ApplyLut(img, lut);
+  Linear(img, F32(factor), F32(1.0 - factor) * mean, kernels);
+}
+
+void AdjustBrightness(MutableImageView img, double factor, Kernels kernels) {
+  // (1 - ratio) * zeros adds a zero.
+  Linear(img, F32(factor), 0.0f, kernels);
 }
 
 void ToGrayscale(MutableImageView img, Kernels kernels) {
@@ -865,6 +1163,53 @@ void WriteOutput(const ImageView& img, const OutputSpec& spec, void* dst, Kernel
   if (UseSimd(kernels) && WriteOutputAvx2(img, spec, dst)) return;
 #endif
   WriteOutputPortable(img, spec, dst);
+}
+
+void JitterAndWrite(MutableImageView img, const JitterStep* steps, int n, const OutputSpec& spec,
+                    void* dst, Kernels kernels) {
+  if (img.width <= 0 || img.height <= 0) return;
+  const bool simd = UseSimd(kernels);
+  BlockStep resolved[kMaxJitterSteps];
+  int start = 0;  // the first step not yet applied to img
+  for (int i = 0; i < n; ++i) {
+    const JitterStep::Kind kind = steps[i].kind;
+    const float ratio = F32(steps[i].factor);
+    switch (kind) {
+      case JitterStep::Kind::kBrightness:
+        resolved[i] = BlockStep{kind, {ratio, 0.0f}};
+        break;
+      case JitterStep::Kind::kSaturation:
+        resolved[i] = BlockStep{kind, {ratio, F32(1.0 - steps[i].factor)}};
+        break;
+      case JitterStep::Kind::kHue:
+        resolved[i] = BlockStep{kind, {ratio, 0.0f}};
+        break;
+      case JitterStep::Kind::kContrast: {
+        uint64_t sum;
+#if SLUICE_HAVE_X86_PIXEL_KERNELS
+        if (simd) {
+          sum = i == start ? GraySumAvx2(img.view())
+                           : StepsInPlaceAvx2(img, resolved + start, i - start);
+        } else
+#endif
+        {
+          sum = i == start ? GraySumPortable(img.view())
+                           : StepsInPlacePortable(img, resolved + start, i - start);
+        }
+        start = i;
+        // As AdjustContrast: the float32 mean of the grays, folded into the blend's other term.
+        const float mean = static_cast<float>(sum) /
+                           static_cast<float>(static_cast<int64_t>(img.width) * img.height);
+        resolved[i] = BlockStep{kind, {ratio, F32(1.0 - steps[i].factor) * mean}};
+        break;
+      }
+    }
+  }
+#if SLUICE_HAVE_X86_PIXEL_KERNELS
+  if (simd) return StepsAndWriteAvx2(img.view(), resolved + start, n - start, spec, dst);
+#endif
+  (void)simd;
+  StepsAndWritePortable(img.view(), resolved + start, n - start, spec, dst);
 }
 
 void GaussianBlur(MutableImageView img, int kernel_size, double sigma, std::vector<float>* scratch,

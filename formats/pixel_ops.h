@@ -79,6 +79,28 @@ struct OutputSpec {
 // rounded to nearest even, float16 as F16C's round to nearest even). One pass.
 void WriteOutput(const ImageView& img, const OutputSpec& spec, void* dst);
 
+// ---- Colour jitter and output fused: one pass, straight into a batch slot ----
+
+// One colour jitter op for JitterAndWrite: factor as the matching Adjust* function takes it.
+struct JitterStep {
+  enum class Kind { kBrightness, kContrast, kSaturation, kHue };
+  Kind kind = Kind::kBrightness;
+  double factor = 1;
+};
+
+// The most steps one JitterAndWrite takes (ColorJitter has four).
+constexpr int kMaxJitterSteps = 8;
+
+// The steps in order and then WriteOutput(img, spec, dst), in one pass of 16-pixel blocks held in
+// registers: the same bytes as AdjustBrightness/Contrast/Saturation/Hue applied to img in that
+// order and then WriteOutput, because each step truncates its values to uint8 as those ops do.
+// A contrast step needs the mean gray of the image as it is when contrast runs: the steps before
+// it run in a first pass that writes them back into img and sums the gray (a read-only pass when
+// none come before it). img is scratch: what it holds afterwards is unspecified.
+// REQUIRES: 0 <= n <= kMaxJitterSteps.
+void JitterAndWrite(MutableImageView img, const JitterStep* steps, int n, const OutputSpec& spec,
+                    void* dst);
+
 // bfloat16 and float16 conversions the clients and tests share (round to nearest even).
 uint16_t FloatToBFloat16(float f);
 float BFloat16ToFloat(uint16_t b);

@@ -22,6 +22,9 @@ void AdjustSaturation(MutableImageView img, double factor, Kernels kernels);
 void ToGrayscale(MutableImageView img, Kernels kernels);
 void AdjustHue(MutableImageView img, double hue_factor, Kernels kernels);
 void WriteOutput(const ImageView& img, const OutputSpec& spec, void* dst, Kernels kernels);
+void JitterAndWrite(MutableImageView img, const JitterStep* steps, int n, const OutputSpec& spec,
+                    void* dst, Kernels kernels);
+void AdjustBrightness(MutableImageView img, double factor, Kernels kernels);
 void GaussianBlur(MutableImageView img, int kernel_size, double sigma, std::vector<float>* scratch,
                   Kernels kernels);
 

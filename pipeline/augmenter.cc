@@ -28,9 +28,8 @@ Status Augmenter::Finish(AugmentRng& rng, uint8_t* slot) {
   if (spec_.writes_slot_directly()) return Status::OK();
   MutableImageView img{frame_.pixels.data(), frame_.width, frame_.height,
                        static_cast<size_t>(frame_.width) * 3};
-  RETURN_IF_ERROR(ApplyPixelOps(spec_.pixel, img, rng, &blur_scratch_, &op_scratch_));
-  WriteOutput(frame_.view(), spec_.output, slot);
-  return Status::OK();
+  return ApplyPixelOpsAndWrite(spec_.pixel, img, rng, &blur_scratch_, &op_scratch_, spec_.output,
+                               slot);
 }
 
 Status Augmenter::Decode(WorkItem* w, uint8_t* slot) {

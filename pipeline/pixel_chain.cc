@@ -15,10 +15,10 @@ void Note(std::vector<PixelOpDraw>* draws, std::string name, std::vector<double>
   if (draws != nullptr) draws->push_back(PixelOpDraw{std::move(name), std::move(params)});
 }
 
-// torchvision ColorJitter: a random order of the four (randperm), then each factor drawn from its
-// range; absent ones are skipped.
-void ColorJitter(const PixelOp& op, MutableImageView img, AugmentRng& rng,
-                 std::vector<PixelOpDraw>* draws) {
+// torchvision ColorJitter's draws: a random order of the four (randperm), then each factor drawn
+// from its range. Returns how many steps it put in steps, in the order they apply (absent ones
+// left out).
+int DrawColorJitter(const PixelOp& op, AugmentRng& rng, JitterStep (&steps)[4]) {
   std::array<int, 4> order = {0, 1, 2, 3};
   if (op.random_order) {
     for (int i = 3; i > 0; --i) std::swap(order[i], order[UniformInt(rng, i)]);
@@ -27,19 +27,44 @@ void ColorJitter(const PixelOp& op, MutableImageView img, AugmentRng& rng,
   const double c = op.has_contrast ? Uniform(rng, op.contrast[0], op.contrast[1]) : 1;
   const double s = op.has_saturation ? Uniform(rng, op.saturation[0], op.saturation[1]) : 1;
   const double h = op.has_hue ? Uniform(rng, op.hue[0], op.hue[1]) : 0;
+  int n = 0;
   for (int fn : order) {
     switch (fn) {
       case 0:
-        if (op.has_brightness) AdjustBrightness(img, b), Note(draws, "brightness", {b});
+        if (op.has_brightness) steps[n++] = JitterStep{JitterStep::Kind::kBrightness, b};
         break;
       case 1:
-        if (op.has_contrast) AdjustContrast(img, c), Note(draws, "contrast", {c});
+        if (op.has_contrast) steps[n++] = JitterStep{JitterStep::Kind::kContrast, c};
         break;
       case 2:
-        if (op.has_saturation) AdjustSaturation(img, s), Note(draws, "saturation", {s});
+        if (op.has_saturation) steps[n++] = JitterStep{JitterStep::Kind::kSaturation, s};
         break;
       default:
-        if (op.has_hue) AdjustHue(img, h), Note(draws, "hue", {h});
+        if (op.has_hue) steps[n++] = JitterStep{JitterStep::Kind::kHue, h};
+        break;
+    }
+  }
+  return n;
+}
+
+void ColorJitter(const PixelOp& op, MutableImageView img, AugmentRng& rng,
+                 std::vector<PixelOpDraw>* draws) {
+  JitterStep steps[4];
+  const int n = DrawColorJitter(op, rng, steps);
+  for (int i = 0; i < n; ++i) {
+    const double f = steps[i].factor;
+    switch (steps[i].kind) {
+      case JitterStep::Kind::kBrightness:
+        AdjustBrightness(img, f), Note(draws, "brightness", {f});
+        break;
+      case JitterStep::Kind::kContrast:
+        AdjustContrast(img, f), Note(draws, "contrast", {f});
+        break;
+      case JitterStep::Kind::kSaturation:
+        AdjustSaturation(img, f), Note(draws, "saturation", {f});
+        break;
+      case JitterStep::Kind::kHue:
+        AdjustHue(img, f), Note(draws, "hue", {f});
         break;
     }
   }
@@ -89,6 +114,20 @@ Status ApplyPixelOps(const std::vector<PixelOp>& ops, MutableImageView img, Augm
       }
     }
   }
+  return Status::OK();
+}
+
+Status ApplyPixelOpsAndWrite(const std::vector<PixelOp>& ops, MutableImageView img, AugmentRng& rng,
+                             std::vector<float>* blur_scratch, std::vector<uint8_t>* scratch,
+                             const OutputSpec& output, void* dst) {
+  if (ops.size() == 1 && ops[0].kind == PixelOp::Kind::kColorJitter) {
+    JitterStep steps[4];
+    const int n = Draw(rng, ops[0].p) ? DrawColorJitter(ops[0], rng, steps) : 0;
+    JitterAndWrite(img, steps, n, output, dst);
+    return Status::OK();
+  }
+  RETURN_IF_ERROR(ApplyPixelOps(ops, img, rng, blur_scratch, scratch));
+  WriteOutput(img.view(), output, dst);
   return Status::OK();
 }
 

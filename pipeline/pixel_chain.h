@@ -26,4 +26,11 @@ Status ApplyPixelOps(const std::vector<PixelOp>& ops, MutableImageView img, Augm
                      std::vector<float>* blur_scratch, std::vector<uint8_t>* scratch,
                      std::vector<PixelOpDraw>* draws = nullptr);
 
+// ApplyPixelOps, then WriteOutput(img, output, dst): the same draws and bytes. A list that is one
+// color_jitter (the common recipe) runs fused (JitterAndWrite: one pass from img into dst);
+// img is then scratch, its contents afterwards unspecified.
+Status ApplyPixelOpsAndWrite(const std::vector<PixelOp>& ops, MutableImageView img, AugmentRng& rng,
+                             std::vector<float>* blur_scratch, std::vector<uint8_t>* scratch,
+                             const OutputSpec& output, void* dst);
+
 }  // namespace sluice

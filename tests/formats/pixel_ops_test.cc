@@ -2,11 +2,13 @@
 // torchvision on photo-like images is tests/python/test_torchvision_color.py's.
 #include "formats/pixel_ops.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "formats/pixel_ops_kernels.h"
@@ -315,6 +317,22 @@ Slot Write(const ImageView& img, DType dtype, Layout layout, Kernels kernels) {
   return slot;
 }
 
+// A window of an image: the fused and sequential paths run on the same view.
+struct Crop {
+  int x, y, width, height;
+};
+
+MutableImageView CropOf(Image& img, const Crop& c) {
+  const size_t stride = static_cast<size_t>(img.width) * 3;
+  return MutableImageView{img.pixels.data() + c.y * stride + static_cast<size_t>(c.x) * 3, c.width,
+                          c.height, stride};
+}
+
+// The slot for crop, with one spare element past the end, which the writers must leave alone.
+size_t SlotBytes(const Crop& c, DType dtype) {
+  return (static_cast<size_t>(c.width) * c.height * 3 + 1) * DTypeSize(dtype);
+}
+
 constexpr DType kDTypes[] = {DType::kUint8, DType::kFloat16, DType::kBFloat16, DType::kFloat32};
 
 TEST_CASE("OutputNchwHoldsTheSameValuesAsNhwc") {
@@ -400,6 +418,10 @@ TEST_CASE("ColourAndBlurSimdAndPortableKernelsWriteTheSameBytes") {
       pixel_internal::AdjustContrast(Mutable(simd), factor, Kernels::kBest);
       pixel_internal::AdjustContrast(Mutable(portable), factor, Kernels::kPortable);
       CHECK(simd.pixels == portable.pixels);
+      simd = portable = *src;
+      pixel_internal::AdjustBrightness(Mutable(simd), factor, Kernels::kBest);
+      pixel_internal::AdjustBrightness(Mutable(portable), factor, Kernels::kPortable);
+      CHECK(simd.pixels == portable.pixels);
     }
     Image simd = *src, portable = *src;
     pixel_internal::ToGrayscale(Mutable(simd), Kernels::kBest);
@@ -430,6 +452,153 @@ TEST_CASE("HueSimdAndPortableKernelsWriteTheSameBytes") {
       pixel_internal::AdjustHue(Mutable(portable), hue, Kernels::kPortable);
       INFO("hue " << hue << " width " << src->width);
       CHECK(simd.pixels == portable.pixels);
+    }
+  }
+}
+
+// The jitter steps one at a time on a copy of src, then WriteOutput: what JitterAndWrite fuses.
+std::vector<uint8_t> SequentialJitter(const Image& src, const Crop& crop,
+                                      const std::vector<JitterStep>& steps, const OutputSpec& spec,
+                                      Kernels kernels) {
+  Image img = src;
+  const MutableImageView view = CropOf(img, crop);
+  for (const JitterStep& s : steps) {
+    switch (s.kind) {
+      case JitterStep::Kind::kBrightness:
+        pixel_internal::AdjustBrightness(view, s.factor, kernels);
+        break;
+      case JitterStep::Kind::kContrast:
+        pixel_internal::AdjustContrast(view, s.factor, kernels);
+        break;
+      case JitterStep::Kind::kSaturation:
+        pixel_internal::AdjustSaturation(view, s.factor, kernels);
+        break;
+      case JitterStep::Kind::kHue:
+        pixel_internal::AdjustHue(view, s.factor, kernels);
+        break;
+    }
+  }
+  std::vector<uint8_t> out(SlotBytes(crop, spec.dtype), 0xAB);
+  pixel_internal::WriteOutput(view.view(), spec, out.data(), kernels);
+  return out;
+}
+
+std::vector<uint8_t> FusedJitter(const Image& src, const Crop& crop,
+                                 const std::vector<JitterStep>& steps, const OutputSpec& spec,
+                                 Kernels kernels) {
+  Image img = src;
+  std::vector<uint8_t> out(SlotBytes(crop, spec.dtype), 0xAB);
+  pixel_internal::JitterAndWrite(CropOf(img, crop), steps.data(), static_cast<int>(steps.size()),
+                                 spec, out.data(), kernels);
+  return out;
+}
+
+std::string Describe(const std::vector<JitterStep>& steps) {
+  std::string out;
+  for (const JitterStep& s : steps) {
+    out += std::to_string(static_cast<int>(s.kind)) + " " + std::to_string(s.factor) + ", ";
+  }
+  return out;
+}
+
+OutputSpec NormalizedSpec(DType dtype, Layout layout) {
+  OutputSpec spec;
+  spec.dtype = dtype;
+  spec.layout = layout;
+  const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+  for (int c = 0; c < 3; ++c) {
+    spec.scale[c] = 1.0f / (255.0f * std[c]);
+    spec.bias[c] = -mean[c] / std[c];
+  }
+  return spec;
+}
+
+std::vector<Kernels> KernelPaths() {
+  if (pixel_internal::HaveSimdKernels()) return {Kernels::kBest, Kernels::kPortable};
+  WARN("no AVX2/F16C here: only the portable kernels run");
+  return {Kernels::kPortable};
+}
+
+TEST_CASE("JitterAndWriteEqualsTheOpsInSequenceForRandomFactorsOrdersAndImages") {
+  // Widths around the 16-pixel blocks, a view with a row stride past its width, an image-sized
+  // one; each draw picks which of the four ops run, their order and factors (ColorJitter's
+  // ranges and past them: a factor of 0, large ones that saturate).
+  const Image big = RandomImage(240, 40, 21);
+  const Image cube = ColourCube(5);
+  std::mt19937 rng(22);
+  std::uniform_real_distribution<double> factor(0.0, 2.5), hue(-0.5, 0.5);
+  int cases = 0;
+  for (int draw = 0; draw < 48; ++draw) {
+    std::vector<JitterStep> steps;
+    std::vector<int> order = {0, 1, 2, 3};
+    std::shuffle(order.begin(), order.end(), rng);
+    for (int k : order) {
+      if (rng() % 4 == 0) continue;
+      const auto kind = static_cast<JitterStep::Kind>(k);
+      steps.push_back(JitterStep{kind, kind == JitterStep::Kind::kHue ? hue(rng) : factor(rng)});
+    }
+    const bool on_cube = draw % 6 == 0;
+    const Image& src = on_cube ? cube : big;
+    const int widths[] = {1, 15, 16, 17, 37, 224};
+    const Crop crop = on_cube ? Crop{0, 0, cube.width, 1}
+                              : Crop{static_cast<int>(rng() % 8), static_cast<int>(rng() % 4),
+                                     widths[draw % 6], 1 + static_cast<int>(rng() % 30)};
+    const Layout layout = draw % 2 ? Layout::kNchw : Layout::kNhwc;
+    for (DType dtype : kDTypes) {
+      const OutputSpec spec = NormalizedSpec(dtype, layout);
+      for (Kernels kernels : KernelPaths()) {
+        INFO("draw " << draw << " width " << crop.width << " height " << crop.height << " "
+                     << DTypeName(dtype) << " " << LayoutName(layout) << " portable "
+                     << (kernels == Kernels::kPortable));
+        INFO("steps (kind factor) " << Describe(steps));
+        REQUIRE(FusedJitter(src, crop, steps, spec, kernels) ==
+                SequentialJitter(src, crop, steps, spec, kernels));
+        ++cases;
+      }
+    }
+  }
+  CHECK(cases > 0);
+}
+
+TEST_CASE("JitterAndWriteTakesTheContrastMeanAfterTheStepsBeforeIt") {
+  // Contrast first (the mean of the input), after others (the mean of their result), twice.
+  const Image img = RandomImage(45, 13, 23);
+  const Crop crop{2, 1, 40, 11};
+  using K = JitterStep::Kind;
+  const std::vector<std::vector<JitterStep>> lists = {
+      {{K::kContrast, 0.3}},
+      {{K::kContrast, 1.6}, {K::kBrightness, 0.7}},
+      {{K::kBrightness, 1.9}, {K::kSaturation, 0.2}, {K::kContrast, 0.5}},
+      {{K::kHue, 0.21}, {K::kContrast, 1.4}, {K::kSaturation, 1.3}, {K::kBrightness, 0.8}},
+      {{K::kContrast, 0.6}, {K::kBrightness, 1.5}, {K::kContrast, 1.7}, {K::kHue, -0.4}},
+      {},
+  };
+  for (const auto& steps : lists) {
+    for (DType dtype : kDTypes) {
+      for (Layout layout : {Layout::kNhwc, Layout::kNchw}) {
+        const OutputSpec spec = NormalizedSpec(dtype, layout);
+        for (Kernels kernels : KernelPaths()) {
+          INFO(steps.size() << " steps " << DTypeName(dtype) << " " << LayoutName(layout));
+          CHECK(FusedJitter(img, crop, steps, spec, kernels) ==
+                SequentialJitter(img, crop, steps, spec, kernels));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("JitterAndWriteWithANanFactorWritesBlackAsTheOpsDo") {
+  const Image img = RandomImage(20, 3, 24);
+  const Crop crop{0, 0, 20, 3};
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (JitterStep::Kind kind : {JitterStep::Kind::kBrightness, JitterStep::Kind::kContrast,
+                                JitterStep::Kind::kSaturation}) {
+    const std::vector<JitterStep> steps = {{kind, nan}};
+    const OutputSpec spec = NormalizedSpec(DType::kUint8, Layout::kNhwc);
+    for (Kernels kernels : KernelPaths()) {
+      const std::vector<uint8_t> fused = FusedJitter(img, crop, steps, spec, kernels);
+      CHECK(fused == SequentialJitter(img, crop, steps, spec, kernels));
+      CHECK(std::count(fused.begin(), fused.end() - 1, 0) == 20 * 3 * 3);
     }
   }
 }

@@ -126,6 +126,37 @@ TEST_CASE("RandomOpsAreTheSameBytesAtOneAndTwoThreadsAndWithTheDecodedCache") {
   CHECK(cached.labels_by_epoch[0] != cached.labels_by_epoch[1]);
 }
 
+TEST_CASE("AColorJitterAloneRunsFusedAndWritesTheBytesOfTheOpsInSequence") {
+  // A list whose only per-pixel op is one color_jitter takes the fused path (JitterAndWrite); a
+  // grayscale that never applies (p 0, no draw) puts the same list on the sequential path.
+  TempDir dir;
+  WriteTestShards(dir, 2, 10, 72, 56, /*noisy=*/true);
+  const std::string outputs[] = {
+      "transforms { normalize { mean: [0.485, 0.456, 0.406] std: [0.229, 0.224, 0.225] } }\n"
+      "transforms { output { dtype: DTYPE_BFLOAT16 layout: LAYOUT_NCHW } }",
+      "transforms { output { dtype: DTYPE_FLOAT32 } }",
+      "",
+  };
+  const std::string jitters[] = {
+      "transforms { color_jitter { brightness: 0.4 contrast: 0.4 saturation: 0.4 } }",
+      "transforms { color_jitter { brightness: 0.8 contrast: 0.9 saturation: 0.5 hue: 0.3 } }",
+      "transforms { color_jitter { contrast: [0.2, 1.8] p: 0.5 } }",
+  };
+  for (const std::string& output : outputs) {
+    for (const std::string& jitter : jitters) {
+      INFO(jitter << "\n" << output);
+      const std::string geometry = "transforms { preset: PRESET_IMAGENET_TRAIN }\n";
+      const auto fused = RunToEnd(WithTransforms(dir, geometry + jitter + "\n" + output));
+      const auto sequential = RunToEnd(WithTransforms(
+          dir, geometry + jitter + "\ntransforms { grayscale { p: 0 } }\n" + output));
+      REQUIRE(fused.status.ok());
+      REQUIRE(sequential.status.ok());
+      CHECK(fused.labels_by_epoch == sequential.labels_by_epoch);
+      CHECK(fused.image_bytes == sequential.image_bytes);
+    }
+  }
+}
+
 TEST_CASE("MixupBlendsEachSampleWithThePreviousOneAndSaysSo") {
   const auto [plain, mixed] = PlainAndMixed("transforms { mixup { alpha: 0.4 } }");
   REQUIRE(plain.size() == mixed.size());

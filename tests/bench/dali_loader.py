@@ -26,18 +26,15 @@ pinned to the cores under test:
       '/tmp/sluice-bench-data/train-*.tfrecord' --threads 2 --batches 30 --recipe jitter
 tests/bench/compare.sh runs this next to `sluice profile`, PyTorch and tf.data.
 """
-import argparse
-import glob
-import json
 import os
 import struct
-import sys
 import tempfile
-import time
 
 import nvidia.dali as dali
 import nvidia.dali.tfrecord as tfrec
 from nvidia.dali import fn, pipeline_def, types
+
+import loader_common
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -106,52 +103,24 @@ def build_pipeline(files, indexes, recipe, threads, batch_size, image_size, seed
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    ap.add_argument('files', nargs='+', help='TFRecord files or globs')
-    ap.add_argument('--recipe', choices=('plain', 'jitter'), default='plain')
-    ap.add_argument('--threads', type=int, default=2)
-    ap.add_argument('--batches', type=int, default=30, help='timed batches')
-    ap.add_argument('--warmup', type=int, default=2, help='untimed batches first')
-    ap.add_argument('--batch-size', type=int, default=256)
-    ap.add_argument('--image-size', type=int, default=224)
-    ap.add_argument('--seed', type=int, default=1)
-    args = ap.parse_args()
-
-    files = sorted({f for pattern in args.files for f in (glob.glob(pattern) or [pattern])})
-    files = [f for f in files if not f.endswith('.idx')]
-    if not files:
-        sys.exit('dali_loader: no files')
+    args = loader_common.parse_args(__doc__.split('\n')[0])
+    files = loader_common.shard_files(args.files, 'dali_loader',
+                                      keep=lambda f: not f.endswith('.idx'))
     with tempfile.TemporaryDirectory(prefix='dali-index-') as scratch:
         pipe = build_pipeline(files, indexes_for(files, scratch), args.recipe, args.threads,
                               args.batch_size, args.image_size, args.seed)
         pipe.build()
-        for _ in range(args.warmup):
-            images, labels = pipe.run()
-        cpu_start, start = time.process_time(), time.perf_counter()  # process time: all threads
-        n = 0
-        for _ in range(args.batches):
-            images, labels = pipe.run()
-            n += len(images)
-        seconds = time.perf_counter() - start
-        cpu_seconds = time.process_time() - cpu_start
+        images, n, seconds, cpu_seconds = loader_common.time_batches(
+            lambda: pipe.run()[0], len, args.warmup, args.batches)
         batch = images.as_array()
         del pipe
-    print(json.dumps({
-        'loader': 'dali',
-        'recipe': args.recipe,
-        'images_per_sec': round(n / seconds, 1),
-        'batches': args.batches,
-        'threads': args.threads,
-        'images': n,
-        'seconds': round(seconds, 3),
-        'cpu_seconds': round(cpu_seconds, 2),
-        'images_per_cpu_sec': round(n / cpu_seconds, 1),
-        'shape': list(batch.shape),
-        'dtype': str(batch.dtype),
-        'image_bytes': batch.nbytes // len(batch),
-        'output': '%s %s' % (batch.dtype, 'NHWC' if batch.shape[-1] == 3 else 'NCHW'),
-        'dali': dali.__version__,
-    }), flush=True)
+    loader_common.report(
+        'dali', args, 'threads', n, seconds, cpu_seconds,
+        shape=list(batch.shape),
+        dtype=str(batch.dtype),
+        image_bytes=batch.nbytes // len(batch),
+        output='%s %s' % (batch.dtype, 'NHWC' if batch.shape[-1] == 3 else 'NCHW'),
+        dali=dali.__version__)
 
 
 if __name__ == '__main__':

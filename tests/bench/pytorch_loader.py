@@ -23,14 +23,10 @@ Run with Debian's python (packages python3-torch, python3-torchvision, python3-p
       --workers 2 --batches 30 --recipe jitter
 tests/bench/compare.sh runs this next to `sluice profile`, tf.data and DALI.
 """
-import argparse
-import glob
 import io
-import json
 import os
 import random
 import struct
-import sys
 import time
 
 import torch
@@ -38,6 +34,8 @@ import torchvision
 from PIL import Image
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from torchvision import transforms
+
+import loader_common
 
 
 def read_tfrecords(path):
@@ -207,20 +205,8 @@ def _cpu_seconds(pids):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    ap.add_argument('files', nargs='+', help='TFRecord files or globs')
-    ap.add_argument('--recipe', choices=('plain', 'jitter'), default='plain')
-    ap.add_argument('--workers', type=int, default=2)
-    ap.add_argument('--batches', type=int, default=30, help='timed batches')
-    ap.add_argument('--warmup', type=int, default=2, help='untimed batches first')
-    ap.add_argument('--batch-size', type=int, default=256)
-    ap.add_argument('--image-size', type=int, default=224)
-    ap.add_argument('--seed', type=int, default=1)
-    args = ap.parse_args()
-
-    files = sorted({f for pattern in args.files for f in (glob.glob(pattern) or [pattern])})
-    if not files:
-        sys.exit('pytorch_loader: no files')
+    args = loader_common.parse_args(__doc__.split('\n')[0], parallelism='workers')
+    files = loader_common.shard_files(args.files, 'pytorch_loader')
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
 
@@ -235,36 +221,21 @@ def main():
         **multiprocess,
     )
     it = iter(loader)
-    for _ in range(args.warmup):
-        images, labels = next(it)
     workers = [w.pid for w in getattr(it, '_workers', [])]
-    cpu_start, start = _cpu_seconds(workers), time.perf_counter()
-    n = 0
-    for _ in range(args.batches):
-        images, labels = next(it)
-        n += images.shape[0]
-    seconds = time.perf_counter() - start
-    cpu_seconds = _cpu_seconds(workers) - cpu_start
-    shape = list(images.shape)
+    # Main process + workers, while timed.
+    images, n, seconds, cpu_seconds = loader_common.time_batches(
+        lambda: next(it)[0], lambda images: images.shape[0], args.warmup, args.batches,
+        cpu_clock=lambda: _cpu_seconds(workers))
     dtype = str(images.dtype)
     del it
-    print(json.dumps({
-        'loader': 'pytorch',
-        'recipe': args.recipe,
-        'images_per_sec': round(n / seconds, 1),
-        'batches': args.batches,
-        'workers': args.workers,
-        'images': n,
-        'seconds': round(seconds, 3),
-        'cpu_seconds': round(cpu_seconds, 2),  # main process + workers, while timed
-        'images_per_cpu_sec': round(n / cpu_seconds, 1),
-        'shape': shape,
-        'dtype': dtype,
-        'image_bytes': images[0].numel() * images.element_size(),
-        'output': '%s NCHW' % dtype.replace('torch.', ''),
-        'torch': torch.__version__,
-        'torchvision': torchvision.__version__,
-    }), flush=True)
+    loader_common.report(
+        'pytorch', args, 'workers', n, seconds, cpu_seconds,
+        shape=list(images.shape),
+        dtype=dtype,
+        image_bytes=images[0].numel() * images.element_size(),
+        output='%s NCHW' % dtype.replace('torch.', ''),
+        torch=torch.__version__,
+        torchvision=torchvision.__version__)
 
 
 if __name__ == '__main__':

@@ -26,12 +26,9 @@ Run with the venv python (tensorflow-cpu from deploy/install-deps.sh), pinned to
       '/tmp/sluice-bench-data/train-*' --threads 2 --batches 30 --recipe jitter
 tests/bench/compare.sh runs this next to `sluice profile`, PyTorch and DALI.
 """
-import argparse
-import glob
-import json
 import os
-import sys
-import time
+
+import loader_common
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 import tensorflow as tf  # noqa: E402
@@ -86,50 +83,22 @@ def build_dataset(files, recipe, threads, batch_size, image_size, seed):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    ap.add_argument('files', nargs='+', help='TFRecord files or globs')
-    ap.add_argument('--recipe', choices=('plain', 'jitter'), default='plain')
-    ap.add_argument('--threads', type=int, default=2)
-    ap.add_argument('--batches', type=int, default=30, help='timed batches')
-    ap.add_argument('--warmup', type=int, default=2, help='untimed batches first')
-    ap.add_argument('--batch-size', type=int, default=256)
-    ap.add_argument('--image-size', type=int, default=224)
-    ap.add_argument('--seed', type=int, default=1)
-    args = ap.parse_args()
-
-    files = sorted({f for pattern in args.files for f in (glob.glob(pattern) or [pattern])})
-    if not files:
-        sys.exit('tfdata_loader: no files')
+    args = loader_common.parse_args(__doc__.split('\n')[0])
+    files = loader_common.shard_files(args.files, 'tfdata_loader')
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     tf.random.set_seed(args.seed)
 
     it = iter(build_dataset(files, args.recipe, args.threads, args.batch_size, args.image_size, args.seed))
-    for _ in range(args.warmup):
-        images, labels = next(it)
-    cpu_start, start = time.process_time(), time.perf_counter()  # process time: all threads
-    n = 0
-    for _ in range(args.batches):
-        images, labels = next(it)
-        n += int(images.shape[0])
-    seconds = time.perf_counter() - start
-    cpu_seconds = time.process_time() - cpu_start
-    print(json.dumps({
-        'loader': 'tf.data',
-        'recipe': args.recipe,
-        'images_per_sec': round(n / seconds, 1),
-        'batches': args.batches,
-        'threads': args.threads,
-        'images': n,
-        'seconds': round(seconds, 3),
-        'cpu_seconds': round(cpu_seconds, 2),
-        'images_per_cpu_sec': round(n / cpu_seconds, 1),
-        'shape': list(images.shape),
-        'dtype': images.dtype.name,
-        'image_bytes': images.dtype.size * int(tf.reduce_prod(images.shape[1:])),
-        'output': '%s %s' % (images.dtype.name, 'NHWC' if images.shape[-1] == 3 else 'NCHW'),
-        'tensorflow': tf.__version__,
-    }), flush=True)
+    images, n, seconds, cpu_seconds = loader_common.time_batches(
+        lambda: next(it)[0], lambda images: int(images.shape[0]), args.warmup, args.batches)
+    loader_common.report(
+        'tf.data', args, 'threads', n, seconds, cpu_seconds,
+        shape=list(images.shape),
+        dtype=images.dtype.name,
+        image_bytes=images.dtype.size * int(tf.reduce_prod(images.shape[1:])),
+        output='%s %s' % (images.dtype.name, 'NHWC' if images.shape[-1] == 3 else 'NCHW'),
+        tensorflow=tf.__version__)
 
 
 if __name__ == '__main__':

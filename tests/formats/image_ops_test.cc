@@ -7,37 +7,20 @@
 #include <utility>
 #include <vector>
 
+#include "tests/formats/test_images.h"
+
 namespace sluice {
 namespace {
 
-Image RandomImage(int width, int height, uint32_t seed) {
-  std::mt19937 rng(seed);
-  Image img;
-  img.Resize(width, height);
-  for (auto& v : img.pixels) v = static_cast<uint8_t>(rng());
-  return img;
-}
-
-Image Filled(int width, int height, uint8_t r, uint8_t g, uint8_t b) {
-  Image img;
-  img.Resize(width, height);
-  for (size_t i = 0; i < img.pixels.size(); i += 3) {
-    img.pixels[i] = r;
-    img.pixels[i + 1] = g;
-    img.pixels[i + 2] = b;
-  }
-  return img;
-}
+using testing::At;
+using testing::Filled;
+using testing::RandomImage;
 
 Image Resized(const ImageView& src, int width, int height) {
   Image out;
   out.Resize(width, height);
   Resize(src, out.pixels.data(), width, height, static_cast<size_t>(width) * 3);
   return out;
-}
-
-uint8_t At(const Image& img, int x, int y, int c) {
-  return img.pixels[(static_cast<size_t>(y) * img.width + x) * 3 + c];
 }
 
 double Mean(const std::vector<uint8_t>& v) {

@@ -31,9 +31,13 @@
 #include "pipeline/pixel_chain.h"
 #include "pipeline/transform_spec.h"
 #include "sluice/v1/config.pb.h"
+#include "tests/formats/test_images.h"
 
 namespace sluice {
 namespace {
+
+using testing::FilterName;
+using testing::Mutable;
 
 class Params {
  public:
@@ -65,11 +69,6 @@ class Params {
 
 // One op: reads `in` (the image, which it may change) and fills `out`.
 using OpFn = void (*)(Image& in, const Params& p, std::vector<uint8_t>* out);
-
-MutableImageView Mutable(Image& img) {
-  return MutableImageView{img.pixels.data(), img.width, img.height,
-                          static_cast<size_t>(img.width) * 3};
-}
 
 ResizeFilter ParseFilter(const std::string& name) {
   if (name == "bilinear") return ResizeFilter::kBilinear;
@@ -268,18 +267,6 @@ std::string UrlUnescape(const std::string& s) {
     }
   }
   return out;
-}
-
-const char* FilterName(ResizeFilter f) {
-  switch (f) {
-    case ResizeFilter::kBilinear:
-      return "bilinear";
-    case ResizeFilter::kArea:
-      return "area";
-    case ResizeFilter::kBicubic:
-      return "bicubic";
-  }
-  return "?";
 }
 
 std::string WindowJson(const CropWindow& w) {

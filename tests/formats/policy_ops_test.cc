@@ -2,42 +2,19 @@
 // tests/python/test_torchvision_policy.py compares them with torchvision pixel for pixel.
 #include <catch2/catch.hpp>
 #include <cstdint>
-#include <random>
 #include <vector>
 
 #include "formats/image_ops.h"
 #include "formats/pixel_ops.h"
+#include "tests/formats/test_images.h"
 
 namespace sluice {
 namespace {
 
-Image RandomImage(int width, int height, uint32_t seed) {
-  std::mt19937 rng(seed);
-  Image img;
-  img.Resize(width, height);
-  for (auto& v : img.pixels) v = static_cast<uint8_t>(rng());
-  return img;
-}
-
-Image Filled(int width, int height, uint8_t r, uint8_t g, uint8_t b) {
-  Image img;
-  img.Resize(width, height);
-  for (size_t i = 0; i < img.pixels.size(); i += 3) {
-    img.pixels[i] = r;
-    img.pixels[i + 1] = g;
-    img.pixels[i + 2] = b;
-  }
-  return img;
-}
-
-MutableImageView Mutable(Image& img) {
-  return MutableImageView{img.pixels.data(), img.width, img.height,
-                          static_cast<size_t>(img.width) * 3};
-}
-
-uint8_t At(const Image& img, int x, int y, int c) {
-  return img.pixels[(static_cast<size_t>(y) * img.width + x) * 3 + c];
-}
+using testing::At;
+using testing::Filled;
+using testing::Mutable;
+using testing::RandomImage;
 
 Image Affine(const Image& src, double angle, double tx, double ty, double shear_x, double shear_y,
              bool center_at_origin) {

@@ -13,32 +13,16 @@
 #include "formats/image_ops.h"
 #include "formats/jpeg_roi_decoder.h"
 #include "tests/formats/jpeg_roi_decoder_test_support.h"
+#include "tests/formats/test_images.h"
 
 namespace sluice {
 namespace {
 
+using testing::FilterName;
+using testing::RandomImage;
+
 constexpr std::array<ResizeFilter, 3> kFilters = {ResizeFilter::kBilinear, ResizeFilter::kArea,
                                                   ResizeFilter::kBicubic};
-
-const char* Name(ResizeFilter f) {
-  switch (f) {
-    case ResizeFilter::kBilinear:
-      return "bilinear";
-    case ResizeFilter::kArea:
-      return "area";
-    case ResizeFilter::kBicubic:
-      return "bicubic";
-  }
-  return "?";
-}
-
-Image RandomImage(int width, int height, uint32_t seed) {
-  std::mt19937 rng(seed);
-  Image img;
-  img.Resize(width, height);
-  for (auto& v : img.pixels) v = static_cast<uint8_t>(rng());
-  return img;
-}
 
 ResizeOptions Options(ResizeFilter f, bool flip_horizontal = false, bool flip_vertical = false) {
   ResizeOptions o;
@@ -96,7 +80,8 @@ std::vector<SizeCase> Cases() {
   return cases;
 }
 
-#define DESCRIBE(c, f) INFO(c.sw << "x" << c.sh << " -> " << c.dw << "x" << c.dh << " " << Name(f))
+#define DESCRIBE(c, f) \
+  INFO(c.sw << "x" << c.sh << " -> " << c.dw << "x" << c.dh << " " << FilterName(f))
 
 TEST_CASE("ConstantImageStaysConstantForEveryFilter") {
   // Every window's weights sum to 1, bicubic's negative lobes included: no level drifts.
@@ -128,7 +113,7 @@ TEST_CASE("IdenticalSizeCopiesExactlyForEveryFilterAndMirror") {
   copy.Resize(37, 23);
   for (int y = 0; y < 23; ++y) std::copy_n(src.row(y), 37 * 3, &copy.pixels[y * 37 * 3]);
   for (ResizeFilter f : kFilters) {
-    INFO(Name(f));
+    INFO(FilterName(f));
     REQUIRE(Resized(src, 37, 23, Options(f)).pixels == copy.pixels);
     REQUIRE(Resized(src, 37, 23, Options(f, true, false)).pixels == FlippedColumns(copy).pixels);
     REQUIRE(Resized(src, 37, 23, Options(f, false, true)).pixels == FlippedRows(copy).pixels);
@@ -365,7 +350,7 @@ TEST_CASE("SwitchingFiltersAtOneSizeRebuildsTheFilters") {
   Resizer reused;
   for (int round = 0; round < 2; ++round) {
     for (ResizeFilter f : kFilters) {
-      INFO(Name(f));
+      INFO(FilterName(f));
       Resizer fresh;
       REQUIRE(ResizedWith(reused, src.view(), 120, 90, Options(f)).pixels ==
               ResizedWith(fresh, src.view(), 120, 90, Options(f)).pixels);
@@ -388,7 +373,7 @@ TEST_CASE("RoiDecodeWithOptionsEqualsDecodeThenResizeAtFullScale") {
              {std::array<int, 2>{crop.width * 2 / 3, crop.height * 3 / 4},
               std::array<int, 2>{crop.width + 9, crop.height * 3 / 2}}) {
           const int ow = size[0], oh = size[1];
-          INFO(t.name << " " << Describe(crop, ow, oh, o.flip_horizontal) << " " << Name(f)
+          INFO(t.name << " " << Describe(crop, ow, oh, o.flip_horizontal) << " " << FilterName(f)
                       << (o.flip_vertical ? " upside down" : ""));
           std::vector<uint8_t> got(static_cast<size_t>(ow) * oh * 3);
           RoiDecodeStats stats;

@@ -43,24 +43,36 @@ class Server:
         self.start()
 
     def config(self):
-        files = f'files: "{self.data}/train-*.tfrecord"'
         return f"""
 listen: "{self.host}:{self.port}"
 threads: 2
-datasets {{
-  name: "train"
-  num_classes: 4
-  pipeline {{ {files} batch_size: 16 image_height: {SIZE} shuffle {{ buffer_size: 64 }} }}
-  limits {{ max_batch_size: 64 }}
-}}
-datasets {{
+{self.datasets()}"""
+
+    def datasets(self):
+        """The config's datasets: "train" at most 64 images a batch, and "ordered" (one epoch of
+        the same files in file order)."""
+        return self.train_dataset("  limits { max_batch_size: 64 }\n") + f"""datasets {{
   name: "ordered"
   pipeline {{
-    {files} mode: MODE_EVAL batch_size: 16 image_height: {SIZE} epochs: 1
+    {self.files} mode: MODE_EVAL batch_size: 16 image_height: {SIZE} epochs: 1
     no_shuffle_files: true interleave {{ cycle_length: 1 }}
   }}
 }}
 """
+
+    def train_dataset(self, extra):
+        """The dataset "train" (4 classes, shuffled batches of 16 at SIZE), with `extra` (config
+        text, each line indented and ended) in its block."""
+        return f"""datasets {{
+  name: "train"
+  num_classes: 4
+  pipeline {{ {self.files} batch_size: 16 image_height: {SIZE} shuffle {{ buffer_size: 64 }} }}
+{extra}}}
+"""
+
+    @property
+    def files(self):
+        return f'files: "{self.data}/train-*.tfrecord"'
 
     def start(self):
         conf = self.workdir / "sluice.textproto"
@@ -137,3 +149,14 @@ def read_tfrecords(paths):
             (length,) = struct.unpack_from("<Q", data, pos)
             yield data[pos + 12:pos + 12 + length]
             pos += 12 + length + 4
+
+
+def pooling_model(tf, loss):
+    """A Keras classifier of 4 classes on 32x32 uint8 images, as small as fit() allows, compiled
+    with `loss` (from logits)."""
+    model = tf.keras.Sequential([tf.keras.Input((32, 32, 3)),
+                                 tf.keras.layers.Rescaling(1 / 255),
+                                 tf.keras.layers.GlobalAveragePooling2D(),
+                                 tf.keras.layers.Dense(4)])
+    model.compile(optimizer="sgd", loss=loss(from_logits=True))
+    return model

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import sluice
-from client_support import IMAGES, SIZE
+from client_support import IMAGES, SIZE, pooling_model
 
 
 # --- PyTorch ------------------------------------------------------------------------------------
@@ -405,17 +405,6 @@ def test_torch_shared_job_length_needs_the_worker_count_before_the_first_iterati
 
 # --- tf.data ------------------------------------------------------------------------------------
 
-def _pooling_model(tf):
-    """A compiled Keras classifier of 4 classes on 32x32 images, as small as fit() allows."""
-    model = tf.keras.Sequential([tf.keras.Input((32, 32, 3)),
-                                 tf.keras.layers.Rescaling(1 / 255),
-                                 tf.keras.layers.GlobalAveragePooling2D(),
-                                 tf.keras.layers.Dense(4)])
-    model.compile(optimizer="sgd",
-                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    return model
-
-
 def test_tf_dataset_has_the_declared_signature_and_feeds_keras_fit(server):
     tf = pytest.importorskip("tensorflow")
     import sluice.tf
@@ -553,7 +542,7 @@ def test_keras_fit_trains_each_epoch_on_the_next_with_or_without_steps_per_epoch
         ds = ds.repeat()
     ds = ds.map(lambda x, y: (x, tf.ensure_shape(tf.py_function(record, [y], tf.int32),
                                                  (None,))))
-    model = _pooling_model(tf)
+    model = pooling_model(tf, tf.keras.losses.SparseCategoricalCrossentropy)
     history = model.fit(ds, epochs=3, steps_per_epoch=None if form == "fit(ds)" else steps,
                         verbose=0, callbacks=[Epochs()])
     assert len(history.history["loss"]) == 3
@@ -606,7 +595,7 @@ def test_keras_fit_steps_per_epoch_of_a_dataset_without_a_count_runs_out_of_data
         def on_train_batch_end(self, batch, logs=None):
             steps.append(batch)
 
-    model = _pooling_model(tf)
+    model = pooling_model(tf, tf.keras.losses.SparseCategoricalCrossentropy)
     with pytest.warns(UserWarning, match="ran out of data"):
         model.fit(ds, epochs=3, steps_per_epoch=10, verbose=0, callbacks=[Steps()])
     assert len(steps) < 30

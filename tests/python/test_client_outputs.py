@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import sluice
-from client_support import SIZE, Server
+from client_support import Server, pooling_model
 from sluice import _wire
 from sluice.v1 import config_pb2, service_pb2
 
@@ -255,22 +255,13 @@ SETS = {"bf16": _normalized("BFLOAT16", "NCHW"), "f32": _normalized("FLOAT32", "
 
 
 class TransformServer(Server):
-    def config(self):
-        sets = "\n".join('  transform_sets {\n    name: "%s"\n    %s\n  }' % (
-            name, sluice.transforms(ops).replace("\n", "\n    ")) for name, ops in SETS.items())
-        return f"""
-listen: "{self.host}:{self.port}"
-threads: 2
-datasets {{
-  name: "train"
-  num_classes: 4
-  pipeline {{
-    files: "{self.data}/train-*.tfrecord" batch_size: 16 image_height: {SIZE}
-    shuffle {{ buffer_size: 64 }}
-  }}
-{sets}
-}}
-"""
+    """The dataset "train" alone, offering SETS."""
+
+    def datasets(self):
+        return self.train_dataset("".join(
+            '  transform_sets {\n    name: "%s"\n    %s\n  }\n' % (
+                name, sluice.transforms(ops).replace("\n", "\n    "))
+            for name, ops in SETS.items()))
 
 
 @pytest.fixture(scope="module")
@@ -441,12 +432,7 @@ def test_tf_dataset_asks_the_server_for_its_output_signature(sets_server):
                              soft_labels=True, **args)
     assert soft.element_spec[1] == tf.TensorSpec((None, 4), tf.float32)
     tf.keras.utils.set_random_seed(0)
-    model = tf.keras.Sequential([tf.keras.Input((32, 32, 3)),
-                                 tf.keras.layers.Rescaling(1 / 255),
-                                 tf.keras.layers.GlobalAveragePooling2D(),
-                                 tf.keras.layers.Dense(4)])
-    model.compile(optimizer="sgd",
-                  loss=tf.keras.losses.CategoricalCrossentropy(from_logits=True))
+    model = pooling_model(tf, tf.keras.losses.CategoricalCrossentropy)
     history = model.fit(soft, steps_per_epoch=3, epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0])
     with pytest.raises(sluice.SluiceError, match="bf17"):

@@ -22,7 +22,10 @@ using serve_testing::FetchMetrics;
 using serve_testing::kIdShardFirstId;
 using serve_testing::kIdShardRecords;
 using serve_testing::kIdShardSizes;
+using serve_testing::Raw;
+using serve_testing::ReadRaw;
 using serve_testing::Request;
+using serve_testing::Stub;
 using serve_testing::WriteIdShards;
 using testing::ServerProcess;
 using testing::TempDir;
@@ -38,27 +41,6 @@ std::string WriteDataset(const TempDir& dir, const std::string& config_extra = "
                               "\"\n    batch_size: 4\n    image_height: 32\n    threads: 2\n" +
                               "    epochs: 1\n    memory_budget_bytes: 67108864\n  }\n}\n");
   return path;
-}
-
-std::unique_ptr<v1::DataService::Stub> Stub(const std::string& address) {
-  return v1::DataService::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-}
-
-struct Raw {
-  grpc::Status status;
-  std::vector<v1::Batch> batches;
-};
-
-Raw ReadRaw(const std::string& address, const v1::StreamRequest& r) {
-  auto stub = Stub(address);
-  grpc::ClientContext context;
-  auto reader = stub->StreamBatches(&context, r);
-  Raw out;
-  v1::Batch b;
-  while (reader->Read(&b)) out.batches.push_back(b);
-  out.status = reader->Finish();
-  return out;
 }
 
 grpc::Status Describe(const std::string& address, const v1::StreamRequest& r, v1::StreamPlan* p) {

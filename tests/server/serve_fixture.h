@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <grpcpp/grpcpp.h>
 
 #include "client/client.h"
 #include "formats/image_example.h"
@@ -101,6 +102,28 @@ inline Got ReadAll(BatchStream& s, int max_batches = 1 << 30) {
 // each.
 inline bool EachLabelOnce(std::vector<int32_t> labels, int n) {
   return testing::Sorted(std::move(labels)) == testing::Iota(n);
+}
+
+// The generated stub on `address`, for the tests that read raw v1::Batch messages.
+inline std::unique_ptr<v1::DataService::Stub> Stub(const std::string& address) {
+  return v1::DataService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+}
+
+// A whole StreamBatches call as raw messages: every batch read, then how it finished.
+struct Raw {
+  grpc::Status status;
+  std::vector<v1::Batch> batches;
+};
+
+inline Raw ReadRaw(const std::string& address, const v1::StreamRequest& r) {
+  auto stub = Stub(address);
+  grpc::ClientContext context;
+  auto reader = stub->StreamBatches(&context, r);
+  Raw out;
+  v1::Batch b;
+  while (reader->Read(&b)) out.batches.push_back(b);
+  out.status = reader->Finish();
+  return out;
 }
 
 inline v1::StreamRequest Request(std::string dataset = "train") {

@@ -14,7 +14,10 @@ namespace sluice {
 namespace {
 
 using serve_testing::Fixture;
+using serve_testing::Raw;
+using serve_testing::ReadRaw;
 using serve_testing::Request;
+using serve_testing::Stub;
 using testing::ServerProcess;
 
 // Two sets besides the default: bf16 NCHW normalized, and mixup.
@@ -32,26 +35,6 @@ const char* kSets = R"(  transform_sets {
   }
 )";
 
-std::unique_ptr<v1::DataService::Stub> Stub(const std::string& address) {
-  return v1::DataService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-}
-
-struct Read {
-  std::vector<v1::Batch> batches;
-  grpc::Status status;
-};
-
-Read StreamAll(const std::string& address, const v1::StreamRequest& r) {
-  auto stub = Stub(address);
-  grpc::ClientContext context;
-  auto reader = stub->StreamBatches(&context, r);
-  Read out;
-  v1::Batch b;
-  while (reader->Read(&b)) out.batches.push_back(b);
-  out.status = reader->Finish();
-  return out;
-}
-
 TEST_CASE("ARequestChoosesAnOfferedTransformSetAndItsBatchesSayTheirDtypeAndLayout") {
   Fixture f(2, 8, "", kSets);
   ServerProcess server(f.Args());
@@ -59,7 +42,7 @@ TEST_CASE("ARequestChoosesAnOfferedTransformSetAndItsBatchesSayTheirDtypeAndLayo
 
   auto request = Request();
   request.set_transform_set("bf16");
-  const Read bf16 = StreamAll(server.address(), request);
+  const Raw bf16 = ReadRaw(server.address(), request);
   REQUIRE(bf16.status.ok());
   REQUIRE(bf16.batches.size() == 2);
   for (const v1::Batch& b : bf16.batches) {
@@ -73,7 +56,7 @@ TEST_CASE("ARequestChoosesAnOfferedTransformSetAndItsBatchesSayTheirDtypeAndLayo
   }
 
   // The default set is today's uint8 NHWC, written as before (no dtype or layout on the wire).
-  const Read plain = StreamAll(server.address(), Request());
+  const Raw plain = ReadRaw(server.address(), Request());
   REQUIRE(plain.status.ok());
   CHECK(plain.batches[0].dtype() == v1::DTYPE_UINT8);
   CHECK(plain.batches[0].shape(3) == 3);
@@ -81,7 +64,7 @@ TEST_CASE("ARequestChoosesAnOfferedTransformSetAndItsBatchesSayTheirDtypeAndLayo
 
   auto mix = Request();
   mix.set_transform_set("mix");
-  const Read mixed = StreamAll(server.address(), mix);
+  const Raw mixed = ReadRaw(server.address(), mix);
   REQUIRE(mixed.status.ok());
   for (const v1::Batch& b : mixed.batches) {
     REQUIRE(b.mixed_labels_size() == b.labels_size());
@@ -106,7 +89,7 @@ TEST_CASE("AnUnofferedTransformSetIsRefusedNamingWhatIsOffered") {
   REQUIRE(server.running());
   auto request = Request();
   request.set_transform_set("my_own");
-  const Read r = StreamAll(server.address(), request);
+  const Raw r = ReadRaw(server.address(), request);
   CHECK(r.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
   CHECK_THAT(r.status.error_message(),
              Catch::Contains("transform_set 'my_own' is not offered by dataset 'train'; it offers: "
@@ -120,7 +103,7 @@ TEST_CASE("AModeThatATransformListWouldIgnoreIsRefused") {
   auto request = Request();
   request.set_transform_set("bf16");
   request.set_mode(v1::MODE_EVAL);
-  const Read r = StreamAll(server.address(), request);
+  const Raw r = ReadRaw(server.address(), request);
   CHECK(r.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
   CHECK_THAT(r.status.error_message(),
              Catch::Contains("mode MODE_EVAL: transform set 'bf16' of dataset 'train' is a "
@@ -128,7 +111,7 @@ TEST_CASE("AModeThatATransformListWouldIgnoreIsRefused") {
   // The empty default list is mode's preset: mode still picks it.
   auto eval = Request();
   eval.set_mode(v1::MODE_EVAL);
-  CHECK(StreamAll(server.address(), eval).status.ok());
+  CHECK(ReadRaw(server.address(), eval).status.ok());
 }
 
 TEST_CASE("ASetOfFixedSizesIsRefusedAtAnotherRequestedSizeNamingTheSet") {
@@ -139,7 +122,7 @@ TEST_CASE("ASetOfFixedSizesIsRefusedAtAnotherRequestedSizeNamingTheSet") {
   auto request = Request();
   request.set_transform_set("fixed");
   request.set_image_height(48);
-  const Read r = StreamAll(server.address(), request);
+  const Raw r = ReadRaw(server.address(), request);
   CHECK(r.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
   CHECK_THAT(r.status.error_message(),
              Catch::Contains("transform_set 'fixed' at 48x48: transforms[0].random_resized_crop: "

@@ -13,9 +13,14 @@
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include "sluice/v1/service.pb.h"
+#include "tests/client/wire/batch_wire_test_support.h"
 
 namespace sluice {
 namespace {
+
+using wire_testing::Buffer;
+using wire_testing::DecodeStatus;
+using wire_testing::ServerBuffer;
 
 BatchMeta Meta(int n = 3, int h = 2, int w = 4) {
   BatchMeta m;
@@ -33,18 +38,6 @@ std::string Images(const BatchMeta& m) {
   std::string s(m.image_bytes(), '\0');
   for (size_t i = 0; i < s.size(); ++i) s[i] = static_cast<char>(i * 7 + 1);
   return s;
-}
-
-// The message as the server sends it: the prefix, then the images as a separate slice.
-grpc::ByteBuffer ServerBuffer(const BatchMeta& m, const std::vector<int32_t>& labels,
-                              const std::string& images) {
-  grpc::Slice slices[2] = {grpc::Slice(EncodeBatchPrefix(m, labels)), grpc::Slice(images)};
-  return grpc::ByteBuffer(slices, 2);
-}
-
-grpc::ByteBuffer Buffer(const std::string& bytes) {
-  grpc::Slice s(bytes);
-  return grpc::ByteBuffer(&s, 1);
 }
 
 std::string Flatten(grpc::ByteBuffer& b) {
@@ -204,10 +197,7 @@ TEST_CASE("MalformedBatchesAreDataLossNamingTheField") {
   };
   for (const Case& c : cases) {
     INFO(c.name);
-    grpc::ByteBuffer b = Buffer(c.bytes);
-    BatchMeta got;
-    BatchArrays arrays;
-    Status s = DecodeBatch(&b, &got, &arrays);
+    const Status s = DecodeStatus(c.bytes);
     CHECK(s.code() == StatusCode::kDataLoss);
     CHECK(s.message().find(c.says) != std::string::npos);
   }
@@ -349,10 +339,7 @@ TEST_CASE("PerSampleFieldsOfAnotherLengthThanTheImagesAreDataLossNamingTheField"
       for (bool v : c.valid) batch.add_valid(v);
       for (int32_t f : c.files) batch.add_record_files(f);
       for (int64_t r : c.records) batch.add_record_indexes(r);
-      grpc::ByteBuffer b = Buffer(batch.SerializeAsString());
-      BatchMeta got;
-      BatchArrays arrays;
-      const Status s = DecodeBatch(&b, &got, &arrays);
+      const Status s = DecodeStatus(batch.SerializeAsString());
       CHECK(s.code() == StatusCode::kDataLoss);
       CHECK(s.message().find(c.says) != std::string::npos);
     }
@@ -366,10 +353,7 @@ TEST_CASE("PerSampleFieldsOfAnotherLengthThanTheImagesAreDataLossNamingTheField"
   };
   for (const auto& [field, bytes] : malformed) {
     INFO(field);
-    grpc::ByteBuffer b = Buffer(bytes);
-    BatchMeta got;
-    BatchArrays arrays;
-    const Status s = DecodeBatch(&b, &got, &arrays);
+    const Status s = DecodeStatus(bytes);
     CHECK(s.code() == StatusCode::kDataLoss);
     CHECK(s.message().find(field) != std::string::npos);
   }

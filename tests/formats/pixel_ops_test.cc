@@ -12,35 +12,15 @@
 #include <vector>
 
 #include "formats/pixel_ops_kernels.h"
+#include "tests/formats/test_images.h"
 
 namespace sluice {
 namespace {
 
 using pixel_internal::Kernels;
-
-Image RandomImage(int width, int height, uint32_t seed) {
-  std::mt19937 rng(seed);
-  Image img;
-  img.Resize(width, height);
-  for (auto& v : img.pixels) v = static_cast<uint8_t>(rng());
-  return img;
-}
-
-Image Filled(int width, int height, uint8_t r, uint8_t g, uint8_t b) {
-  Image img;
-  img.Resize(width, height);
-  for (size_t i = 0; i < img.pixels.size(); i += 3) {
-    img.pixels[i] = r;
-    img.pixels[i + 1] = g;
-    img.pixels[i + 2] = b;
-  }
-  return img;
-}
-
-MutableImageView Mutable(Image& img) {
-  return MutableImageView{img.pixels.data(), img.width, img.height,
-                          static_cast<size_t>(img.width) * 3};
-}
+using testing::Filled;
+using testing::Mutable;
+using testing::RandomImage;
 
 // Every colour whose channels are multiples of `step`, and every gray.
 Image ColourCube(int step) {

@@ -1,6 +1,7 @@
-// The Transform seam (DESIGN.md "Seams"): what becomes of one record once it is read. Today's one
-// implementation is the Augmenter (parse, fused crop/decode/resize/flip into the batch slot); a
-// declarative chain of transforms plugs in here. Apply is called once per record, so the virtual
+// The Transform seam (DESIGN.md "Seams"): what becomes of one record once it is read. Its one
+// implementation is the Augmenter: parse, then the transform list compiled from PipelineOptions
+// (pipeline/transform_spec.h): geometry fused into the crop/decode/resize, per-pixel ops and the
+// output conversion into the batch slot. Apply is called once per record, so the virtual
 // call costs nothing per pixel. Not thread-safe: one instance per worker thread, holding that
 // thread's scratch, made by a TransformFactory.
 #pragma once

@@ -425,7 +425,8 @@ class Client:
         transform_set: one of the dataset's transform sets by name (DatasetInfo.transform_sets,
             which datasets() lists); None: "default", the pipeline's own. What its batches hold
             (dtype, layout, mixed labels) describe() says. A name the dataset does not offer is
-            refused (SluiceError INVALID_ARGUMENT naming it).
+            refused (SluiceError INVALID_ARGUMENT naming it), and so is any set but "default"
+            from a server that lists no sets, one older than them (FAILED_PRECONDITION).
 
         A request the server refuses raises SluiceError here, with the server's status and
         message; errors later in the stream are raised by the iteration.
@@ -680,7 +681,9 @@ class BatchStream:
 
     From several servers, batches are taken round-robin among the servers with one ready. The
     iteration ends when every server's stream has ended; an error from any server ends it (and
-    stops the others). Each batch's arrays stay valid as long as they are referenced (they keep
+    stops the others). All batches share the first one's dtype, layout and mixed labels' presence;
+    one that differs (servers whose transform sets differ) raises SluiceError(FAILED_PRECONDITION)
+    naming both servers and outputs, and ends the stream. Each batch's arrays stay valid as long as they are referenced (they keep
     their message, or their shared-memory slot, alive); nothing is reused.
     Close it (or use it as a context manager) to stop a stream before its end.
     """

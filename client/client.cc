@@ -100,7 +100,9 @@ class GrpcClient : public Client {
   }
 
   Result<std::unique_ptr<BatchStream>> Stream(const v1::StreamRequest& request) override {
-    if (Status fleet = CheckTargetsServeAll(request.dataset()); !fleet.ok()) {
+    Status fleet;
+    RETURN_IF_ERROR(CheckTargetsServeAll(request.dataset(), request.transform_set(), &fleet));
+    if (!fleet.ok()) {
       if (!options_.allow_partial_fleet || fleet.code() != StatusCode::kFailedPrecondition) {
         return fleet;
       }
@@ -144,8 +146,11 @@ class GrpcClient : public Client {
   // consumer of a shared job that started and then left would take batches from the others).
   // A server that is down is waited for as long as a stream would wait for it
   // (reconnect_deadline). OK without a check when some server does not list the dataset: its
-  // stream then fails with the server's NOT_FOUND.
-  Status CheckTargetsServeAll(const std::string& dataset) {
+  // stream then fails with the server's NOT_FOUND. CheckFleet's status goes to *fleet (which
+  // allow_partial_fleet may overlook); returned: a server unreachable, or one listing the dataset
+  // without offering `transform_set` (CheckTransformSet), which nothing overlooks.
+  Status CheckTargetsServeAll(const std::string& dataset, const std::string& transform_set,
+                              Status* fleet) {
     const auto deadline = std::chrono::system_clock::now() + options_.reconnect_deadline;
     std::vector<ServerShard> shards;
     for (size_t i = 0; i < targets_.size(); ++i) {
@@ -154,9 +159,11 @@ class GrpcClient : public Client {
       auto info = std::find_if(infos->begin(), infos->end(),
                                [&](const v1::DatasetInfo& d) { return d.name() == dataset; });
       if (info == infos->end()) return Status::OK();
+      RETURN_IF_ERROR(CheckTransformSet(*info, transform_set, targets_[i]));
       shards.push_back({targets_[i], info->shard_index(), info->shard_count()});
     }
-    return CheckFleet(dataset, shards);
+    *fleet = CheckFleet(dataset, shards);
+    return Status::OK();
   }
 
   const ClientOptions options_;

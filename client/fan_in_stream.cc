@@ -98,7 +98,8 @@ Status FanInStream::Get(ReceivedBatch* batch, bool* end_of_sequence) {
         batch->mixed_labels = {a.mixed_labels.data(), a.mixed_labels.size()};
         batch->label_weights = {a.label_weights.data(), a.label_weights.size()};
         batch->server = static_cast<int>(i);
-        return Status::OK();
+        lock.unlock();  // releasing a lease may Wake() this stream
+        return CheckFormat(batch, i);
       }
       if (done) {
         done_[i] = true;
@@ -116,6 +117,27 @@ Status FanInStream::Get(ReceivedBatch* batch, bool* end_of_sequence) {
     }
     cv_.wait(lock);
   }
+}
+
+Status FanInStream::CheckFormat(ReceivedBatch* batch, size_t server) {
+  const Format got{batch->meta.dtype, batch->meta.layout, !batch->mixed_labels.empty()};
+  if (!format_) {
+    format_ = got;
+    format_server_ = server;
+    return Status::OK();
+  }
+  if (got == *format_) return Status::OK();
+  auto name = [](const Format& f) {
+    return std::string(DTypeName(f.dtype)) + " " + std::string(LayoutName(f.layout)) +
+           (f.mixed_labels ? " with mixed labels" : " without mixed labels");
+  };
+  batch->lease.Release();
+  final_ = FailedPrecondition("batches of " + name(got) + " from " + streams_[server]->target() +
+                              ", after batches of " + name(*format_) + " from " +
+                              streams_[format_server_]->target() +
+                              ": the servers of a stream must give one output (their transform "
+                              "sets differ)");
+  return final_;
 }
 
 void FanInStream::Wake() {

@@ -7,11 +7,13 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "client/client.h"
 #include "client/server_stream.h"
+#include "formats/dtype.h"
 #include "formats/status.h"
 #include "sluice/v1/service.pb.h"
 
@@ -41,6 +43,9 @@ class FanInStream : public BatchStream {
  private:
   // Blocks for the next batch, with the lease on its buffers in batch->lease.
   Status Get(ReceivedBatch* batch, bool* end_of_sequence);
+  // FailedPrecondition (kept as the stream's final status), releasing the batch, when `batch` from
+  // streams_[server] differs from the first batch in dtype, layout or mixed labels' presence.
+  Status CheckFormat(ReceivedBatch* batch, size_t server);
   // A server stream has something new. Taking mu_ orders this after a consumer's check of the
   // streams, so a consumer about to wait cannot miss the notification.
   void Wake();
@@ -54,6 +59,16 @@ class FanInStream : public BatchStream {
   size_t next_ = 0;         // consumer only
   BatchLease kept_;         // the batch Next() returned last; consumer only
   Status final_;
+  // The first batch's output and its server: every later batch must match it, or the stream
+  // fails (servers whose transform sets differ would mix outputs within a training run).
+  struct Format {
+    DType dtype;
+    Layout layout;
+    bool mixed_labels;
+    bool operator==(const Format&) const = default;
+  };
+  std::optional<Format> format_;  // consumer only
+  size_t format_server_ = 0;      // consumer only
 };
 
 }  // namespace sluice

@@ -80,4 +80,22 @@ Status CheckFleet(const std::string& dataset, const std::vector<ServerShard>& se
                             "ClientOptions::allow_partial_fleet to read only the shards reached)");
 }
 
+Status CheckTransformSet(const v1::DatasetInfo& info, const std::string& transform_set,
+                         const std::string& target) {
+  if (transform_set.empty() || transform_set == "default") return Status::OK();
+  const std::string what = "dataset '" + info.name() + "': transform set '" + transform_set + "'";
+  if (info.transform_sets().empty()) {
+    return FailedPrecondition(what +
+                              " asked of a server that predates transform sets (its DatasetInfo "
+                              "lists none): it would serve uint8 NHWC batches; upgrade " +
+                              target);
+  }
+  std::string offered;
+  for (const v1::TransformSet& set : info.transform_sets()) {
+    if (set.name() == transform_set) return Status::OK();
+    offered += (offered.empty() ? "" : ", ") + set.name();
+  }
+  return InvalidArgument(what + " is not offered by " + target + ", which offers: " + offered);
+}
+
 }  // namespace sluice

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "formats/status.h"
+#include "sluice/v1/service.pb.h"
 
 namespace sluice {
 
@@ -24,5 +25,13 @@ struct ServerShard {
 // each target serves and what is wrong: the indexes no target serves, those served more than once,
 // or counts that disagree.
 Status CheckFleet(const std::string& dataset, const std::vector<ServerShard>& servers);
+
+// OK when `transform_set` is "" or "default", or the server at `target`, whose DatasetInfo is
+// `info`, lists it in info.transform_sets. A server that lists none predates transform sets and
+// would drop StreamRequest.transform_set as an unknown field, serving uint8 NHWC batches without a
+// word: FailedPrecondition. One that lists others: InvalidArgument, as that server would answer.
+// Both name the set, the dataset and the target.
+Status CheckTransformSet(const v1::DatasetInfo& info, const std::string& transform_set,
+                         const std::string& target);
 
 }  // namespace sluice

@@ -36,6 +36,8 @@ class ServerStream {
   ServerStream(const ServerStream&) = delete;
   ServerStream& operator=(const ServerStream&) = delete;
 
+  const std::string& target() const { return target_; }
+
   struct Item {
     BatchMeta meta;
     BatchArrays* arrays = nullptr;

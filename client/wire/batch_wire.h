@@ -56,8 +56,9 @@ struct BatchExtras {
 
 // The serialized Batch up to and including the tag and length of `images`; appending
 // meta.image_bytes() image bytes completes the message. valid is written (packed bool) only
-// when some sample is padding; dtype and layout only when not uint8 and NHWC (so such batches
-// are the bytes they were before dtypes existed); shape in meta.layout's order.
+// when some sample is padding; dtype and layout each only when not 0 (proto3: a uint8 NCHW
+// batch carries layout alone; a uint8 NHWC batch is the bytes it was before dtypes existed);
+// shape in meta.layout's order.
 std::string EncodeBatchPrefix(const BatchMeta& meta, std::span<const int32_t> labels,
                               const BatchExtras& extras = {});
 

@@ -162,5 +162,66 @@ TEST_CASE("ASetTheDatasetDoesNotOfferIsRefusedNamingIt") {
   CHECK(stream.status().message().find("bf17") != std::string::npos);
 }
 
+// The test shards served as "train" whose set "x" is the default recipe with `output` (the
+// fields of an OutputOp).
+struct ServedSetX {
+  explicit ServedSetX(const std::string& output)
+      : config([&] {
+          const std::string path = dir.file("sluice.textproto");
+          testing::WriteAll(path,
+                            "listen: \"127.0.0.1:0\"\n"
+                            "datasets {\n  name: \"train\"\n  num_classes: 160\n"
+                            "  pipeline {\n    files: \"" +
+                                dir.file("shard-*.tfrecord") +
+                                "\"\n    batch_size: 8\n    image_height: 32\n"
+                                "    image_width: 40\n    threads: 2\n  }\n"
+                                "  transform_sets {\n    name: \"x\"\n"
+                                "    transforms { preset: PRESET_IMAGENET_TRAIN }\n"
+                                "    transforms { output { " +
+                                output + " } }\n  }\n}\n");
+          return path;
+        }()) {}
+  TempDir dir;
+  testing::TestShards shards = testing::WriteTestShards(dir, 4, 40);
+  std::string config;
+  ServerProcess server{{"--config", config}};
+};
+
+TEST_CASE("FanInOverServersWhoseSetDiffersInDtypeFailsNamingBothServersAndFormats") {
+  for (const bool shared : {false, true}) {
+    ServedSetX bf16("dtype: DTYPE_BFLOAT16 layout: LAYOUT_NCHW");
+    ServedSetX f32("dtype: DTYPE_FLOAT32 layout: LAYOUT_NHWC");
+    REQUIRE(bf16.server.running());
+    REQUIRE(f32.server.running());
+    ClientOptions o;
+    o.targets = {bf16.server.address(), f32.server.address()};
+    o.shared_memory = shared;
+    o.reconnect_deadline = std::chrono::milliseconds(3000);
+    auto client = Client::Create(o);
+    REQUIRE(client.ok());
+    v1::StreamRequest r = testing::Request();
+    r.set_transform_set("x");
+    auto stream = (*client)->Stream(r);
+    REQUIRE(stream.ok());
+    Status failed;
+    for (;;) {
+      ReceivedBatch b;
+      bool end = false;
+      failed = (*stream)->Next(&b, &end);
+      if (!failed.ok() || end) break;
+    }
+    CAPTURE(shared, failed.message());
+    REQUIRE(failed.code() == StatusCode::kFailedPrecondition);
+    for (const std::string& want : {std::string("bfloat16 NCHW"), std::string("float32 NHWC"),
+                                    bf16.server.address(), f32.server.address()}) {
+      CHECK(failed.message().find(want) != std::string::npos);
+    }
+    // The stream stays failed.
+    ReceivedBatch b;
+    bool end = false;
+    CHECK((*stream)->Next(&b, &end).code() == StatusCode::kFailedPrecondition);
+  }
+}
+
 }  // namespace
 }  // namespace sluice

@@ -58,5 +58,28 @@ TEST_CASE("FleetMissingOrDoublingAShardIsFailedPreconditionNamingIt") {
   }
 }
 
+TEST_CASE("TransformSetAskedOfAServerListingNoSetsIsRefusedAsPredatingThem") {
+  v1::DatasetInfo old;  // as a server older than transform sets lists its dataset
+  old.set_name("train");
+  for (const std::string set : {"", "default"}) CHECK(CheckTransformSet(old, set, "old:1").ok());
+  const Status s = CheckTransformSet(old, "bf16", "old:1");
+  CHECK(s.code() == StatusCode::kFailedPrecondition);
+  for (const std::string want : {"'bf16'", "'train'", "old:1", "predates transform sets"}) {
+    CHECK(s.message().find(want) != std::string::npos);
+  }
+}
+
+TEST_CASE("TransformSetTheServerDoesNotListIsRefusedNamingWhatItOffers") {
+  v1::DatasetInfo info;
+  info.set_name("train");
+  info.add_transform_sets()->set_name("default");
+  info.add_transform_sets()->set_name("bf16");
+  CHECK(CheckTransformSet(info, "bf16", "new:1").ok());
+  const Status s = CheckTransformSet(info, "bf17", "new:1");
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK(s.message().find("'bf17'") != std::string::npos);
+  CHECK(s.message().find("new:1, which offers: default, bf16") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -437,3 +437,126 @@ def test_tf_dataset_asks_the_server_for_its_output_signature(sets_server):
     assert np.isfinite(history.history["loss"][0])
     with pytest.raises(sluice.SluiceError, match="bf17"):
         sluice.tf.dataset(sets_server.target, "train", transform_set="bf17", **args)
+
+
+# --- review fixes: alignment, fan-in formats, transform sets old servers lack, lesser edges -----
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_float_images_at_a_misaligned_offset_decode_to_an_aligned_read_only_copy(dtype):
+    message, values = _message(dtype, "NCHW")
+    itemsize = 4 if dtype == "float32" else 2
+    # The message at each start within 64 aligned bytes: its images field then starts at every
+    # remainder modulo the itemsize, as header lengths vary on the wire.
+    store = np.zeros(len(message) + 128, dtype=np.uint8)
+    base = -store.ctypes.data % 64
+    misaligned = 0
+    for shift in range(8):
+        store[base + shift:base + shift + len(message)] = np.frombuffer(message, np.uint8)
+        data = memoryview(store).toreadonly()[base + shift:base + shift + len(message)]
+        images = sluice.decode_batch(data)[0].images
+        assert images.ctypes.data % itemsize == 0
+        assert not images.flags.writeable
+        np.testing.assert_array_equal(_as_float32(images, dtype), values)
+        if images.base is None or np.shares_memory(images, store):
+            continue  # aligned as received: still a view
+        misaligned += 1
+        assert images.ctypes.data % 64 == 0
+    assert misaligned == 8 - 8 // itemsize
+
+
+def test_soft_labels_refuse_mixed_labels_without_weights_and_weights_without_labels():
+    with pytest.raises(ValueError, match="both or neither, got only mixed_labels"):
+        sluice.soft_labels([0, 1], [1, 0], None, 2)
+    with pytest.raises(ValueError, match="both or neither, got only label_weights"):
+        sluice.soft_labels([0, 1], None, [0.5, 0.5], 2)
+
+
+def test_transforms_take_one_value_for_a_repeated_field_as_textproto_does():
+    one = sluice.transforms([{"color_jitter": {"brightness": 0.4, "hue": 0.1}}])
+    assert one == sluice.transforms([{"color_jitter": {"brightness": [0.4], "hue": [0.1]}}])
+    op = config_pb2.TransformOp()
+    from google.protobuf import text_format
+    text_format.Parse(one.split("transforms {", 1)[1].rsplit("}", 1)[0], op)
+    assert list(op.color_jitter.brightness) == [0.4]
+
+
+def test_lockstep_padding_of_an_unknown_dtype_is_a_sluice_error():
+    from sluice import _client
+    share = _client._LockstepShare(service_pb2.StreamRequest(num_consumers=2))
+    share.plan = service_pb2.StreamPlan(batch_size=2, image_height=4, image_width=4, dtype=9)
+    with pytest.raises(sluice.SluiceError, match="dtype 9") as e:
+        share.padding((0, 1))
+    assert e.value.code == grpc.StatusCode.DATA_LOSS
+
+
+def test_a_server_listing_no_transform_sets_predates_them_and_is_refused():
+    from sluice._client import transform_set_problem
+    old = service_pb2.DatasetInfo(name="train")  # as a server older than transform sets lists it
+    for ok in (None, "", "default"):
+        assert transform_set_problem(old, ok, "old:1") is None
+    error = transform_set_problem(old, "bf16", "old:1")
+    assert error.code == grpc.StatusCode.FAILED_PRECONDITION and error.target == "old:1"
+    assert "'bf16'" in error.message and "predates transform sets" in error.message
+    new = service_pb2.DatasetInfo(name="train")
+    new.transform_sets.add(name="default")
+    new.transform_sets.add(name="bf16")
+    assert transform_set_problem(new, "bf16", "new:1") is None
+    error = transform_set_problem(new, "bf17", "new:1")
+    assert error.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "'bf17'" in error.message and "offers: default, bf16" in error.message
+
+
+def test_stream_of_a_set_the_server_does_not_offer_is_refused_naming_set_and_server(sets_server):
+    with sluice.Client(sets_server.target) as c:
+        with pytest.raises(sluice.SluiceError) as e:
+            c.stream("train", transform_set="bf17")
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert e.value.target == sets_server.target
+    assert "offers: default, bf16, f32, f16, mixup" in e.value.message
+
+
+class _SetXServer(Server):
+    """The dataset "train" whose set "x" is the default recipe in `output`'s dtype and layout."""
+
+    def __init__(self, *args, output, **kwargs):
+        self.output = output
+        super().__init__(*args, **kwargs)
+
+    def datasets(self):
+        ops = [{"preset": "imagenet_train"}, {"output": self.output}]
+        return self.train_dataset('  transform_sets {\n    name: "x"\n    %s\n  }\n'
+                                  % sluice.transforms(ops).replace("\n", "\n    "))
+
+
+@pytest.mark.parametrize("shared_memory", [False, True])
+def test_fan_in_over_servers_whose_set_differs_in_dtype_is_refused_naming_both(
+        sluice_bin, data_dir, tmp_path_factory, shared_memory):
+    servers = [_SetXServer(sluice_bin, tmp_path_factory.mktemp("set-x"), data_dir, output=o)
+               for o in ({"dtype": "BFLOAT16", "layout": "NCHW"},
+                         {"dtype": "FLOAT32", "layout": "NHWC"})]
+    try:
+        with sluice.Client([s.target for s in servers]) as c:
+            with pytest.raises(sluice.SluiceError) as e:
+                with c.stream("train", transform_set="x", image_size=32, epochs=1,
+                              shared_memory=shared_memory) as stream:
+                    for _ in stream:
+                        pass
+        assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION
+        assert "bfloat16 NCHW" in e.value.message and "float32 NHWC" in e.value.message
+        targets = {s.target for s in servers}
+        assert e.value.target in targets  # the server that differs; the first one is named
+        assert (targets - {e.value.target}).pop() in e.value.message
+    finally:
+        for s in servers:
+            s.stop()
+
+
+def test_tf_dataset_of_a_bf16_set_without_ml_dtypes_says_to_install_it(sets_server, monkeypatch):
+    pytest.importorskip("tensorflow")
+    import sluice.tf
+    # As in a venv without ml_dtypes: bfloat16 images are their bits, as uint16.
+    monkeypatch.setitem(_wire.DTYPES, 2, ("bfloat16", np.dtype("<u2")))
+    with pytest.raises(sluice.SluiceError, match=r"pip install 'sluice\[bfloat16\]'") as e:
+        sluice.tf.dataset(sets_server.target, "train", transform_set="bf16", batch_size=16,
+                          image_size=32)
+    assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION

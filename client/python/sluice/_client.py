@@ -207,14 +207,15 @@ class Client:
         raise SluiceError(grpc.StatusCode.NOT_FOUND, "no dataset %r; this server has: %s" % (
             dataset, ", ".join(i.name for i in infos)), self.targets[0])
 
-    def check_fleet(self, dataset, allow_partial_fleet=False):
+    def check_fleet(self, dataset, allow_partial_fleet=False, transform_set=None):
         """Asks every server for `dataset`'s shard (DatasetInfo.shard_index/shard_count, a
         server's `--shard I/N`). When the dataset is sharded (count > 1), the servers must serve
         every index 0..count-1 exactly once; otherwise raises SluiceError(FAILED_PRECONDITION)
         naming the missing (or doubly served) shards and the targets reached, or with
         allow_partial_fleet logs that as a warning. A server that does not answer within
         connect_timeout raises SluiceError(UNAVAILABLE) naming it. Servers without the dataset
-        are left to the stream (which fails NOT_FOUND)."""
+        are left to the stream (which fails NOT_FOUND). With a transform_set other than ""
+        and "default", every server with the dataset must offer it (transform_set_problem)."""
         request = service_pb2.ListDatasetsRequest()
         calls = [(t, self._stub(t).ListDatasets.future(
             request, timeout=self.connect_timeout, metadata=self._metadata, wait_for_ready=True))
@@ -234,6 +235,11 @@ class Client:
                 raise SluiceError.from_rpc_error(e, target) from None
             for info in response.datasets:
                 if info.name == dataset:
+                    refused = transform_set_problem(info, transform_set, target)
+                    if refused is not None:
+                        for _, other in calls:
+                            other.cancel()
+                        raise refused
                     shards.append((target, info.shard_index,
                                    info.shard_count if info.shard_count > 1 else 1))
         problem = fleet_problem(dataset, shards)
@@ -419,7 +425,8 @@ class Client:
         transform_set: one of the dataset's transform sets by name (DatasetInfo.transform_sets,
             which datasets() lists); None: "default", the pipeline's own. What its batches hold
             (dtype, layout, mixed labels) describe() says. A name the dataset does not offer is
-            refused (SluiceError INVALID_ARGUMENT naming it).
+            refused (SluiceError INVALID_ARGUMENT naming it), and so is any set but "default"
+            from a server that lists no sets, one older than them (FAILED_PRECONDITION).
 
         A request the server refuses raises SluiceError here, with the server's status and
         message; errors later in the stream are raised by the iteration.
@@ -436,7 +443,7 @@ class Client:
         if on_max_held not in _ON_MAX_HELD:
             raise ValueError("on_max_held must be None, 'copy', 'raise' or 'wait', got %r"
                              % (on_max_held,))
-        self.check_fleet(dataset, allow_partial_fleet)
+        self.check_fleet(dataset, allow_partial_fleet, transform_set)
         starts = _per_server_starts(self.targets, start_position)
         held = _shm.HeldCount()
         hub = threading.Condition()
@@ -477,6 +484,28 @@ class Client:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def transform_set_problem(info, transform_set, target):
+    """The SluiceError refusing to stream `transform_set` from the server at `target`, whose
+    DatasetInfo is `info`, or None when it offers that set ("" and "default" always are).
+    A server older than transform sets lists none and would drop the request's transform_set
+    as an unknown field, serving uint8 NHWC batches without a word: FAILED_PRECONDITION. A
+    server that lists sets but not this one: INVALID_ARGUMENT, as that server would answer."""
+    if transform_set in (None, "", "default"):
+        return None
+    offered = [s.name for s in info.transform_sets]
+    if not offered:
+        return SluiceError(grpc.StatusCode.FAILED_PRECONDITION,
+                           "dataset %r: transform set %r asked of a server that predates "
+                           "transform sets (its DatasetInfo lists none): it would serve uint8 "
+                           "NHWC batches; upgrade that server" % (info.name, transform_set),
+                           target)
+    if transform_set not in offered:
+        return SluiceError(grpc.StatusCode.INVALID_ARGUMENT,
+                           "dataset %r has no transform set %r; this server offers: %s"
+                           % (info.name, transform_set, ", ".join(offered)), target)
+    return None
 
 
 def fleet_problem(dataset, shards):
@@ -652,7 +681,9 @@ class BatchStream:
 
     From several servers, batches are taken round-robin among the servers with one ready. The
     iteration ends when every server's stream has ended; an error from any server ends it (and
-    stops the others). Each batch's arrays stay valid as long as they are referenced (they keep
+    stops the others). All batches share the first one's dtype, layout and mixed labels' presence;
+    one that differs (servers whose transform sets differ) raises SluiceError(FAILED_PRECONDITION)
+    naming both servers and outputs, and ends the stream. Each batch's arrays stay valid as long as they are referenced (they keep
     their message, or their shared-memory slot, alive); nothing is reused.
     Close it (or use it as a context manager) to stop a stream before its end.
     """
@@ -667,6 +698,7 @@ class BatchStream:
         self._next = 0                       # consumer only: where round-robin starts
         self._closed = False
         self._copied = 0                     # consumer only
+        self._format = None  # consumer only: (_format(first batch), its target)
         self.position = None  # of the last batch handed out
         # Each server's last batch handed out: {target: Position}, what start_position takes to
         # resume every server's stream right after it.
@@ -706,6 +738,7 @@ class BatchStream:
         if isinstance(item, SluiceError):
             self.close()
             raise item
+        self._check_format(item.batch if isinstance(item, _Shared) else item, target)
         if isinstance(item, _Shared):
             if copy:
                 item = _copied_out(item)
@@ -716,6 +749,22 @@ class BatchStream:
         self.position = item.position
         self.positions[target] = item.position
         return item
+
+    def _check_format(self, batch, target):
+        """Raises SluiceError(FAILED_PRECONDITION), closing the stream, when `batch` differs
+        from the first batch in dtype, layout or whether it has mixed labels: a fan-in over
+        servers whose transform sets disagree would hand one training step a mixture."""
+        got = _format(batch)
+        if self._format is None:
+            self._format = got, target
+            return
+        first, first_target = self._format
+        if got != first:
+            self.close()
+            raise SluiceError(grpc.StatusCode.FAILED_PRECONDITION,
+                              "batches of %s, after batches of %s from %s: the servers of a "
+                              "stream must give one output (their transform sets differ)"
+                              % (_format_name(got), _format_name(first), first_target), target)
 
     def _take(self):
         """(item, target): the next batch round-robin among the servers with one ready, a
@@ -830,6 +879,15 @@ def _close_at_exit():
     still run (a stream left to the finalizer could wait on a lock a frozen thread holds)."""
     for stream in list(_OPEN_STREAMS):
         stream.close()
+
+
+def _format(batch):
+    return batch.dtype, batch.layout, batch.mixed_labels is not None
+
+
+def _format_name(fmt):
+    dtype, layout, mixed = fmt
+    return "%s %s %s" % (dtype, layout, "with mixed labels" if mixed else "without mixed labels")
 
 
 def _merge(dicts):
@@ -1041,6 +1099,10 @@ class _LockstepShare:
         """A stand-in for the lost batch at `position` (epoch, index)."""
         plan = self.plan
         n = plan.batch_size
+        if plan.dtype not in DTYPES or plan.layout not in LAYOUTS:
+            raise SluiceError(grpc.StatusCode.DATA_LOSS,
+                              "StreamPlan names dtype %d, layout %d: not a known DType and Layout"
+                              " (a server newer than this client?)" % (plan.dtype, plan.layout))
         dtype_name, dtype = DTYPES[plan.dtype]
         layout = LAYOUTS[plan.layout]
         shape = ((n, 3, plan.image_height, plan.image_width) if layout == "NCHW"

@@ -20,6 +20,7 @@ acquire/release amounts to, so shared memory is only used there.
 """
 import ctypes
 import fcntl
+import math
 import mmap
 import os
 import platform
@@ -210,7 +211,7 @@ class Segment:
         slot is freed, and token.release() called, when nothing references the array any more;
         sets token.attached."""
         dtype = np.dtype(dtype)
-        length = int(np.prod(shape)) * dtype.itemsize
+        length = math.prod(shape) * dtype.itemsize  # Python ints: np.prod wraps at 2**63
         if not 0 <= slot < self.slots or length > self.slot_bytes:
             raise SluiceError(grpc.StatusCode.DATA_LOSS,
                               "shared segment %s: slot %d of %d bytes is outside its %d slots "

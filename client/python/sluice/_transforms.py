@@ -72,13 +72,15 @@ def _with_enum_names(message_type, values):
             out[key] = value
             continue
         repeated = field.label == descriptor.FieldDescriptor.LABEL_REPEATED
-        items = value if repeated and isinstance(value, list) else None
+        if repeated and not isinstance(value, (list, tuple)):
+            value = [value]  # one value for a repeated field, as textproto and torchvision take
+        items = list(value) if repeated else None
         if field.type == descriptor.FieldDescriptor.TYPE_ENUM:
             fix = lambda v: _enum_name(field.enum_type, v)  # noqa: E731
         elif field.type == descriptor.FieldDescriptor.TYPE_MESSAGE:
             fix = lambda v: _with_enum_names(field.message_type, v)  # noqa: E731
         else:
-            out[key] = value
+            out[key] = items if items is not None else value
             continue
         out[key] = [fix(v) for v in items] if items is not None else fix(value)
     return out

@@ -138,7 +138,12 @@ class Batch(_BatchFields):
 
 def soft_labels(labels, mixed_labels, label_weights, num_classes):
     """float32 [N, num_classes] from a batch's labels and, when not None, its mixed labels and
-    weights (Batch.soft_labels)."""
+    weights (Batch.soft_labels). ValueError when only one of mixed_labels and label_weights is
+    given (a soft label needs both)."""
+    if (mixed_labels is None) != (label_weights is None):
+        raise ValueError("soft labels need mixed_labels and label_weights both or neither, got "
+                         "only %s" % ("mixed_labels" if label_weights is None else
+                                      "label_weights"))
     num_classes = int(num_classes)
     if num_classes < 1:
         raise ValueError("soft labels need the dataset's num_classes (at least 1), got %d"
@@ -156,6 +161,23 @@ def soft_labels(labels, mixed_labels, label_weights, num_classes):
             raise ValueError("%s[%d] is %d, outside the dataset's %d classes" % (
                 name, bad[0], values[bad[0]], num_classes))
         np.add.at(out, (rows, values), weights)
+    return out
+
+
+# The images field sits wherever the fields before it end in the message, often at an offset
+# that is no multiple of a float's size; torch (torch.py wraps the array without a copy) and
+# vectorized kernels assume aligned elements. A misaligned array is copied once (a view keeps
+# the common aligned case free) to a start on a cache line, _ALIGNMENT bytes.
+_ALIGNMENT = 64
+
+
+def _aligned_copy(images):
+    """A read-only copy of `images` starting at a multiple of _ALIGNMENT bytes."""
+    raw = np.empty(images.nbytes + _ALIGNMENT, dtype=np.uint8)
+    skip = -raw.ctypes.data % _ALIGNMENT
+    out = raw[skip:skip + images.nbytes].view(images.dtype).reshape(images.shape)
+    out[...] = images
+    out.flags.writeable = False
     return out
 
 
@@ -183,7 +205,9 @@ def decode_batch(data, segment=None, token=None):
 
     A batch whose images are in a shared-memory slot (Batch.shared_memory) gets them as a view of
     `segment` (sluice._shm.Segment), setting token.attached; token.release() is called when that
-    view is gone.
+    view is gone. Otherwise they are a read-only view of `data`, or, when that view would not start
+    at a multiple of the dtype's size (float images after an odd number of header bytes), a
+    read-only copy starting on a 64-byte boundary.
 
     Raises SluiceError(DATA_LOSS) naming what is wrong when the message is malformed or its shape
     disagrees with its images, labels or per-sample fields: an unknown dtype or layout, a shape
@@ -274,6 +298,8 @@ def decode_batch(data, segment=None, token=None):
     else:
         images = np.frombuffer(data, dtype=dtype, count=count,
                                offset=images_offset).reshape(shape)
+        if images.ctypes.data % dtype.itemsize:
+            images = _aligned_copy(images)
     labels = np.array(message.labels, dtype=np.int32)
     valid = np.array(message.valid, dtype=np.bool_) if message.valid else None
     record_ids = None

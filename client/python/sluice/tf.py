@@ -33,6 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from sluice._client import Client, image_hw
+from sluice import _wire
 from sluice._errors import SluiceError
 
 _TF_DTYPES = {"uint8": tf.uint8, "float16": tf.float16, "bfloat16": tf.bfloat16,
@@ -160,6 +161,13 @@ def dataset(target, dataset, batch_size=None, image_size=None, mode=None, seed=N
                               "dataset %r: the server's batches are %s %s, which this client "
                               "does not know" % (dataset, plan.dtype, plan.layout))
         output = dict(dtype=plan.dtype, layout=plan.layout, mixes_labels=plan.mixes_labels)
+        if plan.dtype == "bfloat16" and _wire.DTYPES[2][1] == np.dtype("<u2"):
+            # Without ml_dtypes the images are uint16 bits, which from_generator refuses as
+            # tf.bfloat16 with a type error that names neither the cause nor the cure.
+            raise SluiceError(grpc.StatusCode.FAILED_PRECONDITION,
+                              "dataset %r: transform set %r gives bfloat16 images, which need "
+                              "the ml_dtypes package: pip install 'sluice[bfloat16]'"
+                              % (dataset, transform_set))
     cardinality = None
     if epochs and (num_consumers or not job_name) and at_epoch_start:
         if plan is not None and plan.equal_shares in ("drop", "pad") and (

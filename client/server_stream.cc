@@ -221,7 +221,7 @@ Status ServerStream::RunOnce(const std::shared_ptr<grpc::Channel>& channel, bool
   if (StartCall(call.get(), &cq, request)) {
     std::shared_ptr<SharedSegment> segment;
     if (request.shared_memory()) segment = OpenSegment(context, request);
-    decode_error = ReadBatches(channel, call.get(), &cq, &context, segment, progressed);
+    decode_error = ReadBatches(call.get(), &cq, &context, segment, progressed);
   }
   grpc::Status status;
   call->Finish(&status, Tag(Op::kFinish));
@@ -292,8 +292,7 @@ Status ServerStream::CheckLockstepGap(const BatchMeta* meta) {
                   "this consumer fewer batches than the others");
 }
 
-Status ServerStream::ReadBatches(const std::shared_ptr<grpc::Channel>& channel, Call* call,
-                                 grpc::CompletionQueue* cq, grpc::ClientContext* context,
+Status ServerStream::ReadBatches(Call* call, grpc::CompletionQueue* cq, grpc::ClientContext* context,
                                  const std::shared_ptr<SharedSegment>& segment, bool* progressed) {
   for (;;) {
     grpc::ByteBuffer in;

@@ -75,8 +75,7 @@ class ServerStream {
                                              const v1::StreamRequest& request) const;
   // Reads batches into ready_ until the call ends, the pool closes or a batch is bad (the call
   // is then cancelled and the error returned).
-  Status ReadBatches(const std::shared_ptr<grpc::Channel>& channel, Call* call,
-                     grpc::CompletionQueue* cq, grpc::ClientContext* context,
+  Status ReadBatches(Call* call, grpc::CompletionQueue* cq, grpc::ClientContext* context,
                      const std::shared_ptr<SharedSegment>& segment, bool* progressed);
   // Lockstep, after a reconnect: DataLoss naming the positions of this consumer's share that
   // are missing between the last batch received and `meta` (written by the server to a

@@ -736,6 +736,20 @@ SLUICE_AVX2_INLINE void StoreScalar(float v, void* out, size_t i) {
   }
 }
 
+// The scale and bias of three consecutive 8-value vectors of NHWC values, whose channels cycle
+// r g b r g b r g, b r g ..., g b r ...
+SLUICE_AVX2_INLINE void CycleConstants(const OutputSpec& spec, __m256* scale, __m256* bias) {
+  for (int k = 0; k < 3; ++k) {
+    float s[8], b[8];
+    for (int i = 0; i < 8; ++i) {
+      s[i] = spec.scale[(k * 8 + i) % 3];
+      b[i] = spec.bias[(k * 8 + i) % 3];
+    }
+    scale[k] = _mm256_loadu_ps(s);
+    bias[k] = _mm256_loadu_ps(b);
+  }
+}
+
 template <DType kDType>
 SLUICE_AVX2 void WriteFloatAvx2(const ImageView& img, const OutputSpec& spec, void* dst) {
   const size_t w = static_cast<size_t>(img.width);
@@ -771,15 +785,7 @@ SLUICE_AVX2 void WriteFloatAvx2(const ImageView& img, const OutputSpec& spec, vo
   }
   // NHWC: eight pixels are three vectors whose channels cycle r g b r g b r g, b r g ..., g b r ...
   __m256 scale[3], bias[3];
-  for (int k = 0; k < 3; ++k) {
-    float s[8], b[8];
-    for (int i = 0; i < 8; ++i) {
-      s[i] = spec.scale[(k * 8 + i) % 3];
-      b[i] = spec.bias[(k * 8 + i) % 3];
-    }
-    scale[k] = _mm256_loadu_ps(s);
-    bias[k] = _mm256_loadu_ps(b);
-  }
+  CycleConstants(spec, scale, bias);
   const size_t n = w * 3;
   for (int y = 0; y < img.height; ++y) {
     const uint8_t* px = img.row(y);
@@ -915,15 +921,7 @@ class Avx2Writer {
       bias_[c] = _mm256_set1_ps(spec.bias[c]);
     }
     // NHWC: eight values' channels cycle r g b r g b r g, b r g ..., g b r ...
-    for (int k = 0; k < 3; ++k) {
-      float s[8], b[8];
-      for (int i = 0; i < 8; ++i) {
-        s[i] = spec.scale[(k * 8 + i) % 3];
-        b[i] = spec.bias[(k * 8 + i) % 3];
-      }
-      cycle_scale_[k] = _mm256_loadu_ps(s);
-      cycle_bias_[k] = _mm256_loadu_ps(b);
-    }
+    CycleConstants(spec, cycle_scale_, cycle_bias_);
   }
 
   SLUICE_AVX2_INLINE void Write(const float* r, const float* g, const float* b, int m,

@@ -281,7 +281,7 @@ struct Slot {
   std::vector<uint8_t> bytes;
 };
 
-Slot Write(const ImageView& img, DType dtype, Layout layout, Kernels kernels) {
+OutputSpec NormalizedSpec(DType dtype, Layout layout) {
   OutputSpec spec;
   spec.dtype = dtype;
   spec.layout = layout;
@@ -290,6 +290,11 @@ Slot Write(const ImageView& img, DType dtype, Layout layout, Kernels kernels) {
     spec.scale[c] = 1.0f / (255.0f * std[c]);
     spec.bias[c] = -mean[c] / std[c];
   }
+  return spec;
+}
+
+Slot Write(const ImageView& img, DType dtype, Layout layout, Kernels kernels) {
+  const OutputSpec spec = NormalizedSpec(dtype, layout);
   Slot slot;
   // One spare element past the end, which the writer must leave alone.
   slot.bytes.assign((static_cast<size_t>(img.width) * img.height * 3 + 1) * DTypeSize(dtype), 0xAB);
@@ -479,18 +484,6 @@ std::string Describe(const std::vector<JitterStep>& steps) {
     out += std::to_string(static_cast<int>(s.kind)) + " " + std::to_string(s.factor) + ", ";
   }
   return out;
-}
-
-OutputSpec NormalizedSpec(DType dtype, Layout layout) {
-  OutputSpec spec;
-  spec.dtype = dtype;
-  spec.layout = layout;
-  const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
-  for (int c = 0; c < 3; ++c) {
-    spec.scale[c] = 1.0f / (255.0f * std[c]);
-    spec.bias[c] = -mean[c] / std[c];
-  }
-  return spec;
 }
 
 std::vector<Kernels> KernelPaths() {

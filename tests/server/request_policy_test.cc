@@ -255,7 +255,8 @@ TEST_CASE("DescribeDatasetShowsDefaultsLimitsAndFixedFields") {
   REQUIRE(TextFormat::ParseFromString(
       "name: \"train\" files: 3 num_classes: 10 batch_size: 256 image_height: 224 "
       "image_width: 224 mode: MODE_TRAIN max_batch_size: 1024 min_image_size: 32 "
-      "max_image_size: 1024",
+      "max_image_size: 1024 "
+      "transform_sets { name: \"default\" transforms { preset: PRESET_IMAGENET_TRAIN } }",
       &want));
   CHECK(google::protobuf::util::MessageDifferencer::Equals(train, want));
 

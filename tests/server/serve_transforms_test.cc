@@ -141,7 +141,9 @@ TEST_CASE("ProfileTargetReadsTheChosenTransformSet") {
   CHECK(ok.exit_code == 0);
   auto bad = testing::RunSluice(base + "nope");
   CHECK(bad.exit_code == 1);
-  CHECK_THAT(bad.err, Catch::Contains("transform_set 'nope' is not offered"));
+  // The client checks the set against each server's ListDatasets before streaming.
+  CHECK_THAT(bad.err, Catch::Contains("transform set 'nope' is not offered by " + server.address() +
+                                      ", which offers: default, bf16, mix"));
 }
 
 TEST_CASE("ListDatasetsDescribesEveryTransformSetAsConfigured") {

@@ -347,7 +347,9 @@ TEST_CASE("QuickConfigServesOneDatasetOnLoopback") {
 }
 
 TEST_CASE("BatchMessageBytesIsPixelsLabelsAndFraming") {
-  CHECK(BatchMessageBytes(2, 4, 5) == 2 * 4 * 5 * 3 + 2 * 10 + 128);
+  CHECK(BatchMessageBytes(2, 4, 5) == 2 * 4 * 5 * 3 + 2 * 40 + 128);
+  // A float32 transform set's batch: four bytes a value.
+  CHECK(BatchMessageBytes(2, 4, 5, 4) == 2 * 4 * 5 * 3 * 4 + 2 * 40 + 128);
 }
 
 }  // namespace

@@ -42,20 +42,45 @@ double Gamma(double alpha, AugmentRng& rng) {
 
 float Load(const uint8_t* p, DType t) {
   switch (t) {
-    case DType::kUint8: return *p;
-    case DType::kFloat16: { uint16_t h; std::memcpy(&h, p, 2); return HalfToFloat(h); }
-    case DType::kBFloat16: { uint16_t h; std::memcpy(&h, p, 2); return BFloat16ToFloat(h); }
-    case DType::kFloat32: { float f; std::memcpy(&f, p, 4); return f; }
+    case DType::kUint8:
+      return *p;
+    case DType::kFloat16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return HalfToFloat(h);
+    }
+    case DType::kBFloat16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return BFloat16ToFloat(h);
+    }
+    case DType::kFloat32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
   }
   return 0;
 }
 
 void Store(float v, uint8_t* p, DType t) {
   switch (t) {
-    case DType::kUint8: *p = static_cast<uint8_t>(std::clamp(std::nearbyint(v), 0.0f, 255.0f)); break;
-    case DType::kFloat16: { const uint16_t h = FloatToHalf(v); std::memcpy(p, &h, 2); break; }
-    case DType::kBFloat16: { const uint16_t h = FloatToBFloat16(v); std::memcpy(p, &h, 2); break; }
-    case DType::kFloat32: std::memcpy(p, &v, 4); break;
+    case DType::kUint8:
+      *p = static_cast<uint8_t>(std::clamp(std::nearbyint(v), 0.0f, 255.0f));
+      break;
+    case DType::kFloat16: {
+      const uint16_t h = FloatToHalf(v);
+      std::memcpy(p, &h, 2);
+      break;
+    }
+    case DType::kBFloat16: {
+      const uint16_t h = FloatToBFloat16(v);
+      std::memcpy(p, &h, 2);
+      break;
+    }
+    case DType::kFloat32:
+      std::memcpy(p, &v, 4);
+      break;
   }
 }
 
@@ -155,7 +180,8 @@ void BatchMixer::Mix(BatchBuffer* b, int size, int64_t epoch, int64_t index) {
     y1 = std::max(cy - half_h, 0);
     x2 = std::min(cx + half_w, b->width);
     y2 = std::min(cy + half_h, b->height);
-    weight = 1.0 - static_cast<double>(x2 - x1) * (y2 - y1) / (static_cast<double>(b->width) * b->height);
+    weight = 1.0 -
+             static_cast<double>(x2 - x1) * (y2 - y1) / (static_cast<double>(b->width) * b->height);
   }
   for (int i = 0; i < size; ++i) {
     b->mixed_labels[i] = b->labels[(i + size - 1) % size];

@@ -15,7 +15,8 @@
 
 namespace sluice {
 
-// A draw from Beta(alpha, alpha) (two Gamma(alpha) draws, Marsaglia and Tsang). REQUIRES: alpha > 0.
+// A draw from Beta(alpha, alpha) (two Gamma(alpha) draws, Marsaglia and Tsang). REQUIRES: alpha >
+// 0.
 double SampleBeta(double alpha, AugmentRng& rng);
 
 class BatchMixer {

@@ -104,8 +104,8 @@ GeometryPlan PlanGeometry(const std::vector<GeometryOp>& ops, int width, int hei
           const bool wide = v.cols > v.rows;
           const int shorter = wide ? v.rows : v.cols;
           const int longer = wide ? v.cols : v.rows;
-          const int new_long = static_cast<int>(static_cast<double>(g.shorter_side) * longer /
-                                                shorter);
+          const int new_long =
+              static_cast<int>(static_cast<double>(g.shorter_side) * longer / shorter);
           const int new_long_clamped = std::max(1, new_long);
           if (wide) {
             v.Resize(new_long_clamped, g.shorter_side);

@@ -1,6 +1,7 @@
 #include "pipeline/pixel_chain.h"
 
 #include <array>
+#include <cstring>
 #include <utility>
 
 #include "formats/crop_window.h"
@@ -97,6 +98,20 @@ Status ApplyPixelOps(const std::vector<PixelOp>& ops, MutableImageView img, Augm
         if (Draw(rng, op.p)) {
           Posterize(img, op.bits);
           Note(draws, "posterize", {static_cast<double>(op.bits)});
+        }
+        break;
+      case PixelOp::Kind::kRotate:
+        if (Draw(rng, op.p)) {
+          const double angle = Uniform(rng, op.degrees[0], op.degrees[1]);
+          // F.rotate warps from a copy: the source must not be the image being written.
+          const size_t row = static_cast<size_t>(img.width) * 3;
+          scratch->resize(row * img.height);
+          for (int y = 0; y < img.height; ++y) {
+            std::memcpy(scratch->data() + y * row, img.row(y), row);
+          }
+          AffineNearest(ImageView{scratch->data(), img.width, img.height, row}, img, angle, 0, 0, 0,
+                        0, /*center_at_origin=*/false);
+          Note(draws, "rotate", {angle});
         }
         break;
       case PixelOp::Kind::kTrivialAugmentWide:

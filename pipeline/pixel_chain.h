@@ -16,8 +16,8 @@ namespace sluice {
 
 // What one op drew, for the tests that replay a chain in torchvision (see ApplyPixelOps).
 struct PixelOpDraw {
-  std::string name;             // "brightness", "contrast", "saturation", "hue", "grayscale", ...
-  std::vector<double> params;   // the op's parameters as torchvision's functional op takes them
+  std::string name;            // "brightness", "contrast", "saturation", "hue", "grayscale", ...
+  std::vector<double> params;  // the op's parameters as torchvision's functional op takes them
 };
 
 // Applies ops to img in place. draws, when given, receives every op applied with its parameters,

@@ -31,14 +31,15 @@ class Checker {
   // [h, w], [s] or empty (the pipeline's size).
   Status Size(const google::protobuf::RepeatedField<int32_t>& size, int height, int width,
               int* out_h, int* out_w) const {
-    if (size.size() > 2) return Bad("size", "has " + std::to_string(size.size()) +
-                                                " values; give [height, width] or [size]");
+    if (size.size() > 2)
+      return Bad("size",
+                 "has " + std::to_string(size.size()) + " values; give [height, width] or [size]");
     *out_h = size.empty() ? height : size[0];
     *out_w = size.empty() ? width : size[size.size() - 1];
     for (int v : {*out_h, *out_w}) {
       if (v < 1 || v > kMaxOpSize) {
-        return Bad("size", std::to_string(v) + " is outside [1, " + std::to_string(kMaxOpSize) +
-                               "]");
+        return Bad("size",
+                   std::to_string(v) + " is outside [1, " + std::to_string(kMaxOpSize) + "]");
       }
     }
     return Status::OK();
@@ -47,7 +48,8 @@ class Checker {
   // A [min, max] range from 0, 1 or 2 values: none gives `otherwise`.
   Status Range(const std::string& field, const google::protobuf::RepeatedField<double>& v,
                double lo_default, double hi_default, double* out) const {
-    if (v.size() > 2) return Bad(field, "has " + std::to_string(v.size()) + " values; give [min, max]");
+    if (v.size() > 2)
+      return Bad(field, "has " + std::to_string(v.size()) + " values; give [min, max]");
     out[0] = v.empty() ? lo_default : v[0];
     out[1] = v.size() == 2 ? v[1] : (v.empty() ? hi_default : v[0]);
     if (!std::isfinite(out[0]) || !std::isfinite(out[1]) || out[0] > out[1]) {
@@ -63,14 +65,18 @@ class Checker {
 
 ResizeFilter FilterOf(v1::Interpolation i) {
   switch (i) {
-    case v1::INTERPOLATION_AREA: return ResizeFilter::kArea;
-    case v1::INTERPOLATION_BICUBIC: return ResizeFilter::kBicubic;
-    default: return ResizeFilter::kBilinear;
+    case v1::INTERPOLATION_AREA:
+      return ResizeFilter::kArea;
+    case v1::INTERPOLATION_BICUBIC:
+      return ResizeFilter::kBicubic;
+    default:
+      return ResizeFilter::kBilinear;
   }
 }
 
 Status CheckFilter(const Checker& c, v1::Interpolation i) {
-  if (!v1::Interpolation_IsValid(i)) return c.Bad("interpolation", "unknown value " + std::to_string(i));
+  if (!v1::Interpolation_IsValid(i))
+    return c.Bad("interpolation", "unknown value " + std::to_string(i));
   return Status::OK();
 }
 
@@ -128,8 +134,9 @@ Status Channels(const Checker& c, const std::string& field,
 
 }  // namespace
 
-Result<TransformSpec> CompileTransforms(const google::protobuf::RepeatedPtrField<v1::TransformOp>& ops,
-                                        bool eval, int height, int width, int num_classes) {
+Result<TransformSpec> CompileTransforms(
+    const google::protobuf::RepeatedPtrField<v1::TransformOp>& ops, bool eval, int height,
+    int width, int num_classes) {
   TransformSpec spec;
   if (ops.empty()) {
     GeometryOp g;
@@ -141,8 +148,8 @@ Result<TransformSpec> CompileTransforms(const google::protobuf::RepeatedPtrField
   }
   // The size the list has made so far; nullopt while it depends on the image.
   std::optional<std::pair<int, int>> size;
-  std::string size_set_by;   // the op that last set it, for messages
-  std::string first_pixel;   // the first per-pixel op, for messages
+  std::string size_set_by;  // the op that last set it, for messages
+  std::string first_pixel;  // the first per-pixel op, for messages
   std::string normalized_by;
   bool has_output = false;
   for (int i = 0; i < ops.size(); ++i) {
@@ -246,12 +253,11 @@ Result<TransformSpec> CompileTransforms(const google::protobuf::RepeatedPtrField
       case v1::TransformOp::kColorJitter: {
         const auto& o = op.color_jitter();
         px.kind = PixelOp::Kind::kColorJitter;
-        RETURN_IF_ERROR(JitterFactor(c, "brightness", o.brightness(), &px.has_brightness,
-                                     px.brightness));
         RETURN_IF_ERROR(
-            JitterFactor(c, "contrast", o.contrast(), &px.has_contrast, px.contrast));
-        RETURN_IF_ERROR(JitterFactor(c, "saturation", o.saturation(), &px.has_saturation,
-                                     px.saturation));
+            JitterFactor(c, "brightness", o.brightness(), &px.has_brightness, px.brightness));
+        RETURN_IF_ERROR(JitterFactor(c, "contrast", o.contrast(), &px.has_contrast, px.contrast));
+        RETURN_IF_ERROR(
+            JitterFactor(c, "saturation", o.saturation(), &px.has_saturation, px.saturation));
         RETURN_IF_ERROR(HueRange(c, o.hue(), &px.has_hue, px.hue));
         if (!v1::JitterOrder_IsValid(o.order())) return c.Bad("order", "unknown value");
         px.random_order = o.order() == v1::JITTER_ORDER_RANDOM;
@@ -260,16 +266,15 @@ Result<TransformSpec> CompileTransforms(const google::protobuf::RepeatedPtrField
       }
       case v1::TransformOp::kGrayscale:
         px.kind = PixelOp::Kind::kGrayscale;
-        RETURN_IF_ERROR(
-            c.Probability("p", op.grayscale().has_p(), op.grayscale().p(), 1, &px.p));
+        RETURN_IF_ERROR(c.Probability("p", op.grayscale().has_p(), op.grayscale().p(), 1, &px.p));
         break;
       case v1::TransformOp::kGaussianBlur: {
         const auto& o = op.gaussian_blur();
         px.kind = PixelOp::Kind::kGaussianBlur;
         px.kernel_size = o.kernel_size();
         if (px.kernel_size < 1 || px.kernel_size % 2 == 0 || px.kernel_size > 255) {
-          return c.Bad("kernel_size", std::to_string(px.kernel_size) +
-                                          " is not an odd number in [1, 255]");
+          return c.Bad("kernel_size",
+                       std::to_string(px.kernel_size) + " is not an odd number in [1, 255]");
         }
         RETURN_IF_ERROR(c.Range("sigma", o.sigma(), 0.1, 2.0, px.sigma));
         if (!(px.sigma[0] > 0)) return c.Bad("sigma", "must be > 0");
@@ -290,9 +295,29 @@ Result<TransformSpec> CompileTransforms(const google::protobuf::RepeatedPtrField
         if (px.bits < 1 || px.bits > 8) {
           return c.Bad("bits", std::to_string(px.bits) + " is outside [1, 8]");
         }
-        RETURN_IF_ERROR(
-            c.Probability("p", op.posterize().has_p(), op.posterize().p(), 0.5, &px.p));
+        RETURN_IF_ERROR(c.Probability("p", op.posterize().has_p(), op.posterize().p(), 0.5, &px.p));
         break;
+      case v1::TransformOp::kRotate: {
+        const auto& o = op.rotate();
+        px.kind = PixelOp::Kind::kRotate;
+        if (o.degrees().empty())
+          return c.Bad("degrees", "is empty; give d (for [-d, d]) or [min, max]");
+        if (o.degrees().size() == 1) {
+          if (!(o.degrees(0) >= 0)) {
+            return c.Bad("degrees",
+                         std::to_string(o.degrees(0)) + " is negative (one value d means [-d, d])");
+          }
+          px.degrees[0] = -o.degrees(0);
+          px.degrees[1] = o.degrees(0);
+        } else {
+          RETURN_IF_ERROR(c.Range("degrees", o.degrees(), 0, 0, px.degrees));
+        }
+        if (px.degrees[0] < -360 || px.degrees[1] > 360) {
+          return c.Bad("degrees", "range leaves [-360, 360]");
+        }
+        RETURN_IF_ERROR(c.Probability("p", o.has_p(), o.p(), 1, &px.p));
+        break;
+      }
       case v1::TransformOp::kTrivialAugmentWide:
         px.kind = PixelOp::Kind::kTrivialAugmentWide;
         px.num_magnitude_bins = op.trivial_augment_wide().num_magnitude_bins();
@@ -326,7 +351,8 @@ Result<TransformSpec> CompileTransforms(const google::protobuf::RepeatedPtrField
         RETURN_IF_ERROR(Channels(c, "mean", op.normalize().mean(), 0, mean));
         RETURN_IF_ERROR(Channels(c, "std", op.normalize().std(), 1, stddev));
         for (int ch = 0; ch < 3; ++ch) {
-          if (!(stddev[ch] > 0)) return c.Bad("std", "must be > 0 (channel " + std::to_string(ch) + ")");
+          if (!(stddev[ch] > 0))
+            return c.Bad("std", "must be > 0 (channel " + std::to_string(ch) + ")");
           spec.output.scale[ch] = static_cast<float>(1.0 / (255.0 * stddev[ch]));
           spec.output.bias[ch] = static_cast<float>(-mean[ch] / stddev[ch]);
         }
@@ -338,8 +364,10 @@ Result<TransformSpec> CompileTransforms(const google::protobuf::RepeatedPtrField
       }
       case v1::TransformOp::kOutput: {
         const auto& o = op.output();
-        if (!v1::DType_IsValid(o.dtype())) return c.Bad("dtype", "unknown value " + std::to_string(o.dtype()));
-        if (!v1::Layout_IsValid(o.layout())) return c.Bad("layout", "unknown value " + std::to_string(o.layout()));
+        if (!v1::DType_IsValid(o.dtype()))
+          return c.Bad("dtype", "unknown value " + std::to_string(o.dtype()));
+        if (!v1::Layout_IsValid(o.layout()))
+          return c.Bad("layout", "unknown value " + std::to_string(o.layout()));
         spec.output.dtype = static_cast<DType>(o.dtype());
         spec.output.layout = static_cast<Layout>(o.layout());
         if (spec.normalize && spec.output.dtype == DType::kUint8) {
@@ -353,7 +381,8 @@ Result<TransformSpec> CompileTransforms(const google::protobuf::RepeatedPtrField
       case v1::TransformOp::kCutmix: {
         const double alpha = op.has_mixup() ? op.mixup().alpha() : op.cutmix().alpha();
         const double a = alpha == 0 ? 1.0 : alpha;
-        if (!(a > 0) || !std::isfinite(a)) return c.Bad("alpha", std::to_string(alpha) + " is not > 0");
+        if (!(a > 0) || !std::isfinite(a))
+          return c.Bad("alpha", std::to_string(alpha) + " is not > 0");
         double& slot = op.has_mixup() ? spec.mixup_alpha : spec.cutmix_alpha;
         if (slot > 0) return c.Bad("", "appears twice");
         slot = a;
@@ -392,13 +421,17 @@ Result<TransformSpec> CompileTransforms(const google::protobuf::RepeatedPtrField
                            "PRESET_IMAGENET_TRAIN, a crop or resize { size } before it");
   }
   if (!size) {
-    return InvalidArgument(size_set_by + ": the list ends at a size that depends on the image; "
-                           "end its geometry with a crop or resize { size } of " + want);
+    return InvalidArgument(size_set_by +
+                           ": the list ends at a size that depends on the image; "
+                           "end its geometry with a crop or resize { size } of " +
+                           want);
   }
   if (size->first != height || size->second != width) {
     return InvalidArgument(size_set_by + ": makes " + std::to_string(size->first) + "x" +
-                           std::to_string(size->second) + " images, but the pipeline's image size "
-                           "is " + want + " (image_height x image_width)");
+                           std::to_string(size->second) +
+                           " images, but the pipeline's image size "
+                           "is " +
+                           want + " (image_height x image_width)");
   }
   return spec;
 }

@@ -44,6 +44,7 @@ struct PixelOp {
     kPosterize,
     kTrivialAugmentWide,
     kRandAugment,
+    kRotate,
   };
   Kind kind = Kind::kGrayscale;
   double p = 1;  // applied with this probability
@@ -51,10 +52,11 @@ struct PixelOp {
   bool has_brightness = false, has_contrast = false, has_saturation = false, has_hue = false;
   double brightness[2] = {1, 1}, contrast[2] = {1, 1}, saturation[2] = {1, 1}, hue[2] = {0, 0};
   bool random_order = true;
-  int kernel_size = 0;              // kGaussianBlur
-  double sigma[2] = {0.1, 2.0};     // kGaussianBlur
-  double threshold = 0;             // kSolarize
-  int bits = 8;                     // kPosterize
+  int kernel_size = 0;           // kGaussianBlur
+  double sigma[2] = {0.1, 2.0};  // kGaussianBlur
+  double threshold = 0;          // kSolarize
+  int bits = 8;                  // kPosterize
+  double degrees[2] = {0, 0};    // kRotate: the angle's range, counter-clockwise
   int num_ops = 1, magnitude = 0, num_magnitude_bins = 31;  // the policies
 };
 
@@ -80,8 +82,9 @@ struct TransformSpec {
 // fused (a geometric op after a per-pixel one, anything but output after normalize), a list whose
 // last size is not height x width, normalize with a uint8 output, or mixup/cutmix without
 // num_classes (> 0).
-Result<TransformSpec> CompileTransforms(const google::protobuf::RepeatedPtrField<v1::TransformOp>& ops,
-                                        bool eval, int height, int width, int num_classes);
+Result<TransformSpec> CompileTransforms(
+    const google::protobuf::RepeatedPtrField<v1::TransformOp>& ops, bool eval, int height,
+    int width, int num_classes);
 
 // The dtype a list's batches hold (its output op's; float32 after a normalize without one; else
 // uint8), without checking the list.

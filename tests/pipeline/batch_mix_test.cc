@@ -3,7 +3,6 @@
 #include "pipeline/batch_mix.h"
 
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <cstring>
 

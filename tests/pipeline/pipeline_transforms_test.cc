@@ -1,9 +1,9 @@
 // Whole pipelines with transform lists (issue 16): output dtypes and layouts hold what the uint8
 // recipe holds, converted; random ops are the same bytes at any thread count and cache; mixup and
 // cutmix mix each batch with itself rolled by one; padding crops leave zeros.
-#include <catch2/catch.hpp>
 #include <google/protobuf/text_format.h>
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -87,8 +87,8 @@ TEST_CASE("Bf16NchwNormalizedHoldsTheUint8RecipeConverted") {
           uint16_t bits;
           std::memcpy(&bits, bf16.image_bytes.data() + (((i * 3 + c) * h + y) * w + x) * 2, 2);
           const double want = (u / 255.0 - mean[c]) / stddev[c];
-          worst = std::max(worst, std::abs(BFloat16ToFloat(bits) - want) /
-                                      std::max(1.0, std::abs(want)));
+          worst = std::max(worst,
+                           std::abs(BFloat16ToFloat(bits) - want) / std::max(1.0, std::abs(want)));
         }
       }
     }
@@ -105,6 +105,7 @@ TEST_CASE("RandomOpsAreTheSameBytesAtOneAndTwoThreadsAndWithTheDecodedCache") {
     transforms { color_jitter { brightness: 0.4 contrast: 0.4 saturation: 0.4 hue: 0.1 } }
     transforms { grayscale { p: 0.2 } }
     transforms { gaussian_blur { kernel_size: 3 p: 0.5 } }
+    transforms { rotate { degrees: 20 p: 0.5 } }
     transforms { trivial_augment_wide {} }
     transforms { rand_augment {} }
     transforms { output { dtype: DTYPE_FLOAT16 } })";
@@ -177,9 +178,10 @@ TEST_CASE("MixupBlendsEachSampleWithThePreviousOneAndSaysSo") {
       for (size_t k = 0; k < image; ++k) {
         const double want = lambda * static_cast<uint8_t>(plain[b].images[i * image + k]) +
                             (1 - lambda) * static_cast<uint8_t>(plain[b].images[prev * image + k]);
-        worst = std::max(worst, static_cast<int>(std::abs(
-                                    static_cast<uint8_t>(mixed[b].images[i * image + k]) - want) +
-                                                0.5));
+        worst = std::max(
+            worst,
+            static_cast<int>(std::abs(static_cast<uint8_t>(mixed[b].images[i * image + k]) - want) +
+                             0.5));
       }
       CHECK(worst <= 1);
     }
@@ -198,9 +200,10 @@ TEST_CASE("CutmixPastesABoxOfThePreviousSampleAndWeighsWhatItLeaves") {
     // Pixels from the previous sample: count them in sample 1 (sample 0 mixes with the last).
     int from_prev = 0;
     for (int p = 0; p < h * w; ++p) {
-      const bool own = std::memcmp(&mixed[b].images[image + p * 3], &plain[b].images[image + p * 3],
-                                   3) == 0;
-      const bool prev = std::memcmp(&mixed[b].images[image + p * 3], &plain[b].images[p * 3], 3) == 0;
+      const bool own =
+          std::memcmp(&mixed[b].images[image + p * 3], &plain[b].images[image + p * 3], 3) == 0;
+      const bool prev =
+          std::memcmp(&mixed[b].images[image + p * 3], &plain[b].images[p * 3], 3) == 0;
       REQUIRE((own || prev));
       if (!own) ++from_prev;
     }
@@ -224,7 +227,8 @@ TEST_CASE("RandomCropWithPaddingLeavesZeroBorders") {
     bool zero_edge = true;
     for (size_t k = 0; k < 40 * 3; ++k) zero_edge &= c.image_bytes[i * image + k] == 0;
     bool zero_bottom = true;
-    for (size_t k = 0; k < 40 * 3; ++k) zero_bottom &= c.image_bytes[i * image + image - 1 - k] == 0;
+    for (size_t k = 0; k < 40 * 3; ++k)
+      zero_bottom &= c.image_bytes[i * image + image - 1 - k] == 0;
     images_with_zero_rows += (zero_edge || zero_bottom) ? 1 : 0;
   }
   // A window shifted vertically leaves a zero top or bottom row; 13 offsets of which 1 is not.
@@ -234,8 +238,9 @@ TEST_CASE("RandomCropWithPaddingLeavesZeroBorders") {
 TEST_CASE("TheDecodedCacheIsRefusedUnderACropOfAbsoluteSize") {
   TempDir dir;
   WriteTestShards(dir, 1, 4);
-  auto o = WithTransforms(dir, "transforms { random_crop { padding: 4 } } "
-                               "cache { mode: CACHE_DECODED }");
+  auto o = WithTransforms(dir,
+                          "transforms { random_crop { padding: 4 } } "
+                          "cache { mode: CACHE_DECODED }");
   auto p = Pipeline::Create(o);
   REQUIRE_FALSE(p.ok());
   CHECK_THAT(p.status().message(), Catch::Contains("cache.mode: CACHE_DECODED keeps images"));
@@ -246,8 +251,9 @@ TEST_CASE("TheDecodedCacheIsRefusedUnderACropOfAbsoluteSize") {
 TEST_CASE("ABadTransformListFailsPipelineCreationNamingTheField") {
   TempDir dir;
   WriteTestShards(dir, 1, 4);
-  auto o = WithTransforms(dir, "transforms { preset: PRESET_IMAGENET_TRAIN } "
-                               "transforms { color_jitter { saturation: -2 } }");
+  auto o = WithTransforms(dir,
+                          "transforms { preset: PRESET_IMAGENET_TRAIN } "
+                          "transforms { color_jitter { saturation: -2 } }");
   auto p = Pipeline::Create(o);
   REQUIRE_FALSE(p.ok());
   CHECK_THAT(p.status().message(), Catch::Contains("transforms[1].color_jitter.saturation"));

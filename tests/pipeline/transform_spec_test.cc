@@ -1,11 +1,11 @@
 // CompileTransforms: what a transform list means, and every kind of bad list refused with the
 // field named (issue 16: "bad transform configs are refused with the field named").
-#include <catch2/catch.hpp>
+#include "pipeline/transform_spec.h"
+
 #include <google/protobuf/text_format.h>
 
+#include <catch2/catch.hpp>
 #include <string>
-
-#include "pipeline/transform_spec.h"
 
 namespace sluice {
 namespace {
@@ -94,21 +94,47 @@ TEST_CASE("ResizeOfOneSizeIsTheShorterSideAsInTorchvision") {
 }
 
 TEST_CASE("RandAugmentTakesMagnitudeZeroAndNoOps") {
-  auto r = Compile("transforms { preset: PRESET_IMAGENET_TRAIN } "
-                   "transforms { rand_augment { magnitude: 0 num_ops: 0 } }");
+  auto r = Compile(
+      "transforms { preset: PRESET_IMAGENET_TRAIN } "
+      "transforms { rand_augment { magnitude: 0 num_ops: 0 } }");
   REQUIRE(r.ok());
   CHECK(r->pixel[0].magnitude == 0);
   CHECK(r->pixel[0].num_ops == 0);
-  auto defaults = Compile("transforms { preset: PRESET_IMAGENET_TRAIN } "
-                          "transforms { rand_augment {} }");
+  auto defaults = Compile(
+      "transforms { preset: PRESET_IMAGENET_TRAIN } "
+      "transforms { rand_augment {} }");
   REQUIRE(defaults.ok());
   CHECK(defaults->pixel[0].magnitude == 9);
   CHECK(defaults->pixel[0].num_ops == 2);
 }
 
+TEST_CASE("RotateTakesOneBoundOrARangeWithinAFullTurn") {
+  auto r =
+      Compile("transforms { preset: PRESET_IMAGENET_TRAIN } transforms { rotate { degrees: 15 } }");
+  REQUIRE(r.ok());
+  CHECK(r->pixel[0].kind == PixelOp::Kind::kRotate);
+  CHECK(r->pixel[0].degrees[0] == -15);
+  CHECK(r->pixel[0].degrees[1] == 15);
+  RefusedNaming("transforms { preset: PRESET_IMAGENET_TRAIN } transforms { rotate { } }",
+                "transforms[1].rotate.degrees");
+  RefusedNaming(
+      "transforms { preset: PRESET_IMAGENET_TRAIN } transforms { rotate { degrees: -5 } }",
+      "transforms[1].rotate.degrees");
+  RefusedNaming(
+      "transforms { preset: PRESET_IMAGENET_TRAIN } transforms { rotate { degrees: [-400, 10] } }",
+      "transforms[1].rotate.degrees");
+  // A rotation is applied to the resampled image: a crop may not follow it.
+  RefusedNaming(
+      "transforms { preset: PRESET_IMAGENET_TRAIN } transforms { rotate { degrees: 5 } } "
+      "transforms { center_crop {} }",
+      "transforms[2].center_crop: a geometric op after the per-pixel op "
+      "transforms[1].rotate");
+}
+
 TEST_CASE("MixupMayFollowOutput") {
-  auto r = Compile("transforms { preset: PRESET_IMAGENET_TRAIN } "
-                   "transforms { output { dtype: DTYPE_FLOAT32 } } transforms { mixup {} }");
+  auto r = Compile(
+      "transforms { preset: PRESET_IMAGENET_TRAIN } "
+      "transforms { output { dtype: DTYPE_FLOAT32 } } transforms { mixup {} }");
   REQUIRE(r.ok());
   CHECK(r->mixes_labels());
 }
@@ -128,8 +154,9 @@ TEST_CASE("BadListsAreRefusedNamingTheField") {
   RefusedNaming("transforms { resize { shorter_side: 256 size: 224 } }", "transforms[0].resize");
   RefusedNaming("transforms { resize { } }", "transforms[0].resize");
   RefusedNaming("transforms { random_crop { padding: -4 } }", "transforms[0].random_crop.padding");
-  RefusedNaming("transforms { preset: PRESET_IMAGENET_TRAIN } transforms { flip { horizontal_p: 1.5 } }",
-                "transforms[1].flip.horizontal_p");
+  RefusedNaming(
+      "transforms { preset: PRESET_IMAGENET_TRAIN } transforms { flip { horizontal_p: 1.5 } }",
+      "transforms[1].flip.horizontal_p");
   RefusedNaming(
       "transforms { preset: PRESET_IMAGENET_TRAIN } transforms { color_jitter { brightness: -1 } }",
       "transforms[1].color_jitter.brightness");
@@ -137,10 +164,12 @@ TEST_CASE("BadListsAreRefusedNamingTheField") {
       "transforms { preset: PRESET_IMAGENET_TRAIN } transforms { color_jitter { hue: 0.7 } }",
       "transforms[1].color_jitter.hue");
   RefusedNaming(
-      "transforms { preset: PRESET_IMAGENET_TRAIN } transforms { color_jitter { contrast: [2, 1] } }",
+      "transforms { preset: PRESET_IMAGENET_TRAIN } transforms { color_jitter { contrast: [2, 1] } "
+      "}",
       "transforms[1].color_jitter.contrast");
   RefusedNaming(
-      "transforms { preset: PRESET_IMAGENET_TRAIN } transforms { gaussian_blur { kernel_size: 4 } }",
+      "transforms { preset: PRESET_IMAGENET_TRAIN } transforms { gaussian_blur { kernel_size: 4 } "
+      "}",
       "transforms[1].gaussian_blur.kernel_size");
   RefusedNaming(
       "transforms { preset: PRESET_IMAGENET_TRAIN } transforms { gaussian_blur { kernel_size: 3 "

@@ -126,6 +126,8 @@ def replay_draw(t, draw):
         return F.solarize(t, p[0])
     if name == "posterize":
         return F.posterize(t, int(p[0]))
+    if name == "rotate":
+        return F.rotate(t, p[0], interpolation=InterpolationMode.NEAREST, fill=None)
     # A policy op: torchvision's name and signed magnitude, as _apply_op takes them (fill None:
     # zeros).
     return _apply_op(t, name, p[0], interpolation=InterpolationMode.NEAREST, fill=None)
@@ -442,6 +444,31 @@ def test_color_chain_normalized_nchw_matches_torchvision_replay(dtype):
             whole = (replay_chain(img, plan, size).float() / 255 - mean) / std
             within = (ours - whole).abs() <= level + bound
             assert 1 - float(within.float().mean()) < 0.2, (name, stream, plan)
+
+
+@pytest.mark.parametrize("rotate", ["rotate { degrees: 30 }", "rotate { degrees: [-180, 180] p: 0.7 }"])
+def test_rotate_chain_matches_torchvision_rotate(rotate):
+    """random_resized_crop (bicubic, as in the policy test) + the rotation: the drawn angle replayed
+    through F.rotate (NEAREST, expand=False, fill zeros) from Sluice's geometric stage and from
+    torchvision's. Nearest-neighbour picks may differ at exact .5 ties, as the policies' affine
+    ops may (test_torchvision_policy.py)."""
+    size = (56, 56)
+    geometry = ("transforms { random_resized_crop { size: [56, 56] "
+                "interpolation: INTERPOLATION_BICUBIC } } ")
+    ops = geometry + f"transforms {{ {rotate} }}"
+    angles = []
+    for name, img in IMAGES.items():
+        for stream in range(16):
+            ours, plan = run_chain(img, ops, *size, seed=23, stream=stream)
+            angles += [d["params"][0] for d in plan["draws"]]
+            stage = geometric_stage(img, geometry, plan, size, 23, stream)
+            for theirs in (replay_chain(img, plan, size, stage), replay_chain(img, plan, size)):
+                diff = np.abs(ours.astype(np.int16) - hwc(theirs).astype(np.int16)).max(axis=-1)
+                far = float(np.mean(diff > 1))
+                assert far < AFFINE_MAX_DIFFERING, (name, stream, plan, far)
+    limit = 30 if "30" in rotate else 180
+    assert angles and all(-limit <= a <= limit for a in angles), angles
+    assert max(angles) - min(angles) > limit / 2, angles  # the range is drawn across, not a constant
 
 
 @pytest.mark.parametrize("policy", ["trivial_augment_wide { }",

@@ -1,9 +1,9 @@
 // Transform sets through a real `sluice serve` (issue 16): a request chooses one of the sets its
 // dataset offers, never a list of its own; ListDatasets describes them; batches and plans say
 // their dtype and layout; bad sets stop the server at start naming the field.
-#include <catch2/catch.hpp>
 #include <grpcpp/grpcpp.h>
 
+#include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
@@ -115,8 +115,9 @@ TEST_CASE("AModeThatATransformListWouldIgnoreIsRefused") {
 }
 
 TEST_CASE("ASetOfFixedSizesIsRefusedAtAnotherRequestedSizeNamingTheSet") {
-  Fixture f(1, 4, "",
-            "transform_sets { name: \"fixed\" transforms { random_resized_crop { size: [32, 40] } } }\n");
+  Fixture f(
+      1, 4, "",
+      "transform_sets { name: \"fixed\" transforms { random_resized_crop { size: [32, 40] } } }\n");
   ServerProcess server(f.Args());
   REQUIRE(server.running());
   auto request = Request();
@@ -133,9 +134,9 @@ TEST_CASE("ProfileTargetReadsTheChosenTransformSet") {
   Fixture f(2, 8, "", kSets);
   ServerProcess server(f.Args());
   REQUIRE(server.running());
-  const std::string base =
-      "profile --target " + server.address() + " --dataset train --batches 2 --warmup-batches 0 "
-      "--no-shared-memory --json --transform-set ";
+  const std::string base = "profile --target " + server.address() +
+                           " --dataset train --batches 2 --warmup-batches 0 "
+                           "--no-shared-memory --json --transform-set ";
   auto ok = testing::RunSluice(base + "bf16");
   INFO(ok.err);
   CHECK(ok.exit_code == 0);

@@ -13,6 +13,10 @@ int UniformInt(AugmentRng& rng, int n) {
   return static_cast<int>(product >> 64);
 }
 
+bool Bernoulli(AugmentRng& rng, double p) {
+  return p >= 1 || (p > 0 && rng.NextDouble() < p);
+}
+
 int RoundHalfEven(double v) { return static_cast<int>(std::nearbyint(v)); }
 
 CropWindow RandomResizedCrop(int width, int height, const RandomResizedCropParams& params,

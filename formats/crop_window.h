@@ -14,6 +14,8 @@ double Uniform(AugmentRng& rng, double lo, double hi);
 // Uniform integer in [0, n] (n >= 0), by Lemire's multiply-shift: no division, and its bias of
 // at most n / 2^64 is far below anything a crop could show.
 int UniformInt(AugmentRng& rng, int n);
+// True with probability p: always at p >= 1, never at p <= 0 (neither draws).
+bool Bernoulli(AugmentRng& rng, double p);
 // Python's round(): halves go to the even neighbour (the default floating-point rounding mode),
 // so crops match torchvision's to the pixel.
 int RoundHalfEven(double v);

@@ -635,6 +635,17 @@ SLUICE_AVX2_INLINE __m128i FloatsToBytes16(const float* f) {
   return _mm_packus_epi16(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1));
 }
 
+// kPixelBlock interleaved RGB pixels at px, as floats in r, g and b.
+SLUICE_AVX2_INLINE void LoadBlockAvx2(const uint8_t* px, float* r, float* g, float* b) {
+  const Planes16 p = Deinterleave16(px);
+  float* const out[3] = {r, g, b};
+  const __m128i in[3] = {p.r, p.g, p.b};
+  for (int c = 0; c < 3; ++c) {
+    _mm256_store_ps(out[c], Low8ToFloat(in[c]));
+    _mm256_store_ps(out[c] + 8, Low8ToFloat(_mm_srli_si128(in[c], 8)));
+  }
+}
+
 // BlockImage with the channels split and joined by shuffles.
 template <BlockOp kOp>
 SLUICE_AVX2_INLINE void BlockImageAvx2(MutableImageView img, const float* params) {
@@ -644,13 +655,7 @@ SLUICE_AVX2_INLINE void BlockImageAvx2(MutableImageView img, const float* params
     int x0 = 0;
     for (; x0 + kPixelBlock <= img.width; x0 += kPixelBlock) {
       uint8_t* px = row + static_cast<size_t>(x0) * 3;
-      const Planes16 p = Deinterleave16(px);
-      float* const out[3] = {r, g, b};
-      const __m128i in[3] = {p.r, p.g, p.b};
-      for (int c = 0; c < 3; ++c) {
-        _mm256_store_ps(out[c], Low8ToFloat(in[c]));
-        _mm256_store_ps(out[c] + 8, Low8ToFloat(_mm_srli_si128(in[c], 8)));
-      }
+      LoadBlockAvx2(px, r, g, b);
       kOp(r, g, b, params);
       Interleave16(FloatsToBytes16(r), FloatsToBytes16(g), FloatsToBytes16(b), px);
     }
@@ -882,13 +887,7 @@ SLUICE_AVX2 void LinearAvx2(MutableImageView img, float ratio, float other) {
 struct Avx2Io {
   static SLUICE_AVX2_INLINE void Load(const uint8_t* px, int m, float* r, float* g, float* b) {
     if (m < kPixelBlock) return PortableIo::Load(px, m, r, g, b);
-    const Planes16 p = Deinterleave16(px);
-    float* const out[3] = {r, g, b};
-    const __m128i in[3] = {p.r, p.g, p.b};
-    for (int c = 0; c < 3; ++c) {
-      _mm256_store_ps(out[c], Low8ToFloat(in[c]));
-      _mm256_store_ps(out[c] + 8, Low8ToFloat(_mm_srli_si128(in[c], 8)));
-    }
+    LoadBlockAvx2(px, r, g, b);
   }
   static SLUICE_AVX2_INLINE void Store(const float* r, const float* g, const float* b, int m,
                                        uint8_t* px) {
@@ -1078,14 +1077,6 @@ void JitterAndWrite(MutableImageView img, const JitterStep* steps, int n, const 
 
 // ---- bfloat16 and float16 ----
 
-uint16_t FloatToBFloat16(float f) {
-  // c10::BFloat16's round_to_nearest_even: NaN becomes the canonical quiet NaN.
-  if (std::isnan(f)) return 0x7FC0;
-  const uint32_t u = FloatBits(f);
-  return static_cast<uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
-}
-
-float BFloat16ToFloat(uint16_t b) { return BitsFloat(static_cast<uint32_t>(b) << 16); }
 
 uint16_t FloatToHalf(float f) {
   // VCVTPS2PH's results: round to nearest even, overflow to infinity, subnormals kept, a NaN

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "formats/dtype.h"
@@ -102,8 +103,20 @@ void JitterAndWrite(MutableImageView img, const JitterStep* steps, int n, const 
                     void* dst);
 
 // bfloat16 and float16 conversions the clients and tests share (round to nearest even).
-uint16_t FloatToBFloat16(float f);
-float BFloat16ToFloat(uint16_t b);
+// Inline, so that loops over many values (a batch's mixup) vectorize.
+inline uint16_t FloatToBFloat16(float f) {
+  // c10::BFloat16's round_to_nearest_even: NaN becomes the canonical quiet NaN.
+  if (f != f) return 0x7FC0;
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return static_cast<uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
+}
+inline float BFloat16ToFloat(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
 uint16_t FloatToHalf(float f);
 float HalfToFloat(uint16_t h);
 

@@ -24,12 +24,11 @@ uint8_t* Augmenter::Target(uint8_t* slot) {
   return spec_.writes_slot_directly() ? slot : frame_.pixels.data();
 }
 
-Status Augmenter::Finish(AugmentRng& rng, uint8_t* slot) {
-  if (spec_.writes_slot_directly()) return Status::OK();
+void Augmenter::Finish(AugmentRng& rng, uint8_t* slot) {
+  if (spec_.writes_slot_directly()) return;
   MutableImageView img{frame_.pixels.data(), frame_.width, frame_.height,
                        static_cast<size_t>(frame_.width) * 3};
-  return ApplyPixelOpsAndWrite(spec_.pixel, img, rng, &blur_scratch_, &op_scratch_, spec_.output,
-                               slot);
+  ApplyPixelOpsAndWrite(spec_.pixel, img, rng, &blur_scratch_, &op_scratch_, spec_.output, slot);
 }
 
 Status Augmenter::Decode(WorkItem* w, uint8_t* slot) {
@@ -42,7 +41,8 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* slot) {
         PlanGeometry(spec_.geometry, c.width, c.height, options_.width, options_.height, rng);
     RenderGeometry(ImageView{c.pixels.get(), c.width, c.height, static_cast<size_t>(c.width) * 3},
                    plan, options_.width, options_.height, Target(slot));
-    return Finish(rng, slot);
+    Finish(rng, slot);
+    return Status::OK();
   }
   std::string_view jpeg;
   int64_t label = 0;
@@ -119,7 +119,8 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* slot) {
                              static_cast<size_t>(entry.width) * 3},
                    plan, options_.width, options_.height, Target(slot));
     cache_->Insert(w->file, w->record, std::move(entry));
-    return Finish(rng, slot);
+    Finish(rng, slot);
+    return Status::OK();
   }
 
   RETURN_IF_ERROR(parsed);
@@ -135,7 +136,8 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* slot) {
                                     plan.resize, DestPixels(plan, options_.width, target), stride,
                                     options_.max_pixels, /*stats=*/nullptr, &gate));
   }
-  return Finish(rng, slot);
+  Finish(rng, slot);
+  return Status::OK();
 }
 
 void Augmenter::ReleaseLargeImage() {

@@ -43,7 +43,7 @@ class Augmenter final : public Transform {
   // conversion follow.
   uint8_t* Target(uint8_t* slot);
   // The per-pixel ops on frame_, then the output conversion into slot (unless written directly).
-  Status Finish(AugmentRng& rng, uint8_t* slot);
+  void Finish(AugmentRng& rng, uint8_t* slot);
   AugmentRng RngFor(const WorkItem& w) const;
   // Frees decoded_ when it holds more than an ordinary image: no budget counts it between decodes.
   void ReleaseLargeImage();

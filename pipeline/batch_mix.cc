@@ -84,20 +84,6 @@ void Store(float v, uint8_t* p, DType t) {
   }
 }
 
-// bfloat16 <-> float inline (round to nearest even; mixed values are finite), so the loop below
-// vectorizes: a batch is tens of millions of values on the batcher's one thread.
-inline float Bf16ToF32(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-inline uint16_t F32ToBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
 // dst = lambda * dst + (1 - lambda) * other, element by element.
 void Blend(uint8_t* dst, const uint8_t* other, size_t values, DType t, float lambda) {
   const size_t step = DTypeSize(t);
@@ -119,7 +105,7 @@ void Blend(uint8_t* dst, const uint8_t* other, size_t values, DType t, float lam
     uint16_t* d = reinterpret_cast<uint16_t*>(dst);
     const uint16_t* o = reinterpret_cast<const uint16_t*>(other);
     for (size_t i = 0; i < values; ++i) {
-      d[i] = F32ToBf16(lambda * Bf16ToF32(d[i]) + rest * Bf16ToF32(o[i]));
+      d[i] = FloatToBFloat16(lambda * BFloat16ToFloat(d[i]) + rest * BFloat16ToFloat(o[i]));
     }
     return;
   }

@@ -65,8 +65,6 @@ void Clip(double begin, double size, int limit, int count, int* src_begin, int* 
   if (cb <= ca || *out_end <= *out_begin) *src_end = *src_begin, *out_end = *out_begin;
 }
 
-bool Draw(AugmentRng& rng, double p) { return p >= 1 || (p > 0 && rng.NextDouble() < p); }
-
 }  // namespace
 
 GeometryPlan PlanGeometry(const std::vector<GeometryOp>& ops, int width, int height, int out_width,
@@ -133,8 +131,8 @@ GeometryPlan PlanGeometry(const std::vector<GeometryOp>& ops, int width, int hei
         break;
       }
       case GeometryOp::Kind::kFlip:
-        v.flip_h ^= Draw(rng, g.horizontal_p);
-        v.flip_v ^= Draw(rng, g.vertical_p);
+        v.flip_h ^= Bernoulli(rng, g.horizontal_p);
+        v.flip_v ^= Bernoulli(rng, g.vertical_p);
         break;
     }
   }

@@ -10,8 +10,6 @@
 namespace sluice {
 namespace {
 
-bool Draw(AugmentRng& rng, double p) { return p >= 1 || (p > 0 && rng.NextDouble() < p); }
-
 void Note(std::vector<PixelOpDraw>* draws, std::string name, std::vector<double> params) {
   if (draws != nullptr) draws->push_back(PixelOpDraw{std::move(name), std::move(params)});
 }
@@ -73,35 +71,35 @@ void ColorJitter(const PixelOp& op, MutableImageView img, AugmentRng& rng,
 
 }  // namespace
 
-Status ApplyPixelOps(const std::vector<PixelOp>& ops, MutableImageView img, AugmentRng& rng,
+void ApplyPixelOps(const std::vector<PixelOp>& ops, MutableImageView img, AugmentRng& rng,
                      std::vector<float>* blur_scratch, std::vector<uint8_t>* scratch,
                      std::vector<PixelOpDraw>* draws) {
   for (const PixelOp& op : ops) {
     switch (op.kind) {
       case PixelOp::Kind::kColorJitter:
-        if (Draw(rng, op.p)) ColorJitter(op, img, rng, draws);
+        if (Bernoulli(rng, op.p)) ColorJitter(op, img, rng, draws);
         break;
       case PixelOp::Kind::kGrayscale:
-        if (Draw(rng, op.p)) ToGrayscale(img), Note(draws, "grayscale", {});
+        if (Bernoulli(rng, op.p)) ToGrayscale(img), Note(draws, "grayscale", {});
         break;
       case PixelOp::Kind::kGaussianBlur:
-        if (Draw(rng, op.p)) {
+        if (Bernoulli(rng, op.p)) {
           const double sigma = Uniform(rng, op.sigma[0], op.sigma[1]);
           GaussianBlur(img, op.kernel_size, sigma, blur_scratch);
           Note(draws, "gaussian_blur", {static_cast<double>(op.kernel_size), sigma});
         }
         break;
       case PixelOp::Kind::kSolarize:
-        if (Draw(rng, op.p)) Solarize(img, op.threshold), Note(draws, "solarize", {op.threshold});
+        if (Bernoulli(rng, op.p)) Solarize(img, op.threshold), Note(draws, "solarize", {op.threshold});
         break;
       case PixelOp::Kind::kPosterize:
-        if (Draw(rng, op.p)) {
+        if (Bernoulli(rng, op.p)) {
           Posterize(img, op.bits);
           Note(draws, "posterize", {static_cast<double>(op.bits)});
         }
         break;
       case PixelOp::Kind::kRotate:
-        if (Draw(rng, op.p)) {
+        if (Bernoulli(rng, op.p)) {
           const double angle = Uniform(rng, op.degrees[0], op.degrees[1]);
           // F.rotate warps from a copy: the source must not be the image being written.
           const size_t row = static_cast<size_t>(img.width) * 3;
@@ -129,21 +127,19 @@ Status ApplyPixelOps(const std::vector<PixelOp>& ops, MutableImageView img, Augm
       }
     }
   }
-  return Status::OK();
 }
 
-Status ApplyPixelOpsAndWrite(const std::vector<PixelOp>& ops, MutableImageView img, AugmentRng& rng,
+void ApplyPixelOpsAndWrite(const std::vector<PixelOp>& ops, MutableImageView img, AugmentRng& rng,
                              std::vector<float>* blur_scratch, std::vector<uint8_t>* scratch,
                              const OutputSpec& output, void* dst) {
   if (ops.size() == 1 && ops[0].kind == PixelOp::Kind::kColorJitter) {
     JitterStep steps[4];
-    const int n = Draw(rng, ops[0].p) ? DrawColorJitter(ops[0], rng, steps) : 0;
+    const int n = Bernoulli(rng, ops[0].p) ? DrawColorJitter(ops[0], rng, steps) : 0;
     JitterAndWrite(img, steps, n, output, dst);
-    return Status::OK();
+    return;
   }
-  RETURN_IF_ERROR(ApplyPixelOps(ops, img, rng, blur_scratch, scratch));
+  ApplyPixelOps(ops, img, rng, blur_scratch, scratch);
   WriteOutput(img.view(), output, dst);
-  return Status::OK();
 }
 
 }  // namespace sluice

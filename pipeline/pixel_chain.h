@@ -22,14 +22,14 @@ struct PixelOpDraw {
 
 // Applies ops to img in place. draws, when given, receives every op applied with its parameters,
 // in the order applied (ops not drawn to apply are left out).
-Status ApplyPixelOps(const std::vector<PixelOp>& ops, MutableImageView img, AugmentRng& rng,
+void ApplyPixelOps(const std::vector<PixelOp>& ops, MutableImageView img, AugmentRng& rng,
                      std::vector<float>* blur_scratch, std::vector<uint8_t>* scratch,
                      std::vector<PixelOpDraw>* draws = nullptr);
 
 // ApplyPixelOps, then WriteOutput(img, output, dst): the same draws and bytes. A list that is one
 // color_jitter (the common recipe) runs fused (JitterAndWrite: one pass from img into dst);
 // img is then scratch, its contents afterwards unspecified.
-Status ApplyPixelOpsAndWrite(const std::vector<PixelOp>& ops, MutableImageView img, AugmentRng& rng,
+void ApplyPixelOpsAndWrite(const std::vector<PixelOp>& ops, MutableImageView img, AugmentRng& rng,
                              std::vector<float>* blur_scratch, std::vector<uint8_t>* scratch,
                              const OutputSpec& output, void* dst);
 

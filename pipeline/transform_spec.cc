@@ -436,15 +436,4 @@ Result<TransformSpec> CompileTransforms(
   return spec;
 }
 
-DType OutputDType(const google::protobuf::RepeatedPtrField<v1::TransformOp>& ops) {
-  DType dtype = DType::kUint8;
-  for (const v1::TransformOp& op : ops) {
-    if (op.has_normalize()) dtype = DType::kFloat32;
-    if (op.has_output() && v1::DType_IsValid(op.output().dtype())) {
-      dtype = static_cast<DType>(op.output().dtype());
-    }
-  }
-  return dtype;
-}
-
 }  // namespace sluice

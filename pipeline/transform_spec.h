@@ -86,8 +86,4 @@ Result<TransformSpec> CompileTransforms(
     const google::protobuf::RepeatedPtrField<v1::TransformOp>& ops, bool eval, int height,
     int width, int num_classes);
 
-// The dtype a list's batches hold (its output op's; float32 after a normalize without one; else
-// uint8), without checking the list.
-DType OutputDType(const google::protobuf::RepeatedPtrField<v1::TransformOp>& ops);
-
 }  // namespace sluice

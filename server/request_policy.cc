@@ -273,6 +273,8 @@ Result<v1::PipelineOptions> PipelineForRequest(const v1::ServerConfig& config,
     }
     *o.mutable_transforms() = chosen->transforms();
   }
+  // What the chosen list makes (an empty list: mode's preset, uint8).
+  DType dtype = DType::kUint8;
   if (!o.transforms().empty()) {
     // mode picks the recipe of an empty list only: asking another of a list would be ignored.
     if (r.has_mode() && r.mode() != dataset.pipeline().mode()) {
@@ -290,10 +292,11 @@ Result<v1::PipelineOptions> PipelineForRequest(const v1::ServerConfig& config,
           "transform_set '{}' at {}x{}",
           r.transform_set().empty() ? kDefaultTransformSet : r.transform_set(), height, width));
     }
+    dtype = spec->output.dtype;
   }
 
   const int64_t bytes = BatchMessageBytes(o.batch_size(), height, width,
-                                          DTypeSize(OutputDType(o.transforms())));
+                                          DTypeSize(dtype));
   if (bytes > config.max_batch_bytes()) {
     return InvalidArgument(fmt::format(
         "a batch of {} at {}x{} is {}, over the server's max_batch_bytes {}; ask for a smaller "

@@ -68,9 +68,6 @@ TEST_CASE("NormalizeWithoutOutputGivesFloat32") {
   REQUIRE(r.ok());
   CHECK(r->output.dtype == DType::kFloat32);
   CHECK(r->output.scale[1] == Approx(1.0 / 255));
-  CHECK(OutputDType(Ops("transforms { normalize {} }")) == DType::kFloat32);
-  CHECK(OutputDType(Ops("transforms { output { dtype: DTYPE_FLOAT16 } }")) == DType::kFloat16);
-  CHECK(OutputDType(Ops("")) == DType::kUint8);
 }
 
 TEST_CASE("ResizeShorterSideThenCenterCropEndsAtTheImageSize") {

@@ -388,7 +388,9 @@ class _CutProxy:
             threading.Thread(target=self._relay, args=(up, down, True), daemon=True).start()
 
     def _relay(self, source, sink, from_server):
-        passed = 0  # bytes passed on
+        passed = 0      # bytes passed on
+        broken = False  # bytes were kept back: nothing after them may pass (cut() may clear
+                        # _holding before it closes this connection)
         while True:
             try:
                 data = source.recv(1 << 16)
@@ -396,8 +398,10 @@ class _CutProxy:
                     sink.shutdown(socket.SHUT_WR)
                     return
                 with self._cv:
-                    if from_server and self._holding:
-                        keep = max(len(data) - max(self._hold_after - passed, 0), 0)
+                    if from_server and (self._holding or broken):
+                        keep = len(data) if broken else max(
+                            len(data) - max(self._hold_after - passed, 0), 0)
+                        broken = broken or keep > 0
                         self._held += keep
                         self._cv.notify_all()
                         data = data[:len(data) - keep]

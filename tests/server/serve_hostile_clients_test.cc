@@ -64,6 +64,9 @@ grpc::Status RawStreamCall(const std::string& address, const grpc::ByteBuffer& r
   grpc::CompletionQueue cq;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  // A connect that fails on the client's side (seen under load: connect() itself failing) never
+  // reached the server and would say nothing about it: such calls wait for a connection.
+  context.set_wait_for_ready(true);
   auto call = stub.PrepareCall(&context, method, &cq);
   void* tag = nullptr;
   bool ok = false;

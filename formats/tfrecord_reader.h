@@ -15,6 +15,7 @@
 
 #include "formats/compression.h"
 #include "formats/file.h"
+#include "formats/record_reader.h"
 #include "formats/status.h"
 
 namespace sluice {
@@ -55,7 +56,7 @@ struct TFRecordReaderOptions {
 };
 
 // Not thread-safe: one reader per thread.
-class TFRecordReader {
+class TFRecordReader final : public RecordReader {
  public:
   // Opens path (detecting compression unless given). Errors name the path.
   static Result<std::unique_ptr<TFRecordReader>> Open(const std::string& path,
@@ -83,21 +84,21 @@ class TFRecordReader {
   // ReadRecord, with the record copied into *record (its capacity reused). A record larger than
   // the read buffer goes from the file straight into *record instead of being assembled in the
   // buffer first, so it is held once, and the buffer keeps its size.
-  Status ReadRecordInto(std::string* record, bool* end_of_file);
+  Status ReadRecordInto(std::string* record, bool* end_of_file) override;
   // ReadRecord for a record the caller does not want (another shard's): the same checks and
   // errors, but a record larger than the read buffer is streamed through it, not assembled.
-  Status SkipRecord(bool* end_of_file);
+  Status SkipRecord(bool* end_of_file) override;
 
   // Offset (in the uncompressed stream) of the record last returned or reported as corrupt.
-  uint64_t record_offset() const { return record_offset_; }
+  uint64_t record_offset() const override { return record_offset_; }
   // Data length the frame of the record last returned or reported declares: known for a record
   // refused as too large (over max_held_record_bytes) or with a bad data checksum too; 0 when its
   // length field was not read intact or is over max_record_bytes (corrupt).
-  uint64_t record_length() const { return record_length_; }
+  uint64_t record_length() const override { return record_length_; }
   // Bytes of the stream consumed so far: the offset where the next record starts.
   uint64_t offset() const { return offset_; }
   // False once the reader hit an error it cannot step past.
-  bool can_continue() const { return final_status_.ok(); }
+  bool can_continue() const override { return final_status_.ok(); }
   const std::string& name() const { return file_->name(); }
 
  private:

@@ -138,10 +138,13 @@ Result<SharePlan> PlanSharesForFiles(const ResolvedOptions& options) {
   // Only the peers' files: a --shard I/N server does not count the fleet's other parts.
   const std::vector<bool> needed = PeerFiles(options);
   std::vector<std::string> files;
+  std::vector<SourceKind> kinds;
   for (size_t f = 0; f < options.files.size(); ++f) {
-    if (needed[f]) files.push_back(options.files[f]);
+    if (!needed[f]) continue;
+    files.push_back(options.files[f]);
+    kinds.push_back(options.kinds[f]);
   }
-  const std::vector<FileRecords> counted = CountRecords(files, options.compression);
+  const std::vector<FileRecords> counted = CountRecords(files, kinds, options.compression);
   std::vector<FileRecords> counts(options.files.size());
   for (size_t f = 0, next = 0; f < options.files.size(); ++f) {
     if (needed[f]) counts[f] = counted[next++];

@@ -21,7 +21,14 @@ FileReaderSource::~FileReaderSource() {
 }
 
 bool FileReaderSource::OpenReader(WorkItem* w) {
-  TFRecordReaderOptions ro;
+  const ResolvedOptions& options = *ctx_.options;
+  RecordReaderOptions rro;
+  rro.image_key = options.image_key;
+  rro.label_key = options.label_key;
+  if (!options.file_labels.empty() && options.file_labels[file_] >= 0) {
+    rro.label = options.file_labels[file_];
+  }
+  TFRecordReaderOptions& ro = rro.stream;
   ro.compression = ctx_.options->compression;
   ro.buffer_bytes = kReadBufferBytes;
   ro.start_offset = start_offset_;
@@ -34,8 +41,8 @@ bool FileReaderSource::OpenReader(WorkItem* w) {
       return NewReadAheadFile(std::move(stream), ctx_.io_pool, ra);
     };
   }
-  Result<std::unique_ptr<TFRecordReader>> reader =
-      TFRecordReader::Open(ctx_.options->files[file_], ro);
+  Result<std::unique_ptr<RecordReader>> reader =
+      OpenRecordReader(options.files[file_], options.kinds[file_], rro);
   if (!reader.ok()) {
     clean_ = false;
     Finish();

@@ -1,12 +1,12 @@
-// A TFRecord file read from disk (read ahead on the IoPool when there is one), optionally filling
-// the record cache with the whole file as it goes.
+// A data set's file, of any kind (formats/record_reader_factory.h), read from disk (read ahead on
+// the IoPool when there is one), optionally filling the record cache with the whole file as it goes.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <vector>
 
-#include "formats/tfrecord_reader.h"
+#include "formats/record_reader_factory.h"
 #include "pipeline/source.h"
 
 namespace sluice {
@@ -42,7 +42,7 @@ class FileReaderSource final : public Source {
   const SourceContext& ctx_;
   const uint32_t file_;
   const uint64_t start_offset_;
-  std::unique_ptr<TFRecordReader> reader_;
+  std::unique_ptr<RecordReader> reader_;
   uint64_t next_record_;  // record number of the next record in the file
   bool done_ = false;
   bool clean_ = true;  // read to the end without damage

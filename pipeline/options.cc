@@ -3,6 +3,7 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <thread>
 
 #include "formats/image_example.h"
@@ -99,6 +100,41 @@ Status SplitMemoryBudget(ResolvedOptions* options) {
   return Status::OK();
 }
 
+// Each file's kind, and image files' labels from their folders' names (torchvision's ImageFolder:
+// the names in byte order, labelled 0..K-1).
+Status ResolveSources(const v1::PipelineOptions& o, ResolvedOptions* r) {
+  r->kinds.clear();
+  bool images = false;
+  for (const std::string& path : r->files) {
+    SourceKind kind = DetectSourceKind(path);
+    switch (o.format()) {
+      case v1::SOURCE_FORMAT_TFRECORD: kind = SourceKind::kTFRecord; break;
+      case v1::SOURCE_FORMAT_WEBDATASET: kind = SourceKind::kTar; break;
+      case v1::SOURCE_FORMAT_IMAGE_FILES: kind = SourceKind::kImage; break;
+      default: break;
+    }
+    images = images || kind == SourceKind::kImage;
+    r->kinds.push_back(kind);
+  }
+  if (!images) return Status::OK();
+  std::vector<std::string> folders(r->files.size());
+  for (size_t i = 0; i < r->files.size(); ++i) {
+    if (r->kinds[i] != SourceKind::kImage) continue;
+    const std::filesystem::path parent = std::filesystem::path(r->files[i]).parent_path();
+    folders[i] = parent.filename().string();
+    r->classes.push_back(folders[i]);
+  }
+  std::sort(r->classes.begin(), r->classes.end());
+  r->classes.erase(std::unique(r->classes.begin(), r->classes.end()), r->classes.end());
+  r->file_labels.assign(r->files.size(), -1);
+  for (size_t i = 0; i < r->files.size(); ++i) {
+    if (r->kinds[i] != SourceKind::kImage) continue;
+    r->file_labels[i] = std::lower_bound(r->classes.begin(), r->classes.end(), folders[i]) -
+                        r->classes.begin();
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Result<std::vector<std::string>> ExpandGlobs(const std::vector<std::string>& patterns) {
@@ -127,6 +163,7 @@ Result<ResolvedOptions> ResolveOptions(const v1::PipelineOptions& o, int job_con
   r.job_consumers = job_consumers;
   if (o.files().empty()) return InvalidArgument("files: no file pattern given");
   ASSIGN_OR_RETURN(r.files, ExpandGlobs({o.files().begin(), o.files().end()}));
+  RETURN_IF_ERROR(ResolveSources(o, &r));
   switch (o.compression()) {
     case v1::COMPRESSION_NONE: r.compression = Compression::kNone; break;
     case v1::COMPRESSION_GZIP: r.compression = Compression::kGzip; break;

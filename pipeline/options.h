@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "formats/compression.h"
+#include "formats/source_kind.h"
 #include "formats/status.h"
 #include "pipeline/transform_spec.h"
 #include "pipeline/tunables.h"
@@ -24,6 +25,12 @@ enum class EqualShares { kOff, kDrop, kPad };
 
 struct ResolvedOptions {
   std::vector<std::string> files;  // sorted, unique
+  std::vector<SourceKind> kinds;   // each file's kind (PipelineOptions.format, or its name)
+  // Each file's label when any file is an image file (-1 for the files that are not): the index
+  // of its folder's name in `classes`, or its file_list line's. Empty when no file is an image.
+  std::vector<int64_t> file_labels;
+  // Image files labelled by folder: the folder names in byte order, label k naming classes[k].
+  std::vector<std::string> classes;
   std::optional<Compression> compression;  // nullopt: detect per file
   std::string image_key;
   std::string label_key;

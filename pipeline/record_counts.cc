@@ -13,6 +13,7 @@
 #include "formats/crc32c.h"
 #include "formats/file.h"
 #include "formats/record_index.h"
+#include "formats/record_reader_factory.h"
 #include "formats/tfrecord_reader.h"
 #include "pipeline/options.h"
 
@@ -53,13 +54,15 @@ uint64_t ScanFrames(int fd, const std::string& path, uint64_t size) {
   return records;
 }
 
-// A compressed file read as the source reads it, payloads streamed through the reader's buffer.
-FileRecords ScanCompressed(const std::string& path, Compression compression) {
-  TFRecordReaderOptions ro;
+// A file read as the source reads it, payloads streamed through the reader's buffer.
+FileRecords ScanRecords(const std::string& path, std::optional<Compression> compression,
+                        SourceKind kind) {
+  RecordReaderOptions rro;
+  TFRecordReaderOptions& ro = rro.stream;
   ro.compression = compression;
   ro.buffer_bytes = kReadBufferBytes;
   ro.max_held_record_bytes = 0;  // hold nothing: every payload streams through
-  Result<std::unique_ptr<TFRecordReader>> reader = TFRecordReader::Open(path, ro);
+  Result<std::unique_ptr<RecordReader>> reader = OpenRecordReader(path, kind, rro);
   if (!reader.ok()) return FileRecords{1, true};
   FileRecords out;
   for (;;) {
@@ -77,6 +80,7 @@ struct Key {
   uint64_t size;
   int64_t mtime_ns;
   int compression;  // -1: detect
+  int kind;         // SourceKind
   auto operator<=>(const Key&) const = default;
 };
 
@@ -140,7 +144,10 @@ std::atomic<uint64_t> g_scans{0};
 
 }  // namespace
 
-FileRecords CountFileRecords(const std::string& path, std::optional<Compression> compression) {
+FileRecords CountFileRecords(const std::string& path, std::optional<Compression> compression,
+                             SourceKind kind) {
+  if (kind == SourceKind::kImage) return FileRecords{1, false};
+  if (kind == SourceKind::kTar) return ScanRecords(path, compression, kind);
   Result<UniqueFd> fd = OpenForPositionalReads(path);
   if (!fd.ok()) return FileRecords{1, true};
   struct stat st {};
@@ -153,7 +160,7 @@ FileRecords CountFileRecords(const std::string& path, std::optional<Compression>
     if (!ReadFully(fd->get(), path, 0, head.size(), head.data()).ok()) return FileRecords{1, true};
     c = DetectCompression(head);
   }
-  if (c != Compression::kNone) return ScanCompressed(path, c);
+  if (c != Compression::kNone) return ScanRecords(path, c, kind);
   // The index the lazy start would use (RecordIndexSource::Open): one that tiles the file.
   Result<std::vector<IndexEntry>> index = ReadRecordIndex(IndexPathFor(path));
   if (index.ok()) {
@@ -164,10 +171,17 @@ FileRecords CountFileRecords(const std::string& path, std::optional<Compression>
 }
 
 std::vector<FileRecords> CountRecords(const std::vector<std::string>& files,
+                                      const std::vector<SourceKind>& kinds,
                                       std::optional<Compression> compression) {
   std::vector<FileRecords> out;
   out.reserve(files.size());
-  for (const std::string& path : files) {
+  for (size_t i = 0; i < files.size(); ++i) {
+    const std::string& path = files[i];
+    const SourceKind kind = kinds[i];
+    if (kind == SourceKind::kImage) {
+      out.push_back(CountFileRecords(path, compression, kind));  // no I/O: nothing to cache
+      continue;
+    }
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) {
       out.push_back(FileRecords{1, true});  // not cached: it may appear
@@ -175,10 +189,10 @@ std::vector<FileRecords> CountRecords(const std::vector<std::string>& files,
     }
     const Key key{path, static_cast<uint64_t>(st.st_size),
                   int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec,
-                  compression ? static_cast<int>(*compression) : -1};
+                  compression ? static_cast<int>(*compression) : -1, static_cast<int>(kind)};
     out.push_back(Cache().Get(key, [&] {
       g_scans.fetch_add(1, std::memory_order_relaxed);
-      return CountFileRecords(path, compression);
+      return CountFileRecords(path, compression, kind);
     }));
   }
   return out;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "formats/compression.h"
+#include "formats/source_kind.h"
 #include "formats/status.h"
 
 namespace sluice {
@@ -31,12 +32,16 @@ struct FileRecords {
 // but lies about its frames (entries merged or split) gives its own count, where the reader would
 // find the truth (IndexedFrameChecker): that changes how many batches equal shares make, never
 // that every shard makes the same number.
-FileRecords CountFileRecords(const std::string& path, std::optional<Compression> compression);
+// A tar shard is read through as the source reads it (payloads skipped); an image file is one
+// record without being opened (one that cannot be read is a bad record in its place).
+FileRecords CountFileRecords(const std::string& path, std::optional<Compression> compression,
+                             SourceKind kind = SourceKind::kTFRecord);
 
 // Counts every file through the process-wide cache (at most kMaxCachedCounts entries; the oldest
 // go first). Thread-safe; files are counted outside the cache's lock, each once: a caller that
 // asks for a file another caller is counting waits for that count.
 std::vector<FileRecords> CountRecords(const std::vector<std::string>& files,
+                                      const std::vector<SourceKind>& kinds,
                                       std::optional<Compression> compression);
 
 inline constexpr size_t kMaxCachedCounts = 1 << 16;

@@ -12,6 +12,7 @@ std::unique_ptr<RecordIndexSource> RecordIndexSource::Open(const SourceContext& 
                                                            const LazyWindow* window) {
   const std::optional<Compression>& compression = ctx.options->compression;
   const std::string& path = ctx.options->files[file];
+  if (ctx.options->kinds[file] != SourceKind::kTFRecord) return nullptr;  // its `.idx` is not ours
   if (compression && *compression != Compression::kNone) return nullptr;
   Result<std::vector<IndexEntry>> index = ReadRecordIndex(IndexPathFor(path));
   if (!index.ok()) return nullptr;

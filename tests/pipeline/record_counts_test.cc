@@ -20,6 +20,10 @@
 namespace sluice {
 namespace {
 
+std::vector<SourceKind> TFRecordKinds(const std::vector<std::string>& files) {
+  return std::vector<SourceKind>(files.size(), SourceKind::kTFRecord);
+}
+
 using testing::RandomBytes;
 using testing::TempDir;
 
@@ -152,11 +156,11 @@ TEST_CASE("CacheCountsAFileOnceAndAgainWhenItChanges") {
   Write(path, Frames(4).bytes, Compression::kNone);
   const std::vector<std::string> files{path};
   const uint64_t before = RecordCountScans();
-  CHECK(CountRecords(files, std::nullopt)[0].records == 4);
-  CHECK(CountRecords(files, std::nullopt)[0].records == 4);
+  CHECK(CountRecords(files, TFRecordKinds(files), std::nullopt)[0].records == 4);
+  CHECK(CountRecords(files, TFRecordKinds(files), std::nullopt)[0].records == 4);
   CHECK(RecordCountScans() == before + 1);
   Write(path, Frames(9).bytes, Compression::kNone);  // another size
-  CHECK(CountRecords(files, std::nullopt)[0].records == 9);
+  CHECK(CountRecords(files, TFRecordKinds(files), std::nullopt)[0].records == 9);
   CHECK(RecordCountScans() == before + 2);
 }
 
@@ -173,7 +177,7 @@ TEST_CASE("ConcurrentCountsOfTheSameFilesScanEachOnce") {
   std::vector<std::vector<FileRecords>> got(8);
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
-    threads.emplace_back([&, t] { got[t] = CountRecords(files, std::nullopt); });
+    threads.emplace_back([&, t] { got[t] = CountRecords(files, TFRecordKinds(files), std::nullopt); });
   }
   for (auto& t : threads) t.join();
   CHECK(RecordCountScans() - before == files.size());

@@ -31,6 +31,8 @@ packages=(
   libtbb-dev libturbojpeg0-dev libjpeg62-turbo-dev zlib1g-dev libboost-dev
   # the CUDA-kernel emulator's fibers (tests/trainer/simt_emulator.h)
   libboost-context-dev
+  # PNG decode (formats/png_codec): Debian's libpng, the reference decoder
+  libpng-dev
   # header-only helpers: CLI parsing, JSON output, formatting; Catch2 v2 for tests
   libcli11-dev nlohmann-json3-dev libfmt-dev catch2
   # demo and benchmark photographs (12 nature photos)
@@ -83,7 +85,7 @@ if [ "${SLUICE_SKIP_PYTHON:-0}" != 1 ]; then
   if [ ! -x "$venv_torch/bin/python" ]; then
     /usr/bin/python3 -m venv --system-site-packages "$venv_torch"
   fi
-  if ! "$venv_torch/bin/python" -c 'import torch, pytest, grpc_tools' 2>/dev/null; then
+  if ! "$venv_torch/bin/python" -c 'import torch, pytest, grpc_tools, webdataset' 2>/dev/null; then
     echo "install-deps: installing Python test packages into $venv_torch"
     "$venv_torch/bin/pip" install -q --disable-pip-version-check \
       -r "$root/deploy/requirements-test-torch.txt"

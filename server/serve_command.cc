@@ -179,8 +179,10 @@ void PrintStarted(const v1::ServerConfig& config, const std::vector<int>& ports,
   }
   std::string names;
   for (const auto& d : config.datasets()) {
-    names += fmt::format("{}{} ({} files)", names.empty() ? "" : ", ", d.name(),
-                         d.pipeline().files_size());
+    const std::string files = d.pipeline().file_list().empty()
+                                  ? fmt::format("{} files", d.pipeline().files_size())
+                                  : "files of " + d.pipeline().file_list();
+    names += fmt::format("{}{} ({})", names.empty() ? "" : ", ", d.name(), files);
   }
   std::printf("sluice serve: datasets: %s; %d decode threads, memory budget %s (memory limit %s)\n",
               names.c_str(), config.threads(), FormatBytes(config.memory_budget_bytes()).c_str(),
@@ -282,7 +284,8 @@ void RegisterServeCommand(CLI::App& app, int* exit_code) {
       "serve", "Serve datasets to trainers over gRPC (sluice.v1.DataService)");
   auto* config = cmd->add_option("--config", f->config_file,
                                  "ServerConfig in protobuf text format (see README \"Serving\")");
-  auto* files = cmd->add_option("--files", f->files, "Quick mode: serve these TFRecord globs");
+  auto* files = cmd->add_option("--files", f->files,
+                                "Quick mode: serve these globs (TFRecord, tar or image files)");
   config->excludes(files);
   cmd->add_option("--name", f->name, "Quick mode: the dataset's name (default train)")
       ->needs(files);

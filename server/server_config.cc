@@ -323,7 +323,8 @@ Result<v1::ServerConfig> LoadServerConfig(const std::string& path, const MemoryL
 Result<v1::ServerConfig> QuickServerConfig(const MemoryLimit& limit,
                                            const std::vector<std::string>& file_globs,
                                            const std::string& name, int port,
-                                           const std::string& metrics_address) {
+                                           const std::string& metrics_address,
+                                           const std::string& file_list) {
   if (port < 0 || port > 65535) {
     return InvalidArgument(fmt::format("port {} is outside [0, 65535]", port));
   }
@@ -333,6 +334,7 @@ Result<v1::ServerConfig> QuickServerConfig(const MemoryLimit& limit,
   v1::DatasetConfig* d = config.add_datasets();
   d->set_name(name);
   for (const std::string& g : file_globs) d->mutable_pipeline()->add_files(g);
+  d->mutable_pipeline()->set_file_list(file_list);
   return ValidateServerConfig(std::move(config), limit);
 }
 

@@ -173,3 +173,40 @@ TEST_CASE("FileInAnImageFolderThatIsNotAnImageIsACountedSkipOrAnErrorNamingItsPa
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+TEST_CASE("QuickServeOfAFileListServesItsFilesWithTheirLabels") {
+  TempDir dir;
+  const std::map<std::string, int> folder = WriteTree(dir);
+  std::string jsonl;
+  std::map<std::string, int> listed;
+  int label = 100;
+  for (const auto& [path, unused] : folder) {
+    jsonl += "{\"path\": \"" + path + "\", \"label\": " + std::to_string(label) + "}\n";
+    listed[path] = label++;
+  }
+  testing::WriteAll(dir.file("train.jsonl"), jsonl);
+  ServerProcess server({"--file-list", dir.file("train.jsonl"), "--port", "0"});
+  REQUIRE(server.running());
+  v1::StreamRequest r = Request("train");
+  r.set_record_ids(true);
+  r.set_equal_shares(v1::EQUAL_SHARES_OFF);
+  r.set_epochs(1);
+  r.set_image_height(32);
+  const Raw raw = ReadRaw(server.address(), r);
+  REQUIRE(raw.status.ok());
+  std::vector<std::string> files;
+  for (const auto& [path, unused] : listed) files.push_back(path);
+  std::map<std::string, int> got;
+  for (const v1::Batch& b : raw.batches) {
+    for (int i = 0; i < b.labels_size(); ++i) {
+      got[files.at(static_cast<size_t>(b.record_files(i)))] = b.labels(i);
+    }
+  }
+  CHECK(got == listed);
+}
+
+}  // namespace
+}  // namespace sluice

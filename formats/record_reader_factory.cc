@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "formats/image_file_reader.h"
+
 namespace sluice {
 
 Result<std::unique_ptr<RecordReader>> OpenRecordReader(const std::string& path, SourceKind kind,
@@ -12,8 +14,12 @@ Result<std::unique_ptr<RecordReader>> OpenRecordReader(const std::string& path, 
                        TFRecordReader::Open(path, options.stream));
       return std::unique_ptr<RecordReader>(std::move(reader));
     }
+    case SourceKind::kImage: {
+      ASSIGN_OR_RETURN(std::unique_ptr<ImageFileReader> reader,
+                       ImageFileReader::Open(path, options));
+      return std::unique_ptr<RecordReader>(std::move(reader));
+    }
     case SourceKind::kTar:
-    case SourceKind::kImage:
       break;
   }
   return Unimplemented(path + ": " + std::string(SourceKindName(kind)) +

@@ -7,9 +7,7 @@ RecordCache::RecordCache(size_t files, int64_t budget_bytes, PipelineStats* stat
   stats_->pool(Pool::kRecordCache).limit = budget_bytes;
 }
 
-RecordCache::~RecordCache() {
-  stats_->pool(Pool::kRecordCache).Remove(reserved_, 0);
-}
+RecordCache::~RecordCache() { stats_->pool(Pool::kRecordCache).Remove(reserved_, 0); }
 
 const std::vector<RecordCache::Record>* RecordCache::Find(uint32_t file) const {
   return files_[file].get();
@@ -39,8 +37,11 @@ void RecordCache::Commit(uint32_t file, std::vector<Record> records, int64_t /*b
 
 DecodedCache::DecodedCache(size_t files, int shard_index, int shard_count, int64_t budget_bytes,
                            PipelineStats* stats)
-    : shard_index_(shard_index), shard_count_(shard_count), budget_(budget_bytes), stats_(stats) {
-  for (size_t i = 0; i < files; ++i) files_.push_back(std::make_unique<File>());
+    : files_(files),
+      shard_index_(shard_index),
+      shard_count_(shard_count),
+      budget_(budget_bytes),
+      stats_(stats) {
   stats_->pool(Pool::kDecodedCache).limit = budget_bytes;
 }
 
@@ -50,8 +51,8 @@ DecodedCache::~DecodedCache() {
 }
 
 const CachedImage* DecodedCache::Find(uint32_t file, uint64_t record) const {
-  const File& f = *files_[file];
-  std::lock_guard<std::mutex> lock(f.mu);
+  const File& f = files_[file];
+  std::lock_guard<std::mutex> lock(Mutex(file));
   return record < f.entries.size() ? f.entries[record].get() : nullptr;
 }
 
@@ -64,9 +65,9 @@ void DecodedCache::Insert(uint32_t file, uint64_t record, CachedImage image) {
     stats_->cache_full = true;
     return;
   }
-  File& f = *files_[file];
+  File& f = files_[file];
   {
-    std::lock_guard<std::mutex> lock(f.mu);
+    std::lock_guard<std::mutex> lock(Mutex(file));
     if (record >= f.entries.size()) f.entries.resize(record + 1);
     if (f.entries[record]) {
       used_.fetch_sub(cost);
@@ -83,15 +84,15 @@ void DecodedCache::SetRecordCount(uint32_t file, uint64_t records) {
   // Records r with r % count == index are this pipeline's.
   uint64_t n = records / shard_count_ +
                (records % shard_count_ > static_cast<uint64_t>(shard_index_) ? 1 : 0);
-  files_[file]->total = static_cast<int64_t>(records);
-  files_[file]->expected = static_cast<int64_t>(n);
+  files_[file].total = static_cast<int64_t>(records);
+  files_[file].expected = static_cast<int64_t>(n);
 }
 
 bool DecodedCache::Complete(uint32_t file) const {
-  const File& f = *files_[file];
+  const File& f = files_[file];
   int64_t expected = f.expected.load();
   if (expected < 0) return false;
-  std::lock_guard<std::mutex> lock(f.mu);
+  std::lock_guard<std::mutex> lock(Mutex(file));
   return static_cast<int64_t>(f.count) == expected;
 }
 

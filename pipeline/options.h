@@ -129,6 +129,13 @@ inline constexpr int kMaxIoThreads = 4;
 // what the budget must hold when it equalizes the epochs). REQUIRES: job_consumers >= 0.
 Result<ResolvedOptions> ResolveOptions(const v1::PipelineOptions& options, int job_consumers = 0);
 
+// Sets r->kinds (options.format, else each file's name) and, when any file is an image file,
+// r->file_labels and r->classes by folder name: the names of the folders holding image files, in
+// byte order (torchvision's ImageFolder sorts them so: UTF-8 keeps code point order), labelled
+// 0..K-1. What ResolveOptions does for file patterns; `sluice inspect` labels the same way.
+// REQUIRES: r->files set.
+Status ResolveSources(const v1::PipelineOptions& options, ResolvedOptions* r);
+
 // Expands glob patterns (sorted, duplicates removed). NotFound naming the first pattern that
 // matches nothing.
 Result<std::vector<std::string>> ExpandGlobs(const std::vector<std::string>& patterns);

@@ -14,6 +14,7 @@
 #include "client/wire/batch_wire.h"
 #include "client/wire/shared_segment.h"
 #include "pipeline/equal_shares.h"
+#include "pipeline/file_list.h"
 #include "server/request_policy.h"
 #include "server/server_config.h"
 #include "server/token_auth.h"
@@ -459,8 +460,23 @@ grpc::Status ToGrpc(const Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(static_cast<int>(s.code())), s.message());
 }
 
+namespace {
+
+std::map<std::string, int64_t> CountListedFiles(const v1::ServerConfig& config) {
+  std::map<std::string, int64_t> out;
+  for (const v1::DatasetConfig& d : config.datasets()) {
+    if (d.pipeline().file_list().empty()) continue;
+    Result<std::vector<ListedFile>> listed = ReadFileList(d.pipeline().file_list());
+    out[d.name()] = listed.ok() ? static_cast<int64_t>(listed->size()) : 0;
+  }
+  return out;
+}
+
+}  // namespace
+
 DataService::DataService(const v1::ServerConfig& config, JobRegistry* registry, std::string token)
     : config_(config),
+      listed_files_(CountListedFiles(config)),
       registry_(registry),
       token_(std::move(token)),
       executor_(kStartThreads, config.max_streams() + kMaxDescribesInFlight + kStartThreads,
@@ -488,7 +504,11 @@ grpc::ServerUnaryReactor* DataService::ListDatasets(grpc::CallbackServerContext*
     return reactor;
   }
   for (const v1::DatasetConfig& d : config_.datasets()) {
-    *response->add_datasets() = DescribeDataset(d, config_.fleet_shard());
+    v1::DatasetInfo* info = response->add_datasets();
+    *info = DescribeDataset(d, config_.fleet_shard());
+    if (auto listed = listed_files_.find(d.name()); listed != listed_files_.end()) {
+      info->set_files(listed->second);
+    }
   }
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -109,6 +109,8 @@ class DataService final : public DataServiceBase {
                                                   const ResolvedOptions& options);
 
   const v1::ServerConfig& config_;
+  // Files listed by each dataset that has a file_list (read once: ListDatasets reports them).
+  const std::map<std::string, int64_t> listed_files_;
   JobRegistry* const registry_;
   const std::string token_;
   SlotWatcher watcher_;

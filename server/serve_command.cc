@@ -38,6 +38,7 @@ namespace {
 struct ServeFlags {
   std::string config_file;
   std::vector<std::string> files;
+  std::string file_list;
   std::string name = "train";
   int port = 50051;
   std::string metrics_address;
@@ -86,8 +87,9 @@ Result<std::shared_ptr<grpc::ServerCredentials>> Credentials(const v1::ServerCon
 Result<v1::ServerConfig> LoadConfig(const ServeFlags& f, const MemoryLimit& limit,
                                     std::vector<std::string>* warnings) {
   Result<v1::ServerConfig> loaded =
-      !f.config_file.empty() ? LoadServerConfig(f.config_file, limit, warnings)
-                             : QuickServerConfig(limit, f.files, f.name, f.port, f.metrics_address);
+      !f.config_file.empty()
+          ? LoadServerConfig(f.config_file, limit, warnings)
+          : QuickServerConfig(limit, f.files, f.name, f.port, f.metrics_address, f.file_list);
   if (loaded.ok() && !f.shard.empty()) loaded = ApplyShard(std::move(*loaded), f.shard, limit);
   return loaded;
 }
@@ -179,8 +181,10 @@ void PrintStarted(const v1::ServerConfig& config, const std::vector<int>& ports,
   }
   std::string names;
   for (const auto& d : config.datasets()) {
-    names += fmt::format("{}{} ({} files)", names.empty() ? "" : ", ", d.name(),
-                         d.pipeline().files_size());
+    const std::string files = d.pipeline().file_list().empty()
+                                  ? fmt::format("{} files", d.pipeline().files_size())
+                                  : "files of " + d.pipeline().file_list();
+    names += fmt::format("{}{} ({})", names.empty() ? "" : ", ", d.name(), files);
   }
   std::printf("sluice serve: datasets: %s; %d decode threads, memory budget %s (memory limit %s)\n",
               names.c_str(), config.threads(), FormatBytes(config.memory_budget_bytes()).c_str(),
@@ -282,23 +286,30 @@ void RegisterServeCommand(CLI::App& app, int* exit_code) {
       "serve", "Serve datasets to trainers over gRPC (sluice.v1.DataService)");
   auto* config = cmd->add_option("--config", f->config_file,
                                  "ServerConfig in protobuf text format (see README \"Serving\")");
-  auto* files = cmd->add_option("--files", f->files, "Quick mode: serve these TFRecord globs");
+  auto* files = cmd->add_option("--files", f->files,
+                                "Quick mode: serve these globs (TFRecord, tar or image files)");
+  auto* list = cmd->add_option(
+      "--file-list", f->file_list,
+      "Quick mode: serve the image files of this CSV or JSON-lines list of path,label instead");
   config->excludes(files);
+  config->excludes(list);
+  files->excludes(list);
+  // Quick mode's flags: the callback refuses a command line with neither --files nor --file-list.
   cmd->add_option("--name", f->name, "Quick mode: the dataset's name (default train)")
-      ->needs(files);
+      ->excludes(config);
   cmd->add_option("--port", f->port, "Quick mode: TCP port on 127.0.0.1 (0 = any; default 50051)")
-      ->needs(files);
+      ->excludes(config);
   cmd->add_option("--metrics-address", f->metrics_address,
                   "Quick mode: HOST:PORT for /metrics, /healthz and / (default: none)")
-      ->needs(files);
+      ->excludes(config);
   cmd->add_option("--shard", f->shard,
                   "I/N: serve part I of N of every dataset (e.g. a StatefulSet's pod ordinal of "
                   "its replicas), for trainers that fan in from N servers");
   cmd->add_option("--drain-seconds", f->drain_seconds,
                   "On SIGINT/SIGTERM, how long streams get to end before they are cut (default 5)");
   cmd->callback([f, exit_code, cmd] {
-    if (f->config_file.empty() && f->files.empty()) {
-      std::fprintf(stderr, "sluice serve: give --config FILE or --files GLOB\n%s",
+    if (f->config_file.empty() && f->files.empty() && f->file_list.empty()) {
+      std::fprintf(stderr, "sluice serve: give --config FILE, --files GLOB or --file-list LIST\n%s",
                    cmd->help().c_str());
       *exit_code = 2;
       return;

@@ -11,6 +11,7 @@
 #include <cctype>
 #include <cerrno>
 #include <climits>
+#include <filesystem>
 #include <set>
 #include <thread>
 
@@ -122,10 +123,23 @@ Status CheckLimits(const std::string& ds, v1::ClientLimits* l) {
   return Status::OK();
 }
 
-// Replaces the patterns by the regular, readable files they match.
+// Replaces the patterns by the regular, readable files they match. A file list is made absolute
+// (its entries are checked when the pipeline options are, by ResolveOptions).
 Status ExpandFiles(const std::string& ds, v1::PipelineOptions* p) {
   const std::string field = ds + ".pipeline.files";
-  if (p->files().empty()) return Bad(field, "no file pattern given");
+  if (!p->file_list().empty()) {
+    if (!p->files().empty()) {
+      return Bad(ds + ".pipeline.file_list",
+                 "give files or file_list, not both (a list labels its files itself; file "
+                 "patterns are labelled by folder name)");
+    }
+    std::error_code ec;
+    const std::filesystem::path list = std::filesystem::absolute(p->file_list(), ec);
+    if (ec) return Bad(ds + ".pipeline.file_list", p->file_list() + ": " + ec.message());
+    p->set_file_list(list.lexically_normal().string());
+    return Status::OK();
+  }
+  if (p->files().empty()) return Bad(field, "no file pattern given (nor a file_list)");
   Result<std::vector<std::string>> files = ExpandGlobs({p->files().begin(), p->files().end()});
   if (!files.ok()) return files.status().WithContext(field);
   p->clear_files();
@@ -309,7 +323,8 @@ Result<v1::ServerConfig> LoadServerConfig(const std::string& path, const MemoryL
 Result<v1::ServerConfig> QuickServerConfig(const MemoryLimit& limit,
                                            const std::vector<std::string>& file_globs,
                                            const std::string& name, int port,
-                                           const std::string& metrics_address) {
+                                           const std::string& metrics_address,
+                                           const std::string& file_list) {
   if (port < 0 || port > 65535) {
     return InvalidArgument(fmt::format("port {} is outside [0, 65535]", port));
   }
@@ -319,6 +334,7 @@ Result<v1::ServerConfig> QuickServerConfig(const MemoryLimit& limit,
   v1::DatasetConfig* d = config.add_datasets();
   d->set_name(name);
   for (const std::string& g : file_globs) d->mutable_pipeline()->add_files(g);
+  d->mutable_pipeline()->set_file_list(file_list);
   return ValidateServerConfig(std::move(config), limit);
 }
 

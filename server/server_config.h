@@ -43,12 +43,14 @@ int64_t DefaultMemoryBudget(const MemoryLimit& limit, int64_t max_shared_memory_
 Result<v1::ServerConfig> LoadServerConfig(const std::string& path, const MemoryLimit& limit,
                                           std::vector<std::string>* warnings = nullptr);
 
-// `sluice serve --files GLOB... [--name NAME] [--port PORT]`: one dataset with default options,
-// listening on 127.0.0.1:PORT; `metrics_address` may be empty (no metrics endpoint). Validated.
+// `sluice serve --files GLOB... | --file-list LIST [--name NAME] [--port PORT]`: one dataset with
+// default options, listening on 127.0.0.1:PORT; `metrics_address` may be empty (no metrics
+// endpoint). Validated.
 Result<v1::ServerConfig> QuickServerConfig(const MemoryLimit& limit,
                                            const std::vector<std::string>& file_globs,
                                            const std::string& name = "train", int port = 50051,
-                                           const std::string& metrics_address = "");
+                                           const std::string& metrics_address = "",
+                                           const std::string& file_list = "");
 
 // Applies the defaults the proto's comments give and checks the whole config against `limit`, the
 // memory this process may use (DetectMemoryLimit, read once by the caller). On success:

@@ -1,6 +1,9 @@
 // `sluice inspect FILE...`: reads TFRecord shards end to end, verifying both CRCs of every record,
 // and summarizes what is in them: records, bytes and damage per file, the feature keys and kinds,
-// the label histogram and JPEG sizes (from headers only). Exit status 1 when anything is corrupt.
+// the label histogram and JPEG sizes (from headers only). Image files (given as files, labelled
+// by folder as the pipeline labels them, or by --file-list) are one record each: their classes
+// with their counts, and the paths of files that are neither JPEG nor PNG by signature. Exit
+// status 1 when anything is corrupt or not an image.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,7 +23,10 @@
 #include "formats/file.h"
 #include "formats/image_example.h"
 #include "formats/jpeg_header.h"
+#include "formats/record_reader_factory.h"
 #include "formats/tfrecord_reader.h"
+#include "pipeline/file_list.h"
+#include "pipeline/options.h"
 #include "server/commands.h"
 #include "server/tools/progress.h"
 
@@ -31,6 +37,7 @@ constexpr int kMaxProblemsShownPerFile = 20;
 
 struct InspectOptions {
   std::vector<std::string> files;
+  std::string file_list;
   bool json = false;
   std::string image_key{kImageEncodedKey};
   std::string label_key{kImageLabelKey};
@@ -78,6 +85,8 @@ struct FileReport {
   SizeStats width, height, pixels;
   uint64_t jpeg_progressive = 0;
   uint64_t not_jpeg = 0;
+  uint64_t png = 0;                     // image files with a PNG signature
+  std::vector<std::string> not_images;  // image files with neither signature
   std::map<std::string, uint64_t> color_spaces;
 
   void Problem(std::string message) {
@@ -183,6 +192,44 @@ FileReport InspectFile(const std::string& path, const InspectOptions& opt, Progr
   return r;
 }
 
+bool HasPngSignature(std::string_view bytes) {
+  return bytes.substr(0, 8) == std::string_view("\x89PNG\r\n\x1a\n", 8);
+}
+
+// One image file: one record, as the pipeline reads it (formats/image_file_reader.h).
+FileReport InspectImageFile(const std::string& path, std::optional<int64_t> label,
+                            const InspectOptions& opt) {
+  FileReport r;
+  r.path = path;
+  r.compression = "image";
+  RecordReaderOptions rro;
+  rro.image_key = opt.image_key;
+  rro.label_key = opt.label_key;
+  rro.label = label;
+  Result<std::unique_ptr<RecordReader>> reader = OpenRecordReader(path, SourceKind::kImage, rro);
+  std::string record;
+  bool eof = false;
+  Status s = reader.ok() ? (*reader)->ReadRecordInto(&record, &eof) : reader.status();
+  if (!s.ok()) {
+    ++r.corrupt;
+    r.stopped = s.message();
+    return r;
+  }
+  r.bytes = (*reader)->record_length();
+  r.records = 1;
+  r.data_bytes = r.bytes;
+  ScanRecord(record, 0, opt, &r);
+  if (r.not_jpeg == 0) return r;
+  Result<std::string> head = ReadFileRange(path, 0, std::min<uint64_t>(8, r.bytes));
+  if (head.ok() && HasPngSignature(*head)) {
+    r.not_jpeg = 0;
+    ++r.png;
+  } else {
+    r.not_images.push_back(path);
+  }
+  return r;
+}
+
 struct Totals {
   uint64_t records = 0, corrupt = 0, malformed = 0, bytes = 0, data_bytes = 0;
   FileReport merged;  // features, labels and JPEG statistics of all files
@@ -209,6 +256,8 @@ Totals Merge(const std::vector<FileReport>& reports) {
     m.pixels.Merge(r.pixels);
     m.jpeg_progressive += r.jpeg_progressive;
     m.not_jpeg += r.not_jpeg;
+    m.png += r.png;
+    m.not_images.insert(m.not_images.end(), r.not_images.begin(), r.not_images.end());
     for (const auto& [cs, n] : r.color_spaces) m.color_spaces[cs] += n;
   }
   return t;
@@ -218,7 +267,8 @@ std::string KindOf(const FileReport& m, const std::string& key, FeatureKind kind
   return m.mixed_kind.count(key) ? "mixed" : std::string(FeatureKindName(kind));
 }
 
-nlohmann::json ToJson(const std::vector<FileReport>& reports, const Totals& t, double seconds) {
+nlohmann::json ToJson(const std::vector<FileReport>& reports, const Totals& t, double seconds,
+                      const std::vector<std::string>& classes) {
   using nlohmann::json;
   json files = json::array();
   for (const FileReport& r : reports) {
@@ -244,7 +294,16 @@ nlohmann::json ToJson(const std::vector<FileReport>& reports, const Totals& t, d
     jpeg["height"] = {{"min", m.height.min}, {"mean", m.height.mean()}, {"max", m.height.max}};
     jpeg["mean_pixels"] = m.pixels.mean();
   }
+  json class_list = json::array();
+  for (size_t k = 0; k < classes.size(); ++k) {
+    const auto n = m.labels.find(static_cast<int64_t>(k));
+    class_list.push_back(
+        {{"name", classes[k]}, {"label", k}, {"files", n == m.labels.end() ? 0 : n->second}});
+  }
   return json{{"files", files},
+              {"classes", class_list},
+              {"png", m.png},
+              {"not_images", m.not_images},
               {"records", t.records},
               {"corrupt", t.corrupt},
               {"malformed", t.malformed},
@@ -270,12 +329,16 @@ std::string HumanBytes(double b) {
 }
 
 void PrintHuman(const std::vector<FileReport>& reports, const Totals& t, double seconds,
-                const InspectOptions& opt) {
+                const InspectOptions& opt, const std::vector<std::string>& classes) {
   size_t width = 4;
   for (const FileReport& r : reports) width = std::max(width, r.path.size());
   fmt::print("{:<{}}  {:>10}  {:>8}  {:>10}  {}\n", "file", width, "records", "corrupt", "bytes",
              "compression");
+  // A folder's images (one record each) are a row each only when there are few; damaged ones
+  // are named on stderr, and files that are not images below.
+  const bool image_rows = reports.size() <= kMaxProblemsShownPerFile;
   for (const FileReport& r : reports) {
+    if (r.compression == "image" && !image_rows) continue;
     fmt::print("{:<{}}  {:>10}  {:>8}  {:>10}  {}\n", r.path, width, r.records, r.corrupt,
                HumanBytes(static_cast<double>(r.bytes)), r.compression);
   }
@@ -314,12 +377,48 @@ void PrintHuman(const std::vector<FileReport>& reports, const Totals& t, double 
     fmt::print("  colour spaces:{}\n", spaces);
   }
   if (m.not_jpeg) fmt::print("'{}' values that are not JPEG: {}\n", opt.image_key, m.not_jpeg);
+  if (!classes.empty()) {
+    fmt::print("\nclasses (folder names in byte order): {}\n", classes.size());
+    for (size_t k = 0; k < classes.size(); ++k) {
+      const auto n = m.labels.find(static_cast<int64_t>(k));
+      fmt::print("  {:>6}: {} ({} files)\n", k, classes[k], n == m.labels.end() ? 0 : n->second);
+    }
+  }
+  if (m.png) fmt::print("PNG images: {}\n", m.png);
+  if (!m.not_images.empty()) {
+    fmt::print("\nfiles that are not images (neither JPEG nor PNG): {}\n", m.not_images.size());
+    for (const std::string& path : m.not_images) fmt::print("  {}\n", path);
+  }
   fmt::print("\nread {} in {:.3f} s ({}/s)\n", HumanBytes(static_cast<double>(t.bytes)), seconds,
              HumanBytes(seconds > 0 ? t.bytes / seconds : 0));
 }
 
-int RunInspect(const InspectOptions& opt) {
+// The files to read: opt.files as given (kinds from their names; image files labelled by folder),
+// or --file-list's entries with their labels.
+Result<ResolvedOptions> ResolveInspected(const InspectOptions& opt) {
+  ResolvedOptions r;
+  if (opt.file_list.empty()) {
+    r.files = opt.files;
+    RETURN_IF_ERROR(ResolveSources(v1::PipelineOptions(), &r));
+    return r;
+  }
+  ASSIGN_OR_RETURN(std::vector<ListedFile> listed, ReadFileList(opt.file_list));
+  for (ListedFile& f : listed) {
+    r.files.push_back(std::move(f.path));
+    r.file_labels.push_back(f.label);
+  }
+  r.kinds.assign(r.files.size(), SourceKind::kImage);
+  return r;
+}
+
+int RunInspect(InspectOptions opt) {
   auto start = std::chrono::steady_clock::now();
+  Result<ResolvedOptions> resolved = ResolveInspected(opt);
+  if (!resolved.ok()) {
+    fmt::print(stderr, "sluice inspect: {}\n", resolved.status().message());
+    return 2;
+  }
+  opt.files = resolved->files;
   uint64_t total_bytes = 0;
   for (const std::string& f : opt.files) {
     Result<uint64_t> size = GetFileSize(f);
@@ -333,7 +432,14 @@ int RunInspect(const InspectOptions& opt) {
     }
     Progress progress("inspect", total_bytes, "bytes");
     tbb::parallel_for(size_t{0}, opt.files.size(), [&](size_t i) {
-      reports[i] = InspectFile(opt.files[i], opt, &progress);
+      if (resolved->kinds[i] == SourceKind::kImage) {
+        std::optional<int64_t> label;
+        if (!resolved->file_labels.empty()) label = resolved->file_labels[i];
+        reports[i] = InspectImageFile(opt.files[i], label, opt);
+        progress.Add(reports[i].bytes);
+      } else {
+        reports[i] = InspectFile(opt.files[i], opt, &progress);
+      }
     });
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -351,11 +457,11 @@ int RunInspect(const InspectOptions& opt) {
     }
   }
   if (opt.json) {
-    fmt::print("{}\n", ToJson(reports, totals, seconds).dump());
+    fmt::print("{}\n", ToJson(reports, totals, seconds, resolved->classes).dump());
   } else {
-    PrintHuman(reports, totals, seconds, opt);
+    PrintHuman(reports, totals, seconds, opt, resolved->classes);
   }
-  return totals.corrupt > 0 || totals.malformed > 0 ? 1 : 0;
+  return totals.corrupt > 0 || totals.malformed > 0 || !totals.merged.not_images.empty() ? 1 : 0;
 }
 
 }  // namespace
@@ -363,8 +469,23 @@ int RunInspect(const InspectOptions& opt) {
 void RegisterInspectCommand(CLI::App& app, int* exit_code) {
   auto opt = std::make_shared<InspectOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "inspect", "Verify TFRecord shards and summarize records, features, labels and JPEG sizes");
-  cmd->add_option("files", opt->files, "TFRecord files (plain, GZIP or ZLIB)")->required();
+      "inspect",
+      "Verify TFRecord shards or image files and summarize records, features, labels and JPEG "
+      "sizes");
+  auto* files = cmd->add_option(
+      "files", opt->files,
+      "TFRecord files (plain, GZIP or ZLIB) or image files (.jpg/.jpeg/.png, labelled by folder)");
+  auto* list = cmd->add_option("--file-list", opt->file_list,
+                               "A CSV or JSON-lines list of image files and labels, instead");
+  files->excludes(list);
+  cmd->callback([opt, exit_code, files, list, cmd] {
+    if (files->count() == 0 && list->count() == 0) {
+      fmt::print(stderr, "sluice inspect: give files or --file-list\n{}", cmd->help());
+      *exit_code = 2;
+      return;
+    }
+    *exit_code = RunInspect(*opt);
+  });
   cmd->add_flag("--json", opt->json, "Print one JSON object instead of tables");
   cmd->add_option("--image-key", opt->image_key, "Feature holding the encoded image")
       ->capture_default_str();
@@ -375,7 +496,6 @@ void RegisterInspectCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--threads", opt->threads, "Files read in parallel (0 = all cores)")
       ->check(CLI::NonNegativeNumber);
-  cmd->callback([opt, exit_code] { *exit_code = RunInspect(*opt); });
 }
 
 }  // namespace sluice

@@ -123,3 +123,87 @@ TEST_CASE("GlobMatchingNothingIsNotFound") {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// Folder names in byte order (torchvision ImageFolder's sorted(): code points, which UTF-8 byte
+// order keeps), upper case before lower, labelled 0..K-1.
+TEST_CASE("ImageFilesAreLabelledByTheirFoldersNamesInByteOrder") {
+  TempDir dir;
+  for (const char* f : {"b", "B", "a b", "\xc3\xa9", "z"}) {
+    std::filesystem::create_directories(dir.path() / f);
+    testing::WriteAll((dir.path() / f / "x.JPG").string(), "x");
+  }
+  v1::PipelineOptions o;
+  o.add_files(dir.file("*/*.JPG"));
+  auto r = ResolveOptions(o);
+  REQUIRE(r.ok());
+  CHECK(r->classes == std::vector<std::string>{"B", "a b", "b", "z", "\xc3\xa9"});
+  REQUIRE(r->files.size() == 5);
+  for (size_t i = 0; i < r->files.size(); ++i) {
+    CHECK(r->kinds[i] == SourceKind::kImage);
+    const std::string folder = std::filesystem::path(r->files[i]).parent_path().filename();
+    CHECK(r->classes[r->file_labels[i]] == folder);
+  }
+}
+
+TEST_CASE("FileListGivesSortedFilesWithTheirListedLabels") {
+  TempDir dir;
+  testing::WriteAll(dir.file("b.jpg"), "x");
+  testing::WriteAll(dir.file("a.png"), "x");
+  testing::WriteAll(dir.file("list.csv"), "b.jpg,5\na.png,0\n");
+  v1::PipelineOptions o;
+  o.set_file_list(dir.file("list.csv"));
+  auto r = ResolveOptions(o);
+  REQUIRE(r.ok());
+  CHECK(r->files == std::vector<std::string>{dir.file("a.png"), dir.file("b.jpg")});
+  CHECK(r->file_labels == std::vector<int64_t>{0, 5});
+  CHECK(r->kinds == std::vector<SourceKind>{SourceKind::kImage, SourceKind::kImage});
+  CHECK(r->classes.empty());
+  CHECK(r->cycle_length == 2);
+}
+
+TEST_CASE("FileListNamingAMissingOrDuplicateFileFailsTheStartNamingListAndLine") {
+  TempDir dir;
+  testing::WriteAll(dir.file("a.jpg"), "x");
+  v1::PipelineOptions o;
+  o.set_file_list(dir.file("list.jsonl"));
+  testing::WriteAll(
+      dir.file("list.jsonl"),
+      "{\"path\": \"a.jpg\", \"label\": 1}\n{\"path\": \"gone.jpg\", \"label\": 1}\n");
+  auto missing = ResolveOptions(o);
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.status().code() == StatusCode::kNotFound);
+  CHECK_THAT(missing.status().message(), Catch::Contains(dir.file("list.jsonl") + ":2: path: ") &&
+                                             Catch::Contains(dir.file("gone.jpg")));
+  testing::WriteAll(dir.file("list.jsonl"),
+                    "{\"path\": \"a.jpg\", \"label\": 1}\n{\"path\": \"./a.jpg\", \"label\": 1}\n"
+                    "{\"path\": \"a.jpg\", \"label\": 2}\n");
+  auto twice = ResolveOptions(o);
+  REQUIRE_FALSE(twice.ok());
+  CHECK_THAT(twice.status().message(), Catch::Contains("is listed twice"));
+}
+
+TEST_CASE("FileListWithFilePatternsOrANonImageFormatIsRefused") {
+  TempDir dir;
+  testing::WriteAll(dir.file("a.jpg"), "x");
+  testing::WriteAll(dir.file("list.csv"), "a.jpg,0\n");
+  v1::PipelineOptions both;
+  both.set_file_list(dir.file("list.csv"));
+  both.add_files(dir.file("*.jpg"));
+  auto r = ResolveOptions(both);
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.status().message(), Catch::StartsWith("file_list: give files or file_list"));
+  v1::PipelineOptions tar;
+  tar.set_file_list(dir.file("list.csv"));
+  tar.set_format(v1::SOURCE_FORMAT_WEBDATASET);
+  CHECK_FALSE(ResolveOptions(tar).ok());
+  v1::PipelineOptions neither;
+  auto none = ResolveOptions(neither);
+  REQUIRE_FALSE(none.ok());
+  CHECK_THAT(none.status().message(), Catch::StartsWith("files: no file pattern given"));
+}
+
+}  // namespace
+}  // namespace sluice

@@ -456,3 +456,42 @@ TEST_CASE("ConfiguredBudgetOverPhysicalMemoryIsAWarning") {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// A file list is checked at start-up as a stream's options are: each listed file exists, each
+// line parses; its path is kept absolute.
+TEST_CASE("FileListDatasetIsCheckedAtStartNamingListLineAndField") {
+  TempDir dir;
+  WriteAll(dir.file("a.jpg"), "x");
+  WriteAll(dir.file("list.csv"), "path,label\na.jpg,0\n");
+  const std::string cwd = std::filesystem::current_path().string();
+  std::filesystem::current_path(dir.path());
+  Result<v1::ServerConfig> good =
+      LoadText(dir, R"(datasets { name: "x" pipeline { file_list: "list.csv" } })");
+  std::filesystem::current_path(cwd);
+  INFO(good.status().ToString());
+  REQUIRE(good.ok());
+  CHECK(good->datasets(0).pipeline().file_list() == dir.file("list.csv"));
+  CHECK(good->datasets(0).pipeline().files_size() == 0);
+
+  WriteAll(dir.file("list.csv"), "path,label\na.jpg,0\nb.jpg,1\n");
+  Result<v1::ServerConfig> missing =
+      LoadText(dir, R"(datasets { name: "x" pipeline { file_list: "$DIR/list.csv" } })");
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.status().code() == StatusCode::kNotFound);
+  CHECK_THAT(
+      missing.status().message(),
+      Catch::StartsWith("datasets[\"x\"].pipeline: " + dir.file("list.csv") + ":3: path: ") &&
+          Catch::Contains(dir.file("b.jpg")));
+
+  Result<v1::ServerConfig> both = LoadText(
+      dir, R"(datasets { name: "x" pipeline { files: "$DIR/a.jpg" file_list: "$DIR/list.csv" } })");
+  REQUIRE_FALSE(both.ok());
+  CHECK_THAT(both.status().message(),
+             Catch::StartsWith("datasets[\"x\"].pipeline.file_list: give files or file_list"));
+}
+
+}  // namespace
+}  // namespace sluice

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -129,6 +130,49 @@ TEST_CASE("InspectEmptyFileIsZeroRecords") {
   auto j = nlohmann::json::parse(r.out);
   CHECK(j["records"] == 0);
   CHECK(j["corrupt"] == 0);
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// An image folder: classes by folder name in byte order with their counts; a PNG (by signature)
+// counted; a file that is neither JPEG nor PNG named, with exit status 1.
+TEST_CASE("InspectImageFolderReportsClassesPngsAndFilesThatAreNotImages") {
+  TempDir dir;
+  const std::string jpeg = SmallJpeg(40, 30);
+  for (const char* f : {"b/1.jpg", "b/2.jpg", "A/1.jpg", "A/2.png", "A/3.jpg"}) {
+    std::filesystem::create_directories(std::filesystem::path(dir.file(f)).parent_path());
+    testing::WriteAll(dir.file(f), std::string(f).ends_with(".png")
+                                       ? std::string("\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 16)
+                                       : jpeg);
+  }
+  testing::CommandResult clean =
+      RunSluice("inspect --json " + dir.file("A/1.jpg") + " " + dir.file("A/2.png") + " " +
+                dir.file("A/3.jpg") + " " + dir.file("b/1.jpg") + " " + dir.file("b/2.jpg"));
+  INFO(clean.err);
+  REQUIRE(clean.exit_code == 0);
+  auto j = nlohmann::json::parse(clean.out);
+  CHECK(j["records"] == 5);
+  CHECK(j["classes"] == nlohmann::json::parse(R"([{"name": "A", "label": 0, "files": 3},
+                                                  {"name": "b", "label": 1, "files": 2}])"));
+  CHECK(j["png"] == 1);
+  CHECK(j["jpeg"]["count"] == 4);
+  CHECK(j["not_images"].empty());
+
+  testing::WriteAll(dir.file("b/notes.jpg"), "notes, not an image");
+  testing::WriteAll(dir.file("list.csv"), "path,label\nA/1.jpg,4\nb/notes.jpg,4\n");
+  testing::CommandResult listed = RunSluice("inspect --json --file-list " + dir.file("list.csv"));
+  REQUIRE(listed.exit_code == 1);
+  auto l = nlohmann::json::parse(listed.out);
+  CHECK(l["labels"] == nlohmann::json({{"4", 2}}));
+  CHECK(l["not_images"] == nlohmann::json({dir.file("b/notes.jpg")}));
+  testing::CommandResult human = RunSluice("inspect --file-list " + dir.file("list.csv"));
+  CHECK(human.exit_code == 1);
+  CHECK_THAT(human.out, Catch::Contains("files that are not images (neither JPEG nor PNG): 1\n  " +
+                                        dir.file("b/notes.jpg")));
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "formats/tar_sample_reader.h"
+
 namespace sluice {
 
 Result<std::unique_ptr<RecordReader>> OpenRecordReader(const std::string& path, SourceKind kind,
@@ -12,7 +14,11 @@ Result<std::unique_ptr<RecordReader>> OpenRecordReader(const std::string& path, 
                        TFRecordReader::Open(path, options.stream));
       return std::unique_ptr<RecordReader>(std::move(reader));
     }
-    case SourceKind::kTar:
+    case SourceKind::kTar: {
+      ASSIGN_OR_RETURN(std::unique_ptr<TarSampleReader> reader,
+                       TarSampleReader::Open(path, options));
+      return std::unique_ptr<RecordReader>(std::move(reader));
+    }
     case SourceKind::kImage:
       break;
   }

@@ -224,6 +224,12 @@ bool IsSampleMetadataName(std::string_view name) {
   return slash == std::string_view::npos ? dunder : dunder && top.size() >= 4;
 }
 
+Result<Compression> DetectTarCompression(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string head, ReadHead(path, 2));
+  const bool gzip = head.size() == 2 && head[0] == '\x1f' && head[1] == '\x8b';
+  return gzip ? Compression::kGzip : Compression::kNone;
+}
+
 Result<std::unique_ptr<TarSampleReader>> TarSampleReader::Open(const std::string& path,
                                                                const RecordReaderOptions& options) {
   const TFRecordReaderOptions& stream = options.stream;
@@ -231,11 +237,7 @@ Result<std::unique_ptr<TarSampleReader>> TarSampleReader::Open(const std::string
   if (stream.compression) {
     compression = *stream.compression;
   } else {
-    // Only the gzip magic: a zlib header's two bytes are also a plausible start of a file name.
-    ASSIGN_OR_RETURN(std::string head, ReadHead(path, 2));
-    if (head.size() == 2 && head[0] == '\x1f' && head[1] == '\x8b') {
-      compression = Compression::kGzip;
-    }
+    ASSIGN_OR_RETURN(compression, DetectTarCompression(path));
   }
   if (stream.start_offset > 0 && compression != Compression::kNone) {
     return InvalidArgument(path + ": a compressed file can only be read from its start");

@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "formats/compression.h"
 #include "formats/example_builder.h"
 #include "formats/file.h"
 #include "formats/record_reader.h"
@@ -41,6 +42,10 @@ std::optional<std::pair<std::string_view, std::string_view>> SplitSampleName(std
 // Whether webdataset skips the member as metadata: "__x__" at the top level, or a name under a
 // "__x__/" folder at the top.
 bool IsSampleMetadataName(std::string_view name);
+
+// A tar's compression from its first bytes: gzip when they are the gzip magic, else none (a
+// zlib header's two bytes are also a plausible start of a member's name).
+Result<Compression> DetectTarCompression(const std::string& path);
 
 // Not thread-safe: one reader per thread.
 class TarSampleReader final : public RecordReader {

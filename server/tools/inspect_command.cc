@@ -20,6 +20,9 @@
 #include "formats/file.h"
 #include "formats/image_example.h"
 #include "formats/jpeg_header.h"
+#include "formats/record_reader_factory.h"
+#include "formats/source_kind.h"
+#include "formats/tar_sample_reader.h"
 #include "formats/tfrecord_reader.h"
 #include "server/commands.h"
 #include "server/tools/progress.h"
@@ -61,8 +64,9 @@ struct SizeStats {
 // What one file holds; files are inspected in parallel and merged in order.
 struct FileReport {
   std::string path;
+  std::string kind;  // SourceKindName
   std::string compression;
-  uint64_t records = 0;
+  uint64_t records = 0;    // a tar's samples
   uint64_t corrupt = 0;    // framing damage: CRC mismatch, truncation, unreadable
   uint64_t malformed = 0;  // records whose bytes are not a tf.train.Example
   uint64_t bytes = 0;      // size on disk
@@ -135,6 +139,8 @@ void ScanRecord(std::string_view record, uint64_t offset, const InspectOptions& 
   }
 }
 
+// A file of any kind (formats/source_kind.h) read as the pipeline reads it: a WebDataset tar
+// shard's samples are its records, every header checksum verified.
 FileReport InspectFile(const std::string& path, const InspectOptions& opt, Progress* progress) {
   FileReport r;
   r.path = path;
@@ -145,30 +151,35 @@ FileReport InspectFile(const std::string& path, const InspectOptions& opt, Progr
     return r;
   }
   r.bytes = *size;
-  TFRecordReaderOptions ro;
-  if (opt.compression != "auto") ro.compression = ParseCompression(opt.compression).value();
-  Result<std::unique_ptr<TFRecordReader>> reader = TFRecordReader::Open(path, ro);
+  const SourceKind kind = DetectSourceKind(path);
+  r.kind = SourceKindName(kind);
+  RecordReaderOptions ro;
+  ro.image_key = opt.image_key;
+  ro.label_key = opt.label_key;
+  if (opt.compression != "auto") ro.stream.compression = ParseCompression(opt.compression).value();
+  Result<std::unique_ptr<RecordReader>> reader = OpenRecordReader(path, kind, ro);
   if (!reader.ok()) {
     ++r.corrupt;
     r.stopped = reader.status().message();
     return r;
   }
-  Result<Compression> detected =
-      ro.compression ? Result<Compression>(*ro.compression) : DetectFileCompression(path);
+  Result<Compression> detected = ro.stream.compression ? Result<Compression>(*ro.stream.compression)
+                                 : kind == SourceKind::kTar ? DetectTarCompression(path)
+                                                            : DetectFileCompression(path);
   r.compression = detected.ok() ? std::string(CompressionName(*detected)) : "unknown";
 
   uint64_t last_offset = 0;
+  std::string record;
   for (;;) {
-    std::string_view record;
     bool eof = false;
-    Status s = (*reader)->ReadRecord(&record, &eof);
-    uint64_t offset = (*reader)->offset();
-    if (progress) progress->Add(offset - last_offset);
-    last_offset = offset;
+    Status s = (*reader)->ReadRecordInto(&record, &eof);
+    uint64_t offset = (*reader)->record_offset() + (*reader)->record_length();
+    if (progress && offset > last_offset) progress->Add(offset - last_offset);
+    last_offset = std::max(last_offset, offset);
     if (s.ok()) {
       if (eof) break;
       ++r.records;
-      r.data_bytes += record.size();
+      r.data_bytes += (*reader)->record_length();
       ScanRecord(record, (*reader)->record_offset(), opt, &r);
       continue;
     }
@@ -222,9 +233,10 @@ nlohmann::json ToJson(const std::vector<FileReport>& reports, const Totals& t, d
   using nlohmann::json;
   json files = json::array();
   for (const FileReport& r : reports) {
-    json f = {{"path", r.path},       {"records", r.records},     {"corrupt", r.corrupt},
-              {"bytes", r.bytes},     {"data_bytes", r.data_bytes}, {"malformed", r.malformed},
-              {"compression", r.compression}};
+    json f = {{"path", r.path},           {"kind", r.kind},
+              {"records", r.records},     {"corrupt", r.corrupt},
+              {"bytes", r.bytes},         {"data_bytes", r.data_bytes},
+              {"malformed", r.malformed}, {"compression", r.compression}};
     if (r.stopped) f["stopped"] = *r.stopped;
     json problems = r.problems;
     f["problems"] = problems;
@@ -364,7 +376,9 @@ void RegisterInspectCommand(CLI::App& app, int* exit_code) {
   auto opt = std::make_shared<InspectOptions>();
   CLI::App* cmd = app.add_subcommand(
       "inspect", "Verify TFRecord shards and summarize records, features, labels and JPEG sizes");
-  cmd->add_option("files", opt->files, "TFRecord files (plain, GZIP or ZLIB)")->required();
+  cmd->add_option("files", opt->files,
+                  "TFRecord files (plain, GZIP or ZLIB) or WebDataset tar shards (.tar, .tar.gz)")
+      ->required();
   cmd->add_flag("--json", opt->json, "Print one JSON object instead of tables");
   cmd->add_option("--image-key", opt->image_key, "Feature holding the encoded image")
       ->capture_default_str();

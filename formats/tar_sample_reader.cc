@@ -261,7 +261,9 @@ TarSampleReader::TarSampleReader(std::unique_ptr<SequentialFile> file,
       compressed_(compressed),
       offset_(options.stream.start_offset) {
   seekable_ = dynamic_cast<SeekableFile*>(file_.get());
-  buf_.resize(std::max(options_.stream.buffer_bytes, kTarBlockBytes));
+  // The read buffer and the scratch a sample is assembled in share buffer_bytes (what the
+  // pipeline accounts for one reader): half each, the scratch given back after a larger sample.
+  buf_.resize(std::max(options_.stream.buffer_bytes / 2, kTarBlockBytes));
 }
 
 std::string TarSampleReader::Where(uint64_t offset) const {
@@ -270,7 +272,12 @@ std::string TarSampleReader::Where(uint64_t offset) const {
   return w;
 }
 
+void TarSampleReader::ReleaseLargeScratch() {
+  if (scratch_.capacity() > buf_.size()) std::string().swap(scratch_);
+}
+
 Status TarSampleReader::Fail(Status s) {
+  std::string().swap(scratch_);  // nothing more is read
   final_status_ = std::move(s);
   return final_status_;
 }
@@ -614,6 +621,7 @@ Status TarSampleReader::Next(std::string* record, bool skip, bool* end_of_file) 
     }
     member = std::move(next);
   }
+  if (!problem.ok() || refused || skip) ReleaseLargeScratch();
   if (!problem.ok()) return problem;
   if (refused) {
     return ResourceExhausted("sample " + Quoted(key) + " at " + Where(record_offset_) + " of " +
@@ -636,8 +644,7 @@ Status TarSampleReader::Next(std::string* record, bool skip, bool* end_of_file) 
   builder_.AddBytes(kSampleKeyFeature, key);
   if (label) builder_.AddInt64(options_.label_key, *label);
   builder_.Finish(record);
-  if (scratch_.capacity() > buf_.size())
-    std::string().swap(scratch_);  // not kept after a large one
+  ReleaseLargeScratch();
   return Status::OK();
 }
 

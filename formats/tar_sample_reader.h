@@ -124,6 +124,7 @@ class TarSampleReader final : public RecordReader {
   Status ConsumeData(const Member& m, uint64_t n, std::string* to);
   std::string Where(uint64_t offset) const;
   Status Fail(Status s);
+  void ReleaseLargeScratch();
 
   std::unique_ptr<SequentialFile> file_;
   RecordReaderOptions options_;
@@ -137,7 +138,8 @@ class TarSampleReader final : public RecordReader {
   bool archive_end_ = false;       // the end marker or the end of the file was read
   uint64_t offset_ = 0;            // stream offset of buf_[pos_]
   std::optional<Member> pending_;  // read ahead: the first member of the next sample
-  std::string scratch_;            // the sample's payloads, back to back
+  // The sample's payloads, back to back; kept between samples up to buf_'s size.
+  std::string scratch_;
   std::vector<Part> parts_;
   std::string cls_;
   ExampleBuilder builder_;

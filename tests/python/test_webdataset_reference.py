@@ -60,7 +60,9 @@ class _TarServer(Server):
                     "transforms { center_crop { size: [%d, %d] } }" % (SIZE, SIZE, SIZE))
         blocks = [("wds", "%s/good/shard-*" % self.data, ""),
                   ("cut_skip", "%s/cut/cut.tar" % self.data, ""),
-                  ("cut_fail", "%s/cut/cut.tar" % self.data, "error_policy: ERROR_POLICY_FAIL")]
+                  ("cut_fail", "%s/cut/cut.tar" % self.data, "error_policy: ERROR_POLICY_FAIL"),
+                  ("bad_header", "%s/cut/bad-header.tar" % self.data, ""),
+                  ("odd", "%s/odd/odd.tar" % self.data, "")]
         return "".join('datasets {\n  name: "%s"\n  pipeline { files: "%s" %s %s }\n}\n'
                        % (name, files, extra, pipeline) for name, files, extra in blocks)
 
@@ -77,9 +79,51 @@ def _cut_shard(shards):
     return path, member.offset, _webdataset_samples([src])
 
 
+def _bad_header_shard(shards):
+    """shard-0 with a flipped byte in sample 5's jpg header: returns (path, its offset)."""
+    src = shards / "good" / "shard-0.tar"
+    with tarfile.open(src) as t:
+        member = t.getmember("a.b/c.d/sample005.jpg")
+    (shards / "cut").mkdir(exist_ok=True)
+    path = shards / "cut" / "bad-header.tar"
+    data = bytearray(src.read_bytes())
+    data[member.offset + 3] ^= 0x01
+    path.write_bytes(bytes(data))
+    return path, member.offset
+
+
+def _odd_shard(shards):
+    """A tar written member by member with what webdataset skips or splits in its own way: a
+    folder entry, names without a dot, hidden names, metadata, upper-case extensions, a key that
+    comes back after another one, a symlink. Returns its path."""
+    rng = np.random.default_rng(5)
+    (shards / "odd").mkdir(exist_ok=True)
+    path = shards / "odd" / "odd.tar"
+    members = [("x", None), ("x/a.jpg", _image(rng)), ("x/README", b"r"), (".hidden.txt", b"h"),
+               ("__meta__", b"m"), ("__index__/y.txt", b"i"), ("x/a.CLS", b" 3\n"),
+               ("x/a.Seg.PNG", b"png?"), ("x/b.jpg", _image(rng)), ("x/b.cls", b"4"),
+               ("x/link.jpg", "x/b.jpg"), ("x/b.meta.json", b"{}"), ("x/.c.txt", b"c"),
+               ("x/a.jpg", _image(rng)), ("x/a.cls", b"5")]
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as t:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            if data is None:
+                info.type = tarfile.DIRTYPE
+                t.addfile(info)
+            elif isinstance(data, str):
+                info.type, info.linkname = tarfile.SYMTYPE, data
+                t.addfile(info)
+            else:
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+    return path
+
+
 @pytest.fixture(scope="module")
 def server(sluice_bin, shards, tmp_path_factory):
     _cut_shard(shards)
+    _bad_header_shard(shards)
+    _odd_shard(shards)
     s = _TarServer(sluice_bin, tmp_path_factory.mktemp("serve"), shards)
     yield s
     s.stop()
@@ -133,7 +177,7 @@ def test_inspect_json_counts_webdatasets_samples_labels_and_members(run_sluice, 
 def test_shard_cut_mid_member_serves_the_samples_before_it_and_counts_the_skip(server, shards):
     path, offset, whole = _cut_shard(shards)
     images, labels, ids, skipped = _served(server, "cut_skip")
-    # Samples 0-4 are whole (sample 5's first header was read intact); 5 is the one cut.
+    # Samples 0-4 are whole (sample 5's first member, its cls, was read); 5 is the one cut.
     assert labels == [int(s["cls"]) for s in whole[:5]]
     assert ids == [(0, r) for r in range(5)]
     assert skipped == 1
@@ -156,3 +200,32 @@ def test_inspect_names_the_cut_and_counts_the_samples_before_it(run_sluice, shar
     report = json.loads(proc.stdout)
     assert report["records"] == 5 and report["corrupt"] == 1
     assert report["files"][0]["stopped"].startswith(f"{path}:{offset}: tar member")
+
+
+def test_bad_header_checksum_is_skipped_naming_file_and_offset(server, shards):
+    path, offset = _bad_header_shard(shards)
+    images, labels, ids, skipped = _served(server, "bad_header")
+    # TarWriter writes a sample's members in key order: cls, jpg, json, txt. Sample 5's cls was
+    # read, so sample 4 is whole and sample 5 is the record reported (webdataset's tarfile would
+    # end the shard at the bad header without a word).
+    assert ids == [(0, r) for r in range(5)]
+    assert skipped == 1
+    assert f"{path}:{offset}: bad tar header checksum" in (server.workdir / "serve.log").read_text()
+
+
+def test_skipped_and_oddly_named_members_group_as_webdataset_groups_them(server, shards,
+                                                                         run_sluice):
+    path = _odd_shard(shards)
+    reference = _webdataset_samples([path])
+    # x/a (jpg, cls, seg.png), x/b (jpg, cls, meta.json), x/ (c.txt: base_plus_ext's answer for
+    # "x/.c.txt"), x/a again (jpg, cls): the rest is skipped.
+    assert [s["__key__"] for s in reference] == ["x/a", "x/b", "x/", "x/a"]
+    labels = [int(s["cls"]) for s in reference if "cls" in s]
+    report = json.loads(run_sluice("inspect", "--json", path).stdout)
+    assert report["records"] == len(reference)
+    members = {k for s in reference for k in s} - {"__url__", "__local_path__", "jpg", "cls"}
+    assert set(report["features"]) == members | {"image/encoded", "image/class/label"}
+    # Served (the image-less sample x/ is skipped as a bad record, with its reason in the log).
+    _, served_labels, ids, skipped = _served(server, "odd")
+    assert served_labels == labels and skipped == 1
+    assert ids == [(0, 0), (0, 1), (0, 3)]

@@ -282,7 +282,7 @@ Status TarSampleReader::Fail(Status s) {
   return final_status_;
 }
 
-Result<size_t> TarSampleReader::Fill(size_t n, bool sparse) {
+Result<size_t> TarSampleReader::Fill(size_t n) {
   size_t avail = limit_ - pos_;
   if (avail >= n || file_eof_) return avail;
   if (pos_ > 0) {
@@ -291,7 +291,7 @@ Result<size_t> TarSampleReader::Fill(size_t n, bool sparse) {
     limit_ = avail;
   }
   while (limit_ < n) {
-    const size_t want = sparse ? n - limit_ : buf_.size() - limit_;
+    const size_t want = sparse_ ? n - limit_ : buf_.size() - limit_;
     size_t got = 0;
     RETURN_IF_ERROR(file_->Read(want, buf_.data() + limit_, &got));
     if (got == 0) {
@@ -316,7 +316,7 @@ Result<uint64_t> TarSampleReader::Consume(uint64_t n, std::string* to) {
       continue;
     }
     if (file_eof_) break;
-    if (to == nullptr && seekable_ != nullptr) {
+    if (to == nullptr && seekable_ != nullptr && (sparse_ || rest >= buf_.size())) {
       uint64_t skipped = 0;
       RETURN_IF_ERROR(seekable_->Skip(rest, &skipped));
       offset_ += skipped;
@@ -342,8 +342,8 @@ Result<uint64_t> TarSampleReader::Consume(uint64_t n, std::string* to) {
       done += got;
       continue;
     }
-    ASSIGN_OR_RETURN(size_t avail, Fill(static_cast<size_t>(std::min<uint64_t>(rest, buf_.size())),
-                                        seekable_ != nullptr));
+    ASSIGN_OR_RETURN(size_t avail,
+                     Fill(static_cast<size_t>(std::min<uint64_t>(rest, buf_.size()))));
     if (avail == 0) break;
   }
   return done;
@@ -376,7 +376,7 @@ Status TarSampleReader::NextMember(Member* m, bool* end) {
   uint64_t first = offset_;
   for (;;) {
     const uint64_t at = offset_;
-    ASSIGN_OR_RETURN(size_t avail, Fill(kTarBlockBytes, seekable_ != nullptr));
+    ASSIGN_OR_RETURN(size_t avail, Fill(kTarBlockBytes));
     if (avail == 0) {
       if (extended) {
         return DataLoss(Where(at) + ": the file ends after an extended tar header, before the " +
@@ -455,13 +455,16 @@ Status TarSampleReader::NextMember(Member* m, bool* end) {
                             " does not parse");
           };
           const size_t space = data.find(' ', p);
-          if (space == std::string::npos || space == p || space - p > 20) return bad();
+          if (space == std::string::npos || space == p || space - p > 19) return bad();
           uint64_t length = 0;
           for (size_t i = p; i < space; ++i) {
             if (data[i] < '0' || data[i] > '9') return bad();
             length = length * 10 + static_cast<uint64_t>(data[i] - '0');
           }
-          if (length < 5 || length > data.size() - p || data[p + length - 1] != '\n') return bad();
+          if (length < 5 || length > data.size() - p || data[p + length - 1] != '\n' ||
+              space + 1 > p + length - 1) {
+            return bad();
+          }
           const std::string_view record(data.data() + space + 1, p + length - 1 - (space + 1));
           const size_t eq = record.find('=');
           if (eq == std::string_view::npos || eq == 0) return bad();
@@ -540,6 +543,9 @@ Status TarSampleReader::Next(std::string* record, bool skip, bool* end_of_file) 
   *end_of_file = false;
   if (!final_status_.ok()) return final_status_;
   record_length_ = 0;
+  // A sample nobody wants, from a plain file: its headers are read one by one and its payloads
+  // seeked over, so counting a shard reads little more than its headers.
+  sparse_ = skip && seekable_ != nullptr;
   if (!pending_) {
     record_offset_ = offset_;
     bool end = archive_end_;

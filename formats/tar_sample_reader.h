@@ -115,10 +115,11 @@ class TarSampleReader final : public RecordReader {
   // their data) into *m; *end at the end of the archive.
   Status NextMember(Member* m, bool* end);
   // Makes the next n <= buf_.size() bytes contiguous at buf_[pos_]; returns how many are there
-  // (< n only at the end of the file). sparse: ask the file for no more than n.
-  Result<size_t> Fill(size_t n, bool sparse);
-  // Consumes the next n bytes: appended to *to, or dropped when to is null (seeking where the
-  // file can). Returns how many there were (< n only at the end of the file).
+  // (< n only at the end of the file). Asks the file for no more than n when sparse_.
+  Result<size_t> Fill(size_t n);
+  // Consumes the next n bytes: appended to *to, or dropped when to is null (seeking over them
+  // where the file can, when sparse_ or they are more than a buffer). Returns how many there
+  // were (< n only at the end of the file).
   Result<uint64_t> Consume(uint64_t n, std::string* to);
   // Consumes a member's n data bytes and its padding; DataLoss naming it when cut short.
   Status ConsumeData(const Member& m, uint64_t n, std::string* to);
@@ -132,8 +133,9 @@ class TarSampleReader final : public RecordReader {
   // file_, when it is a plain file that seeks over bytes nobody wants (Open's).
   class SeekableFile* seekable_ = nullptr;
   std::vector<char> buf_;
-  size_t pos_ = 0;    // first unconsumed byte in buf_
-  size_t limit_ = 0;  // one past the last valid byte in buf_
+  bool sparse_ = false;  // reading a skipped sample of a seekable file: no read-ahead
+  size_t pos_ = 0;       // first unconsumed byte in buf_
+  size_t limit_ = 0;     // one past the last valid byte in buf_
   bool file_eof_ = false;
   bool archive_end_ = false;       // the end marker or the end of the file was read
   uint64_t offset_ = 0;            // stream offset of buf_[pos_]

@@ -452,6 +452,70 @@ TEST_CASE("CutMidMemberAndMidHeaderNameWhatWasCut") {
   }
 }
 
+TEST_CASE("DamagedExtendedHeadersAreFinalDataLossNamingTheirOffset") {
+  auto pax = [](const std::string& records) {
+    Header x;
+    x.name = "PaxHeaders/a.jpg";
+    x.type = 'x';
+    x.size = records.size();
+    return HeaderBlock(x) + Padded(records);
+  };
+  const std::string first = Member("a.jpg", "1");  // one good sample before the damage
+  struct Case {
+    std::string name, tar, message;
+  };
+  const std::vector<Case> cases = {
+      {"record length past the header", first + pax("99 path=b.jpg\n") + Member("b.jpg", "2"),
+       "shard.tar:1024: pax header record at byte 0 does not parse"},
+      {"record without '='", first + pax("9 pathxx\n") + Member("b.jpg", "2"),
+       "shard.tar:1024: pax header record at byte 0 does not parse"},
+      {"length digits past the record",
+       first + pax("0000000000000000005 x=\n") + Member("b.jpg", "2"),
+       "shard.tar:1024: pax header record at byte 0 does not parse"},
+      {"size not a number", first + pax(PaxRecord("size", "12a")) + Member("b.jpg", "2"),
+       "shard.tar:1024: pax header's size '12a' is not a number"},
+      {"file ends after it", first + pax(PaxRecord("path", "b.jpg")),
+       "shard.tar:2048: the file ends after an extended tar header, before the member header it "
+       "extends"},
+      {"end marker after it", first + pax(PaxRecord("path", "b.jpg")) + EndBlocks(),
+       "shard.tar:2048: the end of the archive follows an extended tar header, before the member "
+       "header it extends"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    auto reader = MemoryReader(c.tar);
+    std::string record;
+    bool eof = false;
+    Status s = reader->ReadRecordInto(&record, &eof);
+    CHECK(s.code() == StatusCode::kDataLoss);  // a's end is not known: a's error
+    CHECK(s.message() == c.message);
+    CHECK(reader->record_offset() == 0);
+    CHECK(!reader->can_continue());
+  }
+}
+
+TEST_CASE("IOErrorIsFinalAtEveryOffset") {
+  const std::string tar =
+      Member("a.jpg", std::string(700, 'a')) + Member("b.jpg", "b") + EndBlocks();
+  // Up to the first zero block: the reader stops there, as tarfile does.
+  for (size_t at = 0; at < 6 * kTarBlockBytes; at += 100) {
+    INFO("fails at " << at);
+    RecordReaderOptions o;
+    o.stream.buffer_bytes = 1024;
+    TarSampleReader reader(NewMemoryFile("shard.tar", tar, static_cast<int64_t>(at)), o);
+    Status last;
+    for (int i = 0; i < 4 && last.ok(); ++i) {
+      std::string record;
+      bool eof = false;
+      last = reader.ReadRecordInto(&record, &eof);
+      if (eof) break;
+    }
+    CHECK(last.code() == StatusCode::kUnavailable);
+    CHECK(last.message().find("injected I/O error") != std::string::npos);
+    CHECK(!reader.can_continue());
+  }
+}
+
 TEST_CASE("MissingEndBlocksAfterACompleteMemberIsACleanEnd") {
   const std::string tar = Member("a.jpg", "1") + Member("b.jpg", "2");
   auto reader = MemoryReader(tar);

@@ -2,17 +2,22 @@
 // gzipped) grouped into samples as webdataset 1.0.2 groups them (tariterators.py), each sample
 // handed on as one tf.train.Example (formats/record_reader.h).
 //
-// Grouping: a member's name splits into a sample key and an extension at the first dot of its
-// last path component (SplitSampleName); consecutive members with the same key form one sample;
-// extensions are compared lower-cased. Skipped, as webdataset skips them: members that are not
-// regular files (directories, links, devices), metadata ("__x__" at the top level, anything
-// under a "__x__/" folder) and names SplitSampleName cannot split (no dot in the last component,
-// or one that starts with a dot). They do not end the sample around them.
+// Grouping: a member's name splits into a sample key and an extension as base_plus_ext's regular
+// expression splits it (SplitSampleName: mostly at the first dot of the last path component, so
+// "a.b/c.seg.png" is key "a.b/c", extension "seg.png"); consecutive members with the same key
+// form one sample; extensions are compared lower-cased. Skipped, as webdataset skips them:
+// members that are not regular files (directories, links, devices), metadata ("__x__" at the top
+// level, anything under a "__x__/" folder) and names the expression does not match (e.g. no dot
+// in the last component, or a name that starts with a dot). They do not end the sample around
+// them. Two members of one sample with the same extension are the sample's error (webdataset
+// raises on them).
 //
 // A sample's Example: the image member (jpg, else jpeg, else png) under the image key, the `cls`
 // member (an ASCII integer, surrounding whitespace allowed) as an int64 under the label key, the
 // key itself as bytes under "__key__", and every other member as bytes under its extension
-// (json included, unparsed).
+// (json included, unparsed). A sample is held once as its members' bytes and once as the
+// Example built from them; the read buffer and that scratch share buffer_bytes, the scratch
+// given back after a sample larger than its half.
 #pragma once
 
 #include <cstdint>

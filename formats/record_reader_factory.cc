@@ -1,8 +1,10 @@
 #include "formats/record_reader_factory.h"
 
+#include <string>
 #include <utility>
 
 #include "formats/image_file_reader.h"
+#include "formats/tar_sample_reader.h"
 
 namespace sluice {
 
@@ -19,11 +21,14 @@ Result<std::unique_ptr<RecordReader>> OpenRecordReader(const std::string& path, 
                        ImageFileReader::Open(path, options));
       return std::unique_ptr<RecordReader>(std::move(reader));
     }
-    case SourceKind::kTar:
-      break;
+    case SourceKind::kTar: {
+      ASSIGN_OR_RETURN(std::unique_ptr<TarSampleReader> reader,
+                       TarSampleReader::Open(path, options));
+      return std::unique_ptr<RecordReader>(std::move(reader));
+    }
   }
-  return Unimplemented(path + ": " + std::string(SourceKindName(kind)) +
-                       " files cannot be read yet");
+  return InvalidArgument(path + ": unknown source kind " +
+                         std::to_string(static_cast<int>(kind)));
 }
 
 }  // namespace sluice

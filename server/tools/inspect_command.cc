@@ -24,6 +24,8 @@
 #include "formats/image_example.h"
 #include "formats/jpeg_header.h"
 #include "formats/record_reader_factory.h"
+#include "formats/source_kind.h"
+#include "formats/tar_sample_reader.h"
 #include "formats/tfrecord_reader.h"
 #include "pipeline/file_list.h"
 #include "pipeline/options.h"
@@ -68,8 +70,9 @@ struct SizeStats {
 // What one file holds; files are inspected in parallel and merged in order.
 struct FileReport {
   std::string path;
+  std::string kind;  // SourceKindName
   std::string compression;
-  uint64_t records = 0;
+  uint64_t records = 0;    // a tar's samples
   uint64_t corrupt = 0;    // framing damage: CRC mismatch, truncation, unreadable
   uint64_t malformed = 0;  // records whose bytes are not a tf.train.Example
   uint64_t bytes = 0;      // size on disk
@@ -144,6 +147,8 @@ void ScanRecord(std::string_view record, uint64_t offset, const InspectOptions& 
   }
 }
 
+// A file of any kind (formats/source_kind.h) read as the pipeline reads it: a WebDataset tar
+// shard's samples are its records, every header checksum verified.
 FileReport InspectFile(const std::string& path, const InspectOptions& opt, Progress* progress) {
   FileReport r;
   r.path = path;
@@ -154,30 +159,35 @@ FileReport InspectFile(const std::string& path, const InspectOptions& opt, Progr
     return r;
   }
   r.bytes = *size;
-  TFRecordReaderOptions ro;
-  if (opt.compression != "auto") ro.compression = ParseCompression(opt.compression).value();
-  Result<std::unique_ptr<TFRecordReader>> reader = TFRecordReader::Open(path, ro);
+  const SourceKind kind = DetectSourceKind(path);
+  r.kind = SourceKindName(kind);
+  RecordReaderOptions ro;
+  ro.image_key = opt.image_key;
+  ro.label_key = opt.label_key;
+  if (opt.compression != "auto") ro.stream.compression = ParseCompression(opt.compression).value();
+  Result<std::unique_ptr<RecordReader>> reader = OpenRecordReader(path, kind, ro);
   if (!reader.ok()) {
     ++r.corrupt;
     r.stopped = reader.status().message();
     return r;
   }
-  Result<Compression> detected =
-      ro.compression ? Result<Compression>(*ro.compression) : DetectFileCompression(path);
+  Result<Compression> detected = ro.stream.compression ? Result<Compression>(*ro.stream.compression)
+                                 : kind == SourceKind::kTar ? DetectTarCompression(path)
+                                                            : DetectFileCompression(path);
   r.compression = detected.ok() ? std::string(CompressionName(*detected)) : "unknown";
 
   uint64_t last_offset = 0;
+  std::string record;
   for (;;) {
-    std::string_view record;
     bool eof = false;
-    Status s = (*reader)->ReadRecord(&record, &eof);
-    uint64_t offset = (*reader)->offset();
-    if (progress) progress->Add(offset - last_offset);
-    last_offset = offset;
+    Status s = (*reader)->ReadRecordInto(&record, &eof);
+    uint64_t offset = (*reader)->record_offset() + (*reader)->record_length();
+    if (progress && offset > last_offset) progress->Add(offset - last_offset);
+    last_offset = std::max(last_offset, offset);
     if (s.ok()) {
       if (eof) break;
       ++r.records;
-      r.data_bytes += record.size();
+      r.data_bytes += (*reader)->record_length();
       ScanRecord(record, (*reader)->record_offset(), opt, &r);
       continue;
     }
@@ -201,6 +211,7 @@ FileReport InspectImageFile(const std::string& path, std::optional<int64_t> labe
                             const InspectOptions& opt) {
   FileReport r;
   r.path = path;
+  r.kind = SourceKindName(SourceKind::kImage);
   r.compression = "image";
   RecordReaderOptions rro;
   rro.image_key = opt.image_key;
@@ -272,9 +283,10 @@ nlohmann::json ToJson(const std::vector<FileReport>& reports, const Totals& t, d
   using nlohmann::json;
   json files = json::array();
   for (const FileReport& r : reports) {
-    json f = {{"path", r.path},       {"records", r.records},     {"corrupt", r.corrupt},
-              {"bytes", r.bytes},     {"data_bytes", r.data_bytes}, {"malformed", r.malformed},
-              {"compression", r.compression}};
+    json f = {{"path", r.path},           {"kind", r.kind},
+              {"records", r.records},     {"corrupt", r.corrupt},
+              {"bytes", r.bytes},         {"data_bytes", r.data_bytes},
+              {"malformed", r.malformed}, {"compression", r.compression}};
     if (r.stopped) f["stopped"] = *r.stopped;
     json problems = r.problems;
     f["problems"] = problems;
@@ -470,11 +482,12 @@ void RegisterInspectCommand(CLI::App& app, int* exit_code) {
   auto opt = std::make_shared<InspectOptions>();
   CLI::App* cmd = app.add_subcommand(
       "inspect",
-      "Verify TFRecord shards or image files and summarize records, features, labels and JPEG "
-      "sizes");
+      "Verify TFRecord shards, WebDataset tar shards or image files and summarize records, "
+      "features, labels and image sizes");
   auto* files = cmd->add_option(
       "files", opt->files,
-      "TFRecord files (plain, GZIP or ZLIB) or image files (.jpg/.jpeg/.png, labelled by folder)");
+      "TFRecord files (plain, GZIP or ZLIB), WebDataset tar shards (.tar, .tar.gz, .tgz) or image "
+      "files (.jpg/.jpeg/.png, labelled by folder)");
   auto* list = cmd->add_option("--file-list", opt->file_list,
                                "A CSV or JSON-lines list of image files and labels, instead");
   files->excludes(list);

@@ -154,6 +154,7 @@ def main():
 
     shared_segment_seeds()
     http_seeds()
+    tar_seeds(small)
 
 
 def shared_segment_seeds():
@@ -240,6 +241,42 @@ def http_seeds():
     }
     for name, data in seeds.items():
         write("http_request", name, data)
+
+
+def tar_seeds(jpeg_bytes):
+    """WebDataset shards as tarfile writes them (ustar, GNU long names, pax), plain and damaged;
+    byte 0 of each: buffer size and whether checksums are remade (see the target)."""
+    import tarfile
+
+    def shard(fmt, members):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=fmt) as t:
+            for name, data in members:
+                info = tarfile.TarInfo(name)
+                if data is None:
+                    info.type = tarfile.DIRTYPE
+                    t.addfile(info)
+                else:
+                    info.size = len(data)
+                    t.addfile(info, io.BytesIO(data))
+        return buf.getvalue()
+
+    samples = [("d/s%d.%s" % (i, ext), data) for i in range(3)
+               for ext, data in (("jpg", jpeg_bytes), ("cls", b"%d\n" % i), ("json", b"{}"))]
+    ustar = shard(tarfile.USTAR_FORMAT, [("d", None)] + samples + [("README", b"r")])
+    long_key = "k" * 120 + "/s"
+    write("tar_sample_reader", "ustar", bytes([1, 0]) + ustar)
+    write("tar_sample_reader", "ustar-tiny-buffer-limit", bytes([0, 2]) + ustar)
+    write("tar_sample_reader", "gnu-long-names",
+          bytes([2, 0]) + shard(tarfile.GNU_FORMAT, [(long_key + ".jpg", jpeg_bytes),
+                                                     (long_key + ".cls", b"1")]))
+    write("tar_sample_reader", "pax",
+          bytes([2, 3]) + shard(tarfile.PAX_FORMAT, [(long_key + ".jpg", jpeg_bytes),
+                                                     ("caf\u00e9.cls", b"x")]))
+    write("tar_sample_reader", "cut", bytes([4, 0]) + ustar[:2000])
+    damaged = bytearray(ustar)
+    damaged[1024 + 7] ^= 1
+    write("tar_sample_reader", "bad-checksum", bytes([1, 0]) + bytes(damaged))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 #include "pipeline/record_counts.h"
 
 #include <catch2/catch.hpp>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <thread>
@@ -92,6 +93,45 @@ TEST_CASE("EmptyFileHasNoRecordsAndAMissingOneIsOneUnreadableRecord") {
   testing::WriteAll(dir.file("empty.tfrecord"), "");
   CHECK(CountFileRecords(dir.file("empty.tfrecord"), std::nullopt) == FileRecords{0, false});
   CHECK(CountFileRecords(dir.file("missing.tfrecord"), std::nullopt) == FileRecords{1, true});
+}
+
+// Bytes this process has read(2) so far.
+uint64_t ReadChars() {
+  std::ifstream io("/proc/self/io");
+  std::string key;
+  uint64_t value = 0;
+  while (io >> key >> value) {
+    if (key == "rchar:") return value;
+  }
+  return 0;
+}
+
+// WebDataset shards written by GNU tar: a plain one counted from its headers alone (its payloads
+// seeked over, never read), a gzipped one streamed, a cut one as the source reads it (the
+// samples before the cut, and the cut one as one more).
+TEST_CASE("TarShardsAreCountedBySamplesReadingAPlainOnesHeadersOnly") {
+  TempDir dir;
+  std::string members;
+  for (int i = 0; i < 4; ++i) {
+    const std::string key = "s" + std::to_string(i);
+    testing::WriteAll(dir.file(key + ".jpg"), RandomBytes(4 << 20, i));
+    testing::WriteAll(dir.file(key + ".cls"), std::to_string(i));
+    members += " " + key + ".jpg " + key + ".cls";
+  }
+  const std::string tar = dir.file("shard.tar");
+  REQUIRE(
+      testing::RunCommand("tar", "-C " + dir.path().string() + " -cf " + tar + members).exit_code ==
+      0);
+  REQUIRE(testing::RunCommand("gzip", "-k " + tar).exit_code == 0);
+  const std::string data = testing::ReadAll(tar);
+  testing::WriteAll(dir.file("cut.tar"), data.substr(0, 2 * (512 + (4 << 20) + 1024) + 1000));
+
+  const uint64_t before = ReadChars();
+  CHECK(CountFileRecords(tar, std::nullopt, SourceKind::kTar) == FileRecords{4, false});
+  CHECK(ReadChars() - before < (64 << 10));  // of 16 MiB
+  CHECK(CountFileRecords(tar + ".gz", std::nullopt, SourceKind::kTar) == FileRecords{4, false});
+  CHECK(CountFileRecords(dir.file("cut.tar"), std::nullopt, SourceKind::kTar) ==
+        FileRecords{3, false});
 }
 
 TEST_CASE("AnIndexThatTilesTheFileIsTrustedWithoutScanningTheFrames") {

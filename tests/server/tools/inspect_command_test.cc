@@ -113,6 +113,50 @@ TEST_CASE("InspectTruncatedShardReportsTruncation") {
   CHECK(r.out.find("total") != std::string::npos);
 }
 
+// A WebDataset shard written by GNU tar (ustar), plain and gzipped: its samples are the records.
+TEST_CASE("InspectJsonCountsTarSamplesAndNamesADamagedHeader") {
+  TempDir dir;
+  const std::string jpeg = SmallJpeg(40, 30);
+  testing::WriteAll(dir.file("s0.jpg"), jpeg);
+  testing::WriteAll(dir.file("s0.cls"), "1\n");
+  testing::WriteAll(dir.file("s1.jpg"), jpeg);
+  testing::WriteAll(dir.file("s1.cls"), "2\n");
+  testing::WriteAll(dir.file("s2.jpg"), jpeg);
+  testing::WriteAll(dir.file("s2.cls"), "2\n");
+  const std::string path = dir.file("shard.tar");
+  REQUIRE(testing::RunCommand("tar", "-C " + dir.path().string() + " --format=ustar -cf " + path +
+                                         " s0.jpg s0.cls s1.jpg s1.cls s2.jpg s2.cls")
+              .exit_code == 0);
+  REQUIRE(testing::RunCommand("gzip", "-k " + path).exit_code == 0);
+  for (const std::string& shard : {path, path + ".gz"}) {
+    testing::CommandResult r = RunSluice("inspect --json " + shard);
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    auto j = nlohmann::json::parse(r.out);
+    CHECK(j["records"] == 3);
+    CHECK(j["files"][0]["kind"] == "tar");
+    CHECK(j["files"][0]["compression"] == (shard == path ? "none" : "gzip"));
+    CHECK(j["data_bytes"] == 3 * (jpeg.size() + 2));
+    CHECK(j["features"]["image/encoded"] == "bytes_list");
+    CHECK(j["features"]["__key__"] == "bytes_list");
+    CHECK(j["labels"] == nlohmann::json({{"1", 1}, {"2", 2}}));
+    CHECK(j["jpeg"]["count"] == 3);
+  }
+  // s2.jpg's header: after two samples of a jpg (a header, its data padded to blocks) and a cls
+  // (two blocks). s1 is not counted either: it may have had more members.
+  const size_t damaged = 2 * (512 + (jpeg.size() + 511) / 512 * 512 + 1024);
+  std::string data = testing::ReadAll(path);
+  data[damaged + 1] ^= 0x01;
+  testing::WriteAll(path, data);
+  testing::CommandResult r = RunSluice("inspect --json " + path);
+  CHECK(r.exit_code == 1);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["records"] == 1);
+  CHECK(j["corrupt"] == 1);
+  CHECK(j["files"][0]["stopped"].get<std::string>().find(
+            path + ":" + std::to_string(damaged) + ": bad tar header checksum") == 0);
+}
+
 TEST_CASE("InspectMissingFileIsAnErrorNamingIt") {
   TempDir dir;
   std::string path = dir.file("nope.tfrecord");

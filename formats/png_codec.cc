@@ -73,8 +73,9 @@ class ReadStruct {
     if (png_ != nullptr) info_ = png_create_info_struct(png_);
   }
   ~ReadStruct() {
-    if (png_ != nullptr)
+    if (png_ != nullptr) {
       png_destroy_read_struct(&png_, info_ != nullptr ? &info_ : nullptr, nullptr);
+    }
   }
   ReadStruct(const ReadStruct&) = delete;
   ReadStruct& operator=(const ReadStruct&) = delete;
@@ -123,8 +124,9 @@ bool ReadInfoAndTransform(png_structp png, png_infop info, bool composite, int* 
 bool ReadRows(png_structp png, int passes, int height, uint8_t* base, size_t stride) {
   if (setjmp(png_jmpbuf(png))) return false;
   for (int pass = 0; pass < passes; ++pass) {
-    for (int y = 0; y < height; ++y)
+    for (int y = 0; y < height; ++y) {
       png_read_row(png, base + static_cast<size_t>(y) * stride, nullptr);
+    }
   }
   return true;
 }

@@ -1,6 +1,7 @@
 // `sluice inspect FILE...`: reads TFRecord shards end to end, verifying both CRCs of every record,
 // and summarizes what is in them: records, bytes and damage per file, the feature keys and kinds,
-// the label histogram and JPEG sizes (from headers only). Exit status 1 when anything is corrupt.
+// the label histogram and JPEG and PNG sizes (from headers only). Exit status 1 when anything is
+// corrupt.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,6 +21,7 @@
 #include "formats/file.h"
 #include "formats/image_example.h"
 #include "formats/jpeg_header.h"
+#include "formats/png_codec.h"
 #include "formats/tfrecord_reader.h"
 #include "server/commands.h"
 #include "server/tools/progress.h"
@@ -77,8 +79,11 @@ struct FileReport {
   uint64_t records_without_label = 0;
   SizeStats width, height, pixels;
   uint64_t jpeg_progressive = 0;
-  uint64_t not_jpeg = 0;
+  uint64_t not_jpeg = 0;  // neither JPEG nor PNG (or a header that does not read)
   std::map<std::string, uint64_t> color_spaces;
+  SizeStats png_width, png_height, png_pixels;
+  uint64_t png_interlaced = 0;
+  std::map<std::string, uint64_t> png_layouts;  // "RGBA 8-bit"
 
   void Problem(std::string message) {
     if (problems.size() < kMaxProblemsShownPerFile) {
@@ -122,6 +127,20 @@ void ScanRecord(std::string_view record, uint64_t offset, const InspectOptions& 
   if (have_image && image.kind() == FeatureKind::kBytes) {
     Result<std::string_view> bytes = image.FirstBytes(opt.image_key);
     if (!bytes.ok()) return;
+    if (IsPng(*bytes)) {
+      Result<PngHeader> png = ReadPngHeader(*bytes);
+      if (!png.ok()) {
+        ++r->not_jpeg;
+        return;
+      }
+      r->png_width.Add(png->width);
+      r->png_height.Add(png->height);
+      r->png_pixels.Add(int64_t{png->width} * png->height);
+      if (png->interlaced) ++r->png_interlaced;
+      ++r->png_layouts[fmt::format("{} {}-bit", PngColorTypeName(png->color_type),
+                                   png->bit_depth)];
+      return;
+    }
     Result<JpegHeader> header = ReadJpegHeader(*bytes);
     if (!header.ok()) {
       ++r->not_jpeg;
@@ -210,6 +229,11 @@ Totals Merge(const std::vector<FileReport>& reports) {
     m.jpeg_progressive += r.jpeg_progressive;
     m.not_jpeg += r.not_jpeg;
     for (const auto& [cs, n] : r.color_spaces) m.color_spaces[cs] += n;
+    m.png_width.Merge(r.png_width);
+    m.png_height.Merge(r.png_height);
+    m.png_pixels.Merge(r.png_pixels);
+    m.png_interlaced += r.png_interlaced;
+    for (const auto& [layout, n] : r.png_layouts) m.png_layouts[layout] += n;
   }
   return t;
 }
@@ -244,6 +268,16 @@ nlohmann::json ToJson(const std::vector<FileReport>& reports, const Totals& t, d
     jpeg["height"] = {{"min", m.height.min}, {"mean", m.height.mean()}, {"max", m.height.max}};
     jpeg["mean_pixels"] = m.pixels.mean();
   }
+  json png = {{"count", m.png_width.count},
+              {"interlaced", m.png_interlaced},
+              {"layouts", m.png_layouts}};
+  if (m.png_width.count) {
+    png["width"] = {
+        {"min", m.png_width.min}, {"mean", m.png_width.mean()}, {"max", m.png_width.max}};
+    png["height"] = {
+        {"min", m.png_height.min}, {"mean", m.png_height.mean()}, {"max", m.png_height.max}};
+    png["mean_pixels"] = m.png_pixels.mean();
+  }
   return json{{"files", files},
               {"records", t.records},
               {"corrupt", t.corrupt},
@@ -254,6 +288,7 @@ nlohmann::json ToJson(const std::vector<FileReport>& reports, const Totals& t, d
               {"labels", labels},
               {"records_without_label", m.records_without_label},
               {"jpeg", jpeg},
+              {"png", png},
               {"seconds", seconds},
               {"bytes_per_sec", seconds > 0 ? t.bytes / seconds : 0.0}};
 }
@@ -313,7 +348,19 @@ void PrintHuman(const std::vector<FileReport>& reports, const Totals& t, double 
     for (const auto& [cs, n] : m.color_spaces) spaces += fmt::format(" {}={}", cs, n);
     fmt::print("  colour spaces:{}\n", spaces);
   }
-  if (m.not_jpeg) fmt::print("'{}' values that are not JPEG: {}\n", opt.image_key, m.not_jpeg);
+  if (m.png_width.count) {
+    fmt::print("\nPNG ({}): {} images, width {}..{} (mean {:.0f}), height {}..{} (mean {:.0f}), "
+               "mean {:.0f} kpx, {} interlaced\n",
+               opt.image_key, m.png_width.count, m.png_width.min, m.png_width.max,
+               m.png_width.mean(), m.png_height.min, m.png_height.max, m.png_height.mean(),
+               m.png_pixels.mean() / 1000, m.png_interlaced);
+    std::string layouts;
+    for (const auto& [layout, n] : m.png_layouts) layouts += fmt::format(" {}={}", layout, n);
+    fmt::print("  layouts:{}\n", layouts);
+  }
+  if (m.not_jpeg) {
+    fmt::print("'{}' values that are neither JPEG nor PNG: {}\n", opt.image_key, m.not_jpeg);
+  }
   fmt::print("\nread {} in {:.3f} s ({}/s)\n", HumanBytes(static_cast<double>(t.bytes)), seconds,
              HumanBytes(seconds > 0 ? t.bytes / seconds : 0));
 }
@@ -363,7 +410,8 @@ int RunInspect(const InspectOptions& opt) {
 void RegisterInspectCommand(CLI::App& app, int* exit_code) {
   auto opt = std::make_shared<InspectOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "inspect", "Verify TFRecord shards and summarize records, features, labels and JPEG sizes");
+      "inspect",
+      "Verify TFRecord shards and summarize records, features, labels and JPEG and PNG sizes");
   cmd->add_option("files", opt->files, "TFRecord files (plain, GZIP or ZLIB)")->required();
   cmd->add_flag("--json", opt->json, "Print one JSON object instead of tables");
   cmd->add_option("--image-key", opt->image_key, "Feature holding the encoded image")

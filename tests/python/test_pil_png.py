@@ -232,3 +232,76 @@ def test_composite_rounding_is_exact_over_every_colour_and_alpha(probe_bin, tmp_
         np.testing.assert_array_equal(ours[..., 0], expected)
         np.testing.assert_array_equal(ours, pil_composite(data, bg))
 
+
+# ---- Through a real server: `sluice convert` of PIL's files, then `sluice serve` ----
+
+SERVED = 256  # the served images' size: EVAL at 224 resizes 256 to 256 (a copy), then crops 224
+
+
+def served_images():
+    """One PNG per class (the label says which), every one with alpha or tRNS to composite."""
+    r = rng_for("served")
+    rgba = r.integers(0, 256, (SERVED, SERVED, 4), np.uint8)
+    la = r.integers(0, 256, (SERVED, SERVED, 2), np.uint8)
+    idx = r.integers(0, 256, (SERVED, SERVED), np.uint8)
+    p = Image.fromarray(idx, "P")
+    p.putpalette(r.integers(0, 256, 768, np.uint8).tobytes())
+    rgb16 = r.integers(0, 1 << 16, (SERVED, SERVED, 4), np.uint32)
+    return {
+        "a_rgba": pil_save(Image.fromarray(rgba, "RGBA")),
+        "b_la": pil_save(Image.fromarray(la, "LA")),
+        "c_palette": pil_save(p, transparency=bytes(range(0, 256, 2))),
+        "d_rgba16_adam7": write_png(rgb16, 6, 16, interlaced=True),
+    }
+
+
+@pytest.fixture(scope="module")
+def png_server(sluice_bin, tmp_path_factory):
+    from client_support import Server
+
+    root = tmp_path_factory.mktemp("png-served")
+    images = served_images()
+    for name, data in images.items():
+        (root / "images" / name).mkdir(parents=True)
+        (root / "images" / name / "0.png").write_bytes(data)
+    shards = root / "shards"
+    subprocess.run([sluice_bin, "convert", "--from", str(root / "images"), "--out", str(shards),
+                    "--shards", "1"], check=True, capture_output=True, timeout=120)
+
+    class PngServer(Server):
+        def datasets(self):
+            text = ""
+            for name, alpha in (("drop", "ALPHA_DROP"), ("white", "ALPHA_COMPOSITE_WHITE"),
+                                ("black", "ALPHA_COMPOSITE_BLACK")):
+                text += f"""datasets {{
+  name: "{name}"
+  pipeline {{ {self.files} mode: MODE_EVAL batch_size: 4 image_height: 224 epochs: 1
+    alpha: {alpha} }}
+}}
+"""
+            return text
+
+    server = PngServer(sluice_bin, root, shards)
+    yield server, [images[k] for k in sorted(images)]
+    server.stop()
+
+
+@pytest.mark.parametrize("alpha", ["drop", "white", "black"])
+def test_served_png_batches_are_pils_pixels_centre_cropped(png_server, alpha):
+    import sluice  # here, not at the top: this venv's client is imported only where it runs
+
+    server, files = png_server
+    with sluice.Client(server.target) as client:
+        batches = list(client.stream(alpha))
+    images = np.concatenate([b.images for b in batches])
+    labels = np.concatenate([b.labels for b in batches])
+    assert sorted(labels.tolist()) == list(range(len(files)))
+    for image, label in zip(images, labels):
+        data = files[label]
+        if alpha == "drop":
+            expected = pil_rgb(data)
+        else:
+            expected = pil_composite(data, 255 if alpha == "white" else 0)
+        margin = (SERVED - 224) // 2
+        np.testing.assert_array_equal(image, expected[margin:margin + 224, margin:margin + 224],
+                                      err_msg=f"label {label}")

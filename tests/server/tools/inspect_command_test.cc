@@ -8,6 +8,7 @@
 #include "formats/image_example.h"
 #include "formats/jpeg_codec.h"
 #include "formats/tfrecord_writer.h"
+#include "tests/png_test_images.h"
 #include "tests/test_support.h"
 
 namespace sluice {
@@ -60,6 +61,48 @@ TEST_CASE("InspectJsonDescribesACleanShard") {
   CHECK(j["jpeg"]["count"] == 7);
   CHECK(j["jpeg"]["width"]["max"] == 40);
   CHECK(j["jpeg"]["height"]["min"] == 30);
+}
+
+TEST_CASE("InspectReportsPngsBesideJpegsFromTheirHeaders") {
+  TempDir dir;
+  std::string path = dir.file("mixed.tfrecord");
+  {
+    auto writer = TFRecordWriter::Create(path, TFRecordWriterOptions{});
+    REQUIRE(writer.ok());
+    std::vector<std::string> images = {SmallJpeg(40, 30), SmallJpeg(40, 30), "GIF89a..."};
+    for (int i = 0; i < 3; ++i) {
+      testing::PngSpec s;
+      s.width = 50 + 10 * i;
+      s.height = 20;
+      s.color_type = i == 0 ? PngColorType::kRgbAlpha : PngColorType::kPalette;
+      s.bit_depth = i == 0 ? 16 : 4;
+      s.interlaced = i == 0;
+      testing::FillRandom(&s, i, false);
+      images.push_back(testing::WritePngWithLibpng(s));
+    }
+    for (const std::string& image : images) {
+      ImageRecord r{image, 0, "c", 0, 0, "f"};
+      REQUIRE((*writer)->Write(EncodeImageExample(r)).ok());
+    }
+    REQUIRE((*writer)->Close().ok());
+  }
+  testing::CommandResult r = RunSluice("inspect --json " + path);
+  REQUIRE(r.exit_code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["jpeg"]["count"] == 2);
+  CHECK(j["jpeg"]["not_jpeg"] == 1);
+  CHECK(j["png"]["count"] == 3);
+  CHECK(j["png"]["interlaced"] == 1);
+  CHECK(j["png"]["width"]["min"] == 50);
+  CHECK(j["png"]["width"]["max"] == 70);
+  CHECK(j["png"]["height"]["max"] == 20);
+  CHECK(j["png"]["layouts"] == nlohmann::json({{"RGBA 16-bit", 1}, {"palette 4-bit", 2}}));
+
+  testing::CommandResult human = RunSluice("inspect " + path);
+  REQUIRE(human.exit_code == 0);
+  CHECK(human.out.find("PNG (image/encoded): 3 images, width 50..70") != std::string::npos);
+  CHECK(human.out.find("layouts: RGBA 16-bit=1 palette 4-bit=2") != std::string::npos);
+  CHECK(human.out.find("values that are neither JPEG nor PNG: 1") != std::string::npos);
 }
 
 TEST_CASE("InspectJsonOnCorruptShardCountsAndNamesOffset") {

@@ -21,7 +21,7 @@ std::string EncodeImageExample(const ImageRecord& r) {
   bytes(kImageClassTextKey, r.class_text);
   int64(kImageHeightKey, r.height);
   int64(kImageWidthKey, r.width);
-  bytes(kImageFormatKey, "JPEG");
+  bytes(kImageFormatKey, r.format);
   bytes(kImageFilenameKey, r.filename);
   // Map entries in key order: the same record always has the same bytes (protobuf's default map
   // order varies between processes).

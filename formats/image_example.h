@@ -17,15 +17,16 @@ inline constexpr std::string_view kImageFormatKey = "image/format";
 inline constexpr std::string_view kImageFilenameKey = "image/filename";
 
 struct ImageRecord {
-  std::string_view jpeg;
-  int64_t label = 0;  // 0-based: line `label` of labels.txt
+  std::string_view jpeg;  // the encoded image: a JPEG, or what `format` names
+  int64_t label = 0;      // 0-based: line `label` of labels.txt
   std::string_view class_text;
   int height = 0;
   int width = 0;
   std::string_view filename;
+  std::string_view format = "JPEG";  // image/format: "JPEG" or "PNG"
 };
 
-// Serializes one record as a tf.train.Example with all the keys above (image/format = "JPEG").
+// Serializes one record as a tf.train.Example with all the keys above.
 std::string EncodeImageExample(const ImageRecord& record);
 
 }  // namespace sluice

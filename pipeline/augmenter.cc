@@ -1,9 +1,30 @@
 #include "pipeline/augmenter.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 
+#include "formats/jpeg_header.h"
+
 namespace sluice {
+namespace {
+
+// What an image that is neither JPEG nor PNG is refused with: what it is, from its first bytes.
+Status NotJpegOrPng(std::string_view image) {
+  const std::string_view format = SniffImageFormat(image);
+  if (format == "empty") return InvalidArgument("empty image, not JPEG or PNG");
+  if (format != "unknown") return InvalidArgument(std::string(format) + " image, not JPEG or PNG");
+  std::string m = "not a JPEG or PNG image (starts with";
+  for (size_t i = 0; i < image.size() && i < 4; ++i) {
+    char hex[8];
+    std::snprintf(hex, sizeof(hex), " 0x%02X", static_cast<uint8_t>(image[i]));
+    m += hex;
+  }
+  return InvalidArgument(m + ")");
+}
+
+}  // namespace
+
 Augmenter::Augmenter(const ResolvedOptions& options, DecodedCache* cache, PipelineStats* stats,
                      DecodeBudget* decode_budget)
     : options_(options),
@@ -44,9 +65,9 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* slot) {
     Finish(rng, slot);
     return Status::OK();
   }
-  std::string_view jpeg;
+  std::string_view image;
   int64_t label = 0;
-  Status parsed = scanner_.Scan(w->bytes, &jpeg, &label);
+  Status parsed = scanner_.Scan(w->bytes, &image, &label);
   if (parsed.ok()) {
     const int64_t stored = label;
     // A label no loss function can take: negative (an offset applied twice, a -1 "unlabelled"
@@ -80,7 +101,7 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* slot) {
   }
   w->label = static_cast<int32_t>(label);
 
-  // Held until the decode is over: its estimate of libjpeg's buffers and the decoded pixels.
+  // Held until the decode is over: its estimate of the codec's buffers and the decoded pixels.
   DecodeReservation reservation(decode_budget_);
   const DecodeMemoryGate gate = [&reservation](int64_t bytes) {
     return reservation.Reserve(bytes);
@@ -94,10 +115,7 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* slot) {
     entry.offset = w->offset;
     entry.length = w->length;
     Status s = parsed;
-    if (s.ok()) {
-      stats_->jpeg_decodes.fetch_add(1, std::memory_order_relaxed);
-      s = full_.Decode(jpeg, &decoded_, options_.max_pixels, &gate);
-    }
+    if (s.ok()) s = DecodeWhole(image, &gate);
     if (!s.ok()) {
       ReleaseLargeImage();
       entry.error = s.message();
@@ -124,20 +142,45 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* slot) {
   }
 
   RETURN_IF_ERROR(parsed);
+  if (IsPng(image)) {
+    // No ROI decode for PNG: the whole image, then the crop from it (as from the cache).
+    Status s = DecodeWhole(image, &gate);
+    if (!s.ok()) {
+      ReleaseLargeImage();
+      return s;
+    }
+    const GeometryPlan plan = PlanGeometry(spec_.geometry, decoded_.width, decoded_.height,
+                                           options_.width, options_.height, rng);
+    RenderGeometry(decoded_.view(), plan, options_.width, options_.height, Target(slot));
+    ReleaseLargeImage();
+    Finish(rng, slot);
+    return Status::OK();
+  }
+  if (SniffImageFormat(image) != "JPEG") return NotJpegOrPng(image);
   stats_->jpeg_decodes.fetch_add(1, std::memory_order_relaxed);
-  ASSIGN_OR_RETURN(JpegHeader header, roi_.ReadHeader(jpeg, options_.max_pixels));
+  ASSIGN_OR_RETURN(JpegHeader header, roi_.ReadHeader(image, options_.max_pixels));
   const GeometryPlan plan = PlanGeometry(spec_.geometry, header.width, header.height,
                                          options_.width, options_.height, rng);
   uint8_t* target = Target(slot);
   ClearPadding(plan, options_.width, options_.height, target);
   if (plan.dest.width > 0) {
     const size_t stride = static_cast<size_t>(options_.width) * 3;
-    RETURN_IF_ERROR(roi_.DecodeCrop(jpeg, plan.source, plan.dest.width, plan.dest.height,
+    RETURN_IF_ERROR(roi_.DecodeCrop(image, plan.source, plan.dest.width, plan.dest.height,
                                     plan.resize, DestPixels(plan, options_.width, target), stride,
                                     options_.max_pixels, /*stats=*/nullptr, &gate));
   }
   Finish(rng, slot);
   return Status::OK();
+}
+
+Status Augmenter::DecodeWhole(std::string_view image, const DecodeMemoryGate* gate) {
+  if (IsPng(image)) {
+    stats_->png_decodes.fetch_add(1, std::memory_order_relaxed);
+    return png_.Decode(image, options_.alpha, &decoded_, options_.max_pixels, gate);
+  }
+  if (SniffImageFormat(image) != "JPEG") return NotJpegOrPng(image);
+  stats_->jpeg_decodes.fetch_add(1, std::memory_order_relaxed);
+  return full_.Decode(image, &decoded_, options_.max_pixels, gate);
 }
 
 void Augmenter::ReleaseLargeImage() {

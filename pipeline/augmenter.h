@@ -1,10 +1,11 @@
 // Turns one record into one training image in its batch slot: parse the Example, plan the
 // transform list's geometry (pipeline/geometry_plan.h: one crop window and one resampling), then
-// the fused ROI decode — or, with the DECODED cache, crop from the cached image — then the
-// per-pixel ops and the output conversion (dtype, layout, normalize) into the slot. A list with
-// neither (the presets, uint8 NHWC) decodes straight into the slot. Randomness comes from (seed,
-// epoch, position), so the result does not depend on which thread ran it. One per worker thread:
-// the Transform (see pipeline/transform.h) every pipeline applies.
+// the fused ROI decode of a JPEG — or, for a PNG (told by its signature), a whole decode and the
+// crop from it; with the DECODED cache, the crop from the cached image — then the per-pixel ops
+// and the output conversion (dtype, layout, normalize) into the slot. A list with neither (the
+// presets, uint8 NHWC) decodes straight into the slot. Randomness comes from (seed, epoch,
+// position), so the result does not depend on which thread ran it. One per worker thread: the
+// Transform (see pipeline/transform.h) every pipeline applies.
 #pragma once
 
 #include <string>
@@ -15,6 +16,7 @@
 #include "formats/image_ops.h"
 #include "formats/jpeg_codec.h"
 #include "formats/jpeg_roi_decoder.h"
+#include "formats/png_codec.h"
 #include "pipeline/caches.h"
 #include "pipeline/decode_budget.h"
 #include "pipeline/geometry_plan.h"
@@ -39,6 +41,8 @@ class Augmenter final : public Transform {
 
  private:
   Status Decode(WorkItem* w, uint8_t* slot);
+  // Decodes a whole JPEG or PNG into decoded_, counting it in stats.
+  Status DecodeWhole(std::string_view image, const DecodeMemoryGate* gate);
   // Where the geometry renders: the slot itself, or frame_ when per-pixel ops or an output
   // conversion follow.
   uint8_t* Target(uint8_t* slot);
@@ -56,6 +60,7 @@ class Augmenter final : public Transform {
   ExampleScanner scanner_;
   JpegRoiDecoder roi_;
   JpegDecoder full_;
+  PngDecoder png_;
   Image decoded_;
   Image frame_;  // the resampled image, when per-pixel ops or a conversion follow
   std::vector<float> blur_scratch_;

@@ -292,6 +292,9 @@ Result<ResolvedOptions> ResolveOptions(const v1::PipelineOptions& o, int job_con
   r.num_classes = o.num_classes();
   RETURN_IF_ERROR(Take(Tunable::kMaxPixels, o.max_pixels(), &r.max_pixels));
   r.fast_idct = !o.accurate_idct();
+  r.alpha = o.alpha() == v1::ALPHA_COMPOSITE_WHITE   ? Alpha::kCompositeWhite
+            : o.alpha() == v1::ALPHA_COMPOSITE_BLACK ? Alpha::kCompositeBlack
+                                                     : Alpha::kDrop;
   r.autotune = !o.no_autotune();
 
   RETURN_IF_ERROR(

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "formats/compression.h"
+#include "formats/png_codec.h"
 #include "formats/source_kind.h"
 #include "formats/status.h"
 #include "pipeline/transform_spec.h"
@@ -73,6 +74,7 @@ struct ResolvedOptions {
   int num_classes = 0;         // labels must be below it; 0: only negative labels are refused
   int64_t max_pixels = 0;
   bool fast_idct = true;
+  Alpha alpha = Alpha::kDrop;  // what becomes of a PNG's alpha (PipelineOptions.alpha)
   // Tune the decode parallelism between 1 and `threads` at run time (pipeline/autotuner.h).
   bool autotune = true;
   uint64_t seed = 0;

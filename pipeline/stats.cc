@@ -59,6 +59,7 @@ StatsSnapshot PipelineStats::Snapshot() const {
   s.dropped_records = dropped_records.load();
   s.padded_samples = padded_samples.load();
   s.jpeg_decodes = jpeg_decodes.load();
+  s.png_decodes = png_decodes.load();
   s.epochs_done = epochs_done.load();
   s.cache_full = cache_full.load();
   s.cache_entries = cache_entries.load();

@@ -92,6 +92,7 @@ struct StatsSnapshot {
   uint64_t dropped_records = 0;  // equal shares: usable records after an epoch's equal batches
   uint64_t padded_samples = 0;   // equal shares: repeated samples that filled an epoch's batches
   uint64_t jpeg_decodes = 0;
+  uint64_t png_decodes = 0;
   uint64_t epochs_done = 0;
   bool cache_full = false;    // the cache stopped growing at its budget
   int64_t cache_entries = 0;
@@ -122,6 +123,7 @@ class PipelineStats {
   std::atomic<uint64_t> dropped_records{0};
   std::atomic<uint64_t> padded_samples{0};
   std::atomic<uint64_t> jpeg_decodes{0};  // JPEGs decoded (decoded-cache hits are not)
+  std::atomic<uint64_t> png_decodes{0};   // PNGs decoded (likewise)
   std::atomic<uint64_t> epochs_done{0};
   std::atomic<bool> cache_full{false};
   std::atomic<int64_t> cache_entries{0};

@@ -1,8 +1,8 @@
 // `sluice convert --from DIR --out DIR`: an ImageFolder tree (one subfolder per class) into shuffled
 // TFRecord shards with ImageNet's feature keys, a labels.txt and .idx files. Every image is decoded
 // once to prove it is usable; grayscale and CMYK JPEGs are re-encoded as RGB JPEG (what trainers
-// and tf.io.decode_jpeg(channels=3) expect); anything else that is not a decodable JPEG is skipped
-// and listed with the reason.
+// and tf.io.decode_jpeg(channels=3) expect); PNGs are stored as they are (image/format "PNG");
+// anything else that is not a decodable JPEG or PNG is skipped and listed with the reason.
 #include <string>
 #include <vector>
 
@@ -14,6 +14,7 @@
 #include "formats/image_folder.h"
 #include "formats/jpeg_codec.h"
 #include "formats/jpeg_header.h"
+#include "formats/png_codec.h"
 #include "server/commands.h"
 #include "server/tools/dataset_writer.h"
 
@@ -31,6 +32,7 @@ struct ConvertOptions {
 struct Codec {
   JpegDecoder decoder;
   JpegEncoder encoder;
+  PngDecoder png;
   Image image;
   std::string jpeg;
 };
@@ -41,20 +43,26 @@ Status MakeRecord(const ImageFolder& folder, const ImageFolderEntry& entry, int6
   ASSIGN_OR_RETURN(std::string data, ReadFileToString(entry.path));
   std::string_view format = SniffImageFormat(data);
   if (format == "empty") return InvalidArgument("empty file");
-  if (format != "JPEG") return InvalidArgument(fmt::format("not a JPEG ({})", format));
-  ASSIGN_OR_RETURN(JpegHeader header, ReadJpegHeader(data));
-  Status decoded = codec->decoder.Decode(data, &codec->image, max_pixels);
-  if (!decoded.ok()) return decoded.WithContext("does not decode");
-  std::string_view jpeg = data;
-  if (header.color_space != JpegColorSpace::kYCbCr) {
-    codec->jpeg.clear();
-    JpegEncodeOptions eo;
-    eo.quality = kReencodeQuality;
-    RETURN_IF_ERROR(codec->encoder.Encode(codec->image.view(), eo, &codec->jpeg));
-    jpeg = codec->jpeg;
+  std::string_view encoded = data;
+  if (format == "PNG") {
+    Status decoded = codec->png.Decode(data, Alpha::kDrop, &codec->image, max_pixels);
+    if (!decoded.ok()) return decoded.WithContext("does not decode");
+  } else {
+    if (format != "JPEG") return InvalidArgument(fmt::format("not a JPEG or PNG ({})", format));
+    ASSIGN_OR_RETURN(JpegHeader header, ReadJpegHeader(data));
+    Status decoded = codec->decoder.Decode(data, &codec->image, max_pixels);
+    if (!decoded.ok()) return decoded.WithContext("does not decode");
+    if (header.color_space != JpegColorSpace::kYCbCr) {
+      codec->jpeg.clear();
+      JpegEncodeOptions eo;
+      eo.quality = kReencodeQuality;
+      RETURN_IF_ERROR(codec->encoder.Encode(codec->image.view(), eo, &codec->jpeg));
+      encoded = codec->jpeg;
+    }
   }
   ImageRecord r;
-  r.jpeg = jpeg;
+  r.jpeg = encoded;
+  r.format = format;
   r.label = entry.label;
   r.class_text = folder.classes[entry.label];
   r.height = codec->image.height;

@@ -1,9 +1,10 @@
 // `sluice inspect FILE...`: reads TFRecord shards end to end, verifying both CRCs of every record,
 // and summarizes what is in them: records, bytes and damage per file, the feature keys and kinds,
-// the label histogram and JPEG sizes (from headers only). Image files (given as files, labelled
-// by folder as the pipeline labels them, or by --file-list) are one record each: their classes
-// with their counts, and the paths of files that are neither JPEG nor PNG by signature. Exit
-// status 1 when anything is corrupt or not an image.
+// the label histogram and JPEG and PNG sizes (from headers only). Image files (given as files,
+// labelled by folder as the pipeline labels them, or by --file-list) are one record each: their
+// classes with their counts, and the paths of files that are neither JPEG nor PNG. WebDataset tar
+// shards are read sample by sample, every header checksum verified. Exit status 1 when anything is
+// corrupt or not an image.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -23,6 +24,7 @@
 #include "formats/file.h"
 #include "formats/image_example.h"
 #include "formats/jpeg_header.h"
+#include "formats/png_codec.h"
 #include "formats/record_reader_factory.h"
 #include "formats/source_kind.h"
 #include "formats/tar_sample_reader.h"
@@ -87,10 +89,12 @@ struct FileReport {
   uint64_t records_without_label = 0;
   SizeStats width, height, pixels;
   uint64_t jpeg_progressive = 0;
-  uint64_t not_jpeg = 0;
-  uint64_t png = 0;                     // image files with a PNG signature
-  std::vector<std::string> not_images;  // image files with neither signature
+  uint64_t not_jpeg = 0;  // neither JPEG nor PNG (or a header that does not read)
+  std::vector<std::string> not_images;  // image files that are neither JPEG nor PNG
   std::map<std::string, uint64_t> color_spaces;
+  SizeStats png_width, png_height, png_pixels;
+  uint64_t png_interlaced = 0;
+  std::map<std::string, uint64_t> png_layouts;  // "RGBA 8-bit"
 
   void Problem(std::string message) {
     if (problems.size() < kMaxProblemsShownPerFile) {
@@ -134,6 +138,20 @@ void ScanRecord(std::string_view record, uint64_t offset, const InspectOptions& 
   if (have_image && image.kind() == FeatureKind::kBytes) {
     Result<std::string_view> bytes = image.FirstBytes(opt.image_key);
     if (!bytes.ok()) return;
+    if (IsPng(*bytes)) {
+      Result<PngHeader> png = ReadPngHeader(*bytes);
+      if (!png.ok()) {
+        ++r->not_jpeg;
+        return;
+      }
+      r->png_width.Add(png->width);
+      r->png_height.Add(png->height);
+      r->png_pixels.Add(int64_t{png->width} * png->height);
+      if (png->interlaced) ++r->png_interlaced;
+      ++r->png_layouts[fmt::format("{} {}-bit", PngColorTypeName(png->color_type),
+                                   png->bit_depth)];
+      return;
+    }
     Result<JpegHeader> header = ReadJpegHeader(*bytes);
     if (!header.ok()) {
       ++r->not_jpeg;
@@ -202,10 +220,6 @@ FileReport InspectFile(const std::string& path, const InspectOptions& opt, Progr
   return r;
 }
 
-bool HasPngSignature(std::string_view bytes) {
-  return bytes.substr(0, 8) == std::string_view("\x89PNG\r\n\x1a\n", 8);
-}
-
 // One image file: one record, as the pipeline reads it (formats/image_file_reader.h).
 FileReport InspectImageFile(const std::string& path, std::optional<int64_t> label,
                             const InspectOptions& opt) {
@@ -230,14 +244,7 @@ FileReport InspectImageFile(const std::string& path, std::optional<int64_t> labe
   r.records = 1;
   r.data_bytes = r.bytes;
   ScanRecord(record, 0, opt, &r);
-  if (r.not_jpeg == 0) return r;
-  Result<std::string> head = ReadFileRange(path, 0, std::min<uint64_t>(8, r.bytes));
-  if (head.ok() && HasPngSignature(*head)) {
-    r.not_jpeg = 0;
-    ++r.png;
-  } else {
-    r.not_images.push_back(path);
-  }
+  if (r.not_jpeg > 0) r.not_images.push_back(path);
   return r;
 }
 
@@ -267,9 +274,13 @@ Totals Merge(const std::vector<FileReport>& reports) {
     m.pixels.Merge(r.pixels);
     m.jpeg_progressive += r.jpeg_progressive;
     m.not_jpeg += r.not_jpeg;
-    m.png += r.png;
     m.not_images.insert(m.not_images.end(), r.not_images.begin(), r.not_images.end());
     for (const auto& [cs, n] : r.color_spaces) m.color_spaces[cs] += n;
+    m.png_width.Merge(r.png_width);
+    m.png_height.Merge(r.png_height);
+    m.png_pixels.Merge(r.png_pixels);
+    m.png_interlaced += r.png_interlaced;
+    for (const auto& [layout, n] : r.png_layouts) m.png_layouts[layout] += n;
   }
   return t;
 }
@@ -312,9 +323,18 @@ nlohmann::json ToJson(const std::vector<FileReport>& reports, const Totals& t, d
     class_list.push_back(
         {{"name", classes[k]}, {"label", k}, {"files", n == m.labels.end() ? 0 : n->second}});
   }
+  json png = {{"count", m.png_width.count},
+              {"interlaced", m.png_interlaced},
+              {"layouts", m.png_layouts}};
+  if (m.png_width.count) {
+    png["width"] = {
+        {"min", m.png_width.min}, {"mean", m.png_width.mean()}, {"max", m.png_width.max}};
+    png["height"] = {
+        {"min", m.png_height.min}, {"mean", m.png_height.mean()}, {"max", m.png_height.max}};
+    png["mean_pixels"] = m.png_pixels.mean();
+  }
   return json{{"files", files},
               {"classes", class_list},
-              {"png", m.png},
               {"not_images", m.not_images},
               {"records", t.records},
               {"corrupt", t.corrupt},
@@ -325,6 +345,7 @@ nlohmann::json ToJson(const std::vector<FileReport>& reports, const Totals& t, d
               {"labels", labels},
               {"records_without_label", m.records_without_label},
               {"jpeg", jpeg},
+              {"png", png},
               {"seconds", seconds},
               {"bytes_per_sec", seconds > 0 ? t.bytes / seconds : 0.0}};
 }
@@ -388,7 +409,19 @@ void PrintHuman(const std::vector<FileReport>& reports, const Totals& t, double 
     for (const auto& [cs, n] : m.color_spaces) spaces += fmt::format(" {}={}", cs, n);
     fmt::print("  colour spaces:{}\n", spaces);
   }
-  if (m.not_jpeg) fmt::print("'{}' values that are not JPEG: {}\n", opt.image_key, m.not_jpeg);
+  if (m.png_width.count) {
+    fmt::print("\nPNG ({}): {} images, width {}..{} (mean {:.0f}), height {}..{} (mean {:.0f}), "
+               "mean {:.0f} kpx, {} interlaced\n",
+               opt.image_key, m.png_width.count, m.png_width.min, m.png_width.max,
+               m.png_width.mean(), m.png_height.min, m.png_height.max, m.png_height.mean(),
+               m.png_pixels.mean() / 1000, m.png_interlaced);
+    std::string layouts;
+    for (const auto& [layout, n] : m.png_layouts) layouts += fmt::format(" {}={}", layout, n);
+    fmt::print("  layouts:{}\n", layouts);
+  }
+  if (m.not_jpeg) {
+    fmt::print("'{}' values that are neither JPEG nor PNG: {}\n", opt.image_key, m.not_jpeg);
+  }
   if (!classes.empty()) {
     fmt::print("\nclasses (folder names in byte order): {}\n", classes.size());
     for (size_t k = 0; k < classes.size(); ++k) {
@@ -396,7 +429,6 @@ void PrintHuman(const std::vector<FileReport>& reports, const Totals& t, double 
       fmt::print("  {:>6}: {} ({} files)\n", k, classes[k], n == m.labels.end() ? 0 : n->second);
     }
   }
-  if (m.png) fmt::print("PNG images: {}\n", m.png);
   if (!m.not_images.empty()) {
     fmt::print("\nfiles that are not images (neither JPEG nor PNG): {}\n", m.not_images.size());
     for (const std::string& path : m.not_images) fmt::print("  {}\n", path);

@@ -56,6 +56,75 @@ def jpeg(mode, size, **options):
     return out.getvalue()
 
 
+def png_chunk(kind, body):
+    return (struct.pack(">I", len(body)) + kind + body
+            + struct.pack(">I", zlib.crc32(kind + body)))
+
+
+def png(color_type, depth, width, height, interlaced=False, extra=b""):
+    """A PNG of random samples, written here byte by byte (filter 0 rows; Adam7 when
+    interlaced); a palette of 2^depth entries for colour type 3; extra: chunks before IDAT."""
+    rng = random.Random(color_type * 100 + depth * 10 + width + interlaced)
+    channels = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}[color_type]
+    rows = [[rng.randrange(1 << depth) for _ in range(width * channels)] for _ in range(height)]
+
+    def pack(samples):
+        if depth == 16:
+            return b"\0" + b"".join(struct.pack(">H", v) for v in samples)
+        if depth == 8:
+            return b"\0" + bytes(samples)
+        out, bits, acc = bytearray(), 0, 0
+        for v in samples:
+            acc, bits = (acc << depth) | v, bits + depth
+            if bits == 8:
+                out.append(acc)
+                acc, bits = 0, 0
+        if bits:
+            out.append(acc << (8 - bits))
+        return b"\0" + bytes(out)
+
+    if interlaced:
+        raw = b""
+        for xs, ys, dx, dy in [(0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4),
+                               (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2)]:
+            for y in range(ys, height, dy):
+                picked = [rows[y][x * channels + c] for x in range(xs, width, dx)
+                          for c in range(channels)]
+                if picked:
+                    raw += pack(picked)
+    else:
+        raw = b"".join(pack(r) for r in rows)
+    ihdr = struct.pack(">IIBBBBB", width, height, depth, color_type, 0, 0, int(interlaced))
+    out = b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr)
+    if color_type == 3:
+        out += png_chunk(b"PLTE", bytes(rng.randrange(256) for _ in range(3 << depth)))
+    out += extra
+    idat = zlib.compress(raw)
+    half = len(idat) // 2  # two IDAT chunks: the stream crosses a chunk boundary
+    return (out + png_chunk(b"IDAT", idat[:half]) + png_chunk(b"IDAT", idat[half:])
+            + png_chunk(b"IEND", b""))
+
+
+def png_decode_seeds():
+    images = {
+        "gray-1.png": png(0, 1, 9, 7),
+        "gray-4-adam7.png": png(0, 4, 9, 7, interlaced=True),
+        "gray-16-trns.png": png(0, 16, 5, 5, extra=png_chunk(b"tRNS", b"\x01\x02")),
+        "rgb-8.png": png(2, 8, 9, 7),
+        "rgb-16-adam7.png": png(2, 16, 11, 9, interlaced=True),
+        "palette-2-trns.png": png(3, 2, 9, 7, extra=png_chunk(b"tRNS", b"\x00\x80")),
+        "palette-8-adam7.png": png(3, 8, 10, 10, interlaced=True),
+        "gray-alpha-8.png": png(4, 8, 6, 6, extra=png_chunk(b"tEXt", b"Comment\0seed")),
+        "rgba-8-adam7.png": png(6, 8, 9, 7, interlaced=True),
+        "rgba-16.png": png(6, 16, 7, 3),
+    }
+    for i, (name, data) in enumerate(sorted(images.items())):
+        # Byte 0 picks the alpha policy (see png_decode_fuzz.cc), then the file.
+        write("png_decode", name, bytes([i % 3]) + data)
+    rgba = images["rgba-8-adam7.png"]
+    write("png_decode", "truncated.png", bytes([1]) + rgba[: len(rgba) * 2 // 3])
+
+
 def example(features):
     def feature(v):
         if isinstance(v, bytes):
@@ -86,6 +155,7 @@ def main():
         write("jpeg_decode", name, bytes([0, 0, 255, 255, 16, 0]) + data)
         write("jpeg_decode", "crop-" + name, bytes([100, 60, 90, 200, 7, 3]) + data)
     write("jpeg_decode", "truncated.jpg", bytes([0, 0, 255, 255, 16, 0]) + small[: len(small) // 2])
+    png_decode_seeds()
 
     records = [
         example({"image/encoded": small, "image/class/label": 3, "image/format": b"JPEG"}),

@@ -127,12 +127,18 @@ def test_tensorflow_parses_converted_image_folder(tmp_path, run_sluice):
 
     out = tmp_path / "out"
     proc = run_sluice("convert", "--from", src, "--out", out, "--shards", 2)
-    assert "icon.png: not a JPEG (PNG)" in proc.stderr
+    assert "skipped" not in proc.stderr
     examples = _parse_ours(sorted(out.glob("train-*.tfrecord")), "none")
-    assert len(examples) == 7
+    assert len(examples) == 8
     names = {ex["image/filename"].numpy().decode(): ex for ex in examples}
     assert set(names) == {"cat/0.jpg", "cat/1.jpg", "cat/2.jpg", "dog/0.jpg", "dog/1.jpg",
-                          "dog/2.jpg", "dog/gray.jpg"}
+                          "dog/2.jpg", "dog/gray.jpg", "dog/icon.png"}
+    # The PNG is stored as it was, its format and size said.
+    icon = names["dog/icon.png"]
+    assert icon["image/format"].numpy() == b"PNG"
+    assert (int(icon["image/height"]), int(icon["image/width"])) == (40, 30)
+    np.testing.assert_array_equal(tf.io.decode_png(icon["image/encoded"]).numpy(), gray)
+    assert names["dog/0.jpg"]["image/format"].numpy() == b"JPEG"
     # The grayscale JPEG was re-encoded as RGB: it decodes with 3 channels as stored.
     gray_img = tf.io.decode_jpeg(names["dog/gray.jpg"]["image/encoded"], channels=0)
     assert gray_img.shape == (40, 30, 3)

@@ -8,9 +8,11 @@
 #include "formats/example_scanner.h"
 #include "formats/image_example.h"
 #include "formats/jpeg_header.h"
+#include "formats/png_codec.h"
 #include "formats/record_index.h"
 #include "formats/tfrecord_reader.h"
 #include "tests/jpeg_test_images.h"
+#include "tests/png_test_images.h"
 #include "tests/test_support.h"
 
 namespace sluice {
@@ -24,7 +26,9 @@ using testing::TestJpegKind;
 struct Converted {
   int64_t label = -1;
   std::string class_text;
-  JpegHeader header;
+  JpegHeader header;  // when format is JPEG
+  std::string format;
+  std::string encoded;
   int64_t height = 0, width = 0;
 };
 
@@ -51,10 +55,14 @@ std::map<std::string, Converted> ReadBack(const fs::path& dir, const std::string
                 if (key == kImageLabelKey) c.label = *v.FirstInt64(key);
                 if (key == kImageHeightKey) c.height = *v.FirstInt64(key);
                 if (key == kImageWidthKey) c.width = *v.FirstInt64(key);
+                if (key == kImageFormatKey) c.format = std::string(*v.FirstBytes(key));
               }).ok());
-      auto header = ReadJpegHeader(jpeg);
-      REQUIRE(header.ok());
-      c.header = *header;
+      c.encoded = std::string(jpeg);
+      if (c.format == "JPEG") {
+        auto header = ReadJpegHeader(jpeg);
+        REQUIRE(header.ok());
+        c.header = *header;
+      }
       out[filename] = c;
     }
     // Each shard has an index that matches it.
@@ -65,7 +73,7 @@ std::map<std::string, Converted> ReadBack(const fs::path& dir, const std::string
   return out;
 }
 
-TEST_CASE("ConvertHandlesCmykGrayPngAndEmptyFiles") {
+TEST_CASE("ConvertKeepsPngsAndHandlesCmykGrayBrokenAndEmptyFiles") {
   TempDir dir;
   fs::path src = dir.path() / "images";
   fs::create_directories(src / "apple");
@@ -81,6 +89,14 @@ TEST_CASE("ConvertHandlesCmykGrayPngAndEmptyFiles") {
                     testing::MakeTestJpeg(TestJpegKind::kGray, 20, 30,
                                           [](int x, int, int) -> uint8_t { return x * 10; }));
   testing::WriteAll((src / "banana/photo.png").string(), "\x89PNG\r\n\x1a\n0000IHDR");
+  testing::PngSpec icon;
+  icon.width = 21;
+  icon.height = 17;
+  icon.color_type = PngColorType::kGrayAlpha;
+  icon.interlaced = true;
+  testing::FillRandom(&icon, 11, false);
+  const std::string icon_png = testing::WritePngWithLibpng(icon);
+  testing::WriteAll((src / "banana/icon.png").string(), icon_png);
   testing::WriteAll((src / "banana/zero.jpg").string(), "");
   testing::WriteAll((src / "banana/cut.jpg").string(), rgb.substr(0, 200));
   testing::WriteAll((src / ".hidden/x.jpg").string(), rgb);
@@ -91,7 +107,7 @@ TEST_CASE("ConvertHandlesCmykGrayPngAndEmptyFiles") {
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   CHECK(r.err.find("skipped 3 files") != std::string::npos);
-  CHECK(r.err.find("banana/photo.png: not a JPEG (PNG)") != std::string::npos);
+  CHECK(r.err.find("banana/photo.png: does not decode: PNG header cut short") != std::string::npos);
   CHECK(r.err.find("banana/zero.jpg: empty file") != std::string::npos);
   CHECK(r.err.find("banana/cut.jpg: does not decode") != std::string::npos);
   CHECK(testing::ReadAll((out / "labels.txt").string()) == "apple\nbanana\n");
@@ -99,7 +115,7 @@ TEST_CASE("ConvertHandlesCmykGrayPngAndEmptyFiles") {
   CHECK(fs::exists(out / "train-00001-of-00002.tfrecord.idx"));
 
   auto records = ReadBack(out, "train");
-  REQUIRE(records.size() == 3);
+  REQUIRE(records.size() == 4);
   CHECK(records["apple/rgb.jpg"].label == 0);
   CHECK(records["apple/rgb.jpg"].class_text == "apple");
   CHECK(records["apple/rgb.jpg"].width == 64);
@@ -110,6 +126,14 @@ TEST_CASE("ConvertHandlesCmykGrayPngAndEmptyFiles") {
   CHECK(records["banana/gray.jpg"].header.color_space == JpegColorSpace::kYCbCr);
   CHECK(records["banana/gray.jpg"].label == 1);
   CHECK(records["banana/gray.jpg"].width == 20);
+  // A PNG is kept byte for byte, its size from its header.
+  const Converted& png = records["banana/icon.png"];
+  CHECK(png.format == "PNG");
+  CHECK(png.encoded == icon_png);
+  CHECK(png.label == 1);
+  CHECK(png.width == 21);
+  CHECK(png.height == 17);
+  CHECK(records["apple/rgb.jpg"].format == "JPEG");
   // Nothing temporary is left in the output directory.
   for (const auto& e : fs::directory_iterator(out)) {
     CHECK(e.path().filename().string().find(".tmp") == std::string::npos);

@@ -9,6 +9,7 @@
 #include "formats/image_example.h"
 #include "formats/jpeg_codec.h"
 #include "formats/tfrecord_writer.h"
+#include "tests/png_test_images.h"
 #include "tests/test_support.h"
 
 namespace sluice {
@@ -61,6 +62,48 @@ TEST_CASE("InspectJsonDescribesACleanShard") {
   CHECK(j["jpeg"]["count"] == 7);
   CHECK(j["jpeg"]["width"]["max"] == 40);
   CHECK(j["jpeg"]["height"]["min"] == 30);
+}
+
+TEST_CASE("InspectReportsPngsBesideJpegsFromTheirHeaders") {
+  TempDir dir;
+  std::string path = dir.file("mixed.tfrecord");
+  {
+    auto writer = TFRecordWriter::Create(path, TFRecordWriterOptions{});
+    REQUIRE(writer.ok());
+    std::vector<std::string> images = {SmallJpeg(40, 30), SmallJpeg(40, 30), "GIF89a..."};
+    for (int i = 0; i < 3; ++i) {
+      testing::PngSpec s;
+      s.width = 50 + 10 * i;
+      s.height = 20;
+      s.color_type = i == 0 ? PngColorType::kRgbAlpha : PngColorType::kPalette;
+      s.bit_depth = i == 0 ? 16 : 4;
+      s.interlaced = i == 0;
+      testing::FillRandom(&s, i, false);
+      images.push_back(testing::WritePngWithLibpng(s));
+    }
+    for (const std::string& image : images) {
+      ImageRecord r{image, 0, "c", 0, 0, "f"};
+      REQUIRE((*writer)->Write(EncodeImageExample(r)).ok());
+    }
+    REQUIRE((*writer)->Close().ok());
+  }
+  testing::CommandResult r = RunSluice("inspect --json " + path);
+  REQUIRE(r.exit_code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["jpeg"]["count"] == 2);
+  CHECK(j["jpeg"]["not_jpeg"] == 1);
+  CHECK(j["png"]["count"] == 3);
+  CHECK(j["png"]["interlaced"] == 1);
+  CHECK(j["png"]["width"]["min"] == 50);
+  CHECK(j["png"]["width"]["max"] == 70);
+  CHECK(j["png"]["height"]["max"] == 20);
+  CHECK(j["png"]["layouts"] == nlohmann::json({{"RGBA 16-bit", 1}, {"palette 4-bit", 2}}));
+
+  testing::CommandResult human = RunSluice("inspect " + path);
+  REQUIRE(human.exit_code == 0);
+  CHECK(human.out.find("PNG (image/encoded): 3 images, width 50..70") != std::string::npos);
+  CHECK(human.out.find("layouts: RGBA 16-bit=1 palette 4-bit=2") != std::string::npos);
+  CHECK(human.out.find("values that are neither JPEG nor PNG: 1") != std::string::npos);
 }
 
 TEST_CASE("InspectJsonOnCorruptShardCountsAndNamesOffset") {
@@ -187,11 +230,16 @@ namespace {
 TEST_CASE("InspectImageFolderReportsClassesPngsAndFilesThatAreNotImages") {
   TempDir dir;
   const std::string jpeg = SmallJpeg(40, 30);
+  testing::PngSpec spec;
+  spec.width = 30;
+  spec.height = 20;
+  spec.color_type = PngColorType::kRgb;
+  spec.bit_depth = 8;
+  testing::FillRandom(&spec, 1, false);
+  const std::string png = testing::WritePngWithLibpng(spec);
   for (const char* f : {"b/1.jpg", "b/2.jpg", "A/1.jpg", "A/2.png", "A/3.jpg"}) {
     std::filesystem::create_directories(std::filesystem::path(dir.file(f)).parent_path());
-    testing::WriteAll(dir.file(f), std::string(f).ends_with(".png")
-                                       ? std::string("\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 16)
-                                       : jpeg);
+    testing::WriteAll(dir.file(f), std::string(f).ends_with(".png") ? png : jpeg);
   }
   testing::CommandResult clean =
       RunSluice("inspect --json " + dir.file("A/1.jpg") + " " + dir.file("A/2.png") + " " +
@@ -202,7 +250,7 @@ TEST_CASE("InspectImageFolderReportsClassesPngsAndFilesThatAreNotImages") {
   CHECK(j["records"] == 5);
   CHECK(j["classes"] == nlohmann::json::parse(R"([{"name": "A", "label": 0, "files": 3},
                                                   {"name": "b", "label": 1, "files": 2}])"));
-  CHECK(j["png"] == 1);
+  CHECK(j["png"]["count"] == 1);
   CHECK(j["jpeg"]["count"] == 4);
   CHECK(j["not_images"].empty());
 

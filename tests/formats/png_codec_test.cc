@@ -1,0 +1,331 @@
+#include "formats/png_codec.h"
+
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/png_test_images.h"
+
+namespace sluice {
+namespace {
+
+using testing::ExpectedRgb;
+using testing::FillRandom;
+using testing::FixChunkCrc;
+using testing::PngChunk;
+using testing::PngChunks;
+using testing::PngSpec;
+using testing::WritePngWithLibpng;
+
+struct Layout {
+  PngColorType type;
+  int depth;
+  bool trns;  // a tRNS chunk (palette alphas, or a transparent gray or RGB colour)
+};
+
+// Every colour type at every bit depth PNG allows, with and without tRNS where it may have one.
+const std::vector<Layout> kLayouts = {
+    {PngColorType::kGray, 1, false},       {PngColorType::kGray, 2, false},
+    {PngColorType::kGray, 4, false},       {PngColorType::kGray, 8, false},
+    {PngColorType::kGray, 16, false},      {PngColorType::kGray, 1, true},
+    {PngColorType::kGray, 4, true},        {PngColorType::kGray, 8, true},
+    {PngColorType::kGray, 16, true},       {PngColorType::kGrayAlpha, 8, false},
+    {PngColorType::kGrayAlpha, 16, false}, {PngColorType::kRgb, 8, false},
+    {PngColorType::kRgb, 16, false},       {PngColorType::kRgb, 8, true},
+    {PngColorType::kRgb, 16, true},        {PngColorType::kRgbAlpha, 8, false},
+    {PngColorType::kRgbAlpha, 16, false},  {PngColorType::kPalette, 1, false},
+    {PngColorType::kPalette, 2, false},    {PngColorType::kPalette, 4, false},
+    {PngColorType::kPalette, 8, false},    {PngColorType::kPalette, 1, true},
+    {PngColorType::kPalette, 2, true},     {PngColorType::kPalette, 4, true},
+    {PngColorType::kPalette, 8, true},
+};
+
+const char* AlphaName(Alpha a) {
+  switch (a) {
+    case Alpha::kDrop:
+      return "drop";
+    case Alpha::kCompositeWhite:
+      return "white";
+    case Alpha::kCompositeBlack:
+      return "black";
+  }
+  return "?";
+}
+
+PngSpec Spec(const Layout& l, bool interlaced, uint32_t seed) {
+  PngSpec s;
+  s.color_type = l.type;
+  s.bit_depth = l.depth;
+  s.interlaced = interlaced;
+  FillRandom(&s, seed, l.trns);
+  return s;
+}
+
+// A noisy 8-bit RGB image in many small IDAT chunks, so cuts land in chunk headers, data and CRCs.
+PngSpec NoisyRgbSpec() {
+  PngSpec s;
+  s.width = 24;
+  s.height = 9;
+  s.idat_chunk_bytes = 64;
+  FillRandom(&s, 7, false);
+  return s;
+}
+
+Status DecodeStatus(const std::string& png, Image* out = nullptr) {
+  Image scratch;
+  PngDecoder decoder;
+  return decoder.Decode(png, Alpha::kDrop, out != nullptr ? out : &scratch);
+}
+
+TEST_CASE("EveryColourTypeAndBitDepthDecodesToTheSamplesRgbUnderEveryAlphaPolicy") {
+  PngDecoder decoder;  // one for every case: its row buffer is reused across sizes and layouts
+  uint32_t seed = 1;
+  for (const Layout& l : kLayouts) {
+    for (bool interlaced : {false, true}) {
+      const PngSpec s = Spec(l, interlaced, seed++);
+      const std::string png = WritePngWithLibpng(s);
+      for (Alpha alpha : {Alpha::kDrop, Alpha::kCompositeWhite, Alpha::kCompositeBlack}) {
+        INFO(PngColorTypeName(l.type)
+             << " " << l.depth << "-bit" << (l.trns ? " tRNS" : "") << (interlaced ? " Adam7" : "")
+             << " alpha " << AlphaName(alpha));
+        Image out;
+        REQUIRE(decoder.Decode(png, alpha, &out).ok());
+        CHECK(out.width == s.width);
+        CHECK(out.height == s.height);
+        CHECK(out.pixels == ExpectedRgb(s, alpha));
+      }
+    }
+  }
+}
+
+TEST_CASE("CompositingAPngWithoutAlphaChangesNoPixel") {
+  const PngSpec s = Spec({PngColorType::kRgb, 8, false}, false, 3);
+  const std::string png = WritePngWithLibpng(s);
+  PngDecoder decoder;
+  Image drop, white;
+  REQUIRE(decoder.Decode(png, Alpha::kDrop, &drop).ok());
+  REQUIRE(decoder.Decode(png, Alpha::kCompositeWhite, &white).ok());
+  CHECK(white.pixels == drop.pixels);
+}
+
+TEST_CASE("SixteenBitSamplesKeepTheirHighByte") {
+  PngSpec s;
+  s.width = 6;
+  s.height = 1;
+  s.color_type = PngColorType::kGray;
+  s.bit_depth = 16;
+  s.samples = {0, 255, 256, 0x7FFF, 0x8080, 0xFFFF};
+  Image out;
+  REQUIRE(DecodeStatus(WritePngWithLibpng(s), &out).ok());
+  const std::vector<uint8_t> high = {0, 0, 1, 0x7F, 0x80, 0xFF};
+  for (size_t i = 0; i < high.size(); ++i) {
+    INFO("sample " << s.samples[i]);
+    CHECK(out.pixels[i * 3] == high[i]);
+    CHECK(out.pixels[i * 3 + 2] == high[i]);
+  }
+}
+
+TEST_CASE("ReadPngHeaderGivesSizeDepthTypeAndInterlace") {
+  PngSpec s = Spec({PngColorType::kPalette, 4, true}, true, 9);
+  s.width = 300;
+  s.height = 2;
+  FillRandom(&s, 9, true);
+  Result<PngHeader> h = ReadPngHeader(WritePngWithLibpng(s));
+  REQUIRE(h.ok());
+  CHECK(h->width == 300);
+  CHECK(h->height == 2);
+  CHECK(h->bit_depth == 4);
+  CHECK(h->color_type == PngColorType::kPalette);
+  CHECK(h->interlaced);
+}
+
+TEST_CASE("MalformedIhdrIsInvalidArgumentNamingTheByte") {
+  const std::string good = WritePngWithLibpng(Spec({PngColorType::kRgb, 8, false}, false, 4));
+  struct Case {
+    const char* what;
+    size_t at;
+    char value;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {"bit depth 3", 24, 3, "bit depth 3 is not allowed for colour type RGB (byte 24)"},
+      {"colour type 5", 25, 5, "colour type 5 is unknown (byte 25)"},
+      {"interlace 2", 28, 2, "interlace method 2 is unknown (byte 28)"},
+      {"filter 1", 27, 1, "compression or filter method is not 0 (byte 26)"},
+      {"width 0", 16, 0, "is not 1..2^31-1 each (byte 16)"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    std::string png = good;
+    if (c.at == 16) png.replace(16, 4, std::string(4, '\0'));
+    png[c.at] = c.value;
+    FixChunkCrc(&png, 8);
+    Status s = DecodeStatus(png);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(s.message(), Catch::Contains(c.message));
+  }
+  std::string bad_crc = good;
+  bad_crc[20] ^= 1;
+  CHECK_THAT(DecodeStatus(bad_crc).message(), Catch::Contains("IHDR CRC mismatch (byte 29)"));
+  CHECK_THAT(DecodeStatus("\x89PNG\r\n\x1A").message(), Catch::Contains("not a PNG"));
+  CHECK_THAT(DecodeStatus("\xFF\xD8\xFF\xE0").message(), Catch::Contains("not a PNG"));
+}
+
+TEST_CASE("TruncatedPngIsDataLossNamingWhereItEndsAtEveryCutPoint") {
+  const PngSpec s = NoisyRgbSpec();
+  const std::string png = WritePngWithLibpng(s);
+  const std::vector<testing::ChunkSpan> chunks = PngChunks(png);
+  REQUIRE(chunks.back().type == "IEND");
+  size_t idat_end = 0;
+  int idats = 0;
+  for (const auto& c : chunks) {
+    if (c.type == "IDAT") {
+      idat_end = c.end();
+      ++idats;
+    }
+  }
+  REQUIRE(idats > 3);
+  const std::vector<uint8_t> expected = ExpectedRgb(s, Alpha::kDrop);
+  PngDecoder decoder;
+  Image out;
+  for (size_t cut = 0; cut < png.size(); ++cut) {
+    INFO("cut at " << cut << " of " << png.size() << " (image data ends at " << idat_end << ")");
+    Status st = decoder.Decode(std::string_view(png).substr(0, cut), Alpha::kDrop, &out);
+    if (cut < 33) {
+      CHECK(st.code() == StatusCode::kInvalidArgument);
+    } else if (cut < idat_end) {
+      CHECK(st.code() == StatusCode::kDataLoss);
+      CHECK_THAT(st.message(), Catch::Contains("ends at byte " + std::to_string(cut)));
+    } else {
+      // Only IEND is missing: the image is whole, as PIL reads it.
+      REQUIRE(st.ok());
+      CHECK(out.pixels == expected);
+    }
+  }
+}
+
+TEST_CASE("CorruptImageDataIsInvalidArgumentWithLibpngsMessage") {
+  const std::string good = WritePngWithLibpng(NoisyRgbSpec());
+  const std::vector<testing::ChunkSpan> chunks = PngChunks(good);
+  const testing::ChunkSpan* idat = nullptr;
+  for (const auto& c : chunks) {
+    if (c.type == "IDAT" && idat == nullptr) idat = &c;
+  }
+  REQUIRE(idat != nullptr);
+
+  SECTION("a damaged IDAT fails its CRC") {
+    std::string png = good;
+    png[idat->offset + 8 + 10] ^= 0x55;
+    Status s = DecodeStatus(png);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(s.message(), Catch::Contains("invalid PNG: IDAT: CRC error"));
+  }
+  SECTION("a damaged zlib stream with a matching CRC fails in inflate") {
+    std::string png = good;
+    png[idat->offset + 8] ^= 0x0F;  // the zlib header's compression method and window
+    FixChunkCrc(&png, idat->offset);
+    Status s = DecodeStatus(png);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(s.message(), Catch::StartsWith("invalid PNG: "));
+  }
+  SECTION("an unknown critical chunk") {
+    std::string png = good;
+    png.insert(33, PngChunk("QQQQ", "x"));
+    Status s = DecodeStatus(png);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(s.message(), Catch::Contains("QQQQ"));
+  }
+}
+
+TEST_CASE("ImageDataForFewerRowsThanIhdrSaysIsInvalidArgument") {
+  PngSpec s = NoisyRgbSpec();
+  std::string png = WritePngWithLibpng(s);
+  png[23] = static_cast<char>(s.height + 5);  // IHDR's height, low byte
+  FixChunkCrc(&png, 8);
+  Status st = DecodeStatus(png);
+  CHECK(st.code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(st.message(), Catch::Contains("invalid PNG: "));
+}
+
+TEST_CASE("AncillaryChunkWithBadCrcIsAWarningNotAnError") {
+  const PngSpec s = Spec({PngColorType::kRgb, 8, false}, false, 5);
+  std::string png = WritePngWithLibpng(s);
+  std::string text = PngChunk("tEXt", std::string("Comment\0hello", 13));
+  text.back() ^= 1;
+  png.insert(33, text);
+  png.insert(33, PngChunk("iCCP", std::string("p\0\0garbage that is not zlib", 27)));
+  Image out;
+  REQUIRE(DecodeStatus(png, &out).ok());
+  CHECK(out.pixels == ExpectedRgb(s, Alpha::kDrop));
+}
+
+TEST_CASE("ImageOverMaxPixelsIsRefusedNamingItsSizeBeforeAnyAllocation") {
+  const PngSpec s = Spec({PngColorType::kRgb, 8, false}, false, 6);
+  const std::string png = WritePngWithLibpng(s);
+  PngDecoder decoder;
+  Image out;
+  bool gate_asked = false;
+  const DecodeMemoryGate gate = [&](int64_t) {
+    gate_asked = true;
+    return Status::OK();
+  };
+  Status st = decoder.Decode(png, Alpha::kDrop, &out, 13 * 11 - 1, &gate);
+  CHECK(st.code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(st.message(), Catch::Contains("PNG of 13x11 = 143 pixels exceeds max_pixels 142"));
+  CHECK_FALSE(gate_asked);
+  CHECK(out.pixels.capacity() == 0);
+  REQUIRE(decoder.Decode(png, Alpha::kDrop, &out, 13 * 11, &gate).ok());
+
+  // A header claiming 2^31-1 squared pixels over a few bytes of data.
+  std::string huge = png;
+  huge.replace(16, 8, "\x7F\xFF\xFF\xFF\x7F\xFF\xFF\xFF");
+  FixChunkCrc(&huge, 8);
+  Image none;
+  st = decoder.Decode(huge, Alpha::kDrop, &none);
+  CHECK(st.code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(st.message(), Catch::Contains("exceeds max_pixels"));
+  CHECK(none.pixels.capacity() == 0);
+}
+
+TEST_CASE("MemoryGateIsAskedOnceForTheEstimateAndItsRefusalAllocatesNothing") {
+  for (bool interlaced : {false, true}) {
+    for (Alpha alpha : {Alpha::kDrop, Alpha::kCompositeWhite}) {
+      INFO((interlaced ? "Adam7" : "plain") << " alpha " << AlphaName(alpha));
+      PngSpec s = Spec({PngColorType::kRgbAlpha, 16, false}, interlaced, 8);
+      const std::string png = WritePngWithLibpng(s);
+      Result<PngHeader> header = ReadPngHeader(png);
+      REQUIRE(header.ok());
+      const int64_t estimate = EstimatePngDecodeBytes(*header, alpha);
+      // At least the pixels it holds: RGB, or RGBA while Adam7 assembles an image to composite.
+      const int64_t held =
+          int64_t{s.width} * s.height * (interlaced && alpha != Alpha::kDrop ? 4 : 3);
+      CHECK(estimate >= held);
+
+      std::vector<int64_t> asked;
+      const DecodeMemoryGate refuse = [&](int64_t bytes) {
+        asked.push_back(bytes);
+        return ResourceExhausted("decode budget of 100 bytes is too small");
+      };
+      PngDecoder decoder;
+      Image out;
+      Status st = decoder.Decode(png, alpha, &out, kDefaultMaxPixels, &refuse);
+      CHECK(st.code() == StatusCode::kResourceExhausted);
+      CHECK(st.message() == "decode budget of 100 bytes is too small");
+      CHECK(asked == std::vector<int64_t>{estimate});
+      CHECK(out.pixels.capacity() == 0);
+
+      asked.clear();
+      const DecodeMemoryGate allow = [&](int64_t bytes) {
+        asked.push_back(bytes);
+        return Status::OK();
+      };
+      REQUIRE(decoder.Decode(png, alpha, &out, kDefaultMaxPixels, &allow).ok());
+      CHECK(asked.size() == 1);
+      CHECK(static_cast<int64_t>(out.pixels.capacity()) <= held);
+      CHECK(out.pixels == ExpectedRgb(s, alpha));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,225 @@
+// PNG records through the whole pipeline: told from JPEG by their signature, decoded whole within
+// the decode budget, cropped and resized as the plan says, their alpha per PipelineOptions.alpha,
+// cached by the DECODED cache, and their damage skipped or failed naming file and offset.
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "formats/png_codec.h"
+#include "formats/seed.h"
+#include "formats/tfrecord_reader.h"
+#include "pipeline/geometry_plan.h"
+#include "tests/pipeline/pipeline_test_data.h"
+#include "tests/png_test_images.h"
+
+namespace sluice {
+namespace {
+
+using testing::BaseOptions;
+using testing::Iota;
+using testing::PngSpec;
+using testing::RunToEnd;
+using testing::Sorted;
+using testing::TempDir;
+
+// Images of every kind of layout and size, each label its index. Most have alpha.
+std::vector<PngSpec> MixedPngs() {
+  struct Shape {
+    PngColorType type;
+    int depth;
+    bool trns;
+    bool interlaced;
+    int width, height;
+  };
+  const std::vector<Shape> shapes = {
+      {PngColorType::kRgbAlpha, 8, false, false, 80, 60},
+      {PngColorType::kGrayAlpha, 16, false, true, 70, 90},
+      {PngColorType::kPalette, 4, true, false, 64, 64},
+      {PngColorType::kRgb, 16, false, true, 100, 50},
+      {PngColorType::kGray, 1, false, false, 50, 75},
+      {PngColorType::kRgb, 8, true, false, 61, 47},
+      {PngColorType::kRgbAlpha, 16, false, true, 45, 45},
+  };
+  std::vector<PngSpec> specs;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    PngSpec s;
+    s.color_type = shapes[i].type;
+    s.bit_depth = shapes[i].depth;
+    s.interlaced = shapes[i].interlaced;
+    s.width = shapes[i].width;
+    s.height = shapes[i].height;
+    testing::FillRandom(&s, static_cast<uint32_t>(100 + i), shapes[i].trns);
+    specs.push_back(std::move(s));
+  }
+  return specs;
+}
+
+// Writes each image as a record (label = its index) and returns each record's offset.
+std::vector<uint64_t> WriteShard(const std::string& path, const std::vector<std::string>& images) {
+  auto writer = TFRecordWriter::Create(path);
+  REQUIRE(writer.ok());
+  for (size_t i = 0; i < images.size(); ++i) {
+    // image/format says JPEG (EncodeImageExample's default): the decoder goes by the signature.
+    ImageRecord r{images[i], static_cast<int64_t>(i), "c", 0, 0, "x.png"};
+    REQUIRE((*writer)->Write(EncodeImageExample(r)).ok());
+  }
+  std::vector<uint64_t> offsets;
+  for (const IndexEntry& e : (*writer)->index()) offsets.push_back(e.offset);
+  REQUIRE((*writer)->Close().ok());
+  return offsets;
+}
+
+v1::PipelineOptions InOrder(const TempDir& dir) {
+  v1::PipelineOptions o = BaseOptions(dir);
+  o.mutable_shuffle()->set_buffer_size(0);
+  o.set_no_shuffle_files(true);
+  return o;
+}
+
+TEST_CASE("PngRecordsBatchAsTheirPixelsRenderedByThePlanUnderEveryModeAndAlpha") {
+  TempDir dir;
+  const std::vector<PngSpec> specs = MixedPngs();
+  std::vector<std::string> pngs;
+  for (const PngSpec& s : specs) pngs.push_back(testing::WritePngWithLibpng(s));
+  WriteShard(dir.file("shard-0.tfrecord"), pngs);
+
+  struct Case {
+    v1::Mode mode;
+    v1::Alpha alpha;
+    Alpha expected_alpha;
+  };
+  for (const Case& c : {Case{v1::MODE_EVAL, v1::ALPHA_DROP, Alpha::kDrop},
+                        Case{v1::MODE_EVAL, v1::ALPHA_COMPOSITE_WHITE, Alpha::kCompositeWhite},
+                        Case{v1::MODE_TRAIN, v1::ALPHA_COMPOSITE_BLACK, Alpha::kCompositeBlack},
+                        Case{v1::MODE_TRAIN, v1::ALPHA_DROP, Alpha::kDrop}}) {
+    INFO("mode " << v1::Mode_Name(c.mode) << ", " << v1::Alpha_Name(c.alpha));
+    v1::PipelineOptions o = InOrder(dir);
+    o.set_mode(c.mode);
+    o.set_alpha(c.alpha);
+    StatsSnapshot stats;
+    const testing::Collected got = RunToEnd(o, &stats);
+    REQUIRE(got.status.ok());
+    REQUIRE(got.labels_by_epoch.size() == 1);
+    REQUIRE(got.labels_by_epoch[0] == Iota(static_cast<int>(specs.size())));
+    CHECK(stats.png_decodes == specs.size());
+    CHECK(stats.jpeg_decodes == 0);
+
+    // The same plan (same random draws) rendered from the pixels the PNG holds.
+    Result<ResolvedOptions> r = ResolveOptions(o);
+    REQUIRE(r.ok());
+    REQUIRE(r->transforms.writes_slot_directly());
+    const size_t image_bytes = r->image_bytes();
+    REQUIRE(got.image_bytes.size() == image_bytes * specs.size());
+    for (size_t k = 0; k < specs.size(); ++k) {
+      INFO("image " << k);
+      const PngSpec& s = specs[k];
+      const std::vector<uint8_t> rgb = testing::ExpectedRgb(s, c.expected_alpha);
+      AugmentRng rng(MixSeed(r->seed, 0), k);
+      const GeometryPlan plan =
+          PlanGeometry(r->transforms.geometry, s.width, s.height, r->width, r->height, rng);
+      std::vector<uint8_t> expected(image_bytes);
+      RenderGeometry(ImageView{rgb.data(), s.width, s.height, static_cast<size_t>(s.width) * 3},
+                     plan, r->width, r->height, expected.data());
+      CHECK(got.image_bytes.substr(k * image_bytes, image_bytes) ==
+            std::string(expected.begin(), expected.end()));
+    }
+  }
+}
+
+TEST_CASE("PngsAndJpegsShareAShardAndTheDecodedCacheDecodesEachPngOnce") {
+  TempDir dir;
+  std::vector<std::string> images;
+  const std::vector<PngSpec> specs = MixedPngs();
+  for (size_t i = 0; i < 12; ++i) {
+    images.push_back(i % 2 == 0 ? testing::WritePngWithLibpng(specs[i / 2 % specs.size()])
+                                : testing::IdJpeg(static_cast<int>(i)));
+  }
+  WriteShard(dir.file("shard-0.tfrecord"), images);
+  v1::PipelineOptions o = BaseOptions(dir);
+  o.set_epochs(3);
+  o.mutable_cache()->set_mode(v1::CACHE_DECODED);
+  StatsSnapshot stats;
+  const testing::Collected got = RunToEnd(o, &stats);
+  REQUIRE(got.status.ok());
+  REQUIRE(got.labels_by_epoch.size() == 3);
+  for (const auto& labels : got.labels_by_epoch) CHECK(Sorted(labels) == Iota(12));
+  CHECK(stats.png_decodes == 6);
+  CHECK(stats.jpeg_decodes == 6);
+  CHECK(stats.cache_entries == 12);
+  CHECK(got.skipped == 0);
+}
+
+TEST_CASE("DamagedPngRecordIsSkippedOrFailsNamingFileAndOffset") {
+  TempDir dir;
+  const std::vector<PngSpec> specs = MixedPngs();
+  std::vector<std::string> images;
+  for (int i = 0; i < 5; ++i) images.push_back(testing::WritePngWithLibpng(specs[i]));
+  const std::string cut = images[2].substr(0, images[2].size() / 2);
+  images[2] = cut;
+  images.push_back("GIF89a and more");
+  const std::string path = dir.file("shard-0.tfrecord");
+  const std::vector<uint64_t> offsets = WriteShard(path, images);
+
+  for (bool cached : {false, true}) {
+    INFO((cached ? "DECODED cache" : "no cache"));
+    v1::PipelineOptions o = InOrder(dir);
+    if (cached) o.mutable_cache()->set_mode(v1::CACHE_DECODED);
+    StatsSnapshot stats;
+    const testing::Collected skip = RunToEnd(o, &stats);
+    REQUIRE(skip.status.ok());
+    CHECK(skip.labels_by_epoch[0] == std::vector<int32_t>{0, 1, 3, 4});
+    CHECK(stats.skipped == 2);
+    std::string errors;
+    for (const std::string& e : stats.recent_errors) errors += e + "\n";
+    INFO(errors);
+    CHECK(errors.find(path + ":" + std::to_string(offsets[2]) + ": PNG data ends at byte " +
+                      std::to_string(cut.size())) != std::string::npos);
+    CHECK(errors.find(path + ":" + std::to_string(offsets[5]) + ": GIF image, not JPEG or PNG") !=
+          std::string::npos);
+
+    o.set_error_policy(v1::ERROR_POLICY_FAIL);
+    const testing::Collected fail = RunToEnd(o);
+    CHECK(fail.status.code() == StatusCode::kDataLoss);
+    CHECK(fail.status.message().find(path + ":" + std::to_string(offsets[2]) + ": ") == 0);
+  }
+}
+
+// A 3000x3000 PNG (27 MB of pixels) is over the ~10 MB decode share of a 64 MiB budget: refused
+// from its header, before libpng or the pixels take anything; the small ones decode within it.
+TEST_CASE("PngOverTheDecodeShareIsRefusedFromItsHeader") {
+  TempDir dir;
+  const std::vector<PngSpec> specs = MixedPngs();
+  std::vector<std::string> images;
+  for (const PngSpec& s : specs) images.push_back(testing::WritePngWithLibpng(s));
+  PngSpec large;
+  large.width = 3000;
+  large.height = 3000;
+  large.samples.assign(size_t{3000} * 3000 * 3, 128);
+  images.push_back(testing::WritePngWithLibpng(large));
+  const std::string path = dir.file("shard-0.tfrecord");
+  const std::vector<uint64_t> offsets = WriteShard(path, images);
+
+  v1::PipelineOptions o = InOrder(dir);
+  o.set_memory_budget_bytes(64 << 20);
+  StatsSnapshot stats;
+  const testing::Collected got = RunToEnd(o, &stats, /*keep_images=*/false);
+  REQUIRE(got.status.ok());
+  CHECK(got.labels_by_epoch[0] == Iota(static_cast<int>(specs.size())));
+  CHECK(got.skipped == 1);
+  REQUIRE(stats.recent_errors.size() == 1);
+  CHECK(stats.recent_errors[0].find(path + ":" + std::to_string(offsets.back()) +
+                                    ": decoding it needs an estimated 27") != std::string::npos);
+  bool seen = false;
+  for (const auto& p : stats.pools) {
+    if (p.name != "decode") continue;
+    seen = true;
+    CHECK(p.limit_bytes < int64_t{3000} * 3000 * 3);
+    CHECK(p.peak_bytes > 0);
+    CHECK(p.peak_bytes <= p.limit_bytes);
+    CHECK(p.bytes == 0);
+  }
+  CHECK(seen);
+}
+
+}  // namespace
+}  // namespace sluice

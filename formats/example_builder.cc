@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 namespace sluice {
@@ -58,13 +59,23 @@ void ExampleBuilder::AddFloats(std::string_view key, std::vector<float> values) 
   features_.push_back(std::move(f));
 }
 
-void ExampleBuilder::Finish(std::string* out) {
-  // Key order; of a key added twice the last one.
+void ExampleBuilder::Finish(std::string* out) { Write(std::nullopt, 0, out); }
+
+char* ExampleBuilder::FinishWithTrailingBytes(std::string_view key, size_t length,
+                                              std::string* out) {
+  const size_t at = Write(key, length, out);
+  return out->data() + at;
+}
+
+size_t ExampleBuilder::Write(std::optional<std::string_view> trailing_key, size_t trailing_length,
+                             std::string* out) {
+  // Key order; of a key added twice the last one; none under the trailing key.
   std::stable_sort(features_.begin(), features_.end(),
                    [](const Feature& a, const Feature& b) { return a.key < b.key; });
   std::vector<Feature*> kept;
   for (size_t i = 0; i < features_.size(); ++i) {
     if (i + 1 < features_.size() && features_[i + 1].key == features_[i].key) continue;
+    if (trailing_key && features_[i].key == *trailing_key) continue;
     kept.push_back(&features_[i]);
   }
   // Sizes from the inside out: list payload, list, Feature, map entry.
@@ -91,6 +102,14 @@ void ExampleBuilder::Finish(std::string* out) {
     features_size += FieldSize(s.entry);                        // Features.feature (1)
     sizes.push_back(s);
   }
+  Sizes trailing{};
+  if (trailing_key) {
+    trailing.payload = trailing_length;
+    trailing.list = FieldSize(trailing.payload);
+    trailing.feature = FieldSize(trailing.list);
+    trailing.entry = FieldSize(trailing_key->size()) + FieldSize(trailing.feature);
+    features_size += FieldSize(trailing.entry);
+  }
   out->clear();
   out->reserve(FieldSize(features_size));
   PutHeader(1, features_size, out);  // Example.features (1)
@@ -116,7 +135,19 @@ void ExampleBuilder::Finish(std::string* out) {
       for (int64_t v : f.int64s) PutVarint(static_cast<uint64_t>(v), out);
     }
   }
+  size_t at = out->size();
+  if (trailing_key) {
+    PutHeader(1, trailing.entry, out);
+    PutHeader(1, trailing_key->size(), out);
+    out->append(*trailing_key);
+    PutHeader(2, trailing.feature, out);
+    PutHeader(1, trailing.list, out);  // Feature.bytes_list
+    PutHeader(1, trailing.payload, out);
+    at = out->size();
+    out->resize(at + trailing_length);  // within the capacity reserved above
+  }
   features_.clear();
+  return at;
 }
 
 }  // namespace sluice

@@ -46,16 +46,22 @@ Status ImageFileReader::ReadRecordInto(std::string* record, bool* end_of_file) {
                              " bytes is over the per-record limit of " +
                              std::to_string(max_held_bytes_) + " bytes");
   }
-  Result<std::string> bytes = ReadFileRange(path_, 0, static_cast<size_t>(size_));
-  if (!bytes.ok()) {
-    final_status_ = bytes.status();
+  Result<UniqueFd> fd = OpenForPositionalReads(path_);
+  if (!fd.ok()) {
+    final_status_ = fd.status();
     return final_status_;
   }
+  // The image is read straight into the record: its bytes are held once.
   ExampleBuilder builder;
-  builder.AddBytes(image_key_, *bytes);
   if (label_) builder.AddInt64(label_key_, *label_);
   builder.AddBytes(kImageFilenameKey, path_);
-  builder.Finish(record);
+  char* image = builder.FinishWithTrailingBytes(image_key_, static_cast<size_t>(size_), record);
+  Status read = ReadFully(fd->get(), path_, 0, static_cast<size_t>(size_), image);
+  if (!read.ok()) {
+    record->clear();
+    final_status_ = read;
+    return final_status_;
+  }
   return Status::OK();
 }
 

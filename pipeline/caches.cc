@@ -42,7 +42,13 @@ DecodedCache::DecodedCache(size_t files, int shard_index, int shard_count, int64
       shard_count_(shard_count),
       budget_(budget_bytes),
       stats_(stats) {
-  stats_->pool(Pool::kDecodedCache).limit = budget_bytes;
+  // The per-file bookkeeping is the cache's own memory: charged first (an image folder's can
+  // take a small budget whole), as the images are.
+  const int64_t bookkeeping = static_cast<int64_t>(files * sizeof(File));
+  used_ = bookkeeping;
+  PoolCounters& pool = stats_->pool(Pool::kDecodedCache);
+  pool.limit = budget_bytes;
+  pool.Add(bookkeeping, 0);
 }
 
 DecodedCache::~DecodedCache() {
@@ -68,10 +74,18 @@ void DecodedCache::Insert(uint32_t file, uint64_t record, CachedImage image) {
   File& f = files_[file];
   {
     std::lock_guard<std::mutex> lock(Mutex(file));
-    if (record >= f.entries.size()) f.entries.resize(record + 1);
-    if (f.entries[record]) {
+    if (record < f.entries.size() && f.entries[record]) {
       used_.fetch_sub(cost);
       return;
+    }
+    if (record >= f.entries.size()) {
+      // The file's table of entries is charged as it grows (past the budget by that at most).
+      const size_t capacity = f.entries.capacity();
+      f.entries.resize(record + 1);
+      const int64_t grown = static_cast<int64_t>((f.entries.capacity() - capacity) *
+                                                 sizeof(std::unique_ptr<CachedImage>));
+      used_.fetch_add(grown);
+      cost += grown;
     }
     f.entries[record] = std::make_unique<CachedImage>(std::move(image));
     ++f.count;

@@ -70,6 +70,9 @@ struct CachedImage {
 
 class DecodedCache {
  public:
+  // budget_bytes bounds the images and the cache's own bookkeeping together: a few dozen bytes a
+  // file, charged up front (and accounted in Pool::kDecodedCache), plus each file's table of
+  // entries as it grows.
   DecodedCache(size_t files, int shard_index, int shard_count, int64_t budget_bytes,
                PipelineStats* stats);
   ~DecodedCache();

@@ -12,6 +12,8 @@ namespace {
 
 enum class ListFormat { kCsv, kJsonLines };
 
+constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
+
 std::string_view TrimSpaces(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
@@ -138,6 +140,8 @@ Result<std::vector<ListedFile>> ReadFileList(const std::string& list_path) {
   while (std::getline(in, text)) {
     ++line;
     if (!text.empty() && text.back() == '\r') text.pop_back();
+    // Excel's "CSV UTF-8" (and some JSON writers) start the file with a UTF-8 byte order mark.
+    if (line == 1 && text.rfind(kUtf8Bom, 0) == 0) text.erase(0, kUtf8Bom.size());
     if (TrimSpaces(text).empty()) continue;
     if (format == ListFormat::kCsv && out.empty() && TrimSpaces(text) == "path,label") continue;
     ListedFile f;

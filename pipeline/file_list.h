@@ -1,8 +1,8 @@
 // A list of image files with their labels (PipelineOptions.file_list): CSV "path,label" lines (an
 // optional header line "path,label"; a field may be double-quoted, "" inside it standing for one
 // quote) or JSON lines {"path": ..., "label": ...} (other keys ignored), chosen by the list's
-// extension: .csv, or .jsonl / .json. Blank lines are skipped; relative paths are taken from the
-// list's folder.
+// extension: .csv, or .jsonl / .json. A leading UTF-8 byte order mark (Excel's "CSV UTF-8") is
+// ignored, blank lines are skipped; relative paths are taken from the list's folder.
 #pragma once
 
 #include <cstdint>

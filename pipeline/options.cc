@@ -5,6 +5,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <string_view>
 #include <thread>
 
@@ -113,8 +119,97 @@ std::string_view FolderName(std::string_view path) {
   return start == std::string_view::npos ? parent : parent.substr(start + 1);
 }
 
-// The files of o.file_list with their labels, sorted by path as ExpandGlobs sorts. A listed file
-// that does not exist fails the start (as tf.data's would), naming it and its line.
+// A file list's files sorted by path (as ExpandGlobs sorts) with their labels, and the list's
+// size and modification time when it was read.
+struct ParsedFileList {
+  std::vector<std::string> files;
+  std::vector<int64_t> labels;
+  struct stat list_stat {};
+};
+
+// The list `o.file_list` (or `list`) names, as an absolute path: the key of frozen lists.
+std::string AbsoluteListPath(const std::string& list) {
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(list, ec);
+  return ec ? list : absolute.lexically_normal().string();
+}
+
+bool SameStat(const struct stat& a, const struct stat& b) {
+  return a.st_size == b.st_size && a.st_mtim.tv_sec == b.st_mtim.tv_sec &&
+         a.st_mtim.tv_nsec == b.st_mtim.tv_nsec && a.st_ino == b.st_ino;
+}
+
+// Reads and checks `list`: a listed file that does not exist fails (as tf.data's would), naming
+// it and its line; so does one listed twice.
+Result<ParsedFileList> ParseFileList(const std::string& list) {
+  ParsedFileList parsed;
+  // Stat first: a list replaced while it is read is then seen as changed by the next stream.
+  if (::stat(list.c_str(), &parsed.list_stat) != 0) return ErrnoStatus(errno, "stat", list);
+  ASSIGN_OR_RETURN(std::vector<ListedFile> listed, ReadFileList(list));
+  for (const ListedFile& f : listed) {
+    struct stat st {};
+    if (::stat(f.path.c_str(), &st) != 0) {
+      return ErrnoStatus(errno, "stat", f.path)
+          .WithContext(list + ":" + std::to_string(f.line) + ": path");
+    }
+    if (!S_ISREG(st.st_mode)) {
+      return InvalidArgument(list + ":" + std::to_string(f.line) + ": path: '" + f.path +
+                             "' is not a regular file");
+    }
+  }
+  std::stable_sort(listed.begin(), listed.end(),
+                   [](const ListedFile& a, const ListedFile& b) { return a.path < b.path; });
+  for (size_t i = 1; i < listed.size(); ++i) {
+    if (listed[i].path == listed[i - 1].path) {
+      return InvalidArgument(list + ":" + std::to_string(listed[i].line) + ": path: '" +
+                             listed[i].path + "' is listed twice (also line " +
+                             std::to_string(listed[i - 1].line) + ")");
+    }
+  }
+  parsed.files.reserve(listed.size());
+  parsed.labels.reserve(listed.size());
+  for (ListedFile& f : listed) {
+    parsed.files.push_back(std::move(f.path));
+    parsed.labels.push_back(f.label);
+  }
+  return parsed;
+}
+
+// The lists FreezeFileList kept, by absolute path: one per file_list dataset of the server's
+// configuration, so bounded by it.
+struct FrozenList {
+  ParsedFileList parsed;
+  bool warned = false;  // that the list changed since
+};
+std::mutex frozen_lists_mu;
+std::map<std::string, std::shared_ptr<FrozenList>>& FrozenLists() {  // GUARDED_BY frozen_lists_mu
+  static auto* lists = new std::map<std::string, std::shared_ptr<FrozenList>>();
+  return *lists;
+}
+
+// The frozen parse of `list`, or null; warns once when the list changed since it was frozen.
+std::shared_ptr<const FrozenList> FindFrozenList(const std::string& list) {
+  const std::string key = AbsoluteListPath(list);
+  std::lock_guard<std::mutex> lock(frozen_lists_mu);
+  auto it = FrozenLists().find(key);
+  if (it == FrozenLists().end()) return nullptr;
+  FrozenList& frozen = *it->second;
+  if (!frozen.warned) {
+    struct stat now {};
+    if (::stat(key.c_str(), &now) != 0 || !SameStat(now, frozen.parsed.list_stat)) {
+      frozen.warned = true;
+      std::fprintf(stderr,
+                   "sluice: WARNING: file_list %s changed since the server read it at start-up; "
+                   "its files and labels as first read are served (restart the server to serve "
+                   "the list as it is now)\n",
+                   key.c_str());
+    }
+  }
+  return it->second;
+}
+
+// The files of o.file_list with their labels: the list's frozen parse (FreezeFileList), else the
+// list as it is now.
 Status ResolveFileList(const v1::PipelineOptions& o, ResolvedOptions* r) {
   if (!o.files().empty()) {
     return InvalidArgument(
@@ -125,35 +220,35 @@ Status ResolveFileList(const v1::PipelineOptions& o, ResolvedOptions* r) {
     return InvalidArgument("file_list: lists image files; format " +
                            v1::SourceFormat_Name(o.format()) + " cannot go with it");
   }
-  ASSIGN_OR_RETURN(std::vector<ListedFile> listed, ReadFileList(o.file_list()));
-  for (const ListedFile& f : listed) {
-    struct stat st {};
-    if (::stat(f.path.c_str(), &st) != 0) {
-      return ErrnoStatus(errno, "stat", f.path)
-          .WithContext(o.file_list() + ":" + std::to_string(f.line) + ": path");
-    }
-    if (!S_ISREG(st.st_mode)) {
-      return InvalidArgument(o.file_list() + ":" + std::to_string(f.line) + ": path: '" + f.path +
-                             "' is not a regular file");
-    }
-  }
-  std::stable_sort(listed.begin(), listed.end(),
-                   [](const ListedFile& a, const ListedFile& b) { return a.path < b.path; });
-  for (size_t i = 1; i < listed.size(); ++i) {
-    if (listed[i].path == listed[i - 1].path) {
-      return InvalidArgument(o.file_list() + ":" + std::to_string(listed[i].line) + ": path: '" +
-                             listed[i].path + "' is listed twice (also line " +
-                             std::to_string(listed[i - 1].line) + ")");
-    }
-  }
-  r->files.reserve(listed.size());
-  r->file_labels.reserve(listed.size());
-  for (ListedFile& f : listed) {
-    r->files.push_back(std::move(f.path));
-    r->file_labels.push_back(f.label);
+  if (std::shared_ptr<const FrozenList> frozen = FindFrozenList(o.file_list())) {
+    r->files = frozen->parsed.files;
+    r->file_labels = frozen->parsed.labels;
+  } else {
+    ASSIGN_OR_RETURN(ParsedFileList parsed, ParseFileList(o.file_list()));
+    r->files = std::move(parsed.files);
+    r->file_labels = std::move(parsed.labels);
   }
   r->kinds.assign(r->files.size(), SourceKind::kImage);
   return Status::OK();
+}
+
+// The one path `pattern` names when nothing in it is a wildcard to glob() (as ExpandGlobs calls
+// it): its backslash escapes removed. nullopt when it has an unescaped * ? [ { or a leading ~.
+std::optional<std::string> LiteralPath(std::string_view pattern) {
+  std::string path;
+  path.reserve(pattern.size());
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\') {
+      if (++i == pattern.size()) return std::nullopt;
+      path += pattern[i];
+    } else if (c == '*' || c == '?' || c == '[' || c == '{' || (c == '~' && i == 0)) {
+      return std::nullopt;
+    } else {
+      path += c;
+    }
+  }
+  return path;
 }
 
 }  // namespace
@@ -197,6 +292,10 @@ Status ResolveSources(const v1::PipelineOptions& o, ResolvedOptions* r) {
 Result<std::vector<std::string>> ExpandGlobs(const std::vector<std::string>& patterns) {
   std::vector<std::string> files;
   for (const std::string& pattern : patterns) {
+    if (std::optional<std::string> path = LiteralPath(pattern)) {
+      files.push_back(std::move(*path));
+      continue;
+    }
     glob_t g{};
     int rc = glob(pattern.c_str(), GLOB_NOSORT | GLOB_BRACE | GLOB_TILDE, nullptr, &g);
     if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
@@ -213,6 +312,14 @@ Result<std::vector<std::string>> ExpandGlobs(const std::vector<std::string>& pat
   std::sort(files.begin(), files.end());
   files.erase(std::unique(files.begin(), files.end()), files.end());
   return files;
+}
+
+Status FreezeFileList(const std::string& list) {
+  auto frozen = std::make_shared<FrozenList>();
+  ASSIGN_OR_RETURN(frozen->parsed, ParseFileList(list));
+  std::lock_guard<std::mutex> lock(frozen_lists_mu);
+  FrozenLists()[AbsoluteListPath(list)] = std::move(frozen);
+  return Status::OK();
 }
 
 Result<ResolvedOptions> ResolveOptions(const v1::PipelineOptions& o, int job_consumers) {
@@ -289,7 +396,8 @@ Result<ResolvedOptions> ResolveOptions(const v1::PipelineOptions& o, int job_con
   RETURN_IF_ERROR(Take(Tunable::kMaxErrors, o.max_errors(), &r.max_errors));
   RETURN_IF_ERROR(Take(Tunable::kSkipWarnPercent, o.skip_warn_percent(), &r.skip_warn_percent));
   RETURN_IF_ERROR(CheckRange("num_classes", o.num_classes(), 0, INT32_MAX));
-  r.num_classes = o.num_classes();
+  // Files labelled by folder have as many classes as folders.
+  r.num_classes = o.num_classes() != 0 ? o.num_classes() : static_cast<int>(r.classes.size());
   RETURN_IF_ERROR(Take(Tunable::kMaxPixels, o.max_pixels(), &r.max_pixels));
   r.fast_idct = !o.accurate_idct();
   r.alpha = o.alpha() == v1::ALPHA_COMPOSITE_WHITE   ? Alpha::kCompositeWhite

@@ -71,7 +71,9 @@ struct ResolvedOptions {
   ErrorPolicy error_policy = ErrorPolicy::kSkip;
   int64_t max_errors = 0;
   int skip_warn_percent = 10;  // of an epoch's records; more skips are logged loudly
-  int num_classes = 0;         // labels must be below it; 0: only negative labels are refused
+  // Labels must be below it; 0: only negative labels are refused. PipelineOptions.num_classes,
+  // else (0) the number of `classes` of files labelled by folder.
+  int num_classes = 0;
   int64_t max_pixels = 0;
   bool fast_idct = true;
   Alpha alpha = Alpha::kDrop;  // what becomes of a PNG's alpha (PipelineOptions.alpha)
@@ -139,7 +141,19 @@ Result<ResolvedOptions> ResolveOptions(const v1::PipelineOptions& options, int j
 Status ResolveSources(const v1::PipelineOptions& options, ResolvedOptions* r);
 
 // Expands glob patterns (sorted, duplicates removed). NotFound naming the first pattern that
-// matches nothing.
+// matches nothing. A pattern without a wildcard (an unescaped * ? [ { or a leading ~) is the one
+// path it names, escapes removed, without looking at the file system: the server's start-up check
+// turns its patterns into such escaped paths, and a file of them deleted since is then what any
+// unreadable file is to the source (a bad record naming it), not a refused stream.
 Result<std::vector<std::string>> ExpandGlobs(const std::vector<std::string>& patterns);
+
+// Reads `list` (a PipelineOptions.file_list) afresh and checks it as ResolveOptions does (its
+// errors), then keeps that parse for the rest of the process: every later ResolveOptions of the
+// same list (by absolute path) serves those files and labels whatever the list holds by then,
+// and when the list's size or modification time has changed since, logs one warning naming it.
+// A list never frozen is read by every ResolveOptions. The server's start-up check freezes every
+// dataset's list (so a resuming client sees the file set it started with); freezing a list again
+// replaces its parse. Holds one parse per list frozen. Thread-safe.
+Status FreezeFileList(const std::string& list);
 
 }  // namespace sluice

@@ -199,11 +199,17 @@ Result<int64_t> CheckDataset(const v1::ServerConfig& server, v1::DatasetConfig* 
     }
   }
 
+  // Every stream of the dataset serves the list as read now.
+  if (!p->file_list().empty()) {
+    RETURN_IF_ERROR(FreezeFileList(p->file_list()).WithContext(ds + ".pipeline"));
+  }
   // Checked with the dataset's num_classes, as requests are resolved.
   v1::PipelineOptions check = *p;
   if (check.num_classes() == 0) check.set_num_classes(d->num_classes());
   Result<ResolvedOptions> resolved = ResolveOptions(check);
   if (!resolved.ok()) return resolved.status().WithContext(ds + ".pipeline");
+  // An image folder's classes are its folders: ListDatasets and DescribeDataset say how many.
+  if (d->num_classes() == 0) d->set_num_classes(resolved->num_classes);
   int64_t largest = BatchMessageBytes(p->batch_size(), p->image_height(), p->image_width(),
                                       DTypeSize(resolved->transforms.output.dtype));
   std::set<std::string> names = {std::string(kDefaultTransformSet)};

@@ -61,7 +61,10 @@ Result<v1::ServerConfig> QuickServerConfig(const MemoryLimit& limit,
 //  - every dataset's limits hold their effective values, and its pipeline has batch_size,
 //    image_height, image_width and memory_budget_bytes set;
 //  - every dataset's pipeline.files is the sorted list of regular files its patterns matched, each
-//    escaped (\ * ? [ ] { } ~ get a backslash) so that glob() matches exactly that file.
+//    escaped (\ * ? [ ] { } ~ get a backslash) so that glob() matches exactly that file (and
+//    ExpandGlobs takes it as that path, so one deleted later is a bad record, not a refused
+//    stream); every dataset's file_list is absolute and frozen as read now (FreezeFileList);
+//  - a dataset of files labelled by folder without num_classes has as many as folders;
 // Errors name the dataset and field, e.g. `datasets["train"].pipeline.batch_size: 5000 is over
 // limits.max_batch_size 1024`: InvalidArgument; NotFound for a pattern or file that does not
 // exist; FailedPrecondition for one that cannot be read; ResourceExhausted when a dataset's

@@ -3,21 +3,23 @@
 // the label histogram and JPEG and PNG sizes (from headers only). Image files (given as files,
 // labelled by folder as the pipeline labels them, or by --file-list) are one record each: their
 // classes with their counts, and the paths of files that are neither JPEG nor PNG. WebDataset tar
-// shards are read sample by sample, every header checksum verified. Exit status 1 when anything is
-// corrupt or not an image.
+// shards are read sample by sample, every header checksum verified. A quoted pattern is expanded as
+// the pipeline expands it. Exit status 1 when anything is corrupt or not an image.
+#include <fmt/format.h>
+#include <tbb/enumerable_thread_specific.h>
+#include <tbb/global_control.h>
+#include <tbb/parallel_for.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-#include <tbb/global_control.h>
-#include <tbb/parallel_for.h>
 
 #include "formats/compression.h"
 #include "formats/example_scanner.h"
@@ -38,6 +40,9 @@ namespace sluice {
 namespace {
 
 constexpr int kMaxProblemsShownPerFile = 20;
+// Image files that could not be read kept as rows (named on stderr, listed in the JSON); the rest
+// are counted.
+constexpr uint64_t kMaxDamagedImageRows = 1000;
 
 struct InspectOptions {
   std::vector<std::string> files;
@@ -253,36 +258,43 @@ struct Totals {
   FileReport merged;  // features, labels and JPEG statistics of all files
 };
 
-Totals Merge(const std::vector<FileReport>& reports) {
-  Totals t;
-  FileReport& m = t.merged;
-  for (const FileReport& r : reports) {
-    t.records += r.records;
-    t.corrupt += r.corrupt;
-    t.malformed += r.malformed;
-    t.bytes += r.bytes;
-    t.data_bytes += r.data_bytes;
-    for (const auto& [key, kind] : r.features) {
-      auto [it, inserted] = m.features.try_emplace(key, kind);
-      if (!inserted && it->second != kind) m.mixed_kind[key] = true;
-    }
-    for (const auto& [key, mixed] : r.mixed_kind) m.mixed_kind[key] = mixed;
-    for (const auto& [label, n] : r.labels) m.labels[label] += n;
-    m.records_without_label += r.records_without_label;
-    m.width.Merge(r.width);
-    m.height.Merge(r.height);
-    m.pixels.Merge(r.pixels);
-    m.jpeg_progressive += r.jpeg_progressive;
-    m.not_jpeg += r.not_jpeg;
-    m.not_images.insert(m.not_images.end(), r.not_images.begin(), r.not_images.end());
-    for (const auto& [cs, n] : r.color_spaces) m.color_spaces[cs] += n;
-    m.png_width.Merge(r.png_width);
-    m.png_height.Merge(r.png_height);
-    m.png_pixels.Merge(r.png_pixels);
-    m.png_interlaced += r.png_interlaced;
-    for (const auto& [layout, n] : r.png_layouts) m.png_layouts[layout] += n;
+// Adds what r found to t (its problems and rows stay r's).
+void MergeInto(const FileReport& r, Totals* t) {
+  FileReport& m = t->merged;
+  t->records += r.records;
+  t->corrupt += r.corrupt;
+  t->malformed += r.malformed;
+  t->bytes += r.bytes;
+  t->data_bytes += r.data_bytes;
+  for (const auto& [key, kind] : r.features) {
+    auto [it, inserted] = m.features.try_emplace(key, kind);
+    if (!inserted && it->second != kind) m.mixed_kind[key] = true;
   }
-  return t;
+  for (const auto& [key, mixed] : r.mixed_kind) m.mixed_kind[key] = mixed;
+  for (const auto& [label, n] : r.labels) m.labels[label] += n;
+  m.records_without_label += r.records_without_label;
+  m.width.Merge(r.width);
+  m.height.Merge(r.height);
+  m.pixels.Merge(r.pixels);
+  m.jpeg_progressive += r.jpeg_progressive;
+  m.not_jpeg += r.not_jpeg;
+  m.not_images.insert(m.not_images.end(), r.not_images.begin(), r.not_images.end());
+  for (const auto& [cs, n] : r.color_spaces) m.color_spaces[cs] += n;
+  m.png_width.Merge(r.png_width);
+  m.png_height.Merge(r.png_height);
+  m.png_pixels.Merge(r.png_pixels);
+  m.png_interlaced += r.png_interlaced;
+  for (const auto& [layout, n] : r.png_layouts) m.png_layouts[layout] += n;
+}
+
+void MergeInto(const Totals& o, Totals* t) {
+  FileReport r = o.merged;
+  r.records = o.records;
+  r.corrupt = o.corrupt;
+  r.malformed = o.malformed;
+  r.bytes = o.bytes;
+  r.data_bytes = o.data_bytes;
+  MergeInto(r, t);
 }
 
 std::string KindOf(const FileReport& m, const std::string& key, FeatureKind kind) {
@@ -362,14 +374,14 @@ std::string HumanBytes(double b) {
 }
 
 void PrintHuman(const std::vector<FileReport>& reports, const Totals& t, double seconds,
-                const InspectOptions& opt, const std::vector<std::string>& classes) {
+                const InspectOptions& opt, const std::vector<std::string>& classes,
+                bool image_rows) {
   size_t width = 4;
   for (const FileReport& r : reports) width = std::max(width, r.path.size());
   fmt::print("{:<{}}  {:>10}  {:>8}  {:>10}  {}\n", "file", width, "records", "corrupt", "bytes",
              "compression");
   // A folder's images (one record each) are a row each only when there are few; damaged ones
   // are named on stderr, and files that are not images below.
-  const bool image_rows = reports.size() <= kMaxProblemsShownPerFile;
   for (const FileReport& r : reports) {
     if (r.compression == "image" && !image_rows) continue;
     fmt::print("{:<{}}  {:>10}  {:>8}  {:>10}  {}\n", r.path, width, r.records, r.corrupt,
@@ -442,7 +454,17 @@ void PrintHuman(const std::vector<FileReport>& reports, const Totals& t, double 
 Result<ResolvedOptions> ResolveInspected(const InspectOptions& opt) {
   ResolvedOptions r;
   if (opt.file_list.empty()) {
-    r.files = opt.files;
+    // A quoted pattern is expanded as the pipeline expands it; a file that exists under the
+    // name given (the shell's expansion, brackets and all) is that file.
+    for (const std::string& given : opt.files) {
+      Result<uint64_t> exists = GetFileSize(given);
+      if (exists.ok()) {
+        r.files.push_back(given);
+        continue;
+      }
+      ASSIGN_OR_RETURN(std::vector<std::string> matched, ExpandGlobs({given}));
+      r.files.insert(r.files.end(), matched.begin(), matched.end());
+    }
     RETURN_IF_ERROR(ResolveSources(v1::PipelineOptions(), &r));
     return r;
   }
@@ -468,7 +490,14 @@ int RunInspect(InspectOptions opt) {
     Result<uint64_t> size = GetFileSize(f);
     if (size.ok()) total_bytes += *size;
   }
-  std::vector<FileReport> reports(opt.files.size());
+  // Rows: every file's when there are few; else only those that are not image files and the
+  // damaged image files (the first kMaxDamagedImageRows). The other images' reports are merged as
+  // they arrive, per thread: a folder of 1.28M images holds no report per image.
+  const bool image_rows = opt.files.size() <= kMaxProblemsShownPerFile;
+  std::mutex rows_mu;
+  std::vector<std::pair<size_t, FileReport>> rows;  // guarded by rows_mu, with damaged_images
+  uint64_t damaged_images = 0;
+  tbb::enumerable_thread_specific<Totals> merged_images;
   {
     std::optional<tbb::global_control> threads;
     if (opt.threads > 0) {
@@ -476,18 +505,40 @@ int RunInspect(InspectOptions opt) {
     }
     Progress progress("inspect", total_bytes, "bytes");
     tbb::parallel_for(size_t{0}, opt.files.size(), [&](size_t i) {
-      if (resolved->kinds[i] == SourceKind::kImage) {
+      FileReport report;
+      const bool image = resolved->kinds[i] == SourceKind::kImage;
+      if (image) {
         std::optional<int64_t> label;
         if (!resolved->file_labels.empty()) label = resolved->file_labels[i];
-        reports[i] = InspectImageFile(opt.files[i], label, opt);
-        progress.Add(reports[i].bytes);
+        report = InspectImageFile(opt.files[i], label, opt);
+        progress.Add(report.bytes);
       } else {
-        reports[i] = InspectFile(opt.files[i], opt, &progress);
+        report = InspectFile(opt.files[i], opt, &progress);
       }
+      if (image && !image_rows) {
+        bool row = false;
+        if (report.corrupt > 0 || report.malformed > 0) {
+          std::lock_guard<std::mutex> lock(rows_mu);
+          row = ++damaged_images <= kMaxDamagedImageRows;
+        }
+        if (!row) {
+          MergeInto(report, &merged_images.local());
+          return;
+        }
+      }
+      std::lock_guard<std::mutex> lock(rows_mu);
+      rows.emplace_back(i, std::move(report));
     });
   }
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<FileReport> reports;
+  reports.reserve(rows.size());
+  for (auto& [i, report] : rows) reports.push_back(std::move(report));
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  Totals totals = Merge(reports);
+  Totals totals;
+  for (const FileReport& r : reports) MergeInto(r, &totals);
+  for (const Totals& t : merged_images) MergeInto(t, &totals);
 
   for (const FileReport& r : reports) {
     for (const std::string& p : r.problems) fmt::print(stderr, "sluice inspect: {}\n", p);
@@ -500,10 +551,14 @@ int RunInspect(InspectOptions opt) {
                  r.records, *r.stopped);
     }
   }
+  if (damaged_images > kMaxDamagedImageRows) {
+    fmt::print(stderr, "sluice inspect: ... and {} more image files that could not be read\n",
+               damaged_images - kMaxDamagedImageRows);
+  }
   if (opt.json) {
     fmt::print("{}\n", ToJson(reports, totals, seconds, resolved->classes).dump());
   } else {
-    PrintHuman(reports, totals, seconds, opt, resolved->classes);
+    PrintHuman(reports, totals, seconds, opt, resolved->classes, image_rows);
   }
   return totals.corrupt > 0 || totals.malformed > 0 || !totals.merged.not_images.empty() ? 1 : 0;
 }
@@ -519,7 +574,8 @@ void RegisterInspectCommand(CLI::App& app, int* exit_code) {
   auto* files = cmd->add_option(
       "files", opt->files,
       "TFRecord files (plain, GZIP or ZLIB), WebDataset tar shards (.tar, .tar.gz, .tgz) or image "
-      "files (.jpg/.jpeg/.png, labelled by folder)");
+      "files (.jpg/.jpeg/.png, labelled by folder); a quoted pattern ('train/*/*.jpg') is "
+      "expanded as the pipeline expands it");
   auto* list = cmd->add_option("--file-list", opt->file_list,
                                "A CSV or JSON-lines list of image files and labels, instead");
   files->excludes(list);

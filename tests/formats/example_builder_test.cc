@@ -1,5 +1,6 @@
 #include "formats/example_builder.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <string>
 
@@ -65,6 +66,49 @@ TEST_CASE("FeaturesComeOutInKeyOrderTheLastOfARepeatedKeyKeptAndTheBuilderCleare
   v1::Example e;
   REQUIRE(e.ParseFromString(first));
   CHECK(e.features().feature().size() == 1);
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// A value the caller writes in place, after every other feature: the same Example to protobuf
+// as Finish with that value added, found by the scanner, of exactly the reserved size.
+TEST_CASE("TrailingBytesFeatureParsesAsTheSameExampleAndIsWrittenInPlace") {
+  const std::string image(200000, 'j');
+  ExampleBuilder b;
+  b.AddInt64("image/class/label", 4);
+  b.AddBytes("image/filename", "a/b.jpg");
+  b.AddBytes("image/encoded", "replaced by the trailing one");
+  std::string in_place = "stale";
+  char* at = b.FinishWithTrailingBytes("image/encoded", image.size(), &in_place);
+  REQUIRE(at + image.size() == in_place.data() + in_place.size());
+  std::copy(image.begin(), image.end(), at);
+  CHECK(in_place.capacity() < in_place.size() + 64);
+
+  b.AddInt64("image/class/label", 4);
+  b.AddBytes("image/filename", "a/b.jpg");
+  b.AddBytes("image/encoded", image);
+  std::string whole;
+  b.Finish(&whole);
+  CHECK(whole.size() == in_place.size());
+  v1::Example a;
+  v1::Example w;
+  REQUIRE(a.ParseFromString(in_place));
+  REQUIRE(w.ParseFromString(whole));
+  CHECK(a.features().feature().size() == 3);
+  CHECK(a.features().feature().at("image/encoded").bytes_list().value(0) == image);
+  CHECK(a.features().feature().at("image/filename").bytes_list().value(0) == "a/b.jpg");
+  CHECK(a.features().feature().at("image/class/label").int64_list().value(0) == 4);
+
+  std::string_view scanned;
+  int64_t label = 0;
+  REQUIRE(
+      ExampleScanner("image/encoded", "image/class/label").Scan(in_place, &scanned, &label).ok());
+  CHECK(scanned == image);
+  CHECK(label == 4);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "formats/record_reader_factory.h"
 #include "sluice/v1/example.pb.h"
+#include "tests/test_proc_io.h"
 #include "tests/test_support.h"
 
 namespace sluice {
@@ -574,16 +575,7 @@ TEST_CASE("BadOrRepeatedMembersAreTheSamplesInvalidArgumentAndTheNextSampleRead"
   CHECK(Parse(record, *reader).bytes.at("image/encoded") == "5");
 }
 
-// Bytes this process has read(2) so far.
-uint64_t ReadChars() {
-  std::ifstream io("/proc/self/io");
-  std::string key;
-  uint64_t value = 0;
-  while (io >> key >> value) {
-    if (key == "rchar:") return value;
-  }
-  return 0;
-}
+using testing::ReadChars;
 
 TEST_CASE("SkippingSamplesOfAPlainFileReadsTheirHeadersOnly") {
   TempDir dir;

@@ -108,3 +108,35 @@ TEST_CASE("ListWithUnknownExtensionOrNoEntriesOrMissingIsRefusedNamingIt") {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// Excel saves "CSV UTF-8" with a byte order mark before the header; a JSON-lines writer may too.
+TEST_CASE("LeadingUtf8ByteOrderMarkIsNotPartOfTheFirstLine") {
+  TempDir dir;
+  auto csv = Read(dir, "bom.csv", "\xEF\xBB\xBFpath,label\r\ncat/a.jpg,3\r\n");
+  INFO(csv.status().ToString());
+  REQUIRE(csv.ok());
+  REQUIRE(csv->size() == 1);
+  CHECK((*csv)[0].path == dir.file("cat/a.jpg"));
+  CHECK((*csv)[0].label == 3);
+  auto headless = Read(dir, "headless.csv",
+                       "\xEF\xBB\xBF"
+                       "a.jpg,1\n");
+  REQUIRE(headless.ok());
+  CHECK((*headless)[0].path == dir.file("a.jpg"));
+  auto jsonl = Read(dir, "bom.jsonl", "\xEF\xBB\xBF{\"path\": \"a.jpg\", \"label\": 2}\n");
+  REQUIRE(jsonl.ok());
+  CHECK((*jsonl)[0].label == 2);
+  // Only at the start of the file: elsewhere it is part of a path.
+  auto inner = Read(dir, "inner.csv",
+                    "a.jpg,1\n\xEF\xBB\xBF"
+                    "b.jpg,2\n");
+  REQUIRE(inner.ok());
+  CHECK((*inner)[1].path == dir.file("\xEF\xBB\xBF"
+                                     "b.jpg"));
+}
+
+}  // namespace
+}  // namespace sluice

@@ -207,3 +207,77 @@ TEST_CASE("FileListWithFilePatternsOrANonImageFormatIsRefused") {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// The server's start-up check turns each file a pattern matched into an escaped literal pattern;
+// a file deleted since must not refuse the stream (the source reports it as a bad record).
+TEST_CASE("EscapedLiteralPathIsThatPathWhetherOrNotItExists") {
+  TempDir dir;
+  v1::PipelineOptions o;
+  const std::string odd = dir.file("gone [1] {a,b} *?.jpg");
+  std::string escaped;
+  for (char c : odd) {
+    if (std::string_view("\\*?[]{}~").find(c) != std::string_view::npos) escaped += '\\';
+    escaped += c;
+  }
+  o.add_files(escaped);
+  o.add_files(dir.file("plain.tfrecord"));
+  auto r = ResolveOptions(o);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  CHECK(r->files == std::vector<std::string>{odd, dir.file("plain.tfrecord")});
+  CHECK(r->kinds == std::vector<SourceKind>{SourceKind::kImage, SourceKind::kTFRecord});
+  // A pattern with a wildcard still has to match something.
+  o.add_files(dir.file("gone-*.jpg"));
+  CHECK(ResolveOptions(o).status().code() == StatusCode::kNotFound);
+}
+
+TEST_CASE("FilesLabelledByFolderHaveOneClassPerFolderUnlessNumClassesIsGiven") {
+  TempDir dir;
+  for (const char* f : {"cat", "dog", "fox"}) {
+    std::filesystem::create_directories(dir.path() / f);
+    testing::WriteAll((dir.path() / f / "x.jpg").string(), "x");
+  }
+  v1::PipelineOptions o;
+  o.add_files(dir.file("*/*.jpg"));
+  auto r = ResolveOptions(o);
+  REQUIRE(r.ok());
+  CHECK(r->num_classes == 3);
+  o.set_num_classes(10);
+  CHECK(ResolveOptions(o)->num_classes == 10);
+  testing::WriteAll(dir.file("list.csv"), "cat/x.jpg,7\n");
+  v1::PipelineOptions listed;
+  listed.set_file_list(dir.file("list.csv"));
+  CHECK(ResolveOptions(listed)->num_classes == 0);  // a list's labels say nothing of the classes
+}
+
+TEST_CASE("FrozenFileListIsServedAsFirstReadAfterAnEdit") {
+  TempDir dir;
+  testing::WriteAll(dir.file("a.jpg"), "x");
+  testing::WriteAll(dir.file("b.jpg"), "x");
+  const std::string list = dir.file("frozen.csv");
+  testing::WriteAll(list, "a.jpg,1\nb.jpg,2\n");
+  REQUIRE(FreezeFileList(list).ok());
+  testing::WriteAll(list, "b.jpg,5\nnot a line\n");
+  v1::PipelineOptions o;
+  o.set_file_list(list);
+  auto r = ResolveOptions(o);
+  REQUIRE(r.ok());
+  CHECK(r->files == std::vector<std::string>{dir.file("a.jpg"), dir.file("b.jpg")});
+  CHECK(r->file_labels == std::vector<int64_t>{1, 2});
+  // A listed file deleted since is the source's to report, not a refused start.
+  std::filesystem::remove(dir.file("a.jpg"));
+  CHECK(ResolveOptions(o)->files.size() == 2);
+  // Freezing again reads the list as it is now.
+  testing::WriteAll(list, "b.jpg,5\n");
+  REQUIRE(FreezeFileList(list).ok());
+  CHECK(ResolveOptions(o)->file_labels == std::vector<int64_t>{5});
+  // A list that does not parse is refused when frozen, as at the start of a server.
+  testing::WriteAll(list, "b.jpg,x\n");
+  CHECK_THAT(FreezeFileList(list).message(), Catch::Contains(list + ":1: label"));
+}
+
+}  // namespace
+}  // namespace sluice

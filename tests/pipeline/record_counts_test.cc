@@ -16,6 +16,7 @@
 #include "formats/record_index.h"
 #include "formats/tfrecord_writer.h"
 #include "pipeline/record_source.h"
+#include "tests/test_proc_io.h"
 #include "tests/test_support.h"
 
 namespace sluice {
@@ -95,16 +96,7 @@ TEST_CASE("EmptyFileHasNoRecordsAndAMissingOneIsOneUnreadableRecord") {
   CHECK(CountFileRecords(dir.file("missing.tfrecord"), std::nullopt) == FileRecords{1, true});
 }
 
-// Bytes this process has read(2) so far.
-uint64_t ReadChars() {
-  std::ifstream io("/proc/self/io");
-  std::string key;
-  uint64_t value = 0;
-  while (io >> key >> value) {
-    if (key == "rchar:") return value;
-  }
-  return 0;
-}
+using testing::ReadChars;
 
 // WebDataset shards written by GNU tar: a plain one counted from its headers alone (its payloads
 // seeked over, never read), a gzipped one streamed, a cut one as the source reads it (the

@@ -137,6 +137,9 @@ TEST_CASE("ImageFolderAndFileListServeEveryFileOncePerEpochWithItsLabelCachedOrN
   for (const v1::DatasetInfo& d : datasets.datasets()) {
     INFO(d.name());
     CHECK(d.files() == static_cast<int64_t>(folder.size()));
+    // Labelled by folder: as many classes as folders; a list's labels are its own.
+    CHECK(d.num_classes() ==
+          (d.name().rfind("folder", 0) == 0 ? static_cast<int>(kClasses.size()) : 0));
   }
 }
 
@@ -206,6 +209,140 @@ TEST_CASE("QuickServeOfAFileListServesItsFilesWithTheirLabels") {
     }
   }
   CHECK(got == listed);
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// One epoch of `dataset` with record ids: how many times each file (index into the dataset's
+// sorted files) arrived, and its labels.
+struct Epoch {
+  grpc::Status status;
+  std::map<int64_t, int> times;
+  std::map<int64_t, int64_t> labels;
+};
+
+Epoch StreamOneEpoch(const std::string& address, const std::string& dataset) {
+  v1::StreamRequest r = Request(dataset);
+  r.set_record_ids(true);
+  r.set_equal_shares(v1::EQUAL_SHARES_OFF);
+  r.set_epochs(1);
+  const Raw raw = ReadRaw(address, r);
+  Epoch e;
+  e.status = raw.status;
+  for (const v1::Batch& b : raw.batches) {
+    for (int i = 0; i < b.labels_size(); ++i) {
+      ++e.times[b.record_files(i)];
+      e.labels[b.record_files(i)] = b.labels(i);
+    }
+  }
+  return e;
+}
+
+int64_t Skipped(const std::string& address, const std::string& dataset) {
+  auto stats = serve_testing::Connect(address)->GetStats(dataset);
+  REQUIRE(stats.ok());
+  REQUIRE(stats->datasets_size() == 1);
+  return stats->datasets(0).skipped_records();
+}
+
+// The server expands patterns (and reads lists) once, at start-up; a file deleted after that is
+// what any unreadable file is: one bad record naming it, counted as a skip (or the stream's error
+// under ERROR_POLICY_FAIL), never a refused stream. Image folders, file lists and TFRecord shards.
+TEST_CASE("FileDeletedAfterStartIsOneCountedSkipOrAnErrorNamingItNotARefusedStream") {
+  TempDir dir;
+  const std::map<std::string, int> folder = WriteTree(dir);
+  std::string csv;
+  for (const auto& [path, label] : folder) csv += path + "," + std::to_string(label) + "\n";
+  testing::WriteAll(dir.file("list.csv"), csv);
+  serve_testing::WriteIdShards(dir, {5, 6, 7});  // labels 0-4, 5-10, 11-17
+  const std::string glob = "files: \"" + dir.file("train/*/*.{jpg,JPG}") + "\"";
+  const std::string shards = "files: \"" + dir.file("shard-*.tfrecord") + "\"";
+  const std::string fail = "    error_policy: ERROR_POLICY_FAIL\n";
+  testing::WriteAll(dir.file("sluice.textproto"),
+                    "listen: \"127.0.0.1:0\"\n" + Dataset("folder", glob) +
+                        Dataset("folder_strict", glob, fail) +
+                        Dataset("list", "file_list: \"" + dir.file("list.csv") + "\"") +
+                        Dataset("shards", shards) + Dataset("shards_strict", shards, fail));
+  ServerProcess server({"--config", dir.file("sluice.textproto")});
+  REQUIRE(server.running());
+  for (const char* dataset : {"folder", "list", "shards"}) {
+    INFO(dataset);
+    const Epoch before = StreamOneEpoch(server.address(), dataset);
+    REQUIRE(before.status.ok());
+    CHECK(before.times.size() == (std::string(dataset) == "shards" ? 3 : folder.size()));
+  }
+
+  const std::string gone = dir.file("train/b/2.jpg");
+  REQUIRE(std::filesystem::remove(gone));
+  REQUIRE(std::filesystem::remove(dir.file("shard-1.tfrecord")));
+  const int64_t gone_index = std::distance(folder.begin(), folder.find(gone));
+  for (const char* dataset : {"folder", "list"}) {
+    INFO(dataset);
+    const Epoch after = StreamOneEpoch(server.address(), dataset);
+    REQUIRE(after.status.ok());
+    CHECK(after.times.size() == folder.size() - 1);
+    CHECK(after.times.count(gone_index) == 0);
+    for (const auto& [file, n] : after.times) CHECK(n == 1);
+    CHECK(Skipped(server.address(), dataset) == 1);
+  }
+  const Epoch strict = StreamOneEpoch(server.address(), "folder_strict");
+  REQUIRE_FALSE(strict.status.ok());
+  CHECK_THAT(strict.status.error_message(), Catch::Contains(gone));
+
+  // Shard 1 (labels 5-10) is gone: every other record once, the shard one counted skip.
+  v1::StreamRequest r = Request("shards");
+  r.set_equal_shares(v1::EQUAL_SHARES_OFF);
+  r.set_epochs(1);
+  const Raw raw = ReadRaw(server.address(), r);
+  REQUIRE(raw.status.ok());
+  std::map<int, int> labels;
+  for (const v1::Batch& b : raw.batches) {
+    for (int i = 0; i < b.labels_size(); ++i) ++labels[b.labels(i)];
+  }
+  std::map<int, int> want;
+  for (int label = 0; label < 18; ++label) {
+    if (label < 5 || label > 10) want[label] = 1;
+  }
+  CHECK(labels == want);
+  CHECK(Skipped(server.address(), "shards") == 1);
+  const Raw failed = ReadRaw(server.address(), Request("shards_strict"));
+  REQUIRE_FALSE(failed.status.ok());
+  CHECK_THAT(failed.status.error_message(), Catch::Contains(dir.file("shard-1.tfrecord")));
+}
+
+// A file list is read once, at start-up: edited mid-run (lines dropped, labels changed, a line
+// that does not parse) it is served as first read, so a resuming client sees the same files and
+// labels; the server warns once, naming the list.
+TEST_CASE("FileListEditedAfterStartIsServedAsFirstReadWithOneWarningNamingIt") {
+  TempDir dir;
+  const std::map<std::string, int> folder = WriteTree(dir);
+  std::map<std::string, int> listed;
+  std::string csv = "path,label\n";
+  int label = 0;
+  for (const auto& [path, unused] : folder) {
+    csv += path + "," + std::to_string(label) + "\n";
+    listed[path] = label++;
+  }
+  const std::string list = dir.file("list.csv");
+  testing::WriteAll(list, csv);
+  testing::WriteAll(dir.file("sluice.textproto"),
+                    "listen: \"127.0.0.1:0\"\n" + Dataset("list", "file_list: \"" + list + "\""));
+  ServerProcess server({"--config", dir.file("sluice.textproto")});
+  REQUIRE(server.running());
+  ExpectEachFileOncePerEpochWithItsLabel(server.address(), "list", listed);
+
+  testing::WriteAll(list, "path,label\n" + folder.begin()->first + ",7\nnot a line\n");
+  ExpectEachFileOncePerEpochWithItsLabel(server.address(), "list", listed);
+  ExpectEachFileOncePerEpochWithItsLabel(server.address(), "list", listed);
+  const std::string out = server.output();
+  const std::string warning = "file_list " + list + " changed since the server read it";
+  const size_t at = out.find(warning);
+  CHECK(at != std::string::npos);
+  CHECK(out.find(warning, at + 1) == std::string::npos);
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // `sluice inspect` end to end: the binary on shards written here, its JSON and its exit status.
 #include <catch2/catch.hpp>
-#include <nlohmann/json.hpp>
-
 #include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -253,6 +253,7 @@ TEST_CASE("InspectImageFolderReportsClassesPngsAndFilesThatAreNotImages") {
   CHECK(j["png"]["count"] == 1);
   CHECK(j["jpeg"]["count"] == 4);
   CHECK(j["not_images"].empty());
+  CHECK(j["files"].size() == 5);  // few images: a row each
 
   testing::WriteAll(dir.file("b/notes.jpg"), "notes, not an image");
   testing::WriteAll(dir.file("list.csv"), "path,label\nA/1.jpg,4\nb/notes.jpg,4\n");
@@ -265,6 +266,49 @@ TEST_CASE("InspectImageFolderReportsClassesPngsAndFilesThatAreNotImages") {
   CHECK(human.exit_code == 1);
   CHECK_THAT(human.out, Catch::Contains("files that are not images (neither JPEG nor PNG): 1\n  " +
                                         dir.file("b/notes.jpg")));
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// A quoted pattern is expanded as the pipeline expands it (not taken for a file named '*'), and a
+// folder of many images is merged as it is read: no row per image, only the damaged ones named.
+TEST_CASE("InspectExpandsAQuotedGlobAndKeepsNoRowPerImageOfAManyImageFolder") {
+  TempDir dir;
+  const std::string jpeg = SmallJpeg(40, 30);
+  const std::map<std::string, int> per_class = {{"cat", 10}, {"dog", 12}, {"fox", 8}};
+  for (const auto& [folder, n] : per_class) {
+    std::filesystem::create_directories(dir.file("train/" + folder));
+    for (int i = 0; i < n; ++i) {
+      testing::WriteAll(dir.file("train/" + folder + "/" + std::to_string(i) + ".jpg"), jpeg);
+    }
+  }
+  const std::string broken = dir.file("train/dog/broken.jpg");  // a folder: cannot be read
+  std::filesystem::create_directories(broken);
+  testing::CommandResult r = RunSluice("inspect --json '" + dir.file("train/*/*.jpg") + "'");
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["records"] == 30);
+  CHECK(j["corrupt"] == 1);
+  CHECK(j["jpeg"]["count"] == 30);
+  CHECK(j["classes"] == nlohmann::json::parse(R"([{"name": "cat", "label": 0, "files": 10},
+                                                  {"name": "dog", "label": 1, "files": 12},
+                                                  {"name": "fox", "label": 2, "files": 8}])"));
+  REQUIRE(j["files"].size() == 1);
+  CHECK(j["files"][0]["path"] == broken);
+  CHECK_THAT(r.err, Catch::Contains(broken));
+
+  testing::CommandResult human = RunSluice("inspect '" + dir.file("train/*/*.jpg") + "'");
+  CHECK_THAT(human.out, Catch::Contains("total") && Catch::Contains("classes (folder names"));
+  CHECK(human.out.find(dir.file("train/cat/0.jpg")) == std::string::npos);
+
+  testing::CommandResult none = RunSluice("inspect '" + dir.file("none/*.jpg") + "'");
+  CHECK(none.exit_code == 2);
+  CHECK_THAT(none.err, Catch::Contains("no file matches '" + dir.file("none/*.jpg") + "'"));
 }
 
 }  // namespace

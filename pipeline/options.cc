@@ -314,6 +314,17 @@ Result<std::vector<std::string>> ExpandGlobs(const std::vector<std::string>& pat
   return files;
 }
 
+Status CheckLiteralPathsExist(const std::vector<std::string>& patterns) {
+  for (const std::string& pattern : patterns) {
+    const std::optional<std::string> path = LiteralPath(pattern);
+    std::error_code ec;
+    if (path && !std::filesystem::exists(*path, ec)) {
+      return NotFound("no file matches '" + pattern + "'");
+    }
+  }
+  return Status::OK();
+}
+
 Status FreezeFileList(const std::string& list) {
   auto frozen = std::make_shared<FrozenList>();
   ASSIGN_OR_RETURN(frozen->parsed, ParseFileList(list));

@@ -147,6 +147,11 @@ Status ResolveSources(const v1::PipelineOptions& options, ResolvedOptions* r);
 // unreadable file is to the source (a bad record naming it), not a refused stream.
 Result<std::vector<std::string>> ExpandGlobs(const std::vector<std::string>& patterns);
 
+// NotFound ("no file matches 'P'") for the first pattern without a wildcard whose path does not
+// exist: what a command given the patterns by a user checks up front (ExpandGlobs leaves a
+// missing literal path to the source; a server's start-up check stats every file instead).
+Status CheckLiteralPathsExist(const std::vector<std::string>& patterns);
+
 // Reads `list` (a PipelineOptions.file_list) afresh and checks it as ResolveOptions does (its
 // errors), then keeps that parse for the rest of the process: every later ResolveOptions of the
 // same list (by absolute path) serves those files and labels whatever the list holds by then,

@@ -101,7 +101,10 @@ Result<v1::PipelineOptions> BuildOptions(const ProfileFlags& f) {
     RETURN_IF_ERROR(ParseTextProtoFile(f.options_file, &o));
   }
   for (const std::string& g : f.files) o.add_files(g);
-  if (o.files().empty()) return InvalidArgument("give --files GLOB or --options FILE");
+  if (o.files().empty() && o.file_list().empty()) {
+    return InvalidArgument("give --files GLOB or --options FILE");
+  }
+  RETURN_IF_ERROR(CheckLiteralPathsExist({o.files().begin(), o.files().end()}));
   if (f.batch_size > 0) o.set_batch_size(f.batch_size);
   if (!f.image_size.empty()) {
     ASSIGN_OR_RETURN(const auto size, ParseImageSize(f.image_size));

@@ -86,6 +86,17 @@ TEST_CASE("ProfileReadsAnOptionsFileAndFlagsOverrideIt") {
   CHECK(r.err.find("batch_sise") != std::string::npos);
 }
 
+// A mistyped path is refused before any pipeline runs, though the pipeline itself would take a
+// missing literal path as one unreadable file (what a file deleted under a server is).
+TEST_CASE("ProfileOfAPathThatDoesNotExistIsRefusedUpFrontNamingIt") {
+  TempDir dir;
+  const std::string missing = dir.file("no-such-shard.tfrecord");
+  testing::CommandResult r = RunSluice("profile --files " + missing + " --batches 1");
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.err, Catch::Contains("no file matches '" + missing + "'"));
+  CHECK_THAT(r.err, !Catch::Contains("pipeline:"));  // nothing ran
+}
+
 TEST_CASE("ProfileJsonNamesTheTransformListsOutputDtypeAndLayout") {
   TempDir dir;
   testing::WriteTestShards(dir, 2, 30);

@@ -224,13 +224,43 @@ struct PaletteTable {
   uint8_t rgb[256 * 3] = {};
 };
 
-void MakePaletteTable(png_structp png, png_infop info, Alpha alpha, PaletteTable* table) {
+// The data of a tRNS chunk before the first IDAT whose CRC matches; empty if none. libpng drops
+// a palette image's tRNS that is longer than the PLTE (a warning); PIL applies its first entries,
+// and so does MakePaletteTable.
+std::string_view RawTrns(std::string_view data) {
+  size_t at = 8;
+  while (at + 12 <= data.size()) {
+    const uint32_t length = BigEndian32(data, at);
+    if (length > data.size() - at - 12) return {};
+    const std::string_view type = data.substr(at + 4, 4);
+    if (type == "IDAT") return {};
+    if (type == "tRNS") {
+      const auto crc = static_cast<uint32_t>(
+          crc32(0, reinterpret_cast<const Bytef*>(data.data()) + at + 4, length + 4));
+      return crc == BigEndian32(data, at + 8 + length) ? data.substr(at + 8, length)
+                                                       : std::string_view();
+    }
+    at += size_t{length} + 12;
+  }
+  return {};
+}
+
+void MakePaletteTable(png_structp png, png_infop info, Alpha alpha, std::string_view data,
+                      PaletteTable* table) {
   png_colorp plte = nullptr;
   png_get_PLTE(png, info, &plte, &table->entries);  // libpng refuses a palette image without one
-  png_bytep trans = nullptr;
+  png_const_bytep trans = nullptr;
   int num_trans = 0;
   if (png_get_valid(png, info, PNG_INFO_tRNS) != 0) {
-    png_get_tRNS(png, info, &trans, &num_trans, nullptr);
+    png_bytep kept = nullptr;
+    png_get_tRNS(png, info, &kept, &num_trans, nullptr);
+    trans = kept;
+  } else if (alpha != Alpha::kDrop) {
+    const std::string_view raw = RawTrns(data);
+    if (raw.size() > static_cast<size_t>(table->entries)) {
+      trans = reinterpret_cast<png_const_bytep>(raw.data());
+      num_trans = table->entries;
+    }
   }
   uint8_t rgba[256 * 4] = {};
   for (int i = 0; i < table->entries && i < 256; ++i) {
@@ -406,7 +436,7 @@ Status PngDecoder::Decode(std::string_view data, Alpha alpha, Image* out, int64_
     read_all = ReadRows(read.png(), passes, h, base, stride);
     if (read_all || RowsComplete(read.png(), passes, h)) {
       PaletteTable table;
-      MakePaletteTable(read.png(), read.info(), alpha, &table);
+      MakePaletteTable(read.png(), read.info(), alpha, data, &table);
       int largest = 0;
       for (int y = 0; y < h; ++y) {
         largest =

@@ -13,14 +13,16 @@
 //   or composited onto an opaque white or black background after the 16-to-8-bit step:
 //   out = round((c * a + bg * (255 - a)) / 255), exact integer rounding (the denominator is odd,
 //   so there are no ties), which equals PIL's Image.alpha_composite onto an opaque background.
-// Where Sluice differs from PIL on purpose (each pinned by tests/python/test_pil_png.py):
+// - A palette image's tRNS longer than its PLTE: its first entries apply, as in PIL (libpng would
+//   drop the chunk; Sluice reads it from the file).
+// Where Sluice differs from PIL on purpose (pinned by tests/formats/png_codec_test.cc, the first
+// also beside PIL in tests/python/test_pil_png.py):
 // - A palette index past the PLTE's entries is refused (InvalidArgument naming the index and the
 //   PLTE's length); PIL shows it as gray (i, i, i), libpng as black: either is a silently wrong
 //   image.
-// - 2/4-bit gray with tRNS: the transparent value is compared with the raw sample, as the PNG spec
-//   says; PIL compares it with the sample scaled to 8 bits, so it misses the transparent pixels.
-// - A tRNS longer than the PLTE is ignored (libpng drops the chunk, reports it only as a warning);
-//   PIL applies its first entries. libpng gives an application no way to apply it.
+// - A tRNS colour of 2/4-bit or 16-bit gray or 16-bit RGB is compared with the raw samples, as the
+//   PNG spec says; PIL compares the raw value with samples it has scaled to 8 bits, so other
+//   pixels, or none, turn transparent.
 // - An IDAT whose CRC does not match is damage and refused; PIL does not check IDAT CRCs.
 #pragma once
 

@@ -462,6 +462,39 @@ TEST_CASE("PaletteIndexBeyondThePlteIsInvalidArgumentNamingIndexAndLength") {
   }
 }
 
+// libpng drops a tRNS longer than the PLTE; PIL applies its first entries, and so does Sluice.
+TEST_CASE("TrnsLongerThanThePlteGivesItsFirstEntriesTheirAlpha") {
+  for (bool interlaced : {false, true}) {
+    INFO((interlaced ? "Adam7" : "plain"));
+    PngSpec s = Spec({PngColorType::kPalette, 4, true}, interlaced, 60);
+    REQUIRE(s.palette_alpha.size() == 5);
+    for (auto& v : s.samples) v %= 3;
+    std::string png = WritePngWithLibpng(s);
+    for (const auto& c : PngChunks(png)) {
+      if (c.type != "PLTE") continue;
+      png.replace(c.offset, c.end() - c.offset, PngChunk("PLTE", png.substr(c.offset + 8, 9)));
+      break;
+    }
+    PngSpec three = s;  // what the file now says: three entries, each with its alpha
+    three.palette.resize(9);
+    three.palette_alpha.resize(3);
+    PngDecoder decoder;
+    Image out;
+    for (Alpha alpha : {Alpha::kDrop, Alpha::kCompositeWhite, Alpha::kCompositeBlack}) {
+      REQUIRE(decoder.Decode(png, alpha, &out).ok());
+      CHECK(out.pixels == ExpectedRgb(three, alpha));
+    }
+
+    // A tRNS whose CRC does not match is dropped, as any damaged ancillary chunk: all opaque.
+    for (const auto& c : PngChunks(png)) {
+      if (c.type == "tRNS") png[c.end() - 1] ^= 1;
+    }
+    three.palette_alpha.clear();
+    REQUIRE(decoder.Decode(png, Alpha::kCompositeWhite, &out).ok());
+    CHECK(out.pixels == ExpectedRgb(three, Alpha::kCompositeWhite));
+  }
+}
+
 TEST_CASE("WideCompositedRowIsNotKeptAfterItsDecode") {
   PngSpec wide;
   wide.width = 1'000'000;

@@ -13,6 +13,8 @@ I;16, with text chunks and an ICC profile), and by a plain writer here for what 
   Image.open(f).convert("RGBA") onto an opaque background, byte for byte.
 - A file cut after its last row (the zlib stream's checksum, the last IDAT's CRC or IEND
   missing) decodes as PIL decodes it; cut before, it is refused where PIL says "truncated".
+- A palette's tRNS longer than its PLTE gives the PLTE's entries their alpha, as PIL does
+  (libpng alone would drop the chunk).
 
 Where Sluice differs from PIL on purpose (the C++ tests pin the PNG rule,
 tests/formats/png_codec_test.cc):
@@ -21,8 +23,6 @@ tests/formats/png_codec_test.cc):
 - A tRNS colour for gray at 2 or 4 bits or for 16-bit gray or RGB: PIL compares the raw tRNS
   value with samples it has already scaled to 8 bits, so other pixels or none turn transparent;
   Sluice follows the PNG spec (the raw sample equals the tRNS value).
-- A tRNS longer than the PLTE: libpng ignores the chunk (only a warning) and libpng gives no way
-  to apply it, so every entry is opaque; PIL applies its first entries.
 - An IDAT whose CRC does not match, its data intact: refused as damage; PIL does not check IDAT
   CRCs.
 """
@@ -294,6 +294,18 @@ def test_palette_index_beyond_the_plte_is_refused_where_pil_shows_gray(probe_bin
     assert pil_rgb(data).tolist() == [[[0, 1, 2], [3, 4, 5], [6, 7, 8], [5, 5, 5], [7, 7, 7]]]
     assert "palette index 7 beyond the PLTE's 3 entries" in decode_error(probe_bin, tmp_path,
                                                                          data)
+
+
+@pytest.mark.parametrize("interlaced", [False, True], ids=["plain", "adam7"])
+def test_trns_longer_than_the_plte_composites_as_pil_does(probe_bin, tmp_path, interlaced):
+    r = rng_for(f"long-trns/{interlaced}")
+    samples = r.integers(0, 3, (HEIGHT, WIDTH, 1), np.uint32)
+    data = write_png(samples, 3, 4, interlaced, plte=r.integers(0, 256, 9, np.uint8).tobytes())
+    idat = data.index(b"IDAT") - 4
+    data = data[:idat] + chunk(b"tRNS", bytes([0, 90, 200, 30, 255])) + data[idat:]
+    for alpha, background in (("white", 255), ("black", 0)):
+        np.testing.assert_array_equal(decode(probe_bin, tmp_path, data, alpha),
+                                      pil_composite(data, background))
 
 
 # ---- Through a real server: `sluice convert` of PIL's files, then `sluice serve` ----

@@ -31,10 +31,14 @@ struct Image {
   int height = 0;
   std::vector<uint8_t> pixels;  // width * height * 3
 
+  // Grows the buffer to exactly the new size (std::vector's growth could double it, past what a
+  // decoder's memory estimate counts); a smaller size keeps the capacity.
   void Resize(int w, int h) {
     width = w;
     height = h;
-    pixels.resize(static_cast<size_t>(w) * h * 3);
+    const size_t bytes = static_cast<size_t>(w) * h * 3;
+    if (bytes > pixels.capacity()) pixels.reserve(bytes);
+    pixels.resize(bytes);
   }
   ImageView view() const {
     return ImageView{pixels.data(), width, height, static_cast<size_t>(width) * 3};

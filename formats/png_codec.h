@@ -13,6 +13,17 @@
 //   or composited onto an opaque white or black background after the 16-to-8-bit step:
 //   out = round((c * a + bg * (255 - a)) / 255), exact integer rounding (the denominator is odd,
 //   so there are no ties), which equals PIL's Image.alpha_composite onto an opaque background.
+// - A palette image's tRNS longer than its PLTE: its first entries apply, as in PIL (libpng would
+//   drop the chunk; Sluice reads it from the file).
+// Where Sluice differs from PIL on purpose (pinned by tests/formats/png_codec_test.cc, the first
+// also beside PIL in tests/python/test_pil_png.py):
+// - A palette index past the PLTE's entries is refused (InvalidArgument naming the index and the
+//   PLTE's length); PIL shows it as gray (i, i, i), libpng as black: either is a silently wrong
+//   image.
+// - A tRNS colour of 2/4-bit or 16-bit gray or 16-bit RGB is compared with the raw samples, as the
+//   PNG spec says; PIL compares the raw value with samples it has scaled to 8 bits, so other
+//   pixels, or none, turn transparent.
+// - An IDAT whose CRC does not match is damage and refused; PIL does not check IDAT CRCs.
 #pragma once
 
 #include <cstdint>
@@ -65,10 +76,13 @@ int64_t EstimatePngDecodeBytes(const PngHeader& header, Alpha alpha);
 // Decodes a PNG into packed RGB (see the top of this file for what the pixels are). A header over
 // max_pixels is refused before anything is allocated, naming the size; then the gate, if any, is
 // asked once for EstimatePngDecodeBytes. Damage (a bad signature or chunk, a CRC or zlib error,
-// too little image data) is InvalidArgument with libpng's message; data that ends before the image
-// is complete is DataLoss naming the byte where it ends. Only the chunks up to the last image row
-// are read: anything after the image data (even a missing IEND) is not looked at, as PIL does.
-// Reusable: keep one per thread (its row buffer is kept).
+// too little image data, a palette index past the PLTE) is InvalidArgument with libpng's message
+// or ours; data that ends before the last row is complete is DataLoss naming the byte where it
+// ends. Once every row is decoded, the image is whole: what the file lacks after that (the zlib
+// stream's end and checksum, the last IDAT's CRC, IEND) is not an error, as in PIL; a CRC that is
+// there and wrong still is.
+// Reusable: keep one per thread. Between images it keeps a row buffer of at most
+// kKeptRowBytes (a wider image's is freed when its decode ends: no budget counts it then).
 class PngDecoder {
  public:
   PngDecoder() = default;
@@ -78,8 +92,17 @@ class PngDecoder {
   Status Decode(std::string_view data, Alpha alpha, Image* out,
                 int64_t max_pixels = kDefaultMaxPixels, const DecodeMemoryGate* gate = nullptr);
 
+  // The most bytes libpng and zlib held at once during the last Decode (their every allocation
+  // is counted), which EstimatePngDecodeBytes covers; and the bytes this decoder keeps now.
+  int64_t last_libpng_peak_bytes() const { return last_libpng_peak_bytes_; }
+  size_t kept_bytes() const { return row_.capacity(); }
+
+  // An ordinary image's row of RGBA (512 KiB of pixels), as JpegRoiDecoder::kKeptRowsBytes.
+  static constexpr size_t kKeptRowBytes = size_t{2} << 20;
+
  private:
   std::vector<uint8_t> row_;  // one row of RGBA, when alpha is composited row by row
+  int64_t last_libpng_peak_bytes_ = 0;
 };
 
 }  // namespace sluice

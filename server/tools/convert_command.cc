@@ -1,13 +1,17 @@
-// `sluice convert --from DIR --out DIR`: an ImageFolder tree (one subfolder per class) into shuffled
-// TFRecord shards with ImageNet's feature keys, a labels.txt and .idx files. Every image is decoded
-// once to prove it is usable; grayscale and CMYK JPEGs are re-encoded as RGB JPEG (what trainers
-// and tf.io.decode_jpeg(channels=3) expect); PNGs are stored as they are (image/format "PNG");
-// anything else that is not a decodable JPEG or PNG is skipped and listed with the reason.
-#include <string>
-#include <vector>
-
+// `sluice convert --from DIR --out DIR`: an ImageFolder tree (one subfolder per class) into
+// shuffled TFRecord shards with ImageNet's feature keys, a labels.txt and .idx files. Every image
+// is decoded once to prove it is usable; grayscale and CMYK JPEGs are re-encoded as RGB JPEG (what
+// trainers and tf.io.decode_jpeg(channels=3) expect); PNGs are stored as they are (image/format
+// "PNG", which tf.io.decode_image and Sluice read) or, with --png jpeg, re-encoded the same way for
+// consumers that call tf.io.decode_jpeg or decode_and_crop_jpeg (alpha dropped, as
+// ALPHA_DROP does); anything else that is not a decodable JPEG or PNG is skipped and listed with
+// the reason.
 #include <fmt/format.h>
 #include <tbb/enumerable_thread_specific.h>
+
+#include <map>
+#include <string>
+#include <vector>
 
 #include "formats/file.h"
 #include "formats/image_example.h"
@@ -23,10 +27,14 @@ namespace {
 
 constexpr int kReencodeQuality = 95;
 
+// What becomes of a PNG (--png).
+enum class PngOutput { kKeep, kJpeg };
+
 struct ConvertOptions {
   std::string from;
   DatasetLayoutOptions layout;
   int64_t max_pixels = kDefaultMaxPixels;
+  PngOutput png = PngOutput::kKeep;
 };
 
 struct Codec {
@@ -38,27 +46,31 @@ struct Codec {
 };
 
 // Reads, checks and encodes one image; a non-OK status says why it is skipped.
-Status MakeRecord(const ImageFolder& folder, const ImageFolderEntry& entry, int64_t max_pixels,
-                  Codec* codec, std::string* record) {
+Status MakeRecord(const ImageFolder& folder, const ImageFolderEntry& entry,
+                  const ConvertOptions& opt, Codec* codec, std::string* record) {
   ASSIGN_OR_RETURN(std::string data, ReadFileToString(entry.path));
   std::string_view format = SniffImageFormat(data);
   if (format == "empty") return InvalidArgument("empty file");
   std::string_view encoded = data;
+  bool reencode = false;
   if (format == "PNG") {
-    Status decoded = codec->png.Decode(data, Alpha::kDrop, &codec->image, max_pixels);
+    Status decoded = codec->png.Decode(data, Alpha::kDrop, &codec->image, opt.max_pixels);
     if (!decoded.ok()) return decoded.WithContext("does not decode");
+    reencode = opt.png == PngOutput::kJpeg;
   } else {
     if (format != "JPEG") return InvalidArgument(fmt::format("not a JPEG or PNG ({})", format));
     ASSIGN_OR_RETURN(JpegHeader header, ReadJpegHeader(data));
-    Status decoded = codec->decoder.Decode(data, &codec->image, max_pixels);
+    Status decoded = codec->decoder.Decode(data, &codec->image, opt.max_pixels);
     if (!decoded.ok()) return decoded.WithContext("does not decode");
-    if (header.color_space != JpegColorSpace::kYCbCr) {
-      codec->jpeg.clear();
-      JpegEncodeOptions eo;
-      eo.quality = kReencodeQuality;
-      RETURN_IF_ERROR(codec->encoder.Encode(codec->image.view(), eo, &codec->jpeg));
-      encoded = codec->jpeg;
-    }
+    reencode = header.color_space != JpegColorSpace::kYCbCr;
+  }
+  if (reencode) {
+    codec->jpeg.clear();
+    JpegEncodeOptions eo;
+    eo.quality = kReencodeQuality;
+    RETURN_IF_ERROR(codec->encoder.Encode(codec->image.view(), eo, &codec->jpeg));
+    encoded = codec->jpeg;
+    format = "JPEG";
   }
   ImageRecord r;
   r.jpeg = encoded;
@@ -85,7 +97,7 @@ int RunConvert(const ConvertOptions& opt) {
   Status s = WriteDataset(
       opt.layout, "convert", labels, folder->classes,
       [&](uint64_t id, std::string* record) {
-        return MakeRecord(*folder, folder->entries[id], opt.max_pixels, &codecs.local(), record);
+        return MakeRecord(*folder, folder->entries[id], opt, &codecs.local(), record);
       },
       [&](uint64_t id, const Status& why) {
         skipped.push_back(fmt::format("{}: {}", folder->entries[id].path, why.message()));
@@ -112,6 +124,12 @@ void RegisterConvertCommand(CLI::App& app, int* exit_code) {
   AddDatasetLayoutFlags(cmd, &opt->layout);
   cmd->add_option("--max-pixels", opt->max_pixels, "Skip images larger than this")
       ->capture_default_str();
+  const std::map<std::string, PngOutput> png_outputs = {{"keep", PngOutput::kKeep},
+                                                        {"jpeg", PngOutput::kJpeg}};
+  cmd->add_option("--png", opt->png,
+                  "keep (default): PNGs stored as they are, for tf.io.decode_image and Sluice; "
+                  "jpeg: re-encoded as RGB JPEG quality 95, alpha dropped, for tf.io.decode_jpeg")
+      ->transform(CLI::CheckedTransformer(png_outputs));
   cmd->callback([opt, exit_code] { *exit_code = RunConvert(*opt); });
 }
 

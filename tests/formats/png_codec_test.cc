@@ -1,5 +1,8 @@
 #include "formats/png_codec.h"
 
+#include <zlib.h>
+
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
@@ -171,36 +174,125 @@ TEST_CASE("MalformedIhdrIsInvalidArgumentNamingTheByte") {
   CHECK_THAT(DecodeStatus("\xFF\xD8\xFF\xE0").message(), Catch::Contains("not a PNG"));
 }
 
-TEST_CASE("TruncatedPngIsDataLossNamingWhereItEndsAtEveryCutPoint") {
-  const PngSpec s = NoisyRgbSpec();
-  const std::string png = WritePngWithLibpng(s);
-  const std::vector<testing::ChunkSpan> chunks = PngChunks(png);
-  REQUIRE(chunks.back().type == "IEND");
-  size_t idat_end = 0;
-  int idats = 0;
-  for (const auto& c : chunks) {
-    if (c.type == "IDAT") {
-      idat_end = c.end();
-      ++idats;
-    }
+// The IDAT data of png's whole chunks, and of the chunk cut at its end, in order.
+std::string IdatData(const std::string& png) {
+  std::string data;
+  size_t at = 8;
+  while (at + 8 <= png.size()) {
+    const auto* p = reinterpret_cast<const uint8_t*>(png.data()) + at;
+    const size_t length = (size_t{p[0]} << 24) | (size_t{p[1]} << 16) | (size_t{p[2]} << 8) | p[3];
+    if (png.compare(at + 4, 4, "IDAT") == 0) data += png.substr(at + 8, length);
+    at += length + 12;
   }
-  REQUIRE(idats > 3);
-  const std::vector<uint8_t> expected = ExpectedRgb(s, Alpha::kDrop);
-  PngDecoder decoder;
-  Image out;
-  for (size_t cut = 0; cut < png.size(); ++cut) {
-    INFO("cut at " << cut << " of " << png.size() << " (image data ends at " << idat_end << ")");
-    Status st = decoder.Decode(std::string_view(png).substr(0, cut), Alpha::kDrop, &out);
-    if (cut < 33) {
-      CHECK(st.code() == StatusCode::kInvalidArgument);
-    } else if (cut < idat_end) {
-      CHECK(st.code() == StatusCode::kDataLoss);
-      CHECK_THAT(st.message(), Catch::Contains("ends at byte " + std::to_string(cut)));
-    } else {
-      // Only IEND is missing: the image is whole, as PIL reads it.
-      REQUIRE(st.ok());
-      CHECK(out.pixels == expected);
+  return data;
+}
+
+// How many bytes zlib inflates from a prefix of a zlib stream (the filtered rows it holds).
+size_t InflatedBytes(const std::string& z) {
+  z_stream zs{};
+  REQUIRE(inflateInit(&zs) == Z_OK);
+  std::vector<uint8_t> out(1 << 16);
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(z.data()));
+  zs.avail_in = static_cast<uInt>(z.size());
+  int ret = Z_OK;
+  while (ret == Z_OK) {
+    zs.next_out = out.data();
+    zs.avail_out = static_cast<uInt>(out.size());
+    ret = inflate(&zs, Z_NO_FLUSH);
+    if (ret == Z_BUF_ERROR && zs.avail_out > 0) break;  // input used up
+    if (ret == Z_BUF_ERROR) ret = Z_OK;
+  }
+  const size_t n = zs.total_out;
+  inflateEnd(&zs);
+  return n;
+}
+
+// Noisy images in many small IDAT chunks, so cuts land in chunk headers, data and CRCs: RGB,
+// RGBA composited row by row, and RGBA assembled by Adam7.
+struct CutCase {
+  const char* name;
+  PngSpec spec;
+  Alpha alpha;
+};
+std::vector<CutCase> CutCases() {
+  PngSpec rgba = NoisyRgbSpec();
+  rgba.color_type = PngColorType::kRgbAlpha;
+  FillRandom(&rgba, 8, false);
+  PngSpec adam7 = rgba;
+  adam7.interlaced = true;
+  return {{"RGB", NoisyRgbSpec(), Alpha::kDrop},
+          {"RGBA composited", rgba, Alpha::kCompositeWhite},
+          {"Adam7 RGBA composited", adam7, Alpha::kCompositeBlack}};
+}
+
+TEST_CASE("CutPngIsWholeOnceEveryRowIsInItAndDataLossBeforeAtEveryCutPoint") {
+  for (const CutCase& c : CutCases()) {
+    const std::string png = WritePngWithLibpng(c.spec);
+    const std::vector<testing::ChunkSpan> chunks = PngChunks(png);
+    REQUIRE(chunks.back().type == "IEND");
+    REQUIRE(chunks.size() > 5);
+    const size_t rows_bytes = InflatedBytes(IdatData(png));
+    const std::vector<uint8_t> expected = ExpectedRgb(c.spec, c.alpha);
+    PngDecoder decoder;
+    Image out;
+    int whole = 0;
+    for (size_t cut = 0; cut < png.size(); ++cut) {
+      const std::string head = png.substr(0, cut);
+      // Every row is in the data when the IDAT bytes it holds inflate to all of them, though the
+      // zlib stream's end, its checksum, the last IDAT's CRC or IEND are missing.
+      const bool every_row = cut >= 33 && InflatedBytes(IdatData(head)) == rows_bytes;
+      INFO(c.name << ": cut at " << cut << " of " << png.size()
+                  << (every_row ? ", rows all in" : ""));
+      Status st = decoder.Decode(head, c.alpha, &out);
+      if (cut < 33) {
+        CHECK(st.code() == StatusCode::kInvalidArgument);
+      } else if (!every_row) {
+        CHECK(st.code() == StatusCode::kDataLoss);
+        CHECK_THAT(st.message(), Catch::Contains("ends at byte " + std::to_string(cut)));
+      } else {
+        REQUIRE(st.ok());
+        CHECK(out.pixels == expected);
+        ++whole;
+      }
     }
+    // The cuts after the last row's data: inside the checksum's IDAT, its CRC, and IEND.
+    CHECK(whole > 12 + 4);
+  }
+}
+
+// A file whose zlib stream holds every row but stops before its end and checksum, then IEND.
+std::string WithoutZlibEnd(const std::string& png, size_t drop_more = 0) {
+  const std::string z = IdatData(png);
+  const size_t rows = InflatedBytes(z);
+  size_t n = 1;
+  while (InflatedBytes(z.substr(0, n)) < rows) ++n;
+  const std::vector<testing::ChunkSpan> chunks = PngChunks(png);
+  size_t first_idat = 0;
+  while (chunks[first_idat].type != "IDAT") ++first_idat;
+  return png.substr(0, chunks[first_idat].offset) + PngChunk("IDAT", z.substr(0, n - drop_more)) +
+         PngChunk("IEND", "");
+}
+
+TEST_CASE("IendWhereTheZlibEndShouldBeIsWholeOnceEveryRowIsThere") {
+  for (const CutCase& c : CutCases()) {
+    INFO(c.name);
+    const std::string png = WritePngWithLibpng(c.spec);
+    Image out;
+    PngDecoder decoder;
+    REQUIRE(decoder.Decode(WithoutZlibEnd(png), c.alpha, &out).ok());
+    CHECK(out.pixels == ExpectedRgb(c.spec, c.alpha));
+
+    // A row short: libpng's "Not enough image data" is then damage.
+    Status st = decoder.Decode(WithoutZlibEnd(png, 1), c.alpha, &out);
+    CHECK(st.code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(st.message(), Catch::Contains("Not enough image data"));
+
+    // The last IDAT's CRC there but wrong: damage, though every row decoded.
+    std::string bad_crc = WithoutZlibEnd(png);
+    bad_crc[bad_crc.size() - 12 - 1] ^= 0x01;
+    st = decoder.Decode(bad_crc, c.alpha, &out);
+    CHECK(st.code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(st.message(), Catch::Contains("CRC error"));
   }
 }
 
@@ -323,6 +415,159 @@ TEST_CASE("MemoryGateIsAskedOnceForTheEstimateAndItsRefusalAllocatesNothing") {
       CHECK(asked.size() == 1);
       CHECK(static_cast<int64_t>(out.pixels.capacity()) <= held);
       CHECK(out.pixels == ExpectedRgb(s, alpha));
+    }
+  }
+}
+
+// libpng looks up an index past the PLTE as black, PIL as gray (i, i, i): neither is the image.
+TEST_CASE("PaletteIndexBeyondThePlteIsInvalidArgumentNamingIndexAndLength") {
+  for (int depth : {2, 4, 8}) {
+    for (bool interlaced : {false, true}) {
+      for (Alpha alpha : {Alpha::kDrop, Alpha::kCompositeWhite}) {
+        INFO(depth << "-bit" << (interlaced ? " Adam7" : "") << " alpha " << AlphaName(alpha));
+        PngSpec s = Spec({PngColorType::kPalette, depth, alpha != Alpha::kDrop}, interlaced, 40);
+        const int entries = 3;
+        uint16_t max_index = 0;
+        for (uint16_t v : s.samples) max_index = std::max(max_index, v);
+        REQUIRE(max_index >= entries);
+        std::string png = WritePngWithLibpng(s);  // with the whole palette: libpng writes no other
+        for (const auto& c : PngChunks(png)) {
+          if (c.type != "PLTE") continue;
+          png.replace(c.offset, c.end() - c.offset,
+                      PngChunk("PLTE", png.substr(c.offset + 8, entries * 3)));
+          break;
+        }
+        if (!s.palette_alpha.empty()) {  // tRNS no longer than the PLTE, or libpng drops it
+          for (const auto& c : PngChunks(png)) {
+            if (c.type != "tRNS" || c.length <= static_cast<size_t>(entries)) continue;
+            png.replace(c.offset, c.end() - c.offset,
+                        PngChunk("tRNS", png.substr(c.offset + 8, entries)));
+            break;
+          }
+        }
+        PngDecoder decoder;
+        Image out;
+        Status st = decoder.Decode(png, alpha, &out);
+        CHECK(st.code() == StatusCode::kInvalidArgument);
+        CHECK(st.message() == "invalid PNG: palette index " + std::to_string(max_index) +
+                                  " beyond the PLTE's 3 entries");
+
+        // Every index inside the shorter PLTE: the image is fine.
+        for (auto& v : s.samples) v %= entries;
+        png = WritePngWithLibpng(s);
+        REQUIRE(decoder.Decode(png, alpha, &out).ok());
+        CHECK(out.pixels == ExpectedRgb(s, alpha));
+      }
+    }
+  }
+}
+
+// libpng drops a tRNS longer than the PLTE; PIL applies its first entries, and so does Sluice.
+TEST_CASE("TrnsLongerThanThePlteGivesItsFirstEntriesTheirAlpha") {
+  for (bool interlaced : {false, true}) {
+    INFO((interlaced ? "Adam7" : "plain"));
+    PngSpec s = Spec({PngColorType::kPalette, 4, true}, interlaced, 60);
+    REQUIRE(s.palette_alpha.size() == 5);
+    for (auto& v : s.samples) v %= 3;
+    std::string png = WritePngWithLibpng(s);
+    for (const auto& c : PngChunks(png)) {
+      if (c.type != "PLTE") continue;
+      png.replace(c.offset, c.end() - c.offset, PngChunk("PLTE", png.substr(c.offset + 8, 9)));
+      break;
+    }
+    PngSpec three = s;  // what the file now says: three entries, each with its alpha
+    three.palette.resize(9);
+    three.palette_alpha.resize(3);
+    PngDecoder decoder;
+    Image out;
+    for (Alpha alpha : {Alpha::kDrop, Alpha::kCompositeWhite, Alpha::kCompositeBlack}) {
+      REQUIRE(decoder.Decode(png, alpha, &out).ok());
+      CHECK(out.pixels == ExpectedRgb(three, alpha));
+    }
+
+    // A tRNS whose CRC does not match is dropped, as any damaged ancillary chunk: all opaque.
+    for (const auto& c : PngChunks(png)) {
+      if (c.type == "tRNS") png[c.end() - 1] ^= 1;
+    }
+    three.palette_alpha.clear();
+    REQUIRE(decoder.Decode(png, Alpha::kCompositeWhite, &out).ok());
+    CHECK(out.pixels == ExpectedRgb(three, Alpha::kCompositeWhite));
+  }
+}
+
+TEST_CASE("WideCompositedRowIsNotKeptAfterItsDecode") {
+  PngSpec wide;
+  wide.width = 1'000'000;
+  wide.height = 1;
+  wide.color_type = PngColorType::kRgbAlpha;
+  FillRandom(&wide, 9, false);
+  const std::string png = WritePngWithLibpng(wide);
+  PngDecoder decoder;
+  Image out;
+  REQUIRE(decoder.Decode(png, Alpha::kCompositeWhite, &out).ok());
+  CHECK(out.pixels == ExpectedRgb(wide, Alpha::kCompositeWhite));
+  CHECK(decoder.kept_bytes() <= PngDecoder::kKeptRowBytes);
+
+  // A damaged one frees it too.
+  REQUIRE_FALSE(decoder.Decode(png.substr(0, png.size() / 2), Alpha::kCompositeWhite, &out).ok());
+  CHECK(decoder.kept_bytes() <= PngDecoder::kKeptRowBytes);
+
+  // An ordinary row is kept for the next image.
+  const PngSpec small = Spec({PngColorType::kRgbAlpha, 8, false}, false, 10);
+  REQUIRE(decoder.Decode(WritePngWithLibpng(small), Alpha::kCompositeWhite, &out).ok());
+  CHECK(decoder.kept_bytes() >= static_cast<size_t>(small.width) * 4);
+}
+
+TEST_CASE("GrowingAKeptImageAllocatesOnlyTheNewSize") {
+  PngSpec s;
+  s.width = 1000;
+  s.height = 1000;
+  FillRandom(&s, 11, false);
+  PngDecoder decoder;
+  Image out;
+  REQUIRE(decoder.Decode(WritePngWithLibpng(s), Alpha::kDrop, &out).ok());
+  s.height = 1001;
+  FillRandom(&s, 12, false);
+  REQUIRE(decoder.Decode(WritePngWithLibpng(s), Alpha::kDrop, &out).ok());
+  CHECK(out.pixels.capacity() == size_t{1000} * 1001 * 3);  // not twice the old size
+}
+
+// libpng's and zlib's every allocation is counted: at its peak it holds no more than the
+// estimate gives it beside the pixels and our row.
+TEST_CASE("LibpngAndZlibStayWithinTheEstimate") {
+  const std::vector<Layout> layouts = {{PngColorType::kPalette, 8, true},
+                                       {PngColorType::kPalette, 1, false},
+                                       {PngColorType::kRgbAlpha, 16, false},
+                                       {PngColorType::kGray, 16, true},
+                                       {PngColorType::kRgb, 8, false}};
+  PngDecoder decoder;
+  for (const Layout& l : layouts) {
+    for (int width : {1, 13, 3000}) {
+      for (bool interlaced : {false, true}) {
+        for (Alpha alpha : {Alpha::kDrop, Alpha::kCompositeWhite}) {
+          PngSpec s = Spec(l, interlaced, 50);
+          s.width = width;
+          s.height = 9;
+          FillRandom(&s, 51, l.trns);
+          const std::string png = WritePngWithLibpng(s);
+          Result<PngHeader> header = ReadPngHeader(png);
+          REQUIRE(header.ok());
+          const int64_t pixels =
+              int64_t{width} * s.height * (interlaced && alpha != Alpha::kDrop ? 4 : 3);
+          const int64_t ours = alpha != Alpha::kDrop ? int64_t{width} * 4 : 0;
+          Image out;
+          REQUIRE(decoder.Decode(png, alpha, &out).ok());
+          INFO(PngColorTypeName(l.type)
+               << " " << l.depth << "-bit width " << width << (interlaced ? " Adam7" : "")
+               << " alpha " << AlphaName(alpha) << ": libpng peak "
+               << decoder.last_libpng_peak_bytes());
+          // A noisy image this wide (8 bits or more) has zlib use its whole 32 KiB window: zlib's
+          // share is counted.
+          if (width == 3000 && l.depth >= 8) CHECK(decoder.last_libpng_peak_bytes() > 32 * 1024);
+          CHECK(decoder.last_libpng_peak_bytes() <=
+                EstimatePngDecodeBytes(*header, alpha) - pixels - ours);
+        }
+      }
     }
   }
 }

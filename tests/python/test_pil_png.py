@@ -10,9 +10,21 @@ I;16, with text chunks and an ICC profile), and by a plain writer here for what 
   min(v, 255): the probe equals np.asarray(Image.open(f)) >> 8 there, and the test pins PIL's
   clip beside it so a Pillow that changes this shows here.
 - Alpha composited onto white or black equals PIL's Image.alpha_composite of
-  Image.open(f).convert("RGBA") onto an opaque background, byte for byte. (Not for a 16-bit
-  tRNS colour: PIL compares its 16-bit value with 8-bit pixels and never matches; the C++ test
-  pins the PNG rule there, tests/formats/png_codec_test.cc.)
+  Image.open(f).convert("RGBA") onto an opaque background, byte for byte.
+- A file cut after its last row (the zlib stream's checksum, the last IDAT's CRC or IEND
+  missing) decodes as PIL decodes it; cut before, it is refused where PIL says "truncated".
+- A palette's tRNS longer than its PLTE gives the PLTE's entries their alpha, as PIL does
+  (libpng alone would drop the chunk).
+
+Where Sluice differs from PIL on purpose (the C++ tests pin the PNG rule,
+tests/formats/png_codec_test.cc):
+- A palette index past the PLTE's entries: PIL shows gray (i, i, i), Sluice refuses the image
+  ("palette index N beyond the PLTE's M entries"): a silently wrong image is worse (pinned here).
+- A tRNS colour for gray at 2 or 4 bits or for 16-bit gray or RGB: PIL compares the raw tRNS
+  value with samples it has already scaled to 8 bits, so other pixels or none turn transparent;
+  Sluice follows the PNG spec (the raw sample equals the tRNS value).
+- An IDAT whose CRC does not match, its data intact: refused as damage; PIL does not check IDAT
+  CRCs.
 """
 import io
 import os
@@ -44,6 +56,16 @@ def decode(probe_bin, tmp_path, data, alpha="drop"):
     assert proc.returncode == 0, proc.stderr
     width, height = map(int, proc.stdout.split())
     return np.frombuffer(out.read_bytes(), np.uint8).reshape(height, width, 3)
+
+
+def decode_error(probe_bin, tmp_path, data):
+    """The probe's message for data it refuses (it must refuse it)."""
+    src = tmp_path / "in.png"
+    src.write_bytes(data)
+    proc = subprocess.run([probe_bin, str(src), str(tmp_path / "out.rgb")], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2, "decoded, but should be refused"
+    return proc.stderr
 
 
 def pil_rgb(data):
@@ -231,6 +253,59 @@ def test_composite_rounding_is_exact_over_every_colour_and_alpha(probe_bin, tmp_
         expected = (c * a + bg * (255 - a) + 127) // 255
         np.testing.assert_array_equal(ours[..., 0], expected)
         np.testing.assert_array_equal(ours, pil_composite(data, bg))
+
+
+def pil_rgb_or_none(data):
+    try:
+        return pil_rgb(data)
+    except OSError:  # "image file is truncated"
+        return None
+
+
+@pytest.mark.parametrize("kind", ["pil_rgba", "adam7_rgba16"])
+def test_cut_tail_decodes_where_pil_does_and_is_data_loss_where_it_does_not(probe_bin, tmp_path,
+                                                                             kind):
+    r = rng_for(kind)
+    if kind == "pil_rgba":
+        data = pil_save(Image.fromarray(r.integers(0, 256, (HEIGHT, WIDTH, 4), np.uint8)))
+    else:
+        data = write_png(r.integers(0, 1 << 16, (HEIGHT, WIDTH, 4), np.uint32), 6, 16, True)
+    whole = pil_rgb(data)
+    # From 40 bytes before the last IDAT's data ends: its last rows, the zlib checksum, the
+    # chunk's CRC and IEND.
+    start = len(data) - 12 - 4 - 40
+    decoded = 0
+    for cut in range(start, len(data)):
+        head = data[:cut]
+        expected = pil_rgb_or_none(head)
+        if expected is None:
+            assert f"ends at byte {cut}" in decode_error(probe_bin, tmp_path, head), cut
+            continue
+        np.testing.assert_array_equal(expected, whole)
+        np.testing.assert_array_equal(decode(probe_bin, tmp_path, head), expected,
+                                      err_msg=f"cut at {cut}")
+        decoded += 1
+    assert 20 <= decoded < len(data) - start  # the checksum, CRC and IEND; not the last rows
+
+
+def test_palette_index_beyond_the_plte_is_refused_where_pil_shows_gray(probe_bin, tmp_path):
+    samples = np.array([[[0], [1], [2], [5], [7]]], np.uint32)
+    data = write_png(samples, 3, 8, plte=bytes(range(9)))  # three entries
+    assert pil_rgb(data).tolist() == [[[0, 1, 2], [3, 4, 5], [6, 7, 8], [5, 5, 5], [7, 7, 7]]]
+    assert "palette index 7 beyond the PLTE's 3 entries" in decode_error(probe_bin, tmp_path,
+                                                                         data)
+
+
+@pytest.mark.parametrize("interlaced", [False, True], ids=["plain", "adam7"])
+def test_trns_longer_than_the_plte_composites_as_pil_does(probe_bin, tmp_path, interlaced):
+    r = rng_for(f"long-trns/{interlaced}")
+    samples = r.integers(0, 3, (HEIGHT, WIDTH, 1), np.uint32)
+    data = write_png(samples, 3, 4, interlaced, plte=r.integers(0, 256, 9, np.uint8).tobytes())
+    idat = data.index(b"IDAT") - 4
+    data = data[:idat] + chunk(b"tRNS", bytes([0, 90, 200, 30, 255])) + data[idat:]
+    for alpha, background in (("white", 255), ("black", 0)):
+        np.testing.assert_array_equal(decode(probe_bin, tmp_path, data, alpha),
+                                      pil_composite(data, background))
 
 
 # ---- Through a real server: `sluice convert` of PIL's files, then `sluice serve` ----

@@ -145,6 +145,18 @@ def test_tensorflow_parses_converted_image_folder(tmp_path, run_sluice):
     assert int(names["dog/gray.jpg"]["image/class/label"]) == 1
     assert (out / "labels.txt").read_text() == "cat\ndog\n"
 
+    # --png jpeg: the PNG re-encoded as RGB JPEG, for readers that call decode_jpeg.
+    out_jpeg = tmp_path / "out_jpeg"
+    run_sluice("convert", "--from", src, "--out", out_jpeg, "--shards", 1, "--png", "jpeg")
+    icon = {ex["image/filename"].numpy().decode(): ex
+            for ex in _parse_ours(sorted(out_jpeg.glob("train-*.tfrecord")), "none")}["dog/icon.png"]
+    assert icon["image/format"].numpy() == b"JPEG"
+    rgb = tf.io.decode_jpeg(icon["image/encoded"], channels=0).numpy()
+    assert rgb.shape == (40, 30, 3)
+    assert np.abs(rgb.astype(int) - np.repeat(gray, 3, -1)).mean() < 8  # quality 95, noise
+    crop = tf.image.decode_and_crop_jpeg(icon["image/encoded"], [4, 2, 8, 10], channels=3)
+    np.testing.assert_array_equal(crop.numpy(), rgb[4:12, 2:12])
+
 
 # Real TensorFlow files whose Examples lack Sluice's default keys: an object-detection shard
 # (labels per box, under image/object/class/label), MNIST as tensorflow_datasets writes it

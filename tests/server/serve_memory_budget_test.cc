@@ -11,6 +11,8 @@
 // Before the fix an oversized record or a bomb took the server to 0.7-2 GB here, and 16 records of
 // 12 MB in a shuffle buffer of 16 to 213 MiB with one stream (bound ~100 MiB).
 
+#include <zlib.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -24,10 +26,12 @@
 #include "client/client.h"
 #include "formats/crc32c.h"
 #include "formats/image_example.h"
+#include "formats/png_codec.h"
 #include "formats/record_index.h"
 #include "formats/tfrecord_reader.h"
 #include "formats/tfrecord_writer.h"
 #include "tests/jpeg_test_images.h"
+#include "tests/png_test_images.h"
 #include "tests/server/serve_fixture.h"
 
 namespace sluice {
@@ -176,7 +180,7 @@ const TempDir& WarmDir() {
 // shard-*.tfrecord files in dir, and "warm" of WarmDir()'s; each stream is a job of its own with
 // job_budget of the server's kServerBudget.
 std::string WriteConfig(const TempDir& dir, int64_t job_budget, const std::string& pipeline_extra,
-                        int batch_size = 8, int image_size = 32) {
+                        int batch_size = 8, int image_size = 32, int threads = 2) {
   std::string config = dir.file("sluice.textproto");
   auto dataset = [&](const std::string& name, const std::string& files, const std::string& extra) {
     return "datasets {\n  name: \"" + name +
@@ -184,8 +188,9 @@ std::string WriteConfig(const TempDir& dir, int64_t job_budget, const std::strin
            "    files: \"" +
            files + "\"\n    batch_size: " + std::to_string(batch_size) +
            "\n    image_height: " + std::to_string(image_size) +
-           "\n    threads: 2\n    seed: 7\n    epochs: 1\n    memory_budget_bytes: " +
-           std::to_string(job_budget) + "\n" + extra + "  }\n}\n";
+           "\n    threads: " + std::to_string(threads) +
+           "\n    seed: 7\n    epochs: 1\n    memory_budget_bytes: " + std::to_string(job_budget) +
+           "\n" + extra + "  }\n}\n";
   };
   const std::string files = dir.file("shard-*.tfrecord");
   testing::WriteAll(
@@ -326,6 +331,53 @@ TEST_CASE("BaselineBombIsRefusedBeforeAFullDecodeForTheDecodedCache") {
   std::vector<Got> got = ReadStreams(server, 8);
   CheckEpochs(got, 35, {32, 33, 34}, 3);
   CheckPeakWithinBudget(server, rss_baseline, 8, 64 * kMiB);
+}
+
+// A width x 1 RGBA PNG of a smooth pattern (a few hundred KB), written here: libpng's writer
+// stops at a million columns.
+std::string WideRgbaPng(int width) {
+  std::string raw(1 + size_t{4} * width, '\0');  // filter byte 0, then the samples
+  for (size_t i = 1; i < raw.size(); ++i) raw[i] = static_cast<char>((i - 1) / 64 % 251);
+  uLongf n = compressBound(static_cast<uLong>(raw.size()));
+  std::string z(n, '\0');
+  REQUIRE(compress2(reinterpret_cast<Bytef*>(z.data()), &n,
+                    reinterpret_cast<const Bytef*>(raw.data()), static_cast<uLong>(raw.size()),
+                    6) == Z_OK);
+  z.resize(n);
+  std::string ihdr;
+  for (uint32_t v : {static_cast<uint32_t>(width), uint32_t{1}}) {
+    for (int shift = 24; shift >= 0; shift -= 8) ihdr += static_cast<char>(v >> shift);
+  }
+  ihdr += std::string("\x08\x06\x00\x00\x00", 5);  // 8-bit RGBA, not interlaced
+  return std::string(kPngSignature) + testing::PngChunk("IHDR", ihdr) +
+         testing::PngChunk("IDAT", z) + testing::PngChunk("IEND", "");
+}
+
+// Sixteen 4,000,000 x 1 RGBA PNGs composited by sixteen decode threads: the decode share (a
+// quarter of what the batch pool leaves, ~110 MiB) admits one decode at a time (92 MB estimated),
+// and records and batches are small, so past the baseline the server holds no more than one
+// decode's estimate. Before the fix each thread then kept its 16 MB row of RGBA, which no budget
+// counts: 0.48 GB with eight threads under a 700 MB budget (the reviewer's `sluice profile`).
+TEST_CASE("WideCompositedPngRowsAreNotKeptPastTheirDecode") {
+  TempDir dir;
+  WriteTestShards(dir, 2, 16);
+  const std::string png = WideRgbaPng(4'000'000);
+  WriteBombShard(dir, std::vector<std::string>(16, png), 32);
+  const int64_t budget = 448 * kMiB;
+  ServerProcess server({"--config", WriteConfig(dir, budget, "    alpha: ALPHA_COMPOSITE_WHITE\n",
+                                                8, 32, /*threads=*/16)});
+  REQUIRE(server.running());
+  const int64_t rss_baseline = WarmUpBaseline(server, 1);
+  CheckEpochs(ReadStreams(server, 1), 48, {}, 0);
+  Result<PngHeader> header = ReadPngHeader(png);
+  REQUIRE(header.ok());
+  const int64_t decode = EstimatePngDecodeBytes(*header, Alpha::kCompositeWhite);
+  const int64_t peak = PeakRssBytes(server.pid());
+  std::fprintf(stderr, "sluice serve peak RSS: %lld MiB; baseline %lld MiB + one decode %lld MiB\n",
+               static_cast<long long>(peak / kMiB),          // NOLINT(google-runtime-int)
+               static_cast<long long>(rss_baseline / kMiB),  // NOLINT(google-runtime-int)
+               static_cast<long long>(decode / kMiB));       // NOLINT(google-runtime-int)
+  CHECK(peak <= rss_baseline + decode + kMinMarginBytes);
 }
 
 // 16 streams of their own jobs, each consumer taking one batch and then nothing: every job fills

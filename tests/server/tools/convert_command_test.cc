@@ -1,12 +1,13 @@
 // `sluice convert` end to end on a small ImageFolder tree holding every kind of awkward file.
 #include <catch2/catch.hpp>
-
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <string>
 
 #include "formats/example_scanner.h"
 #include "formats/image_example.h"
+#include "formats/jpeg_codec.h"
 #include "formats/jpeg_header.h"
 #include "formats/png_codec.h"
 #include "formats/record_index.h"
@@ -82,9 +83,10 @@ TEST_CASE("ConvertKeepsPngsAndHandlesCmykGrayBrokenAndEmptyFiles") {
   auto rgb = testing::MakeGradientJpeg(64, 48);
   testing::WriteAll((src / "apple/rgb.jpg").string(), rgb);
   // Pure cyan ink (inverted CMYK: C = 0 means full ink).
-  testing::WriteAll((src / "apple/cmyk.jpg").string(),
-                    testing::MakeTestJpeg(TestJpegKind::kCmyk, 32, 32,
-                                          [](int, int, int ch) -> uint8_t { return ch == 0 ? 0 : 255; }));
+  testing::WriteAll(
+      (src / "apple/cmyk.jpg").string(),
+      testing::MakeTestJpeg(TestJpegKind::kCmyk, 32, 32,
+                            [](int, int, int ch) -> uint8_t { return ch == 0 ? 0 : 255; }));
   testing::WriteAll((src / "banana/gray.jpg").string(),
                     testing::MakeTestJpeg(TestJpegKind::kGray, 20, 30,
                                           [](int x, int, int) -> uint8_t { return x * 10; }));
@@ -140,6 +142,86 @@ TEST_CASE("ConvertKeepsPngsAndHandlesCmykGrayBrokenAndEmptyFiles") {
   }
 }
 
+// A smooth RGBA image whose alpha varies: the colours are what survives once alpha is dropped.
+testing::PngSpec GradientRgbaPng(int width, int height) {
+  testing::PngSpec s;
+  s.width = width;
+  s.height = height;
+  s.color_type = PngColorType::kRgbAlpha;
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < width; ++x) {
+      s.samples.insert(s.samples.end(), {static_cast<uint16_t>(x * 255 / width),
+                                         static_cast<uint16_t>(y * 255 / height), 128,
+                                         static_cast<uint16_t>((x + y) % 256)});
+    }
+  }
+  return s;
+}
+
+TEST_CASE("ConvertWithPngJpegReencodesPngsAsRgbJpegWithAlphaDropped") {
+  TempDir dir;
+  fs::path src = dir.path() / "images";
+  fs::create_directories(src / "a");
+  const testing::PngSpec rgba = GradientRgbaPng(40, 30);
+  testing::WriteAll((src / "a/rgba.png").string(), testing::WritePngWithLibpng(rgba));
+  testing::PngSpec palette;
+  palette.width = 16;
+  palette.height = 8;
+  palette.color_type = PngColorType::kPalette;
+  palette.bit_depth = 4;
+  palette.interlaced = true;
+  testing::FillRandom(&palette, 3, /*with_trns=*/true);
+  for (size_t i = 0; i < palette.palette.size(); ++i) {
+    palette.palette[i] = static_cast<uint8_t>(i / 3 * 16 + i % 3 * 5);  // entry i about 16 i
+  }
+  for (size_t i = 0; i < palette.samples.size(); ++i) palette.samples[i] = i % 16;  // i = x
+  testing::WriteAll((src / "a/palette.png").string(), testing::WritePngWithLibpng(palette));
+  const std::string rgb_jpeg = testing::MakeGradientJpeg(24, 24);
+  testing::WriteAll((src / "a/rgb.jpg").string(), rgb_jpeg);
+
+  fs::path out = dir.path() / "out";
+  testing::CommandResult r = RunSluice("convert --from " + src.string() + " --out " + out.string() +
+                                       " --shards 1 --png jpeg");
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  auto records = ReadBack(out, "train");
+  REQUIRE(records.size() == 3);
+  CHECK(records["a/rgb.jpg"].encoded == rgb_jpeg);  // a YCbCr JPEG is still kept as it is
+  for (const auto& [name, spec] :
+       {std::pair<std::string, const testing::PngSpec*>{"a/rgba.png", &rgba},
+        {"a/palette.png", &palette}}) {
+    INFO(name);
+    const Converted& c = records[name];
+    CHECK(c.format == "JPEG");
+    CHECK(c.header.color_space == JpegColorSpace::kYCbCr);
+    CHECK(c.header.components == 3);
+    CHECK(c.width == spec->width);
+    CHECK(c.height == spec->height);
+    JpegDecoder decoder;
+    Image image;
+    REQUIRE(decoder.Decode(c.encoded, &image).ok());
+    REQUIRE(image.width == spec->width);
+    const std::vector<uint8_t> dropped = testing::ExpectedRgb(*spec, Alpha::kDrop);
+    const std::vector<uint8_t> white = testing::ExpectedRgb(*spec, Alpha::kCompositeWhite);
+    double drop_error = 0, white_error = 0;
+    for (size_t i = 0; i < dropped.size(); ++i) {
+      drop_error += std::abs(image.pixels[i] - dropped[i]);
+      white_error += std::abs(image.pixels[i] - white[i]);
+    }
+    drop_error /= dropped.size();
+    white_error /= dropped.size();
+    INFO("mean error against alpha dropped " << drop_error << ", composited on white "
+                                             << white_error);
+    CHECK(drop_error < 2.0);  // quality 95
+    CHECK(white_error > 2 * drop_error);
+  }
+
+  testing::CommandResult bad =
+      RunSluice("convert --from " + src.string() + " --out " + dir.file("out2") + " --png gif");
+  CHECK(bad.exit_code != 0);
+  CHECK(bad.err.find("--png") != std::string::npos);
+}
+
 TEST_CASE("ConvertSplitsEachClassIntoValidation") {
   TempDir dir;
   fs::path src = dir.path() / "images";
@@ -151,8 +233,8 @@ TEST_CASE("ConvertSplitsEachClassIntoValidation") {
     }
   }
   fs::path out = dir.path() / "out";
-  testing::CommandResult r = RunSluice("convert --from " + src.string() + " --out " +
-                                       out.string() + " --shards 3 --val-fraction 0.2");
+  testing::CommandResult r = RunSluice("convert --from " + src.string() + " --out " + out.string() +
+                                       " --shards 3 --val-fraction 0.2");
   REQUIRE(r.exit_code == 0);
   auto train = ReadBack(out, "train");
   auto val = ReadBack(out, "validation");

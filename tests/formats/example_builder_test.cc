@@ -67,5 +67,44 @@ TEST_CASE("FeaturesComeOutInKeyOrderTheLastOfARepeatedKeyKeptAndTheBuilderCleare
   CHECK(e.features().feature().size() == 1);
 }
 
+TEST_CASE("InPlaceValuesAreFramedWhereTheyLieWithoutAReallocationWhenRoomWasReserved") {
+  // Values of one-byte, two-byte and three-byte length varints, one empty, back to back.
+  const std::string a(200, 'a'), b(20000, 'b'), c, d(3, 'd');
+  std::string out = a + b + c + d;
+  out.reserve(out.size() + 256);
+  const char* before = out.data();
+  ExampleBuilder builder;
+  builder.AddBytesInPlace("zz/first", a.size());
+  builder.AddInt64("label", 9);
+  builder.AddBytesInPlace("b", b.size());
+  builder.AddBytesInPlace("c", c.size());
+  builder.AddBytes("__key__", "k");
+  builder.AddBytesInPlace("d", d.size());
+  builder.FinishInPlace(&out);
+  CHECK(out.data() == before);
+
+  v1::Example e;
+  REQUIRE(e.ParseFromString(out));
+  const auto& f = e.features().feature();
+  REQUIRE(f.size() == 6);
+  CHECK(f.at("zz/first").bytes_list().value(0) == a);
+  CHECK(f.at("b").bytes_list().value(0) == b);
+  CHECK(f.at("c").bytes_list().value(0).empty());
+  CHECK(f.at("d").bytes_list().value(0) == d);
+  CHECK(f.at("__key__").bytes_list().value(0) == "k");
+  CHECK(f.at("label").int64_list().value(0) == 9);
+
+  // The same features the same way: the same bytes.
+  std::string again = a + b + c + d;
+  builder.AddBytesInPlace("zz/first", a.size());
+  builder.AddBytes("__key__", "k");
+  builder.AddBytesInPlace("b", b.size());
+  builder.AddBytesInPlace("c", c.size());
+  builder.AddBytesInPlace("d", d.size());
+  builder.AddInt64("label", 9);
+  builder.FinishInPlace(&again);
+  CHECK(again == out);
+}
+
 }  // namespace
 }  // namespace sluice

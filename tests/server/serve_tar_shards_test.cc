@@ -62,7 +62,8 @@ std::string WriteConfig(const TempDir& dir, const std::string& extra = "",
                     "  num_classes: 1000\n  pipeline {\n    files: \"" +
                         dir.file("tar/*.tar") +
                         "\"\n    batch_size: 4\n    image_height: 32\n"
-                        "    threads: 2\n    seed: 7\n    memory_budget_bytes: 67108864\n"
+                        "    threads: 2\n    seed: 7\n    epochs: 1\n"
+                        "    memory_budget_bytes: 67108864\n"
                         "    shuffle { buffer_size: 16 }\n" +
                         extra + "  }\n}\n");
   return path;
@@ -214,10 +215,11 @@ TEST_CASE("ATarShardCutBetweenMembersIsServedAsFarAsItGoesAndWarnedOfOnce") {
   const uint64_t at = OffsetAfterMember(bytes, 6);
   bytes.resize(at);
   testing::WriteAll(cut, bytes);
-  ServerProcess server({"--config", WriteConfig(dir, "    epochs: 2\n")});
+  ServerProcess server({"--config", WriteConfig(dir)});
   REQUIRE(server.running());
   v1::StreamRequest r = Request();
   r.set_batch_size(1);
+  r.set_epochs(2);
   auto s = Connect(server.address())->Stream(r);
   REQUIRE(s.ok());
   const Got got = ReadAll(**s);

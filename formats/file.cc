@@ -265,6 +265,20 @@ Status WriteFileAtomically(const std::string& path, std::string_view contents) {
   return file->Commit();
 }
 
+Result<std::string> ReadFileHead(const std::string& path, size_t n) {
+  ASSIGN_OR_RETURN(std::unique_ptr<SequentialFile> file, OpenSequentialFile(path));
+  std::string head(n, '\0');
+  size_t filled = 0;
+  while (filled < n) {
+    size_t got = 0;
+    RETURN_IF_ERROR(file->Read(n - filled, head.data() + filled, &got));
+    if (got == 0) break;
+    filled += got;
+  }
+  head.resize(filled);
+  return head;
+}
+
 Result<uint64_t> GetFileSize(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return ErrnoStatus(errno, "stat", path);

@@ -61,6 +61,9 @@ class SequentialFile {
 Result<std::unique_ptr<SequentialFile>> OpenSequentialFile(const std::string& path,
                                                            uint64_t offset = 0);
 
+// Reads the first n bytes of path, fewer when the file is shorter (a format's magic).
+Result<std::string> ReadFileHead(const std::string& path, size_t n);
+
 // Reads n bytes at offset (pread). A file that ends before them is DataLoss naming path and
 // offset.
 Result<std::string> ReadFileRange(const std::string& path, uint64_t offset, size_t n);

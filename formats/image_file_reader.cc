@@ -51,17 +51,23 @@ Status ImageFileReader::ReadRecordInto(std::string* record, bool* end_of_file) {
     final_status_ = fd.status();
     return final_status_;
   }
-  // The image is read straight into the record: its bytes are held once.
+  // The image is read straight into the record, which has room reserved for the whole Example:
+  // its bytes are held once, moved once as the Example is laid out around them.
   ExampleBuilder builder;
+  const auto size = static_cast<size_t>(size_);
+  builder.AddBytesInPlace(image_key_, size);
   if (label_) builder.AddInt64(label_key_, *label_);
   builder.AddBytes(kImageFilenameKey, path_);
-  char* image = builder.FinishWithTrailingBytes(image_key_, static_cast<size_t>(size_), record);
-  Status read = ReadFully(fd->get(), path_, 0, static_cast<size_t>(size_), image);
+  record->clear();
+  record->reserve(builder.Size());
+  record->resize(size);
+  Status read = ReadFully(fd->get(), path_, 0, size, record->data());
   if (!read.ok()) {
     record->clear();
     final_status_ = read;
     return final_status_;
   }
+  builder.FinishInPlace(record);
   return Status::OK();
 }
 

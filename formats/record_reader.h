@@ -32,6 +32,9 @@ class RecordReader {
   virtual uint64_t record_length() const = 0;
   // False once the reader hit an error it cannot step past.
   virtual bool can_continue() const = 0;
+  // After a clean end: what about the file deserves a warning though nothing in it was refused
+  // (a tar shard without its end-of-archive marker); empty when nothing does.
+  virtual std::string warning() const { return {}; }
 };
 
 }  // namespace sluice

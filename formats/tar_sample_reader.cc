@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <unordered_set>
 #include <utility>
 
 #include "formats/compression.h"
@@ -20,6 +21,11 @@ namespace {
 constexpr uint64_t kMaxExtendedHeaderBytes = 1 << 20;
 // A `cls` member is an integer in ASCII; one longer than this is not, and is not held.
 constexpr uint64_t kMaxClsBytes = 4096;
+// What one member costs beyond its name and data while its sample is assembled: its entry in
+// the sample's extensions and parts, and its Example framing.
+constexpr uint64_t kMemberOverheadBytes = 128;
+// A feature's Example framing without its key: five tags and length varints.
+constexpr size_t kExampleFramingBytes = 5 * 11;
 // Payloads at least this long go from the file straight into the sample, not through buf_.
 constexpr size_t kDirectReadChunk = 16 << 20;
 
@@ -118,21 +124,6 @@ std::string AsciiLower(std::string_view s) {
   return out;
 }
 
-// Reads the first n bytes of path (fewer when the file is shorter).
-Result<std::string> ReadHead(const std::string& path, size_t n) {
-  ASSIGN_OR_RETURN(std::unique_ptr<SequentialFile> file, OpenSequentialFile(path));
-  std::string head(n, '\0');
-  size_t filled = 0;
-  while (filled < n) {
-    size_t got = 0;
-    RETURN_IF_ERROR(file->Read(n - filled, head.data() + filled, &got));
-    if (got == 0) break;
-    filled += got;
-  }
-  head.resize(filled);
-  return head;
-}
-
 }  // namespace
 
 // A plain file that steps over payloads nobody wants by seeking, so counting a shard's samples
@@ -225,7 +216,7 @@ bool IsSampleMetadataName(std::string_view name) {
 }
 
 Result<Compression> DetectTarCompression(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string head, ReadHead(path, 2));
+  ASSIGN_OR_RETURN(std::string head, ReadFileHead(path, 2));
   const bool gzip = head.size() == 2 && head[0] == '\x1f' && head[1] == '\x8b';
   return gzip ? Compression::kGzip : Compression::kNone;
 }
@@ -261,9 +252,14 @@ TarSampleReader::TarSampleReader(std::unique_ptr<SequentialFile> file,
       compressed_(compressed),
       offset_(options.stream.start_offset) {
   seekable_ = dynamic_cast<SeekableFile*>(file_.get());
-  // The read buffer and the scratch a sample is assembled in share buffer_bytes (what the
-  // pipeline accounts for one reader): half each, the scratch given back after a larger sample.
-  buf_.resize(std::max(options_.stream.buffer_bytes / 2, kTarBlockBytes));
+  // A sample is read straight into the record it is handed on in (accounted as that record), so
+  // the read buffer has all of buffer_bytes.
+  buf_.resize(std::max(options_.stream.buffer_bytes, kTarBlockBytes));
+}
+
+std::string TarSampleReader::warning() const {
+  if (!unmarked_end_) return {};
+  return "no end-of-archive marker: the shard may be cut short at " + Where(*unmarked_end_);
 }
 
 std::string TarSampleReader::Where(uint64_t offset) const {
@@ -272,12 +268,25 @@ std::string TarSampleReader::Where(uint64_t offset) const {
   return w;
 }
 
-void TarSampleReader::ReleaseLargeScratch() {
-  if (scratch_.capacity() > buf_.size()) std::string().swap(scratch_);
+size_t TarSampleReader::FramingBytes(size_t key_size) const {
+  // The Example's own header, then __key__, the label and each part's feature.
+  size_t n =
+      3 * kExampleFramingBytes + kSampleKeyFeature.size() + key_size + options_.label_key.size();
+  for (const Part& p : parts_) {
+    n += kExampleFramingBytes + std::max(p.extension->size(), options_.image_key.size());
+  }
+  return n;
+}
+
+void TarSampleReader::Reserve(std::string* record, size_t n) const {
+  if (record->capacity() >= n) return;
+  // Geometric growth for a sample of many small members, but not past the per-record limit.
+  const size_t grown = record->capacity() + record->capacity() / 2;
+  const uint64_t cap = std::max<uint64_t>(n, options_.stream.max_held_record_bytes);
+  record->reserve(static_cast<size_t>(std::min<uint64_t>(std::max(n, grown), cap)));
 }
 
 Status TarSampleReader::Fail(Status s) {
-  std::string().swap(scratch_);  // nothing more is read
   final_status_ = std::move(s);
   return final_status_;
 }
@@ -382,6 +391,8 @@ Status TarSampleReader::NextMember(Member* m, bool* end) {
         return DataLoss(Where(at) + ": the file ends after an extended tar header, before the " +
                         "member header it extends");
       }
+      // Between two members, without the end marker (an empty file has none to miss).
+      if (at > 0) unmarked_end_ = at;
       *end = true;
       return Status::OK();
     }
@@ -447,7 +458,10 @@ Status TarSampleReader::NextMember(Member* m, bool* end) {
       if (type == 'L') {
         if (!long_name) long_name = std::string(FieldString(data.data(), data.size()));
       } else if (type != 'K') {
-        // pax records: "<length> <keyword>=<value>\n", as tarfile's _proc_pax checks them.
+        // pax records: "<length> <keyword>=<value>\n", as tarfile's _proc_pax checks them. Of
+        // a keyword repeated in one header the last counts (tarfile reads them into a dict); of
+        // two headers before one member the first (tarfile applies the outer one last).
+        std::optional<std::string_view> path, size_value;
         size_t p = 0;
         while (p < data.size() && data[p] != '\0') {
           auto bad = [&] {
@@ -470,22 +484,28 @@ Status TarSampleReader::NextMember(Member* m, bool* end) {
           if (eq == std::string_view::npos || eq == 0) return bad();
           const std::string_view keyword = record.substr(0, eq);
           const std::string_view value = record.substr(eq + 1);
-          if (keyword == "path" && !long_name) {
-            std::string_view v = value;
-            while (!v.empty() && v.back() == '/') v.remove_suffix(1);
-            long_name = std::string(v);
-          } else if (keyword == "size" && !has_pax_size) {
-            const std::optional<int64_t> v = ParseDecimal(value);
-            if (!v || *v < 0) {
-              return DataLoss(Where(at) + ": pax header's size " + Quoted(value) +
-                              " is not a number");
-            }
-            pax_size = static_cast<uint64_t>(*v);
-            has_pax_size = true;
+          if (keyword == "path") {
+            path = value;
+          } else if (keyword == "size") {
+            size_value = value;
           } else if (keyword.substr(0, 11) == "GNU.sparse.") {
             pax_sparse = true;
           }
           p += length;
+        }
+        if (path && !long_name) {
+          std::string_view v = *path;
+          while (!v.empty() && v.back() == '/') v.remove_suffix(1);
+          long_name = std::string(v);
+        }
+        if (size_value && !has_pax_size) {
+          const std::optional<int64_t> v = ParseDecimal(*size_value);
+          if (!v || *v < 0) {
+            return DataLoss(Where(at) + ": pax header's size " + Quoted(*size_value) +
+                            " is not a number");
+          }
+          pax_size = static_cast<uint64_t>(*v);
+          has_pax_size = true;
         }
       }
       continue;
@@ -566,45 +586,64 @@ Status TarSampleReader::Next(std::string* record, bool skip, bool* end_of_file) 
   record_offset_ = member.header_offset;
   const std::string key(member.key());
   const uint64_t max_held = options_.stream.max_held_record_bytes;
-  scratch_.clear();
+  if (record != nullptr) record->clear();
+  // The sample's extensions, its payloads laid back to back in *record (stream order).
+  std::unordered_set<std::string> extensions;
   parts_.clear();
-  std::vector<std::string> extensions;
+  // What holding the sample costs: its key, and each member's name, data and bookkeeping.
+  uint64_t held = key.size() + kMemberOverheadBytes;
   std::optional<int64_t> label;
   Status problem;  // the sample's first InvalidArgument
   bool refused = false;
+  // Members whose extension is the image or the label key: wrong only where the image or the
+  // label is written under that key too (checked once the sample's image is known).
+  std::string image_key_member, label_key_member;
   for (;;) {
-    const std::string ext = AsciiLower(member.extension());
+    std::string ext = AsciiLower(member.extension());
+    const std::string at = Where(member.header_offset) + ": tar member " + Quoted(member.name);
     auto sample_error = [&](const std::string& what) {
-      if (problem.ok()) {
-        problem = InvalidArgument(Where(member.header_offset) + ": tar member " +
-                                  Quoted(member.name) + " " + what);
-      }
+      if (problem.ok()) problem = InvalidArgument(at + " " + what);
     };
     if (member.sparse) sample_error("is a GNU sparse file, which cannot be read");
-    if (ext == kSampleKeyFeature ||
-        std::find(extensions.begin(), extensions.end(), ext) != extensions.end()) {
-      sample_error("repeats the extension '" + ext + "' in sample " + Quoted(key));
-    } else if (ext != "cls" && (ext == options_.image_key || ext == options_.label_key)) {
-      sample_error("has the image or label key as its extension");
-    }
-    extensions.push_back(ext);
     record_length_ += member.size;
-    if (!refused && record_length_ > max_held) {
+    held += member.name.size() + kMemberOverheadBytes + member.size;
+    if (!refused && held > max_held) {
       refused = true;
-      std::string().swap(scratch_);
+      std::unordered_set<std::string>().swap(extensions);
       parts_.clear();
+      if (record != nullptr) std::string().swap(*record);
     }
+    const std::string* extension = nullptr;  // its copy in `extensions`
+    if (!refused) {
+      if (ext == kSampleKeyFeature) {
+        sample_error("repeats the extension '" + ext + "' in sample " + Quoted(key));
+      } else {
+        auto [it, inserted] = extensions.insert(std::move(ext));
+        extension = &*it;  // stable: the set's nodes do not move
+        if (!inserted) sample_error("repeats the extension '" + *it + "' in sample " + Quoted(key));
+      }
+    }
+    const std::string_view e = extension != nullptr ? std::string_view(*extension) : ext;
+    if (e == options_.image_key && image_key_member.empty()) image_key_member = at;
+    if (e != "cls" && e == options_.label_key && label_key_member.empty()) label_key_member = at;
     std::string* to = nullptr;
     std::string cls;
-    if (ext == "cls") {
+    if (e == "cls") {
       if (member.size <= kMaxClsBytes) {
         to = &cls;
       } else {
         sample_error("of " + std::to_string(member.size) + " bytes is not an integer label");
       }
-    } else if (!skip && !refused && problem.ok()) {
-      parts_.push_back(Part{ext, scratch_.size(), static_cast<size_t>(member.size)});
-      to = &scratch_;
+    } else if (!refused && problem.ok()) {
+      const size_t size = static_cast<size_t>(member.size);
+      parts_.push_back(Part{extension, size});
+      if (!skip) {
+        // Room for the payload where it is read and, when it is large, for the framing the
+        // Example adds around the sample, so the record is not copied to grow.
+        Reserve(record,
+                record->size() + size + (size >= buf_.size() ? FramingBytes(key.size()) : 0));
+        to = record;
+      }
     }
     Status s = ConsumeData(member, member.size, to);
     if (!s.ok()) return Fail(std::move(s));
@@ -627,30 +666,49 @@ Status TarSampleReader::Next(std::string* record, bool skip, bool* end_of_file) 
     }
     member = std::move(next);
   }
-  if (!problem.ok() || refused || skip) ReleaseLargeScratch();
-  if (!problem.ok()) return problem;
-  if (refused) {
-    return ResourceExhausted("sample " + Quoted(key) + " at " + Where(record_offset_) + " of " +
-                             std::to_string(record_length_) + " bytes is over the limit of " +
-                             std::to_string(max_held) +
-                             " bytes that the memory budget allows one record");
-  }
-  if (skip) return Status::OK();
-
-  const Part* image = nullptr;
-  for (std::string_view ext : {"jpg", "jpeg", "png"}) {
-    for (const Part& p : parts_) {
-      if (image == nullptr && p.extension == ext) image = &p;
+  const std::string* image = nullptr;  // the image member's extension
+  if (!refused) {
+    for (std::string_view ext : {"jpg", "jpeg", "png"}) {
+      auto it = extensions.find(std::string(ext));
+      if (image == nullptr && it != extensions.end()) image = &*it;
+    }
+    if (image != nullptr && *image != options_.image_key && !image_key_member.empty() &&
+        problem.ok()) {
+      problem =
+          InvalidArgument(image_key_member + " has the image key '" + options_.image_key +
+                          "' as its extension, where the sample's '" + *image + "' is written");
+    }
+    if (label && !label_key_member.empty() && problem.ok()) {
+      problem = InvalidArgument(label_key_member + " has the label key '" + options_.label_key +
+                                "' as its extension, where the sample's cls is written");
     }
   }
+  auto refuse = [&](uint64_t bytes) {
+    if (record != nullptr) std::string().swap(*record);
+    return ResourceExhausted(
+        "sample " + Quoted(key) + " at " + Where(record_offset_) + " holds " +
+        std::to_string(bytes) + " bytes (its data, names and Example framing), over the limit of " +
+        std::to_string(max_held) + " bytes that the memory budget allows one record");
+  };
+  if (!problem.ok()) return problem;
+  if (refused) return refuse(held);
+
   for (const Part& p : parts_) {
-    const std::string_view value(scratch_.data() + p.at, p.size);
-    builder_.AddBytes(&p == image ? std::string_view(options_.image_key) : p.extension, value);
+    builder_.AddBytesInPlace(p.extension == image ? std::string_view(options_.image_key)
+                                                  : std::string_view(*p.extension),
+                             p.size);
   }
   builder_.AddBytes(kSampleKeyFeature, key);
   if (label) builder_.AddInt64(options_.label_key, *label);
-  builder_.Finish(record);
-  ReleaseLargeScratch();
+  // The framing and the feature keys are not in `held`: the Example itself is checked too, the
+  // same way whether the sample is taken or skipped.
+  const size_t example_bytes = builder_.Size();
+  if (example_bytes > max_held || skip) {
+    builder_.Clear();
+    return skip && example_bytes <= max_held ? Status::OK() : refuse(example_bytes);
+  }
+  Reserve(record, example_bytes);
+  builder_.FinishInPlace(record);
   return Status::OK();
 }
 

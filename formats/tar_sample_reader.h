@@ -15,9 +15,12 @@
 // A sample's Example: the image member (jpg, else jpeg, else png) under the image key, the `cls`
 // member (an ASCII integer, surrounding whitespace allowed) as an int64 under the label key, the
 // key itself as bytes under "__key__", and every other member as bytes under its extension
-// (json included, unparsed). A sample is held once as its members' bytes and once as the
-// Example built from them; the read buffer and that scratch share buffer_bytes, the scratch
-// given back after a sample larger than its half.
+// (json included, unparsed). The image or label key may be an extension (image_key "jpg") as
+// long as no other member than the image (or the cls) would be written under it. Features come
+// in the members' order, then __key__ and the label: each payload is read straight into its
+// place in the record handed on, so a sample is held once. What a sample holds is counted as
+// its members' data and names plus a fixed cost a member; over max_held_record_bytes it is
+// refused.
 #pragma once
 
 #include <cstdint>
@@ -70,13 +73,14 @@ class TarSampleReader final : public RecordReader {
 
   // On OK: *record holds the next sample's Example, or *end_of_file at the end of the archive
   // (its zero block, or the end of the file at a block boundary after a complete member, as
-  // Python's tarfile accepts it; an empty file has no samples). Errors name
+  // Python's tarfile accepts it, then with a warning(); an empty file has no samples). Errors name
   // "<file>:<offset>" of the header or member at fault; record_offset() is the sample's:
   //  - InvalidArgument: the sample is readable but wrong (a `cls` that is not an integer, two
-  //    members with one extension, a member whose extension is the image or label key, a GNU
-  //    sparse member). The next call reads the sample after it.
-  //  - ResourceExhausted: the sample's member bytes are over max_held_record_bytes; its payloads
-  //    were read through, not held, and the next call reads the sample after it.
+  //    members with one extension, a member written under the image or label key where the
+  //    image or the label goes, a GNU sparse member). The next call reads the sample after it.
+  //  - ResourceExhausted: the sample (its members' data and names, a fixed cost a member, or
+  //    the Example built from them) is over max_held_record_bytes; its payloads were read
+  //    through, not held, and the next call reads the sample after it.
   //  - DataLoss: a header with a bad checksum or an unreadable size, an extended header that
   //    does not parse, a header or member (or its padding) cut short by the end of the file. A
   //    tar has no resynchronization point, so this is final: every later call returns it (see
@@ -94,6 +98,10 @@ class TarSampleReader final : public RecordReader {
   // The sample's member bytes (their data, without headers or padding), as far as read.
   uint64_t record_length() const override { return record_length_; }
   bool can_continue() const override { return final_status_.ok(); }
+  // After the end: "no end-of-archive marker: ..." when the file ended between two members
+  // without the marker every tar writer puts there (a shard that may have been cut short; its
+  // samples up to there were read as usual).
+  std::string warning() const override;
   // Bytes of the stream consumed so far.
   uint64_t offset() const { return offset_; }
   const std::string& name() const { return file_->name(); }
@@ -109,10 +117,10 @@ class TarSampleReader final : public RecordReader {
     std::string_view key() const { return std::string_view(name).substr(0, key_size); }
     std::string_view extension() const { return std::string_view(name).substr(key_size + 1); }
   };
-  // A member's data placed in scratch_ (views are made once the sample is complete).
+  // A member's data, laid in the record in stream order.
   struct Part {
-    std::string extension;
-    size_t at = 0, size = 0;
+    const std::string* extension = nullptr;  // in the sample's set of extensions
+    size_t size = 0;
   };
 
   Status Next(std::string* record, bool skip, bool* end_of_file);
@@ -130,7 +138,10 @@ class TarSampleReader final : public RecordReader {
   Status ConsumeData(const Member& m, uint64_t n, std::string* to);
   std::string Where(uint64_t offset) const;
   Status Fail(Status s);
-  void ReleaseLargeScratch();
+  // An upper bound on the bytes the Example adds around parts_ (keys, tags, lengths).
+  size_t FramingBytes(size_t key_size) const;
+  // Capacity for n bytes in *record, grown geometrically but not past max_held_record_bytes.
+  void Reserve(std::string* record, size_t n) const;
 
   std::unique_ptr<SequentialFile> file_;
   RecordReaderOptions options_;
@@ -145,14 +156,13 @@ class TarSampleReader final : public RecordReader {
   bool archive_end_ = false;       // the end marker or the end of the file was read
   uint64_t offset_ = 0;            // stream offset of buf_[pos_]
   std::optional<Member> pending_;  // read ahead: the first member of the next sample
-  // The sample's payloads, back to back; kept between samples up to buf_'s size.
-  std::string scratch_;
   std::vector<Part> parts_;
-  std::string cls_;
   ExampleBuilder builder_;
   uint64_t record_offset_ = 0;
   uint64_t record_length_ = 0;
   Status final_status_;
+  // The archive ended at a block boundary without its end-of-archive marker, at this offset.
+  std::optional<uint64_t> unmarked_end_;
 };
 
 }  // namespace sluice

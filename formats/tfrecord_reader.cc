@@ -27,21 +27,6 @@ inline uint32_t DecodeFixed32(const char* p) {
          (uint32_t{static_cast<uint8_t>(p[3])} << 24);
 }
 
-// Reads the first n bytes of path (fewer when the file is shorter).
-Result<std::string> ReadHead(const std::string& path, size_t n) {
-  ASSIGN_OR_RETURN(std::unique_ptr<SequentialFile> file, OpenSequentialFile(path));
-  std::string head(n, '\0');
-  size_t filled = 0;
-  while (filled < n) {
-    size_t got = 0;
-    RETURN_IF_ERROR(file->Read(n - filled, head.data() + filled, &got));
-    if (got == 0) break;
-    filled += got;
-  }
-  head.resize(filled);
-  return head;
-}
-
 }  // namespace
 
 Result<std::unique_ptr<TFRecordReader>> TFRecordReader::Open(const std::string& path,
@@ -50,7 +35,7 @@ Result<std::unique_ptr<TFRecordReader>> TFRecordReader::Open(const std::string& 
   if (!opts.compression) {
     // Bytes that match no known header are read as a plain file, so damage at its start is
     // reported as a corrupt record at offset 0 like damage anywhere else.
-    ASSIGN_OR_RETURN(std::string head, ReadHead(path, kTFRecordHeaderBytes));
+    ASSIGN_OR_RETURN(std::string head, ReadFileHead(path, kTFRecordHeaderBytes));
     opts.compression = DetectCompression(head);
   }
   if (opts.start_offset > 0 && *opts.compression != Compression::kNone) {

@@ -67,6 +67,11 @@ bool FileReaderSource::Read(WorkItem* w) {
     bool eof = false;
     Status s = mine ? reader_->ReadRecordInto(&w->owned, &eof) : reader_->SkipRecord(&eof);
     if (s.ok() && eof) {
+      // Read as far as it goes, but maybe not all there was (a tar shard without its end
+      // marker): said once, the records read stand.
+      if (const std::string w = reader_->warning(); !w.empty()) {
+        ctx_.stats->WarnOnce(ctx_.options->name + ": " + w);
+      }
       Finish();
       return false;
     }

@@ -40,6 +40,14 @@ void PipelineStats::Warn(const std::string& line) const {
   std::fprintf(stderr, "sluice: WARNING: %s\n", line.c_str());
 }
 
+void PipelineStats::WarnOnce(const std::string& line) {
+  {
+    std::lock_guard<std::mutex> lock(warned_mu_);
+    if (!warned_.insert(line).second) return;
+  }
+  Warn(line);
+}
+
 void PipelineStats::AddError(std::string message) {
   std::lock_guard<std::mutex> lock(errors_mu_);
   if (errors_.size() == kErrorsKept) errors_.erase(errors_.begin());

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -136,6 +137,9 @@ class PipelineStats {
   void AddError(std::string message);  // keeps the last few for display
   // Writes "sluice: WARNING: <line>" to stderr: the one way the pipeline warns. Any thread.
   void Warn(const std::string& line) const;
+  // Warn, unless this pipeline warned this very line before: a doubt about a file once, not once
+  // an epoch. Any thread.
+  void WarnOnce(const std::string& line);
   // Set by the first label out of [0, num_classes) of the run: it is warned of once.
   std::atomic<bool> label_range_warned{false};
   StatsSnapshot Snapshot() const;
@@ -146,6 +150,8 @@ class PipelineStats {
   PoolCounters pools_[static_cast<int>(Pool::kCount)];
   mutable std::mutex errors_mu_;
   std::vector<std::string> errors_;  // guarded by errors_mu_
+  std::mutex warned_mu_;
+  std::set<std::string> warned_;  // lines WarnOnce wrote, at most one a file; guarded by warned_mu_
 };
 
 // Times a scope into a stage's busy time.

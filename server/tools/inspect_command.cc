@@ -4,7 +4,8 @@
 // labelled by folder as the pipeline labels them, or by --file-list) are one record each: their
 // classes with their counts, and the paths of files that are neither JPEG nor PNG. WebDataset tar
 // shards are read sample by sample, every header checksum verified. A quoted pattern is expanded as
-// the pipeline expands it. Exit status 1 when anything is corrupt or not an image.
+// the pipeline expands it. Exit status 1 when anything is corrupt or not an image, or a tar shard
+// lacks its end-of-archive marker (it may be cut short).
 #include <fmt/format.h>
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/global_control.h>
@@ -84,6 +85,9 @@ struct FileReport {
   uint64_t malformed = 0;  // records whose bytes are not a tf.train.Example
   uint64_t bytes = 0;      // size on disk
   uint64_t data_bytes = 0; // sum of record lengths (uncompressed)
+  // Doubts about a file read to its end without a bad record (a tar shard without its
+  // end-of-archive marker, maybe cut short); in problems too.
+  std::vector<std::string> warnings;
   std::vector<std::string> problems;
   uint64_t problems_not_shown = 0;
   std::optional<std::string> stopped;  // why reading ended before the end of the file
@@ -208,7 +212,13 @@ FileReport InspectFile(const std::string& path, const InspectOptions& opt, Progr
     if (progress && offset > last_offset) progress->Add(offset - last_offset);
     last_offset = std::max(last_offset, offset);
     if (s.ok()) {
-      if (eof) break;
+      if (eof) {
+        if (std::string w = (*reader)->warning(); !w.empty()) {
+          r.warnings.push_back(w);
+          r.Problem(std::move(w));
+        }
+        break;
+      }
       ++r.records;
       r.data_bytes += (*reader)->record_length();
       ScanRecord(record, (*reader)->record_offset(), opt, &r);
@@ -254,7 +264,7 @@ FileReport InspectImageFile(const std::string& path, std::optional<int64_t> labe
 }
 
 struct Totals {
-  uint64_t records = 0, corrupt = 0, malformed = 0, bytes = 0, data_bytes = 0;
+  uint64_t records = 0, corrupt = 0, malformed = 0, bytes = 0, data_bytes = 0, warnings = 0;
   FileReport merged;  // features, labels and JPEG statistics of all files
 };
 
@@ -266,6 +276,7 @@ void MergeInto(const FileReport& r, Totals* t) {
   t->malformed += r.malformed;
   t->bytes += r.bytes;
   t->data_bytes += r.data_bytes;
+  t->warnings += r.warnings.size();
   for (const auto& [key, kind] : r.features) {
     auto [it, inserted] = m.features.try_emplace(key, kind);
     if (!inserted && it->second != kind) m.mixed_kind[key] = true;
@@ -313,6 +324,7 @@ nlohmann::json ToJson(const std::vector<FileReport>& reports, const Totals& t, d
     if (r.stopped) f["stopped"] = *r.stopped;
     json problems = r.problems;
     f["problems"] = problems;
+    f["warnings"] = r.warnings;
     files.push_back(std::move(f));
   }
   json features = json::object();
@@ -351,6 +363,7 @@ nlohmann::json ToJson(const std::vector<FileReport>& reports, const Totals& t, d
               {"records", t.records},
               {"corrupt", t.corrupt},
               {"malformed", t.malformed},
+              {"warnings", t.warnings},
               {"bytes", t.bytes},
               {"data_bytes", t.data_bytes},
               {"features", features},
@@ -560,7 +573,12 @@ int RunInspect(InspectOptions opt) {
   } else {
     PrintHuman(reports, totals, seconds, opt, resolved->classes, image_rows);
   }
-  return totals.corrupt > 0 || totals.malformed > 0 || !totals.merged.not_images.empty() ? 1 : 0;
+  // A warning fails the check too: inspect verifies, and a shard that may be cut short is not
+  // verified.
+  return totals.corrupt > 0 || totals.malformed > 0 || totals.warnings > 0 ||
+                 !totals.merged.not_images.empty()
+             ? 1
+             : 0;
 }
 
 }  // namespace

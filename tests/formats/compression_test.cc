@@ -14,27 +14,9 @@
 namespace sluice {
 namespace {
 
+using testing::Gzip;
 using testing::TempDir;
-
-// Compresses with zlib directly (not through our writer), so the reader is checked against
-// streams we did not produce. window_bits: 15 + 16 for gzip, 15 for zlib.
-std::string ZlibCompress(std::string_view data, int window_bits, int level = 6) {
-  z_stream z{};
-  REQUIRE(deflateInit2(&z, level, Z_DEFLATED, window_bits, 8, Z_DEFAULT_STRATEGY) == Z_OK);
-  std::string out(deflateBound(&z, data.size()), '\0');
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-  z.avail_in = static_cast<uInt>(data.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = static_cast<uInt>(out.size());
-  REQUIRE(deflate(&z, Z_FINISH) == Z_STREAM_END);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  return out;
-}
-std::string Gzip(std::string_view data) { return ZlibCompress(data, MAX_WBITS + 16); }
-std::string Zlib(std::string_view data, int level = 6) {
-  return ZlibCompress(data, MAX_WBITS, level);
-}
+using testing::Zlib;
 
 // Inflates everything with zlib directly (auto-detecting gzip or zlib); all input is consumed.
 std::string ZlibInflate(std::string_view data) {

@@ -68,47 +68,43 @@ TEST_CASE("FeaturesComeOutInKeyOrderTheLastOfARepeatedKeyKeptAndTheBuilderCleare
   CHECK(e.features().feature().size() == 1);
 }
 
-}  // namespace
-}  // namespace sluice
+TEST_CASE("InPlaceValuesAreFramedWhereTheyLieWithoutAReallocationWhenRoomWasReserved") {
+  // Values of one-byte, two-byte and three-byte length varints, one empty, back to back.
+  const std::string a(200, 'a'), b(20000, 'b'), c, d(3, 'd');
+  std::string out = a + b + c + d;
+  out.reserve(out.size() + 256);
+  const char* before = out.data();
+  ExampleBuilder builder;
+  builder.AddBytesInPlace("zz/first", a.size());
+  builder.AddInt64("label", 9);
+  builder.AddBytesInPlace("b", b.size());
+  builder.AddBytesInPlace("c", c.size());
+  builder.AddBytes("__key__", "k");
+  builder.AddBytesInPlace("d", d.size());
+  builder.FinishInPlace(&out);
+  CHECK(out.data() == before);
 
-namespace sluice {
-namespace {
+  v1::Example e;
+  REQUIRE(e.ParseFromString(out));
+  const auto& f = e.features().feature();
+  REQUIRE(f.size() == 6);
+  CHECK(f.at("zz/first").bytes_list().value(0) == a);
+  CHECK(f.at("b").bytes_list().value(0) == b);
+  CHECK(f.at("c").bytes_list().value(0).empty());
+  CHECK(f.at("d").bytes_list().value(0) == d);
+  CHECK(f.at("__key__").bytes_list().value(0) == "k");
+  CHECK(f.at("label").int64_list().value(0) == 9);
 
-// A value the caller writes in place, after every other feature: the same Example to protobuf
-// as Finish with that value added, found by the scanner, of exactly the reserved size.
-TEST_CASE("TrailingBytesFeatureParsesAsTheSameExampleAndIsWrittenInPlace") {
-  const std::string image(200000, 'j');
-  ExampleBuilder b;
-  b.AddInt64("image/class/label", 4);
-  b.AddBytes("image/filename", "a/b.jpg");
-  b.AddBytes("image/encoded", "replaced by the trailing one");
-  std::string in_place = "stale";
-  char* at = b.FinishWithTrailingBytes("image/encoded", image.size(), &in_place);
-  REQUIRE(at + image.size() == in_place.data() + in_place.size());
-  std::copy(image.begin(), image.end(), at);
-  CHECK(in_place.capacity() < in_place.size() + 64);
-
-  b.AddInt64("image/class/label", 4);
-  b.AddBytes("image/filename", "a/b.jpg");
-  b.AddBytes("image/encoded", image);
-  std::string whole;
-  b.Finish(&whole);
-  CHECK(whole.size() == in_place.size());
-  v1::Example a;
-  v1::Example w;
-  REQUIRE(a.ParseFromString(in_place));
-  REQUIRE(w.ParseFromString(whole));
-  CHECK(a.features().feature().size() == 3);
-  CHECK(a.features().feature().at("image/encoded").bytes_list().value(0) == image);
-  CHECK(a.features().feature().at("image/filename").bytes_list().value(0) == "a/b.jpg");
-  CHECK(a.features().feature().at("image/class/label").int64_list().value(0) == 4);
-
-  std::string_view scanned;
-  int64_t label = 0;
-  REQUIRE(
-      ExampleScanner("image/encoded", "image/class/label").Scan(in_place, &scanned, &label).ok());
-  CHECK(scanned == image);
-  CHECK(label == 4);
+  // The same features the same way: the same bytes.
+  std::string again = a + b + c + d;
+  builder.AddBytesInPlace("zz/first", a.size());
+  builder.AddBytes("__key__", "k");
+  builder.AddBytesInPlace("b", b.size());
+  builder.AddBytesInPlace("c", c.size());
+  builder.AddBytesInPlace("d", d.size());
+  builder.AddInt64("label", 9);
+  builder.FinishInPlace(&again);
+  CHECK(again == out);
 }
 
 }  // namespace

@@ -1,7 +1,5 @@
 #include "formats/tar_sample_reader.h"
 
-#include <zlib.h>
-
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
@@ -13,10 +11,12 @@
 #include "sluice/v1/example.pb.h"
 #include "tests/test_proc_io.h"
 #include "tests/test_support.h"
+#include "tests/zlib_test_util.h"
 
 namespace sluice {
 namespace {
 
+using testing::Gzip;
 using testing::TempDir;
 using testing::WriteAll;
 
@@ -81,21 +81,16 @@ std::string PaxRecord(const std::string& key, const std::string& value) {
   return std::to_string(n) + body;
 }
 
-std::string EndBlocks() { return std::string(2 * kTarBlockBytes, '\0'); }
-
-std::string Gzip(const std::string& data) {
-  z_stream z{};
-  REQUIRE(deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) == Z_OK);
-  std::string out(deflateBound(&z, data.size()) + 64, '\0');
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-  z.avail_in = static_cast<uInt>(data.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = static_cast<uInt>(out.size());
-  REQUIRE(deflate(&z, Z_FINISH) == Z_STREAM_END);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  return out;
+// A member named through a GNU 'L' header: a name of any length.
+std::string LongNameMember(const std::string& name, const std::string& data) {
+  Header l;
+  l.name = "././@LongLink";
+  l.type = 'L';
+  l.size = name.size() + 1;
+  return HeaderBlock(l) + Padded(name + std::string(1, '\0')) + Member("truncated.bin", data);
 }
+
+std::string EndBlocks() { return std::string(2 * kTarBlockBytes, '\0'); }
 
 // A sample as read back: its features, bytes and int64s by key.
 struct Sample {
@@ -309,6 +304,36 @@ TEST_CASE("PaxPathAndSizeOverrideTheHeaderAndGlobalHeadersAreIgnored") {
   CHECK(got[0].offset == 2 * kTarBlockBytes);  // the pax header's, after the global one
 }
 
+TEST_CASE("APaxKeywordRepeatedInOneHeaderKeepsItsLastValueAndTheFirstHeaderWinsAsTarfile") {
+  const std::string data(1300, 'x');
+  // One header: tarfile reads its records into a dict, so the last of a keyword counts.
+  const std::string pax = PaxRecord("path", "first/k.jpg") + PaxRecord("size", "5") +
+                          PaxRecord("path", "second/k.jpg") + PaxRecord("size", "1300");
+  Header x;
+  x.name = "PaxHeaders/k";
+  x.type = 'x';
+  x.size = pax.size();
+  Header file;
+  file.name = "truncated.jpg";
+  // Two headers before one member: tarfile applies the outer one last, so its path wins; the
+  // inner one's size still counts.
+  const std::string outer = PaxRecord("path", "one/m.jpg");
+  const std::string inner = PaxRecord("path", "two/m.jpg") + PaxRecord("size", "3");
+  Header x1 = x, x2 = x;
+  x1.size = outer.size();
+  x2.size = inner.size();
+  const std::string tar = HeaderBlock(x) + Padded(pax) + HeaderBlock(file) + Padded(data) +
+                          HeaderBlock(x1) + Padded(outer) + HeaderBlock(x2) + Padded(inner) +
+                          HeaderBlock(file) + Padded("abc") + EndBlocks();
+  auto reader = MemoryReader(tar);
+  const std::vector<Sample> got = ReadAll(reader.get());
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].bytes.at("__key__") == "second/k");
+  CHECK(got[0].bytes.at("image/encoded") == data);
+  CHECK(got[1].bytes.at("__key__") == "one/m");
+  CHECK(got[1].bytes.at("image/encoded") == "abc");
+}
+
 TEST_CASE("UstarPrefixAndGnuLongNamesNameTheMember") {
   const std::string long_name = std::string(120, 'n') + "/" + std::string(90, 'k') + ".jpg";
   Header l;
@@ -517,16 +542,31 @@ TEST_CASE("IOErrorIsFinalAtEveryOffset") {
   }
 }
 
-TEST_CASE("MissingEndBlocksAfterACompleteMemberIsACleanEnd") {
+TEST_CASE("MissingEndBlocksAfterACompleteMemberIsACleanEndWithAWarningNamingWhere") {
   const std::string tar = Member("a.jpg", "1") + Member("b.jpg", "2");
   auto reader = MemoryReader(tar);
   CHECK(ReadAll(reader.get()).size() == 2);
+  CHECK(reader->warning() ==
+        "no end-of-archive marker: the shard may be cut short at shard.tar:2048");
+  TarSampleReader gzipped(NewInflatingFile(NewMemoryFile("shard.tar.gz", Gzip(tar))), {}, true);
+  CHECK(ReadAll(&gzipped).size() == 2);
+  CHECK(gzipped.warning() ==
+        "no end-of-archive marker: the shard may be cut short at shard.tar.gz:2048 "
+        "(uncompressed)");
+  // With the marker, whole or cut within its zeros (as tarfile accepts it): no warning.
+  for (const std::string& end :
+       {EndBlocks(), std::string(kTarBlockBytes, '\0'), std::string(100, '\0')}) {
+    auto marked = MemoryReader(tar + end);
+    CHECK(ReadAll(marked.get()).size() == 2);
+    CHECK(marked->warning().empty());
+  }
 }
 
 TEST_CASE("EmptyFileAndEmptyTarHaveNoSamples") {
   for (const std::string& tar : {std::string(), EndBlocks(), std::string(10240, '\0')}) {
     auto reader = MemoryReader(tar);
     CHECK(ReadAll(reader.get()).empty());
+    CHECK(reader->warning().empty());
   }
   // Bytes after the end marker are not read (tarfile stops there too).
   auto reader = MemoryReader(Member("a.jpg", "1") + EndBlocks() + "garbage");
@@ -545,12 +585,163 @@ TEST_CASE("SampleOverTheLimitIsRefusedWithoutHoldingItAndTheNextSampleRead") {
     bool eof = false;
     Status s = skip ? reader->SkipRecord(&eof) : reader->ReadRecordInto(&record, &eof);
     CHECK(s.code() == StatusCode::kResourceExhausted);
-    CHECK(s.message().find("sample 'a' at shard.tar:0 of 1200 bytes is over the limit of 1000") ==
-          0);
+    // Its key, names and a fixed cost per member counted with the data: 1 + 2 * 5 + 3 * 128 +
+    // 1200 bytes.
+    CHECK(s.message().find("sample 'a' at shard.tar:0 holds 1595 bytes (its data, names and "
+                           "Example framing), over the limit of 1000") == 0);
     CHECK(reader->record_length() == 1200);
     CHECK(reader->can_continue());
     REQUIRE(reader->ReadRecordInto(&record, &eof).ok());
     CHECK(Parse(record, *reader).bytes.at("__key__") == "b");
+  }
+}
+
+TEST_CASE("MemberNamesCountAgainstTheLimitSoEmptyMembersWithLongNamesAreRefused") {
+  // 100 empty members of 20 KB names: no data, 2 MB of names.
+  std::string tar;
+  for (int i = 0; i < 100; ++i) {
+    tar += LongNameMember("a.e" + std::to_string(i) + std::string(20000, 'x'), "");
+  }
+  tar += Member("b.jpg", "b") + EndBlocks();
+  RecordReaderOptions o;
+  o.stream.max_held_record_bytes = 1 << 20;
+  for (bool skip : {false, true}) {
+    auto reader = MemoryReader(tar, o);
+    std::string record;
+    bool eof = false;
+    Status s = skip ? reader->SkipRecord(&eof) : reader->ReadRecordInto(&record, &eof);
+    INFO(s.ToString());
+    CHECK(s.code() == StatusCode::kResourceExhausted);
+    CHECK(s.message().find("over the limit of 1048576 bytes") != std::string::npos);
+    CHECK(reader->record_length() == 0);
+    CHECK(record.capacity() < 4096);  // what it held was given back
+    REQUIRE(reader->ReadRecordInto(&record, &eof).ok());
+    CHECK(Parse(record, *reader).bytes.at("__key__") == "b");
+  }
+}
+
+TEST_CASE("TheExampleItselfIsCheckedAgainstTheLimit") {
+  // The sample holds little, but its image goes under a key of 3000 bytes.
+  RecordReaderOptions o;
+  o.image_key = std::string(3000, 'k');
+  o.stream.max_held_record_bytes = 2000;
+  auto reader = MemoryReader(Member("a.jpg", "1") + EndBlocks(), o);
+  std::string record;
+  bool eof = false;
+  Status s = reader->ReadRecordInto(&record, &eof);
+  CHECK(s.code() == StatusCode::kResourceExhausted);
+  CHECK(s.message().find("sample 'a' at shard.tar:0 holds 30") == 0);
+  CHECK(record.empty());
+  REQUIRE(reader->ReadRecordInto(&record, &eof).ok());
+  CHECK(eof);
+}
+
+TEST_CASE("ThousandsOfMembersOfOneSampleAreEachCheckedForARepeatedExtension") {
+  std::string tar;
+  constexpr int kMembers = 20000;
+  for (int i = 0; i < kMembers; ++i) tar += Member("a.e" + std::to_string(i), "");
+  auto reader = MemoryReader(tar + Member("b.jpg", "b") + EndBlocks());
+  std::string record;
+  bool eof = false;
+  REQUIRE(reader->ReadRecordInto(&record, &eof).ok());
+  CHECK(Parse(record, *reader).bytes.size() == kMembers + 1);  // and __key__
+  auto repeated = MemoryReader(tar + Member("a.E7", "") + EndBlocks());
+  Status s = repeated->ReadRecordInto(&record, &eof);
+  CHECK(s.message() == "shard.tar:" + std::to_string(kMembers * kTarBlockBytes) +
+                           ": tar member 'a.E7' repeats the extension 'e7' in sample 'a'");
+}
+
+TEST_CASE("ImageOrLabelKeyMayBeAnExtensionUnlessAnotherMemberWouldBeOverwritten") {
+  SECTION("image_key jpg: the jpg is the image") {
+    RecordReaderOptions o;
+    o.image_key = "jpg";
+    auto reader = MemoryReader(Member("s0.jpg", kJpeg) + Member("s0.cls", "1") +
+                                   Member("s1.jpg", "J") + Member("s1.png", "P") + EndBlocks(),
+                               o);
+    const std::vector<Sample> got = ReadAll(reader.get());
+    REQUIRE(got.size() == 2);
+    CHECK(got[0].bytes.at("jpg") == kJpeg);
+    CHECK(got[0].ints.at("image/class/label") == 1);
+    CHECK(got[1].bytes.at("jpg") == "J");
+    CHECK(got[1].bytes.at("png") == "P");
+  }
+  SECTION("image_key png: a png beside a jpg would be overwritten by the image") {
+    RecordReaderOptions o;
+    o.image_key = "png";
+    auto reader = MemoryReader(
+        Member("k.jpg", "J") + Member("k.png", "P") + Member("m.png", "M") + EndBlocks(), o);
+    std::string record;
+    bool eof = false;
+    Status s = reader->ReadRecordInto(&record, &eof);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message() ==
+          "shard.tar:1024: tar member 'k.png' has the image key 'png' as its extension, where "
+          "the sample's 'jpg' is written");
+    REQUIRE(reader->ReadRecordInto(&record, &eof).ok());
+    CHECK(Parse(record, *reader).bytes.at("png") == "M");
+  }
+  SECTION("label_key json: only with a cls is the json overwritten") {
+    RecordReaderOptions o;
+    o.label_key = "json";
+    auto reader = MemoryReader(
+        Member("a.json", "{}") + Member("a.cls", "2") + Member("b.json", "{}") + EndBlocks(), o);
+    std::string record;
+    bool eof = false;
+    Status s = reader->SkipRecord(&eof);
+    CHECK(s.message() ==
+          "shard.tar:0: tar member 'a.json' has the label key 'json' as its extension, where "
+          "the sample's cls is written");
+    REQUIRE(reader->ReadRecordInto(&record, &eof).ok());
+    CHECK(Parse(record, *reader).bytes.at("json") == "{}");
+  }
+}
+
+// A field of /proc/self/status in kB ("VmHWM", "VmRSS").
+uint64_t StatusKb(const std::string& field) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1));
+  }
+  FAIL("no " << field << " in /proc/self/status");
+  return 0;
+}
+
+TEST_CASE("ALargeMemberIsReadStraightIntoTheRecordSoTheSampleIsHeldOnce") {
+  TempDir dir;
+  constexpr size_t kMiB = 1 << 20, kPayload = 48 * kMiB;
+  {
+    // Written a MiB at a time: this process never holds the payload before reading it.
+    std::ofstream out(dir.file("big.tar"), std::ios::binary);
+    Header h;
+    h.name = "big.jpg";
+    h.size = kPayload;
+    out << HeaderBlock(h);
+    const std::string chunk(kMiB, 'p');
+    for (size_t i = 0; i < kPayload / kMiB; ++i) out << chunk;
+    out << Member("big.cls", "3") << EndBlocks();
+  }
+  for (bool plain : {true, false}) {
+    RecordReaderOptions o;
+    o.stream.buffer_bytes = kMiB;
+    o.stream.max_held_record_bytes = 64 * kMiB;
+    if (!plain) o.stream.wrap_stream = [](std::unique_ptr<SequentialFile> f) { return f; };
+    auto reader = OpenRecordReader(dir.file("big.tar"), SourceKind::kTar, o);
+    REQUIRE(reader.ok());
+    std::string record;
+    // Peak RSS from here on (writing 5 to clear_refs resets VmHWM to the current RSS).
+    std::ofstream("/proc/self/clear_refs") << "5";
+    const uint64_t before_kb = StatusKb("VmRSS");
+    bool eof = false;
+    REQUIRE((*reader)->ReadRecordInto(&record, &eof).ok());
+    const uint64_t peak_kb = StatusKb("VmHWM");
+    CHECK(record.size() > kPayload);
+    CHECK(record.size() < kPayload + 4096);
+    // The record and the read buffer, not a second copy of the payload.
+    CHECK(peak_kb - before_kb < (kPayload + 8 * kMiB) / 1024);
+    const Sample got = Parse(record, **reader);
+    CHECK(got.bytes.at("image/encoded") == std::string(kPayload, 'p'));
+    CHECK(got.ints.at("image/class/label") == 3);
   }
 }
 

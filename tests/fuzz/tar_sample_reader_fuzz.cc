@@ -1,15 +1,20 @@
-// TarSampleReader over arbitrary bytes, read twice in lockstep: once taking every sample
-// (ReadRecordInto) and once skipping every one (SkipRecord). Both must report the same statuses,
-// offsets and lengths; a sample taken must be an Example with its "__key__"; every result must
-// move the reader at least one header further; a final error must repeat.
+// TarSampleReader over arbitrary bytes, read three times in lockstep: once taking every sample
+// (ReadRecordInto), once skipping every one (SkipRecord) through the buffer, and once skipping
+// every one from a plain file (payloads seeked over, headers read one by one). All must report
+// the same statuses, offsets, lengths and warnings; a sample taken must be an Example with its
+// "__key__"; every result must move the reader at least one header further; a final error must
+// repeat.
 //
 // Input: byte 0 selects the reader's buffer size (bits 0-1) and whether every header's checksum
 // is made valid first (bit 2: walking the declared sizes, so names, sizes, extended headers and
 // truncations are reached, not only checksum errors); byte 1 selects max_held_record_bytes; the
 // rest is the file.
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <string>
 
@@ -49,6 +54,12 @@ void MakeChecksumsValid(std::string* file) {
   }
 }
 
+// A file removed when the process exits.
+struct TempPath {
+  std::string path;
+  ~TempPath() { ::unlink(path.c_str()); }
+};
+
 }  // namespace
 }  // namespace sluice
 
@@ -63,8 +74,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   RecordReaderOptions options;
   options.stream.buffer_bytes = kBufferBytes[flags & 3];
   options.stream.max_held_record_bytes = kMaxHeld[data[1] & 3];
-  TarSampleReader take(NewMemoryFile("fuzz.tar", file), options);
-  TarSampleReader skip(NewMemoryFile("fuzz.tar", file), options);
+  // The plain file's path names the in-memory ones too, so their errors read the same.
+  static const TempPath temp{"/tmp/tar_sample_reader_fuzz." + std::to_string(::getpid())};
+  const std::string& path = temp.path;
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << file;
+  TarSampleReader take(NewMemoryFile(path, file), options);
+  TarSampleReader skip(NewMemoryFile(path, file), options);
+  RecordReaderOptions plain = options;
+  plain.stream.compression = Compression::kNone;  // the bytes as they are, gzip magic or not
+  auto opened = TarSampleReader::Open(path, plain);
+  FUZZ_CHECK(opened.ok(), "open: %s", opened.status().ToString().c_str());
+  TarSampleReader& seek = **opened;
   std::string record;
   uint64_t last_offset = 0;
   for (size_t i = 0;; ++i) {
@@ -75,10 +95,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(a.ToString() == b.ToString(), "taken [%s], skipped [%s]", a.ToString().c_str(),
                b.ToString().c_str());
     FUZZ_CHECK(end == skip_end, "end of file differs");
+    bool seek_end = false;
+    const Status c = seek.SkipRecord(&seek_end);
+    FUZZ_CHECK(c.ToString() == b.ToString(), "seeked [%s], skipped [%s]", c.ToString().c_str(),
+               b.ToString().c_str());
+    FUZZ_CHECK(seek_end == skip_end, "end of file differs from the plain file's");
+    FUZZ_CHECK(seek.record_offset() == skip.record_offset(), "plain file's offset differs");
+    FUZZ_CHECK(seek.record_length() == skip.record_length(), "plain file's length differs");
     FUZZ_CHECK(take.record_offset() == skip.record_offset(), "offsets differ");
     FUZZ_CHECK(take.record_length() == skip.record_length(), "lengths differ");
     FUZZ_CHECK(take.can_continue() == skip.can_continue(), "can_continue differs");
-    if (a.ok() && end) break;
+    if (a.ok() && end) {
+      FUZZ_CHECK(take.warning() == skip.warning() && seek.warning() == skip.warning(),
+                 "warnings differ");
+      break;
+    }
     if (!take.can_continue()) {
       FUZZ_CHECK(!a.ok(), "can_continue() false after an OK read");
       const Status again = take.ReadRecordInto(&record, &end);

@@ -2,7 +2,9 @@
 the same samples in the same order as webdataset reads them, with the same labels and images,
 through a real `sluice serve` and `sluice inspect --json`; a shard cut mid-member is reported
 with file:offset and, under ERROR_POLICY_SKIP, serves the samples before the cut and counts the
-skip (ERROR_POLICY_FAIL ends the stream naming the same place).
+skip (ERROR_POLICY_FAIL ends the stream naming the same place); a shard cut between members (no
+end-of-archive marker) serves what webdataset reads from it, with a warning naming the cut, and
+fails inspect; image_key "jpg" reads the jpg members as the images.
 """
 import collections
 import io
@@ -62,7 +64,9 @@ class _TarServer(Server):
                   ("cut_skip", "%s/cut/cut.tar" % self.data, ""),
                   ("cut_fail", "%s/cut/cut.tar" % self.data, "error_policy: ERROR_POLICY_FAIL"),
                   ("bad_header", "%s/cut/bad-header.tar" % self.data, ""),
-                  ("odd", "%s/odd/odd.tar" % self.data, "")]
+                  ("odd", "%s/odd/odd.tar" % self.data, ""),
+                  ("clean_cut", "%s/cut/clean-cut.tar" % self.data, ""),
+                  ("wds_jpg", "%s/good/shard-*" % self.data, 'image_key: "jpg"')]
         return "".join('datasets {\n  name: "%s"\n  pipeline { files: "%s" %s %s }\n}\n'
                        % (name, files, extra, pipeline) for name, files, extra in blocks)
 
@@ -89,6 +93,19 @@ def _bad_header_shard(shards):
     data = bytearray(src.read_bytes())
     data[member.offset + 3] ^= 0x01
     path.write_bytes(bytes(data))
+    return path, member.offset
+
+
+def _clean_cut_shard(shards):
+    """shard-0 cut just before sample 5's first member (its cls: TarWriter writes a sample's
+    members in key order), at a block boundary, without the end-of-archive blocks: returns
+    (path, offset of the cut)."""
+    src = shards / "good" / "shard-0.tar"
+    with tarfile.open(src) as t:
+        member = t.getmember("a.b/c.d/sample005.cls")
+    (shards / "cut").mkdir(exist_ok=True)
+    path = shards / "cut" / "clean-cut.tar"
+    path.write_bytes(src.read_bytes()[:member.offset])
     return path, member.offset
 
 
@@ -124,6 +141,7 @@ def server(sluice_bin, shards, tmp_path_factory):
     _cut_shard(shards)
     _bad_header_shard(shards)
     _odd_shard(shards)
+    _clean_cut_shard(shards)
     s = _TarServer(sluice_bin, tmp_path_factory.mktemp("serve"), shards)
     yield s
     s.stop()
@@ -229,3 +247,36 @@ def test_skipped_and_oddly_named_members_group_as_webdataset_groups_them(server,
     _, served_labels, ids, skipped = _served(server, "odd")
     assert served_labels == labels and skipped == 1
     assert ids == [(0, 0), (0, 1), (0, 3)]
+
+
+def test_shard_cut_between_members_serves_what_webdataset_reads_and_inspect_warns(
+        server, shards, run_sluice):
+    path, offset = _clean_cut_shard(shards)
+    reference = _webdataset_samples([path])
+    assert len(reference) == 5  # tarfile ends there without a word
+    _, labels, ids, skipped = _served(server, "clean_cut")
+    assert labels == [int(s["cls"]) for s in reference]
+    assert ids == [(0, r) for r in range(5)] and skipped == 0
+    warning = f"no end-of-archive marker: the shard may be cut short at {path}:{offset}"
+    assert (server.workdir / "serve.log").read_text().count(warning) == 1
+    proc = run_sluice("inspect", "--json", path, check=False)
+    assert proc.returncode == 1
+    report = json.loads(proc.stdout)
+    assert report["records"] == 5 and report["corrupt"] == 0 and report["warnings"] == 1
+    assert report["files"][0]["warnings"] == [warning]
+    assert warning in proc.stderr
+
+
+def test_image_key_jpg_reads_the_jpg_members_as_the_images(server, shards, run_sluice):
+    paths = [shards / "good" / name for name, _, _ in SHARDS]
+    reference = _webdataset_samples(paths)
+    report = json.loads(run_sluice("inspect", "--json", "--image-key", "jpg", *paths).stdout)
+    assert report["records"] == len(reference) and report["corrupt"] == 0
+    assert "jpg" in report["features"] and "image/encoded" not in report["features"]
+    assert report["jpeg"]["count"] == len(reference)
+    images, labels, _, skipped = _served(server, "wds_jpg")
+    assert skipped == 0
+    assert labels == [int(s["cls"]) for s in reference]
+    decoded = [np.asarray(Image.open(io.BytesIO(s["jpg"])).convert("RGB")) for s in reference]
+    for i, (image, expected) in enumerate(zip(images, decoded)):
+        assert np.array_equal(image, expected), i

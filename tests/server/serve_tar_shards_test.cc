@@ -1,8 +1,11 @@
-// `sluice serve --files 'shards/*.tar'`: WebDataset tar shards (written here by GNU tar, an
-// independent writer) served by their names alone, batch for batch the same images and labels as
-// the same samples in TFRecord shards.
+// `sluice serve` over WebDataset tar shards (written here by GNU tar, an independent writer):
+// served by their names alone, batch for batch the same images and labels as the same samples in
+// TFRecord shards; sharded across ranks and resumed mid-epoch with each sample once; the image key
+// set to the members' extension; a shard cut between members served as far as it goes, warned of
+// once.
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -14,17 +17,19 @@ namespace sluice {
 namespace {
 
 using serve_testing::Connect;
+using serve_testing::EachLabelOnce;
 using serve_testing::Got;
 using serve_testing::ReadAll;
 using serve_testing::Request;
 using testing::ServerProcess;
 using testing::TempDir;
 
-TEST_CASE("TarShardsServeTheSameBatchesAsTheSameSamplesInTFRecordShards") {
-  TempDir dir;
+// Tar shards dir/tar/shard-<f>.tar of sizes[f] samples each (members <key>.jpg and <key>.cls,
+// written by GNU tar), and the same samples as dir/tfrecord/shard-<f>.tfrecord: labelled (and
+// drawn, IdJpeg) by global sample id from 0 in file order.
+void WriteShards(const TempDir& dir, const std::vector<int>& sizes) {
   for (const char* sub : {"src", "tar", "tfrecord"})
     std::filesystem::create_directory(dir.file(sub));
-  const std::vector<int> sizes = {7, 5, 6};
   int id = 0;
   for (size_t f = 0; f < sizes.size(); ++f) {
     auto writer =
@@ -45,6 +50,39 @@ TEST_CASE("TarShardsServeTheSameBatchesAsTheSameSamplesInTFRecordShards") {
         testing::RunCommand("tar", "-C " + dir.file("src") + " -cf " + tar + members).exit_code ==
         0);
   }
+}
+
+// A config serving dir/tar/*.tar as dataset "train" (batches of 4 at 32 x 32, one epoch unless
+// `extra` says otherwise; `extra` goes into its pipeline).
+std::string WriteConfig(const TempDir& dir, const std::string& extra = "",
+                        const std::string& name = "sluice.textproto") {
+  const std::string path = dir.file(name);
+  testing::WriteAll(path,
+                    "listen: \"127.0.0.1:0\"\ndatasets {\n  name: \"train\"\n"
+                    "  num_classes: 1000\n  pipeline {\n    files: \"" +
+                        dir.file("tar/*.tar") +
+                        "\"\n    batch_size: 4\n    image_height: 32\n"
+                        "    threads: 2\n    seed: 7\n    epochs: 1\n"
+                        "    memory_budget_bytes: 67108864\n"
+                        "    shuffle { buffer_size: 16 }\n" +
+                        extra + "  }\n}\n");
+  return path;
+}
+
+// The offset just after the data (and padding) of the tar's n-th member: where a shard cut
+// between members ends.
+uint64_t OffsetAfterMember(const std::string& tar, int n) {
+  uint64_t at = 0;
+  for (int i = 0; i < n; ++i) {
+    const uint64_t size = std::stoull(tar.substr(at + 124, 11), nullptr, 8);
+    at += 512 + (size + 511) / 512 * 512;
+  }
+  return at;
+}
+
+TEST_CASE("TarShardsServeTheSameBatchesAsTheSameSamplesInTFRecordShards") {
+  TempDir dir;
+  WriteShards(dir, {7, 5, 6});
   ServerProcess tar({"--files", dir.file("tar/*.tar"), "--port", "0"});
   ServerProcess tfrecord({"--files", dir.file("tfrecord/*.tfrecord"), "--port", "0"});
   REQUIRE(tar.running());
@@ -67,6 +105,142 @@ TEST_CASE("TarShardsServeTheSameBatchesAsTheSameSamplesInTFRecordShards") {
   CHECK(a.labels == b.labels);
   CHECK(a.images == b.images);
   CHECK((*from_tar)->skipped_after_last_batch() == 0);
+}
+
+TEST_CASE("TarShardsShardedAcrossTwoRanksGiveEachSampleOnceInEqualShares") {
+  TempDir dir;
+  WriteShards(dir, {7, 5, 6, 4});  // 22 samples
+  ServerProcess server({"--config", WriteConfig(dir)});
+  REQUIRE(server.running());
+  auto client = Connect(server.address());
+  // PAD: as many batches each as the larger share needs, padding marked; OFF: each share as it
+  // is. Either way every sample comes once, from one rank.
+  for (v1::EqualShares mode : {v1::EQUAL_SHARES_PAD, v1::EQUAL_SHARES_OFF}) {
+    std::vector<int32_t> all;
+    std::vector<size_t> batches;
+    for (int i = 0; i < 2; ++i) {
+      v1::StreamRequest r = Request();
+      r.mutable_shard()->set_index(i);
+      r.mutable_shard()->set_count(2);
+      r.set_equal_shares(mode);
+      auto s = client->Stream(r);
+      REQUIRE(s.ok());
+      size_t n = 0;
+      for (;;) {
+        ReceivedBatch b;
+        bool end = false;
+        REQUIRE((*s)->Next(&b, &end).ok());
+        if (end) break;
+        ++n;
+        for (size_t k = 0; k < b.labels.size(); ++k) {
+          if (b.valid.empty() || b.valid[k] != 0) all.push_back(b.labels[k]);
+        }
+      }
+      batches.push_back(n);
+    }
+    INFO(server.output());
+    CHECK(EachLabelOnce(all, 22));
+    if (mode == v1::EQUAL_SHARES_PAD) CHECK(batches[0] == batches[1]);
+  }
+}
+
+TEST_CASE("AResumedStreamOverTarShardsDeliversExactlyTheRestOfTheEpoch") {
+  TempDir dir;
+  WriteShards(dir, {9, 7, 8});  // 24 samples: 6 batches of 4
+  ServerProcess server({"--config", WriteConfig(dir)});
+  REQUIRE(server.running());
+  auto client = Connect(server.address());
+  auto whole = client->Stream(Request());
+  REQUIRE(whole.ok());
+  const Got all = ReadAll(**whole);
+  REQUIRE(all.status.ok());
+  REQUIRE(all.metas.size() == 6);
+  whole->reset();
+  // Two batches, then a stream resumed from there: the rest of the same epoch, in the same order.
+  auto first = client->Stream(Request());
+  REQUIRE(first.ok());
+  const Got head = ReadAll(**first, 2);
+  REQUIRE(head.status.ok());
+  REQUIRE(head.metas.size() == 2);
+  first->reset();
+  v1::StreamRequest r = Request();
+  r.mutable_start_position()->set_epoch(0);
+  r.mutable_start_position()->set_index(2);
+  r.mutable_start_position()->set_end_record(head.metas[1].end_record);
+  auto rest = client->Stream(r);
+  REQUIRE(rest.ok());
+  const Got tail = ReadAll(**rest);
+  INFO(tail.status.ToString() << "\n" << server.output());
+  REQUIRE(tail.status.ok());
+  std::vector<int32_t> labels = head.labels;
+  labels.insert(labels.end(), tail.labels.begin(), tail.labels.end());
+  CHECK(labels == all.labels);
+  CHECK(head.images + tail.images == all.images);
+  CHECK(EachLabelOnce(labels, 24));
+}
+
+TEST_CASE("ImageKeyJpgServesTheTarsJpgMembers") {
+  TempDir dir;
+  WriteShards(dir, {6, 5});
+  const std::string config = WriteConfig(dir, "    image_key: \"jpg\"\n");
+  ServerProcess by_extension({"--config", config});
+  ServerProcess by_default({"--config", WriteConfig(dir, "", "default.textproto")});
+  REQUIRE(by_extension.running());
+  REQUIRE(by_default.running());
+  v1::StreamRequest r = Request();
+  r.set_batch_size(4);
+  r.set_image_height(32);
+  r.set_seed(3);
+  auto a = Connect(by_extension.address())->Stream(r);
+  auto b = Connect(by_default.address())->Stream(r);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  const Got got = ReadAll(**a);
+  const Got want = ReadAll(**b);
+  INFO(got.status.ToString() << "\n" << by_extension.output());
+  REQUIRE(got.status.ok());
+  REQUIRE(want.status.ok());
+  CHECK(got.labels.size() >= 8);  // 11 samples, less what drop_remainder drops
+  CHECK(got.labels == want.labels);
+  CHECK(got.images == want.images);
+  CHECK((*a)->skipped_after_last_batch() == 0);
+}
+
+TEST_CASE("ATarShardCutBetweenMembersIsServedAsFarAsItGoesAndWarnedOfOnce") {
+  TempDir dir;
+  WriteShards(dir, {6, 5});
+  // shard-1 cut after its third sample (six members), at a block boundary: no end marker.
+  const std::string cut = dir.file("tar/shard-1.tar");
+  std::string bytes = testing::ReadAll(cut);
+  const uint64_t at = OffsetAfterMember(bytes, 6);
+  bytes.resize(at);
+  testing::WriteAll(cut, bytes);
+  ServerProcess server({"--config", WriteConfig(dir)});
+  REQUIRE(server.running());
+  v1::StreamRequest r = Request();
+  r.set_batch_size(1);
+  r.set_epochs(2);
+  auto s = Connect(server.address())->Stream(r);
+  REQUIRE(s.ok());
+  const Got got = ReadAll(**s);
+  REQUIRE(got.status.ok());
+  // Both epochs: the 6 samples of shard-0 and the 3 before the cut, each once an epoch.
+  REQUIRE(got.labels.size() == 18);
+  const std::vector<int32_t> epoch0(got.labels.begin(), got.labels.begin() + 9);
+  const std::vector<int32_t> epoch1(got.labels.begin() + 9, got.labels.end());
+  CHECK(EachLabelOnce(epoch0, 9));
+  CHECK(EachLabelOnce(epoch1, 9));
+  CHECK((*s)->skipped_after_last_batch() == 0);
+  s->reset();
+  server.Stop(SIGTERM);
+  const std::string out = server.output();
+  const std::string warning =
+      "no end-of-archive marker: the shard may be cut short at " + cut + ":" + std::to_string(at);
+  INFO(out);
+  const size_t first = out.find(warning);
+  REQUIRE(first != std::string::npos);
+  CHECK(out.rfind("sluice: WARNING: ", first) != std::string::npos);
+  CHECK(out.find(warning, first + 1) == std::string::npos);
 }
 
 }  // namespace

@@ -347,7 +347,8 @@ void RegisterProfileCommand(CLI::App& app, int* exit_code) {
   auto f = std::make_shared<ProfileFlags>();
   CLI::App* cmd = app.add_subcommand(
       "profile", "Run a pipeline in-process and report throughput, stage load and the bottleneck");
-  cmd->add_option("--files", f->files, "TFRecord glob(s)");
+  cmd->add_option("--files", f->files,
+                  "Glob(s) of TFRecord or WebDataset tar shards, or of image files");
   cmd->add_option("--options", f->options_file,
                   "Text-format sluice.v1.PipelineOptions (flags given as well override it)");
   cmd->add_option("--batch-size", f->batch_size,

@@ -132,6 +132,16 @@ inline v1::StreamRequest Request(std::string dataset = "train") {
   return r;
 }
 
+// Request() resumed after the last batch of `head` (epoch 0, read from its start): what a client
+// that kept those batches asks for next.
+inline v1::StreamRequest ResumeAfter(const Got& head) {
+  v1::StreamRequest r = Request();
+  r.mutable_start_position()->set_epoch(0);
+  r.mutable_start_position()->set_index(static_cast<int64_t>(head.metas.size()));
+  r.mutable_start_position()->set_end_record(head.metas.back().end_record);
+  return r;
+}
+
 // GET of the metrics URL the server printed (its metrics_address), through curl.
 inline std::string FetchMetrics(testing::ServerProcess& server) {
   const std::string out = server.output();

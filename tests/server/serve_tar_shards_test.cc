@@ -163,11 +163,7 @@ TEST_CASE("AResumedStreamOverTarShardsDeliversExactlyTheRestOfTheEpoch") {
   REQUIRE(head.status.ok());
   REQUIRE(head.metas.size() == 2);
   first->reset();
-  v1::StreamRequest r = Request();
-  r.mutable_start_position()->set_epoch(0);
-  r.mutable_start_position()->set_index(2);
-  r.mutable_start_position()->set_end_record(head.metas[1].end_record);
-  auto rest = client->Stream(r);
+  auto rest = client->Stream(serve_testing::ResumeAfter(head));
   REQUIRE(rest.ok());
   const Got tail = ReadAll(**rest);
   INFO(tail.status.ToString() << "\n" << server.output());

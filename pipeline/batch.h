@@ -9,22 +9,31 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "formats/dtype.h"
+#include "formats/sample_features.h"
 
 namespace sluice {
 
 // Storage for one batch: images and labels, allocated once and reused; with equal shares a valid
-// mask, with record ids the samples' files and record numbers (null otherwise).
+// mask, with record ids the samples' files and record numbers (null otherwise); with a feature
+// schema each slot's feature values.
 struct BatchBuffer {
+  // feature_arrays: FeatureSchema::array_count() (0: no features); feature_slot_bytes:
+  // FeatureSchema::slot_bytes(), what each slot's features are accounted at in bytes().
   BatchBuffer(int capacity, int height, int width, bool with_valid = false, bool with_ids = false,
-              DType dtype = DType::kUint8, Layout layout = Layout::kNhwc, bool with_mix = false);
+              DType dtype = DType::kUint8, Layout layout = Layout::kNhwc, bool with_mix = false,
+              size_t feature_arrays = 0, int64_t feature_slot_bytes = 0);
   ~BatchBuffer();
   BatchBuffer(const BatchBuffer&) = delete;
   BatchBuffer& operator=(const BatchBuffer&) = delete;
 
   uint8_t* image(int slot) { return images + static_cast<size_t>(slot) * image_bytes; }
-  size_t bytes() const { return static_cast<size_t>(capacity) * image_bytes; }
+  // The images and each slot's feature reserve: what the batch pool accounts.
+  size_t bytes() const {
+    return static_cast<size_t>(capacity) * (image_bytes + static_cast<size_t>(feature_slot_bytes));
+  }
 
   const int capacity;
   const int height;
@@ -32,6 +41,7 @@ struct BatchBuffer {
   const DType dtype;
   const Layout layout;
   const size_t image_bytes;  // height * width * 3 values of dtype
+  const int64_t feature_slot_bytes;
   uint8_t* images;  // capacity * image_bytes, 64-byte aligned
   int32_t* labels;  // capacity
   std::unique_ptr<uint8_t[]> valid;           // capacity; 1 = real sample, 0 = padding
@@ -41,6 +51,9 @@ struct BatchBuffer {
   // mixed_labels[i] (Batcher).
   std::unique_ptr<int32_t[]> mixed_labels;  // capacity
   std::unique_ptr<float[]> label_weights;   // capacity
+  // Per slot, with a feature schema: the record's features (Augmenter writes them with its
+  // image; Batcher moves and copies them with it). Empty without one.
+  std::vector<SampleFeatures> features;
 };
 
 // Takes buffers back when batches are released. Thread-safe; kept alive by the batches it lent.
@@ -143,6 +156,12 @@ class Batch {
   std::span<const float> label_weights() const {
     if (!buffer_->label_weights) return {};
     return {buffer_->label_weights.get(), static_cast<size_t>(size_)};
+  }
+
+  // Per sample, its features (FeatureSchema::arrays() order): empty without a feature schema.
+  std::span<const SampleFeatures> features() const {
+    if (buffer_->features.empty()) return {};
+    return {buffer_->features.data(), static_cast<size_t>(size_)};
   }
 
   // Gives the buffer back now (also done by the destructor).

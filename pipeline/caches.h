@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/sample_features.h"
 #include "formats/status.h"
 #include "pipeline/stats.h"
 
@@ -65,7 +66,10 @@ struct CachedImage {
   bool refused = false;
   uint64_t offset = 0;
   uint64_t length = 0;  // the record's (WorkItem::length)
-  int64_t bytes() const { return static_cast<int64_t>(width) * height * 3; }
+  // With a feature schema: the record's features as extracted (boxes untransformed), so later
+  // epochs need not parse the record.
+  SampleFeatures features;
+  int64_t bytes() const { return static_cast<int64_t>(width) * height * 3 + features.bytes(); }
 };
 
 class DecodedCache {

@@ -17,12 +17,25 @@
 
 namespace sluice {
 
+// Where a plan's geometry takes the points of the source image, exactly (before the source and
+// dest windows are rounded to whole pixels), in coordinates normalized to each image: source x
+// goes to output u = (x - x0) / width, then 1 - u when flip_x (y likewise). clip is the part of
+// the source that every crop of the list kept (their intersection, in normalized source
+// coordinates): torchvision.transforms.v2 clamps boxes at each crop, so a box keeps only what
+// lies inside all of them. What TransformBoxes (pipeline/box_transform.h) applies.
+struct BoxMap {
+  double x0 = 0, y0 = 0, width = 1, height = 1;
+  bool flip_x = false, flip_y = false;
+  double clip_x0 = 0, clip_y0 = 0, clip_x1 = 1, clip_y1 = 1;
+};
+
 struct GeometryPlan {
   // source (inside the image) is resampled into dest (inside the out_width x out_height output);
   // output pixels outside dest are 0 (padding). dest empty: the whole output is padding.
   CropWindow source;
   CropWindow dest;
   ResizeOptions resize;
+  BoxMap box_map;
 
   bool pads(int out_width, int out_height) const {
     return dest.x != 0 || dest.y != 0 || dest.width != out_width || dest.height != out_height;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "formats/compression.h"
+#include "formats/feature_schema.h"
 #include "formats/png_codec.h"
 #include "formats/source_kind.h"
 #include "formats/status.h"
@@ -35,6 +36,10 @@ struct ResolvedOptions {
   std::optional<Compression> compression;  // nullopt: detect per file
   std::string image_key;
   std::string label_key;
+  // PipelineOptions.unlabeled: label_key is not read, every label is 0 and batches carry none.
+  bool unlabeled = false;
+  // PipelineOptions.features, boxes and max_feature_bytes (CompileFeatureSchema).
+  FeatureSchema features;
   int64_t label_offset = 0;
   int cycle_length = 1;
   int block_length = 1;

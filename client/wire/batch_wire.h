@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -52,6 +53,8 @@ struct BatchExtras {
   // Mixup / cutmix (Batch.mixed_labels, label_weights): both or neither.
   std::span<const int32_t> mixed_labels;
   std::span<const float> label_weights;
+  // Batch.features entries as EncodeFeatureArrays wrote them, copied as they are.
+  std::string_view features;
 };
 
 // The serialized Batch up to and including the tag and length of `images`; appending

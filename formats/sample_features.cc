@@ -177,18 +177,19 @@ class MultiHotSetter final : public FeatureValueVisitor {
   int64_t bad_index_ = 0;
 };
 
-// Writes one coordinate list into every box's row of four floats (column `k`).
+// Writes one coordinate list into every box's row of four floats (column `k`), through memcpy:
+// the rows are a string's bytes.
 class BoxColumnWriter final : public FeatureValueVisitor {
  public:
-  BoxColumnWriter(float* boxes, size_t count, int k) : boxes_(boxes), count_(count), k_(k) {}
+  BoxColumnWriter(char* boxes, size_t count, int k) : boxes_(boxes), count_(count), k_(k) {}
   bool OnFloat(float v) override {
     if (i_ >= count_) return false;  // counted before: cannot happen
-    boxes_[i_++ * 4 + k_] = v;
+    std::memcpy(boxes_ + (i_++ * 4 + k_) * sizeof v, &v, sizeof v);
     return true;
   }
 
  private:
-  float* boxes_;
+  char* boxes_;
   size_t count_;
   int k_;
   size_t i_ = 0;
@@ -316,14 +317,15 @@ Status ExtractBoxes(const BoxColumns& b, const Found* const lists[5], Budget* bu
   const int64_t bytes = static_cast<int64_t>(n * (4 * sizeof(float) + sizeof(int64_t)));
   if (!budget->Take(bytes, keys[0])) return Status::OK();  // refused by the caller
   boxes->data.assign(n * 4 * sizeof(float), '\0');
-  auto* rows = reinterpret_cast<float*>(boxes->data.data());
+  char* rows = boxes->data.data();
   for (int k = 0; k < 4 && n > 0; ++k) {
     BoxColumnWriter write(rows, n, k);
     RETURN_IF_ERROR(VisitValues(keys[k], lists[k]->view, write));
   }
   static constexpr const char* kCoordinate[4] = {"xmin", "ymin", "xmax", "ymax"};
   for (size_t i = 0; i < n; ++i) {
-    float* box = rows + i * 4;
+    float box[4];
+    std::memcpy(box, rows + i * sizeof box, sizeof box);
     for (int k = 0; k < 4; ++k) {
       if (!std::isfinite(box[k])) {
         return InvalidArgument("box " + std::to_string(i) + " of " + std::to_string(n) + ": " +
@@ -340,6 +342,7 @@ Status ExtractBoxes(const BoxColumns& b, const Found* const lists[5], Budget* bu
                                Quoted(keys[k + 2]) + "; clamped to [0, 1])");
       }
     }
+    std::memcpy(rows + i * sizeof box, box, sizeof box);
   }
   if (lists[4]->missing()) {
     labels->data.assign(n * sizeof(int64_t), '\0');

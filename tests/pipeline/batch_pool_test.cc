@@ -59,5 +59,29 @@ TEST_CASE("StopWakesAWaitingAcquireWithNoBuffer") {
   CHECK(result == 0);
 }
 
+// With a feature schema every slot holds its record's arrays and reserves slot_bytes() for them,
+// so the pool's limit and what a lent buffer counts include them (as ResolveOptions' budget split
+// counts them).
+TEST_CASE("BuffersHoldAndAccountEachSlotsFeatures") {
+  ResolvedOptions o = SmallOptions();
+  FeatureColumn ids;
+  ids.key = ids.name = "ids";
+  o.features.columns.push_back(ids);
+  o.features.boxes.enabled = true;
+  o.features.max_feature_bytes = 1000;
+  REQUIRE(o.features.slot_bytes() == 1000);
+  PoolCounters counters;
+  BatchPool pool(o, &counters, nullptr);
+  const int64_t buffer_bytes = 2 * (4 * 4 * 3 + 1000);
+  CHECK(counters.limit == (1 + kBatchPoolExtra) * buffer_bytes);
+  BatchBuffer* b = pool.Acquire();
+  REQUIRE(b != nullptr);
+  CHECK(counters.bytes == buffer_bytes);
+  REQUIRE(b->features.size() == 2);
+  CHECK(b->features[0].arrays.size() == 3);  // ids, boxes, box_labels
+  pool.Release(b);
+  pool.Detach();
+}
+
 }  // namespace
 }  // namespace sluice

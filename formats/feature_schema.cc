@@ -236,8 +236,11 @@ Result<FeatureSchema> CompileFeatureSchema(const v1::PipelineOptions& options) {
     schema.columns.push_back(std::move(c));
   }
   if (options.max_feature_bytes() != 0 || !schema.empty()) {
-    const int64_t max =
-        options.max_feature_bytes() == 0 ? kDefaultMaxFeatureBytes : options.max_feature_bytes();
+    // The default holds max_boxes boxes (4 floats and a label each) besides 16 KiB of the rest.
+    const int64_t box_bytes =
+        schema.boxes.enabled ? int64_t{schema.boxes.max_boxes} * (4 * sizeof(float) + 8) : 0;
+    const int64_t max = options.max_feature_bytes() == 0 ? kDefaultMaxFeatureBytes + box_bytes
+                                                         : options.max_feature_bytes();
     RETURN_IF_ERROR(CheckRange("max_feature_bytes", max, 1, kMaxMaxFeatureBytes));
     schema.max_feature_bytes = schema.empty() ? 0 : max;
   }

@@ -69,7 +69,8 @@ struct ArrayInfo {
 struct FeatureSchema {
   std::vector<FeatureColumn> columns;
   BoxColumns boxes;
-  // PipelineOptions.max_feature_bytes resolved: 0 when empty(), else 16 KiB by default.
+  // PipelineOptions.max_feature_bytes resolved: 0 when empty(), else by default 16 KiB and 24 bytes
+  // a box of boxes.max_boxes.
   int64_t max_feature_bytes = 0;
 
   bool empty() const { return columns.empty() && !boxes.enabled; }

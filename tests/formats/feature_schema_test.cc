@@ -92,7 +92,8 @@ TEST_CASE("EveryShapeAndTypeResolvesWithDefaultsAndArraysInOrder") {
   CHECK(b.min_overlap == 0);
   CHECK(b.min_size == 1);
   CHECK(b.max_boxes == 1000);
-  CHECK(s->max_feature_bytes == 16384);
+  // 16 KiB and room for max_boxes boxes of 4 floats and an int64 label.
+  CHECK(s->max_feature_bytes == 16384 + 1000 * 24);
 
   using T = FeatureType;
   const std::vector<ArrayInfo> want = {
@@ -104,7 +105,7 @@ TEST_CASE("EveryShapeAndTypeResolvesWithDefaultsAndArraysInOrder") {
   CHECK(s->array_count() == want.size());
   CHECK(s->boxes_index() == 5);
   // The ragged reserve and the fixed-size numeric values: 80 + 3 + 1 floats.
-  CHECK(s->slot_bytes() == 16384 + (80 + 3 + 1) * 4);
+  CHECK(s->slot_bytes() == 16384 + 1000 * 24 + (80 + 3 + 1) * 4);
 }
 
 TEST_CASE("BoxOptionsGivenAreKeptAndMinSizeNegativeIsZero") {

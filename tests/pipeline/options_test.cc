@@ -303,7 +303,7 @@ TEST_CASE("FeaturesAndBoxesResolveIntoTheSchema") {
   REQUIRE(r.ok());
   CHECK(r->features.columns.size() == 1);
   CHECK(r->features.boxes.enabled);
-  CHECK(r->features.max_feature_bytes == 16384);
+  CHECK(r->features.max_feature_bytes == 16384 + 1000 * 24);
   CHECK(r->features.array_count() == 3);
   CHECK_FALSE(r->unlabeled);
   labels->set_length(0);

@@ -96,11 +96,12 @@ bool RecordIndexSource::Read(WorkItem* w) {
       ctx_.CountRead();
       return true;
     }
-    Finish();
-    return false;
   }
-  // Caught up with the start: read the rest of the file from the next record's frame.
-  if (index_pos_ >= index_.size()) {
+  // Caught up with the start, or through the index: read the rest of the file from the next
+  // record's frame. A TFRecord index tiles the file, so nothing is left after its last entry; a
+  // tar index is only known to describe the shard up to its last sample, and what follows (the
+  // end of the archive, or samples the index does not list) is read as the file's reader reads it.
+  if (index_pos_ >= index_.size() && !tar_checker_) {
     Finish();
     return false;
   }
@@ -108,8 +109,11 @@ bool RecordIndexSource::Read(WorkItem* w) {
 }
 
 bool RecordIndexSource::ReadRest(WorkItem* w) {
+  const uint64_t start = index_pos_ < index_.size() ? index_[index_pos_].offset
+                         : index_.empty()           ? 0
+                                                    : index_.back().offset + index_.back().length;
   rest_ = std::make_unique<FileReaderSource>(ctx_, file_, /*fill_cache=*/false,
-                                             FileStart{index_[index_pos_].offset, next_record_});
+                                             FileStart{start, next_record_});
   std::vector<IndexEntry>().swap(index_);
   std::vector<TarIndexSample>().swap(samples_);
   return rest_->Read(w);

@@ -373,6 +373,30 @@ TEST_CASE("AStaleTarIndexFallsBackToReadingAtTheFirstSampleThatDiffers") {
   CHECK(stats.index_fallbacks == 1);
 }
 
+// An index of a shard that has grown since (samples appended after its last entry, e.g. a shard
+// indexed while it was written) stands in for the samples it lists, and the rest are read: none
+// is lost.
+TEST_CASE("SamplesAfterTheLastEntryOfATarIndexAreReadNotLost") {
+  TempDir dir;
+  const std::string tar = WriteTarShard(dir, 12);
+  auto built = BuildTarIndex(tar);
+  REQUIRE(built.ok());
+  built->resize(9);
+  REQUIRE(WriteTarIndex(IndexPathFor(tar), *built).ok());
+  const ResolvedOptions options = TarOptions(dir);
+  PipelineStats stats;
+  RecordSource materializer(options, &stats, nullptr, nullptr, nullptr);
+  SourceContext ctx{&options, &stats, nullptr, nullptr, nullptr, RecordShard{}};
+  FileReaderSource reader(ctx, 0, /*fill_cache=*/false);
+  const std::vector<Given> want = ReadGiven(reader);
+  REQUIRE(want.size() == 12);
+  for (uint64_t window : {5, 12}) {
+    size_t lazy = 0;
+    CHECK(ReadThroughIndex(ctx, materializer, window, &lazy) == want);
+    CHECK(lazy == std::min<size_t>(window, 9));
+  }
+}
+
 // Each kind reads its own index format: a TFRecord index beside a tar shard, or a tar index beside
 // a TFRecord file, is not an index of that file.
 TEST_CASE("AnIndexOfTheOtherKindIsNotUsed") {

@@ -63,8 +63,12 @@ Status CompareSample(const TarSampleReader& reader, const TarIndexSample& sample
   return Status::OK();
 }
 
+// options' keys and per-record limit (so a checked sample is refused as reading it would refuse
+// it), reading a plain file from start_offset.
 RecordReaderOptions CheckOptions(RecordReaderOptions options, uint64_t start_offset) {
+  const uint64_t max_held = options.stream.max_held_record_bytes;
   options.stream = TFRecordReaderOptions{};
+  options.stream.max_held_record_bytes = max_held;
   options.stream.compression = Compression::kNone;
   options.stream.buffer_bytes = kCheckBufferBytes;
   options.stream.start_offset = start_offset;

@@ -373,6 +373,29 @@ TEST_CASE("AStaleTarIndexFallsBackToReadingAtTheFirstSampleThatDiffers") {
   CHECK(stats.index_fallbacks == 1);
 }
 
+// A sample over max_held_record_bytes is the same bad record (code, message, offset, length)
+// whether the file's reader meets it or a lazy sample is materialized, and the lazy start
+// measures it as the reader does.
+TEST_CASE("ATarSampleOverTheLimitIsTheSameBadRecordFromTheReaderAndTheIndex") {
+  TempDir dir;
+  const std::string tar = WriteTarShard(dir, 12, /*grow_sample=*/4);
+  auto built = BuildTarIndex(tar);
+  REQUIRE(built.ok());
+  REQUIRE(WriteTarIndex(IndexPathFor(tar), *built).ok());
+  ResolvedOptions options = TarOptions(dir);
+  options.max_held_record_bytes = 1500;
+  PipelineStats stats;
+  RecordSource materializer(options, &stats, nullptr, nullptr, nullptr);
+  SourceContext ctx{&options, &stats, nullptr, nullptr, nullptr, RecordShard{}};
+  FileReaderSource reader(ctx, 0, /*fill_cache=*/false);
+  const std::vector<Given> want = ReadGiven(reader);
+  REQUIRE(want.size() == 12);
+  REQUIRE(want[4].kind == WorkKind::kBadRecord);
+  CHECK(want[4].code == StatusCode::kResourceExhausted);
+  CHECK(ReadThroughIndex(ctx, materializer, 8) == want);
+  CHECK(stats.index_fallbacks == 0);
+}
+
 // An index of a shard that has grown since (samples appended after its last entry, e.g. a shard
 // indexed while it was written) stands in for the samples it lists, and the rest are read: none
 // is lost.

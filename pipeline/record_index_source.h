@@ -1,7 +1,8 @@
 // A resumed stream's lazy start: while the stream is still passing over records it will not use,
-// the file's record index (`.idx`) stands in for reading it, and records come out as lazy frames
-// (WorkItem::lazy_length) that cost no I/O. Once the stream has caught up, the rest of the file is
-// read from the next frame on, as FileReaderSource would.
+// the file's index (`.idx`: a TFRecord's record index, a tar shard's sample index) stands in for
+// reading it, and records come out as lazy items (WorkItem::lazy_length) that cost no payload I/O
+// (checking them reads a TFRecord's frame headers, a tar's member headers). Once the stream has
+// caught up, the rest of the file is read from the next record on, as FileReaderSource would.
 #pragma once
 
 #include <cstdint>
@@ -27,11 +28,13 @@ struct LazyWindow {
 
 class RecordIndexSource final : public Source {
  public:
-  // For TFRecord and tar files. Null when the index cannot stand in for the file: compressed, no
-  // index, an index of the other kind's format, or an index of another version of the file. window
-  // is read on every Read and outlives this. An entry that does not match its frame
-  // (IndexedFrameChecker) is logged with the index path and line, counted
-  // (PipelineStats::index_fallbacks), and the file is read from that entry's offset on.
+  // For TFRecord files and tar shards. Null when the index cannot stand in for the file:
+  // compressed, no index, an index in the other kind's format, or an index of another version of
+  // the file (a TFRecord index that does not end where the file does, a tar index whose last
+  // sample ends past it). window is read on every Read and outlives this. An entry that does not
+  // match the file (IndexedFrameChecker, TarIndexChecker) is logged with the index path and line,
+  // counted (PipelineStats::index_fallbacks), and the file is read from that entry's offset on.
+  // After a tar index's last entry the rest of the shard is read (samples it does not list).
   static std::unique_ptr<RecordIndexSource> Open(const SourceContext& ctx, uint32_t file,
                                                  const LazyWindow* window);
 
@@ -44,7 +47,8 @@ class RecordIndexSource final : public Source {
   // Checks entry i against the file, with the kind's checker.
   Status Check(size_t i);
   void Finish();
-  // Reads the file from entry index_pos_ on (record next_record_), as FileReaderSource would.
+  // Reads the file from entry index_pos_ (or the end of the last entry) on, record next_record_,
+  // as FileReaderSource would.
   bool ReadRest(WorkItem* w);
 
   const SourceContext& ctx_;

@@ -239,23 +239,32 @@ Status TarIndexChecker::Check(const std::vector<TarIndexSample>& samples, size_t
   return Status::OK();
 }
 
-Status CheckTarIndexEnd(const std::string& shard_path, const std::vector<TarIndexSample>& samples,
-                        const RecordReaderOptions& options) {
-  const size_t last = samples.empty() ? 0 : samples.size() - 1;
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<TarSampleReader> reader,
-      TarSampleReader::Open(shard_path, CheckOptions(options, TarSampleStart(samples, last))));
-  bool eof = false;
-  if (!samples.empty()) {
-    const std::string where = IndexPathFor(shard_path) + ":" + std::to_string(last + 2) +
-                              " (sample at " + std::to_string(TarSampleStart(samples, last)) + ")";
+Status CheckTarIndexEnds(const std::string& shard_path, const std::vector<TarIndexSample>& samples,
+                         const RecordReaderOptions& options) {
+  // Reads sample i from where the index says it starts: a reader left after it.
+  auto check_sample = [&](size_t i) -> Result<std::unique_ptr<TarSampleReader>> {
+    const uint64_t start = TarSampleStart(samples, i);
+    ASSIGN_OR_RETURN(std::unique_ptr<TarSampleReader> reader,
+                     TarSampleReader::Open(shard_path, CheckOptions(options, start)));
+    const std::string where = IndexPathFor(shard_path) + ":" + std::to_string(i + 2) +
+                              " (sample at " + std::to_string(start) + ")";
+    bool eof = false;
     Status s = reader->SkipRecord(&eof);
     if (!s.ok() && !reader->can_continue()) {
       return DataLoss("tar index " + where + ": the shard does not read there: " + s.message());
     }
     if (eof) return DataLoss("tar index " + where + ": the shard ends before it");
-    RETURN_IF_ERROR(CompareSample(*reader, samples[last], where));
+    RETURN_IF_ERROR(CompareSample(*reader, samples[i], where));
+    return reader;
+  };
+  std::unique_ptr<TarSampleReader> reader;
+  if (samples.empty()) {
+    ASSIGN_OR_RETURN(reader, TarSampleReader::Open(shard_path, CheckOptions(options, 0)));
+  } else {
+    if (samples.size() > 1) RETURN_IF_ERROR(check_sample(0).status());
+    ASSIGN_OR_RETURN(reader, check_sample(samples.size() - 1));
   }
+  bool eof = false;
   Status s = reader->SkipRecord(&eof);
   if (!eof) {
     return DataLoss("tar index " + IndexPathFor(shard_path) + ": the shard has more than its " +

@@ -58,14 +58,16 @@ uint64_t TarSampleStart(const std::vector<TarIndexSample>& samples, size_t i);
 // (InvalidArgument, e.g. a cls that is not a number) is indexed as it lies.
 Result<std::vector<TarIndexSample>> BuildTarIndex(const std::string& shard_path);
 
-// Whether an uncompressed shard still ends as its index says, from a read of its last sample's
-// headers and of what follows it: that sample must be exactly its entry, and the archive end
-// after it. What counting the shard's samples from its index asks (pipeline/record_counts.cc): it
-// costs a few reads, not one per sample, and catches a shard rewritten with other samples or a
-// different number of them, though not one whose earlier samples alone changed (the lazy start
-// checks every sample it passes, TarIndexChecker). DataLoss naming the index and line if not.
-Status CheckTarIndexEnd(const std::string& shard_path, const std::vector<TarIndexSample>& samples,
-                        const RecordReaderOptions& options);
+// Whether an uncompressed shard still begins and ends as its index says, from reads of its first
+// and last samples' headers and of what follows the last: each must be exactly its entry, and the
+// archive end after the last. What counting the shard's samples from its index asks
+// (pipeline/record_counts.cc): a few reads, not one per member. It catches a shard rewritten with
+// other samples or a different number of them, and an index whose first sample is a member the
+// reader skips (wds2idx lists a leading "__meta__" file as a sample), though not a shard whose
+// inner samples alone changed (the lazy start checks every sample it passes, TarIndexChecker).
+// DataLoss naming the index and line if not.
+Status CheckTarIndexEnds(const std::string& shard_path, const std::vector<TarIndexSample>& samples,
+                         const RecordReaderOptions& options);
 
 // Checks an uncompressed shard against its index one sample after another, as a reader trusts
 // them: reads the shard's headers from the start (payloads seeked over, except a `cls`) with the

@@ -155,7 +155,7 @@ FileRecords CountFileRecords(const std::string& path, std::optional<Compression>
         compression ? Result<Compression>(*compression) : DetectTarCompression(path);
     if (c.ok() && *c == Compression::kNone) {
       Result<std::vector<TarIndexSample>> index = ReadTarIndex(IndexPathFor(path));
-      if (index.ok() && CheckTarIndexEnd(path, *index, RecordReaderOptions{}).ok()) {
+      if (index.ok() && CheckTarIndexEnds(path, *index, RecordReaderOptions{}).ok()) {
         return FileRecords{index->size(), false};
       }
     }

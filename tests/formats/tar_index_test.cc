@@ -149,7 +149,7 @@ TEST_CASE("TheCheckerPassesTheShardsOwnIndexAndFailsAtTheFirstSampleOfARewritten
       CHECK(checker->record_offset() == (*index)[i].members[0].offset - kTarBlockBytes);
     }
   }
-  REQUIRE(CheckTarIndexEnd(tar, *index, RecordReaderOptions{}).ok());
+  REQUIRE(CheckTarIndexEnds(tar, *index, RecordReaderOptions{}).ok());
 
   // The same names, but s2's image grew: samples 0 and 1 stay where they were, sample 1's
   // members do not.
@@ -164,10 +164,10 @@ TEST_CASE("TheCheckerPassesTheShardsOwnIndexAndFailsAtTheFirstSampleOfARewritten
   CHECK_THAT(s.message(), Catch::Contains(tar + ".idx:3 (sample at 2560)") &&
                               Catch::Contains("member 1 is \"s2.jpg\" at 3584, 2000 bytes, its "
                                               "entry says \"s2.jpg\" at 3584, 1400 bytes"));
-  CHECK(!CheckTarIndexEnd(tar, *index, RecordReaderOptions{}).ok());
+  CHECK(!CheckTarIndexEnds(tar, *index, RecordReaderOptions{}).ok());
 }
 
-TEST_CASE("TheEndCheckCatchesAShardWithMoreOrFewerSamplesThanItsIndex") {
+TEST_CASE("TheEndsCheckCatchesAShardWithMoreOrFewerSamplesThanItsIndex") {
   TempDir dir;
   std::vector<std::pair<std::string, std::string>> members = ThreeSamples();
   const std::string tar = WriteTar(dir, "a.tar", members);
@@ -175,11 +175,30 @@ TEST_CASE("TheEndCheckCatchesAShardWithMoreOrFewerSamplesThanItsIndex") {
   REQUIRE(three.ok());
   members.push_back({"s4.jpg", "x"});
   WriteTar(dir, "a.tar", members);
-  Status more = CheckTarIndexEnd(tar, *three, RecordReaderOptions{});
+  Status more = CheckTarIndexEnds(tar, *three, RecordReaderOptions{});
   CHECK_THAT(more.message(), Catch::Contains("the shard has more than its 3 samples"));
   members.resize(4);  // s1, s2's image only
   WriteTar(dir, "a.tar", members);
-  CHECK(!CheckTarIndexEnd(tar, *three, RecordReaderOptions{}).ok());
+  CHECK(!CheckTarIndexEnds(tar, *three, RecordReaderOptions{}).ok());
+}
+
+// wds2idx lists every regular member, so a leading "__meta__" (which webdataset, and so the
+// reader, skips as metadata) is a sample of its index: one sample too many at the start, caught
+// there.
+TEST_CASE("TheEndsCheckCatchesAnIndexListingAMemberTheReaderSkipsAsASample") {
+  TempDir dir;
+  std::vector<std::pair<std::string, std::string>> members = ThreeSamples();
+  members.insert(members.begin(), {"__meta__", "meta"});
+  const std::string tar = WriteTar(dir, "a.tar", members);
+  auto index = BuildTarIndex(tar);
+  REQUIRE(index.ok());
+  REQUIRE(index->size() == 3);
+  CHECK(CheckTarIndexEnds(tar, *index, RecordReaderOptions{}).ok());
+  std::vector<TarIndexSample> wds2idx = *index;
+  wds2idx.insert(wds2idx.begin(), TarIndexSample{{{"__meta__", 512, 4, "__meta__"}}});
+  Status s = CheckTarIndexEnds(tar, wds2idx, RecordReaderOptions{});
+  CHECK(s.code() == StatusCode::kDataLoss);
+  CHECK_THAT(s.message(), Catch::Contains(tar + ".idx:2 (sample at 0)"));
 }
 
 TEST_CASE("AMemberNameWithWhitespaceGetsNoIndex") {

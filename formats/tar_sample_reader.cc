@@ -545,6 +545,7 @@ Status TarSampleReader::NextMember(Member* m, bool* end) {
     m->key_size = split->first.size();
     m->name = std::move(name);
     m->header_offset = first;
+    m->data_offset = offset_;
     m->size = data_size;
     m->sparse = type == 'S' || pax_sparse;
     return Status::OK();
@@ -563,6 +564,8 @@ Status TarSampleReader::Next(std::string* record, bool skip, bool* end_of_file) 
   *end_of_file = false;
   if (!final_status_.ok()) return final_status_;
   record_length_ = 0;
+  example_bytes_ = 0;
+  members_.clear();
   // A sample nobody wants, from a plain file: its headers are read one by one and its payloads
   // seeked over, so counting a shard reads little more than its headers.
   sparse_ = skip && seekable_ != nullptr;
@@ -605,6 +608,8 @@ Status TarSampleReader::Next(std::string* record, bool skip, bool* end_of_file) 
       if (problem.ok()) problem = InvalidArgument(at + " " + what);
     };
     if (member.sparse) sample_error("is a GNU sparse file, which cannot be read");
+    members_.push_back(
+        TarSampleMember{member.name, member.key_size, member.data_offset, member.size});
     record_length_ += member.size;
     held += member.name.size() + kMemberOverheadBytes + member.size;
     if (!refused && held > max_held) {
@@ -703,6 +708,7 @@ Status TarSampleReader::Next(std::string* record, bool skip, bool* end_of_file) 
   // The framing and the feature keys are not in `held`: the Example itself is checked too, the
   // same way whether the sample is taken or skipped.
   const size_t example_bytes = builder_.Size();
+  example_bytes_ = example_bytes;
   if (example_bytes > max_held || skip) {
     builder_.Clear();
     return skip && example_bytes <= max_held ? Status::OK() : refuse(example_bytes);

@@ -55,6 +55,19 @@ bool IsSampleMetadataName(std::string_view name);
 // zlib header's two bytes are also a plausible start of a member's name).
 Result<Compression> DetectTarCompression(const std::string& path);
 
+// A regular member of a sample, where its data lies in the (uncompressed) stream.
+struct TarSampleMember {
+  std::string name;
+  size_t key_size = 0;       // name = key "." extension
+  uint64_t data_offset = 0;  // its first data byte, after its header block(s)
+  uint64_t size = 0;         // data bytes
+  std::string_view extension() const { return std::string_view(name).substr(key_size + 1); }
+  // One past its data's padding: where the next header can start.
+  uint64_t padded_end() const {
+    return data_offset + (size + kTarBlockBytes - 1) / kTarBlockBytes * kTarBlockBytes;
+  }
+};
+
 // Not thread-safe: one reader per thread.
 class TarSampleReader final : public RecordReader {
  public:
@@ -97,6 +110,13 @@ class TarSampleReader final : public RecordReader {
   uint64_t record_offset() const override { return record_offset_; }
   // The sample's member bytes (their data, without headers or padding), as far as read.
   uint64_t record_length() const override { return record_length_; }
+  // The members of the sample last read or skipped, in stream order; all of them after any call
+  // that returned OK or an error that can_continue() (a sample refused or wrong is still read
+  // through to its end).
+  const std::vector<TarSampleMember>& members() const { return members_; }
+  // After a SkipRecord that returned OK: the bytes of the Example that reading the sample would
+  // have handed on (what ReadRecordInto's record would hold).
+  uint64_t skipped_example_bytes() const { return example_bytes_; }
   bool can_continue() const override { return final_status_.ok(); }
   // After the end: "no end-of-archive marker: ..." when the file ended between two members
   // without the marker every tar writer puts there (a shard that may have been cut short; its
@@ -112,6 +132,7 @@ class TarSampleReader final : public RecordReader {
     std::string name;
     size_t key_size = 0;         // name = key "." extension
     uint64_t header_offset = 0;  // its first header (extended ones included)
+    uint64_t data_offset = 0;
     uint64_t size = 0;
     bool sparse = false;  // GNU sparse: its data is a map and fragments, not the file
     std::string_view key() const { return std::string_view(name).substr(0, key_size); }
@@ -160,6 +181,8 @@ class TarSampleReader final : public RecordReader {
   ExampleBuilder builder_;
   uint64_t record_offset_ = 0;
   uint64_t record_length_ = 0;
+  uint64_t example_bytes_ = 0;
+  std::vector<TarSampleMember> members_;  // of the last sample
   Status final_status_;
   // The archive ended at a block boundary without its end-of-archive marker, at this offset.
   std::optional<uint64_t> unmarked_end_;

@@ -7,6 +7,18 @@
 
 namespace sluice {
 
+RecordReaderOptions RecordReaderOptionsFor(const ResolvedOptions& options, uint32_t file) {
+  RecordReaderOptions rro;
+  rro.image_key = options.image_key;
+  rro.label_key = options.label_key;
+  if (!options.file_labels.empty() && options.file_labels[file] >= 0) {
+    rro.label = options.file_labels[file];
+  }
+  rro.stream.compression = options.compression;
+  rro.stream.max_held_record_bytes = static_cast<uint64_t>(options.max_held_record_bytes);
+  return rro;
+}
+
 FileReaderSource::FileReaderSource(const SourceContext& ctx, uint32_t file, bool fill_cache,
                                    FileStart start)
     : ctx_(ctx),
@@ -22,17 +34,10 @@ FileReaderSource::~FileReaderSource() {
 
 bool FileReaderSource::OpenReader(WorkItem* w) {
   const ResolvedOptions& options = *ctx_.options;
-  RecordReaderOptions rro;
-  rro.image_key = options.image_key;
-  rro.label_key = options.label_key;
-  if (!options.file_labels.empty() && options.file_labels[file_] >= 0) {
-    rro.label = options.file_labels[file_];
-  }
+  RecordReaderOptions rro = RecordReaderOptionsFor(options, file_);
   TFRecordReaderOptions& ro = rro.stream;
-  ro.compression = ctx_.options->compression;
   ro.buffer_bytes = kReadBufferBytes;
   ro.start_offset = start_offset_;
-  ro.max_held_record_bytes = static_cast<uint64_t>(ctx_.options->max_held_record_bytes);
   if (ctx_.io_pool != nullptr) {
     // The read-ahead's chunks account themselves; the reader's buffer is added below.
     ro.wrap_stream = [this](std::unique_ptr<SequentialFile> stream) {

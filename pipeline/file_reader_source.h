@@ -17,6 +17,10 @@ struct FileStart {
   uint64_t record = 0;
 };
 
+// The reader options a data set's file is read with (its keys, its image file's label, the
+// per-record limit); the stream's buffer, start and read-ahead are the caller's.
+RecordReaderOptions RecordReaderOptionsFor(const ResolvedOptions& options, uint32_t file);
+
 class FileReaderSource final : public Source {
  public:
   // fill_cache: keep the file's records in ctx.record_cache if they fit (the whole file or none).

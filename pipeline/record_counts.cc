@@ -14,6 +14,7 @@
 #include "formats/file.h"
 #include "formats/record_index.h"
 #include "formats/record_reader_factory.h"
+#include "formats/tar_index.h"
 #include "formats/tfrecord_reader.h"
 #include "pipeline/options.h"
 
@@ -147,7 +148,19 @@ std::atomic<uint64_t> g_scans{0};
 FileRecords CountFileRecords(const std::string& path, std::optional<Compression> compression,
                              SourceKind kind) {
   if (kind == SourceKind::kImage) return FileRecords{1, false};
-  if (kind == SourceKind::kTar) return ScanRecords(path, compression, kind);
+  if (kind == SourceKind::kTar) {
+    // The index the lazy start would use (RecordIndexSource::Open), when the shard still ends as
+    // it says: a few reads instead of one per member.
+    Result<Compression> c =
+        compression ? Result<Compression>(*compression) : DetectTarCompression(path);
+    if (c.ok() && *c == Compression::kNone) {
+      Result<std::vector<TarIndexSample>> index = ReadTarIndex(IndexPathFor(path));
+      if (index.ok() && CheckTarIndexEnds(path, *index, RecordReaderOptions{}).ok()) {
+        return FileRecords{index->size(), false};
+      }
+    }
+    return ScanRecords(path, compression, kind);
+  }
   Result<UniqueFd> fd = OpenForPositionalReads(path);
   if (!fd.ok()) return FileRecords{1, true};
   struct stat st {};

@@ -98,6 +98,11 @@ void RecordSource::Next(WorkItem* w, bool* end_of_epoch) {
 }
 
 void RecordSource::Materialize(WorkItem* w) {
+  if (options_.kinds[w->file] == SourceKind::kTar) {
+    MaterializeLazySample(options_.files[w->file], RecordReaderOptionsFor(options_, w->file),
+                          ctx_.stats, w);
+    return;
+  }
   MaterializeLazyRecord(options_.files[w->file],
                         static_cast<uint64_t>(options_.max_held_record_bytes), ctx_.stats, w);
 }

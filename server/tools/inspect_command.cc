@@ -5,7 +5,8 @@
 // classes with their counts, and the paths of files that are neither JPEG nor PNG. WebDataset tar
 // shards are read sample by sample, every header checksum verified. A quoted pattern is expanded as
 // the pipeline expands it. Exit status 1 when anything is corrupt or not an image, or a tar shard
-// lacks its end-of-archive marker (it may be cut short).
+// lacks its end-of-archive marker (it may be cut short) or has an index (`.idx`) that is not its
+// own (stale, or not a tar index).
 #include <fmt/format.h>
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/global_control.h>
@@ -28,8 +29,10 @@
 #include "formats/image_example.h"
 #include "formats/jpeg_header.h"
 #include "formats/png_codec.h"
+#include "formats/record_index.h"
 #include "formats/record_reader_factory.h"
 #include "formats/source_kind.h"
+#include "formats/tar_index.h"
 #include "formats/tar_sample_reader.h"
 #include "formats/tfrecord_reader.h"
 #include "pipeline/file_list.h"
@@ -91,6 +94,8 @@ struct FileReport {
   std::vector<std::string> problems;
   uint64_t problems_not_shown = 0;
   std::optional<std::string> stopped;  // why reading ended before the end of the file
+  // A tar shard's index (<shard>.idx): "none", "matches", or why it does not (also a warning).
+  std::optional<std::string> index;
 
   std::map<std::string, FeatureKind> features;
   std::map<std::string, bool> mixed_kind;  // key seen with more than one kind
@@ -174,6 +179,39 @@ void ScanRecord(std::string_view record, uint64_t offset, const InspectOptions& 
   }
 }
 
+// Whether a tar shard's index is there and describes it exactly: the index the shard's own
+// samples make (BuildTarIndex), compared line by line. "none", "matches", or "unusable" (does not
+// parse as a tar index), "unchecked" (the shard does not read cleanly) or "stale", with *problem
+// saying why.
+std::string TarIndexState(const std::string& path, std::optional<std::string>* problem) {
+  const std::string index_path = IndexPathFor(path);
+  if (!GetFileSize(index_path).ok()) return "none";
+  Result<std::vector<TarIndexSample>> index = ReadTarIndex(index_path);
+  if (!index.ok()) {
+    *problem = index.status().message();
+    return "unusable";
+  }
+  Result<std::vector<TarIndexSample>> actual = BuildTarIndex(path);
+  if (!actual.ok()) {
+    *problem = index_path + " cannot be checked: " + actual.status().message();
+    return "unchecked";
+  }
+  for (size_t i = 0; i < std::min(index->size(), actual->size()); ++i) {
+    if ((*index)[i] != (*actual)[i]) {
+      *problem = "stale tar index " + index_path + ":" + std::to_string(i + 2) + ": sample " +
+                 std::to_string(i) + " is not the shard's (run `sluice index " + path + "`)";
+      return "stale";
+    }
+  }
+  if (index->size() != actual->size()) {
+    *problem = "stale tar index " + index_path + ": " + std::to_string(index->size()) +
+               " samples, the shard has " + std::to_string(actual->size()) +
+               " (run `sluice index " + path + "`)";
+    return "stale";
+  }
+  return "matches";
+}
+
 // A file of any kind (formats/source_kind.h) read as the pipeline reads it: a WebDataset tar
 // shard's samples are its records, every header checksum verified.
 FileReport InspectFile(const std::string& path, const InspectOptions& opt, Progress* progress) {
@@ -231,6 +269,14 @@ FileReport InspectFile(const std::string& path, const InspectOptions& opt, Progr
     }
     r.stopped = s.message();
     break;
+  }
+  if (kind == SourceKind::kTar) {
+    std::optional<std::string> problem;
+    r.index = TarIndexState(path, &problem);
+    if (problem) {
+      r.warnings.push_back(*problem);
+      r.Problem(std::move(*problem));
+    }
   }
   return r;
 }
@@ -322,6 +368,7 @@ nlohmann::json ToJson(const std::vector<FileReport>& reports, const Totals& t, d
               {"bytes", r.bytes},         {"data_bytes", r.data_bytes},
               {"malformed", r.malformed}, {"compression", r.compression}};
     if (r.stopped) f["stopped"] = *r.stopped;
+    if (r.index) f["index"] = *r.index;
     json problems = r.problems;
     f["problems"] = problems;
     f["warnings"] = r.warnings;
@@ -402,6 +449,9 @@ void PrintHuman(const std::vector<FileReport>& reports, const Totals& t, double 
   }
   fmt::print("{:<{}}  {:>10}  {:>8}  {:>10}\n", "total", width, t.records, t.corrupt,
              HumanBytes(static_cast<double>(t.bytes)));
+  for (const FileReport& r : reports) {
+    if (r.index) fmt::print("tar index {}: {}\n", IndexPathFor(r.path), *r.index);
+  }
   if (t.malformed) fmt::print("records that are not a tf.train.Example: {}\n", t.malformed);
 
   const FileReport& m = t.merged;

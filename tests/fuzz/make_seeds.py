@@ -204,6 +204,10 @@ def main():
 
     write("record_index", "three", b"0 16\n16 100\n116 20\n")
     write("record_index", "crlf", b"0 32\r\n32 16\r\n")
+    write("tar_index", "two-samples",
+          b"v1.2 2\njpg 512 700 s1.jpg cls 2048 2 s1.cls\njpg 3584 1400 s2.jpg\n")
+    write("tar_index", "tfrecord-index", b"0 16\n16 100\n")
+    write("tar_index", "crlf-empty-lines", b"v1.2 1\r\nseg.png 1024 0 a/b.c/k.seg.png\r\n\n")
 
     meta = service_pb2.Batch()
     meta.position.epoch, meta.position.index, meta.position.end_record = 1, 2, 8

@@ -14,6 +14,7 @@
 #include "formats/crc32c.h"
 #include "formats/file.h"
 #include "formats/record_index.h"
+#include "formats/tar_index.h"
 #include "formats/tfrecord_writer.h"
 #include "pipeline/record_source.h"
 #include "tests/test_proc_io.h"
@@ -124,6 +125,41 @@ TEST_CASE("TarShardsAreCountedBySamplesReadingAPlainOnesHeadersOnly") {
   CHECK(CountFileRecords(tar + ".gz", std::nullopt, SourceKind::kTar) == FileRecords{4, false});
   CHECK(CountFileRecords(dir.file("cut.tar"), std::nullopt, SourceKind::kTar) ==
         FileRecords{3, false});
+}
+
+// A tar shard's index is trusted for its count when the shard still begins and ends as it says
+// (its first and last samples where their entries put them, then the end of the archive): a few
+// reads, not one per member. One that does not (samples appended since) is not used.
+TEST_CASE("ATarIndexThatEndsWhereTheShardDoesIsTrustedWithoutReadingEveryHeader") {
+  TempDir dir;
+  std::vector<std::string> members;
+  auto write = [&](int n) {
+    std::string names;
+    for (int i = 0; i < n; ++i) {
+      const std::string key = "s" + std::to_string(i);
+      testing::WriteAll(dir.file(key + ".jpg"), RandomBytes(100 + i, i));
+      testing::WriteAll(dir.file(key + ".cls"), std::to_string(i));
+      names += " " + key + ".jpg " + key + ".cls";
+    }
+    REQUIRE(testing::RunCommand(
+                "tar", "-C " + dir.path().string() + " -cf " + dir.file("shard.tar") + names)
+                .exit_code == 0);
+  };
+  const std::string tar = dir.file("shard.tar");
+  write(64);
+  auto index = BuildTarIndex(tar);
+  REQUIRE(index.ok());
+  REQUIRE(index->size() == 64);
+  // Without an inner entry the index still begins and ends where the shard does: only the index
+  // can give 63.
+  index->erase(index->begin() + 10);
+  REQUIRE(WriteTarIndex(IndexPathFor(tar), *index).ok());
+  const uint64_t before = testing::ReadChars();
+  CHECK(CountFileRecords(tar, std::nullopt, SourceKind::kTar) == FileRecords{63, false});
+  // The index file and the last sample's headers, not the 128 headers (64 KiB) of a scan.
+  CHECK(testing::ReadChars() - before < 20 * 1024);
+  write(65);
+  CHECK(CountFileRecords(tar, std::nullopt, SourceKind::kTar) == FileRecords{65, false});
 }
 
 TEST_CASE("AnIndexThatTilesTheFileIsTrustedWithoutScanningTheFrames") {

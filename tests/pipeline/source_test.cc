@@ -5,12 +5,15 @@
 #include "pipeline/source.h"
 
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "formats/tar_index.h"
 #include "pipeline/cache_sources.h"
 #include "pipeline/file_reader_source.h"
 #include "pipeline/record_index_source.h"
+#include "pipeline/record_source.h"
 #include "tests/pipeline/pipeline_test_data.h"
 
 namespace sluice {
@@ -266,6 +269,176 @@ TEST_CASE("AnIndexOfAnotherVersionOfTheFileIsNotUsed") {
   PipelineStats stats;
   SourceContext ctx{&options, &stats, nullptr, nullptr, nullptr, RecordShard{}};
   LazyWindow window{0, 5};
+  CHECK(RecordIndexSource::Open(ctx, 0, &window) == nullptr);
+}
+
+// dir/shard.tar, written by GNU tar: n samples <key>.jpg (i + 1 KiB of bytes, so every sample is
+// a different size) and <key>.cls; grow_sample's image 700 bytes larger.
+std::string WriteTarShard(const TempDir& dir, int n, int grow_sample = -1) {
+  std::filesystem::remove_all(dir.file("src"));
+  std::filesystem::create_directories(dir.file("src"));
+  std::string members;
+  for (int i = 0; i < n; ++i) {
+    const std::string key = "s" + std::to_string(100 + i);
+    testing::WriteAll(dir.file("src/" + key + ".jpg"),
+                      std::string(1024 + i + (i == grow_sample ? 700 : 0), static_cast<char>(i)));
+    testing::WriteAll(dir.file("src/" + key + ".cls"), std::to_string(i));
+    members += " " + key + ".jpg " + key + ".cls";
+  }
+  const std::string tar = dir.file("shard.tar");
+  REQUIRE(testing::RunCommand("tar", "-C " + dir.file("src") + " -cf " + tar + members).exit_code ==
+          0);
+  return tar;
+}
+
+ResolvedOptions TarOptions(const TempDir& dir) {
+  v1::PipelineOptions o = BaseOptions(dir);
+  o.clear_files();
+  o.add_files(dir.file("shard.tar"));
+  auto options = ResolveOptions(o);
+  REQUIRE(options.ok());
+  REQUIRE(options->kinds[0] == SourceKind::kTar);
+  return *options;
+}
+
+// The items a lazy start over the file gives with `window` records passed over, each lazy one
+// materialized as the pipeline would.
+std::vector<Given> ReadThroughIndex(const SourceContext& ctx, RecordSource& materializer,
+                                    uint64_t window_until, size_t* lazy = nullptr) {
+  LazyWindow window{0, window_until};
+  auto index = RecordIndexSource::Open(ctx, 0, &window);
+  REQUIRE(index != nullptr);
+  std::vector<Given> got;
+  for (;;) {
+    WorkItem w;
+    w.file = 0;
+    if (!index->Read(&w)) break;
+    ++window.produced;
+    if (w.lazy_length > 0) {
+      if (lazy != nullptr) ++*lazy;
+      materializer.Materialize(&w);
+      CHECK(w.lazy_length == 0);
+    }
+    got.push_back({w.kind, w.status.code(), w.status.message(), w.record, w.offset, w.length,
+                   std::string(w.bytes)});
+  }
+  return got;
+}
+
+// A tar shard's index stands in for reading it as a TFRecord's does: its samples before the window
+// closes come lazy (where the reader would place them, as long as the reader would make them,
+// with no payload read), read one by one from their offset when used, then the rest of the file is
+// read from the next sample on: item for item what reading the file gives, other ranks' samples
+// passed over too.
+TEST_CASE("ATarIndexGivesLazySamplesUntilTheWindowClosesThenReadsTheRest") {
+  TempDir dir;
+  const std::string tar = WriteTarShard(dir, 12);
+  auto built = BuildTarIndex(tar);
+  REQUIRE(built.ok());
+  REQUIRE(WriteTarIndex(IndexPathFor(tar), *built).ok());
+  const ResolvedOptions options = TarOptions(dir);
+  PipelineStats stats;
+  RecordSource materializer(options, &stats, nullptr, nullptr, nullptr);
+  for (RecordShard shard : {RecordShard{}, RecordShard{1, 2}}) {
+    SourceContext ctx{&options, &stats, nullptr, nullptr, nullptr, shard};
+    FileReaderSource reader(ctx, 0, /*fill_cache=*/false);
+    const std::vector<Given> want = ReadGiven(reader);
+    REQUIRE(want.size() == (shard.count == 2 ? 6u : 12u));
+    size_t lazy = 0;
+    CHECK(ReadThroughIndex(ctx, materializer, 5, &lazy) == want);
+    CHECK(lazy == 5);
+  }
+  CHECK(stats.index_fallbacks == 0);
+}
+
+// A shard rewritten under its index (sample 4's image grew): the samples before it still come
+// lazy, and from sample 4 on the file is read: nothing lost or doubled, the fallback counted.
+TEST_CASE("AStaleTarIndexFallsBackToReadingAtTheFirstSampleThatDiffers") {
+  TempDir dir;
+  const std::string tar = WriteTarShard(dir, 12);
+  auto built = BuildTarIndex(tar);
+  REQUIRE(built.ok());
+  REQUIRE(WriteTarIndex(IndexPathFor(tar), *built).ok());
+  WriteTarShard(dir, 12, /*grow_sample=*/4);
+  const ResolvedOptions options = TarOptions(dir);
+  PipelineStats stats;
+  RecordSource materializer(options, &stats, nullptr, nullptr, nullptr);
+  SourceContext ctx{&options, &stats, nullptr, nullptr, nullptr, RecordShard{}};
+  FileReaderSource reader(ctx, 0, /*fill_cache=*/false);
+  const std::vector<Given> want = ReadGiven(reader);
+  REQUIRE(want.size() == 12);
+  size_t lazy = 0;
+  CHECK(ReadThroughIndex(ctx, materializer, 8, &lazy) == want);
+  CHECK(lazy == 4);
+  CHECK(stats.index_fallbacks == 1);
+}
+
+// A sample over max_held_record_bytes is the same bad record (code, message, offset, length)
+// whether the file's reader meets it or a lazy sample is materialized, and the lazy start
+// measures it as the reader does.
+TEST_CASE("ATarSampleOverTheLimitIsTheSameBadRecordFromTheReaderAndTheIndex") {
+  TempDir dir;
+  const std::string tar = WriteTarShard(dir, 12, /*grow_sample=*/4);
+  auto built = BuildTarIndex(tar);
+  REQUIRE(built.ok());
+  REQUIRE(WriteTarIndex(IndexPathFor(tar), *built).ok());
+  ResolvedOptions options = TarOptions(dir);
+  options.max_held_record_bytes = 1500;
+  PipelineStats stats;
+  RecordSource materializer(options, &stats, nullptr, nullptr, nullptr);
+  SourceContext ctx{&options, &stats, nullptr, nullptr, nullptr, RecordShard{}};
+  FileReaderSource reader(ctx, 0, /*fill_cache=*/false);
+  const std::vector<Given> want = ReadGiven(reader);
+  REQUIRE(want.size() == 12);
+  REQUIRE(want[4].kind == WorkKind::kBadRecord);
+  CHECK(want[4].code == StatusCode::kResourceExhausted);
+  CHECK(ReadThroughIndex(ctx, materializer, 8) == want);
+  CHECK(stats.index_fallbacks == 0);
+}
+
+// An index of a shard that has grown since (samples appended after its last entry, e.g. a shard
+// indexed while it was written) stands in for the samples it lists, and the rest are read: none
+// is lost.
+TEST_CASE("SamplesAfterTheLastEntryOfATarIndexAreReadNotLost") {
+  TempDir dir;
+  const std::string tar = WriteTarShard(dir, 12);
+  auto built = BuildTarIndex(tar);
+  REQUIRE(built.ok());
+  built->resize(9);
+  REQUIRE(WriteTarIndex(IndexPathFor(tar), *built).ok());
+  const ResolvedOptions options = TarOptions(dir);
+  PipelineStats stats;
+  RecordSource materializer(options, &stats, nullptr, nullptr, nullptr);
+  SourceContext ctx{&options, &stats, nullptr, nullptr, nullptr, RecordShard{}};
+  FileReaderSource reader(ctx, 0, /*fill_cache=*/false);
+  const std::vector<Given> want = ReadGiven(reader);
+  REQUIRE(want.size() == 12);
+  for (uint64_t window : {5, 12}) {
+    size_t lazy = 0;
+    CHECK(ReadThroughIndex(ctx, materializer, window, &lazy) == want);
+    CHECK(lazy == std::min<size_t>(window, 9));
+  }
+}
+
+// Each kind reads its own index format: a TFRecord index beside a tar shard, or a tar index beside
+// a TFRecord file, is not an index of that file.
+TEST_CASE("AnIndexOfTheOtherKindIsNotUsed") {
+  TempDir dir;
+  const std::string tar = WriteTarShard(dir, 4);
+  testing::WriteAll(IndexPathFor(tar), FormatRecordIndex({{0, 1024}, {1024, 1024}}));
+  PipelineStats stats;
+  LazyWindow window{0, 3};
+  {
+    const ResolvedOptions options = TarOptions(dir);
+    SourceContext ctx{&options, &stats, nullptr, nullptr, nullptr, RecordShard{}};
+    CHECK(RecordIndexSource::Open(ctx, 0, &window) == nullptr);
+  }
+  auto shards = WriteTestShards(dir, 1, 4);
+  auto tar_index = BuildTarIndex(tar);
+  REQUIRE(tar_index.ok());
+  REQUIRE(WriteTarIndex(IndexPathFor(shards.paths[0]), *tar_index).ok());
+  const ResolvedOptions options = Resolved(dir);
+  SourceContext ctx{&options, &stats, nullptr, nullptr, nullptr, RecordShard{}};
   CHECK(RecordIndexSource::Open(ctx, 0, &window) == nullptr);
 }
 

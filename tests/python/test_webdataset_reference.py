@@ -280,3 +280,44 @@ def test_image_key_jpg_reads_the_jpg_members_as_the_images(server, shards, run_s
     decoded = [np.asarray(Image.open(io.BytesIO(s["jpg"])).convert("RGB")) for s in reference]
     for i, (image, expected) in enumerate(zip(images, decoded)):
         assert np.array_equal(image, expected), i
+
+
+def _wds2idx(path):
+    """The index DALI's tools/wds2idx.py writes for a shard when GNU tar is not on the PATH (its
+    IndexCreator._get_data_tarfile, then create_index), restated here as nvidia-dali is not
+    installed: each regular member's data offset (tarfile's stream position after its headers,
+    in the uncompressed stream), name and size; the extension after the first dot of the last
+    path component; consecutive members with one base name one sample; "v1.2 <samples>" first."""
+    samples, last = [], None
+    with tarfile.open(path) as archive:
+        for member in archive:
+            if member.type != tarfile.REGTYPE:
+                continue
+            offset = archive.fileobj.tell()
+            assert offset == member.offset_data
+            dot = member.name.find(".", member.name.rfind("/") + 1)
+            base, ext = member.name[:dot], member.name[dot + 1:]
+            if not base or base.endswith("/"):
+                continue
+            if base != last:
+                samples.append([])
+                last = base
+            samples[-1].append((ext, offset, member.size, member.name))
+    lines = ["v1.2 %d" % len(samples)]
+    lines += [" ".join(" ".join(map(str, c)) for c in sample) for sample in samples]
+    return "\n".join(lines) + "\n"
+
+
+def test_sluice_index_writes_what_dali_wds2idx_writes(run_sluice, shards, tmp_path):
+    """webdataset's shards (keys with dotted folders, gzip, pax long paths): `sluice index` writes
+    byte for byte the index wds2idx's algorithm makes of them, and inspect finds it matches."""
+    paths = []
+    for name, _, _ in SHARDS:
+        paths.append(tmp_path / name)
+        paths[-1].write_bytes((shards / "good" / name).read_bytes())
+    out = run_sluice("index", *paths).stdout
+    assert out == "".join("%s.idx: %d samples\n" % (p, PER_SHARD) for p in paths)
+    for path in paths:
+        assert (tmp_path / (path.name + ".idx")).read_text() == _wds2idx(path), path.name
+    report = json.loads(run_sluice("inspect", "--json", *paths).stdout)
+    assert [f["index"] for f in report["files"]] == ["matches"] * len(SHARDS)

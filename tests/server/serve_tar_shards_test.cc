@@ -2,7 +2,8 @@
 // served by their names alone, batch for batch the same images and labels as the same samples in
 // TFRecord shards; sharded across ranks and resumed mid-epoch with each sample once; the image key
 // set to the members' extension; a shard cut between members served as far as it goes, warned of
-// once.
+// once; a resumed stream over indexed shards reading only the headers of the samples it passes
+// over, a stale index falling back to reading, a TFRecord index beside a tar not used.
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "formats/image_example.h"
+#include "formats/record_index.h"
 #include "formats/tfrecord_writer.h"
 #include "tests/server/serve_fixture.h"
 
@@ -26,8 +28,11 @@ using testing::TempDir;
 
 // Tar shards dir/tar/shard-<f>.tar of sizes[f] samples each (members <key>.jpg and <key>.cls,
 // written by GNU tar), and the same samples as dir/tfrecord/shard-<f>.tfrecord: labelled (and
-// drawn, IdJpeg) by global sample id from 0 in file order.
-void WriteShards(const TempDir& dir, const std::vector<int>& sizes) {
+// drawn, IdJpeg) by global sample id from 0 in file order. With bin_bytes > 0 each tar sample
+// also has a member <key>.bin of that many bytes (bin_bytes + grow for the sample whose id is
+// grow_id): a payload that rides along unused.
+void WriteShards(const TempDir& dir, const std::vector<int>& sizes, size_t bin_bytes = 0,
+                 int grow_id = -1, size_t grow = 0) {
   for (const char* sub : {"src", "tar", "tfrecord"})
     std::filesystem::create_directory(dir.file(sub));
   int id = 0;
@@ -42,6 +47,11 @@ void WriteShards(const TempDir& dir, const std::vector<int>& sizes) {
       testing::WriteAll(dir.file("src/" + key + ".jpg"), jpeg);
       testing::WriteAll(dir.file("src/" + key + ".cls"), std::to_string(id) + "\n");
       members += " " + key + ".jpg " + key + ".cls";
+      if (bin_bytes > 0) {
+        const size_t n = bin_bytes + (id == grow_id ? grow : 0);
+        testing::WriteAll(dir.file("src/" + key + ".bin"), std::string(n, static_cast<char>(id)));
+        members += " " + key + ".bin";
+      }
       REQUIRE((*writer)->Write(EncodeImageExample(ImageRecord{jpeg, id, "c", 48, 64, "x"})).ok());
     }
     REQUIRE((*writer)->Close().ok());
@@ -237,6 +247,161 @@ TEST_CASE("ATarShardCutBetweenMembersIsServedAsFarAsItGoesAndWarnedOfOnce") {
   REQUIRE(first != std::string::npos);
   CHECK(out.rfind("sluice: WARNING: ", first) != std::string::npos);
   CHECK(out.find(warning, first + 1) == std::string::npos);
+}
+
+// Bytes the process has read(2) or pread(2) so far (rchar of /proc/PID/io): the page cache holds
+// the shards, so read_bytes would show nothing.
+uint64_t ReadChars(pid_t pid) {
+  std::ifstream io("/proc/" + std::to_string(pid) + "/io");
+  std::string key;
+  uint64_t value = 0;
+  while (io >> key >> value) {
+    if (key == "rchar:") return value;
+  }
+  return 0;
+}
+
+// `sluice index` over every tar shard in dir/tar.
+void IndexShards(const TempDir& dir, int shards) {
+  std::string args = "index";
+  for (int f = 0; f < shards; ++f)
+    args += " " + dir.file("tar/shard-" + std::to_string(f) + ".tar");
+  const testing::CommandResult indexed = testing::RunSluice(args);
+  INFO(indexed.err);
+  REQUIRE(indexed.exit_code == 0);
+}
+
+// A whole epoch, its first 8 batches, and a stream resumed after them; what the resumed stream
+// delivered and the bytes the server read meanwhile. The head is read once; `resume` runs each
+// resumed stream after `before()`.
+struct Resumed {
+  Got tail;
+  uint64_t read_chars = 0;
+};
+
+Resumed ResumeAfterHead(ServerProcess& server, Client& client, const Got& head) {
+  Resumed r;
+  const uint64_t before = ReadChars(server.pid());
+  auto rest = client.Stream(serve_testing::ResumeAfter(head));
+  REQUIRE(rest.ok());
+  r.tail = ReadAll(**rest);
+  r.read_chars = ReadChars(server.pid()) - before;
+  return r;
+}
+
+// 3 shards of 16 samples, each with a 256 KiB member besides its image: a resumed stream after 8
+// batches (32 samples) over indexed shards passes over at least the 16 samples the shuffle buffer
+// (16) no longer holds without reading their payloads, so it reads at least 4 MiB less than the
+// same resumed stream over the same shards without their indexes, and both deliver exactly the
+// epoch's last 4 batches.
+TEST_CASE("AResumedStreamOverIndexedTarShardsReadsOnlyTheHeadersOfTheSamplesItPassesOver") {
+  TempDir dir;
+  constexpr size_t kBin = 256 << 10;
+  WriteShards(dir, {16, 16, 16}, kBin);
+  IndexShards(dir, 3);
+  ServerProcess server({"--config", WriteConfig(dir)});
+  REQUIRE(server.running());
+  auto client = Connect(server.address());
+  auto whole = client->Stream(Request());
+  REQUIRE(whole.ok());
+  const Got all = ReadAll(**whole);
+  REQUIRE(all.status.ok());
+  REQUIRE(all.metas.size() == 12);
+  whole->reset();
+  auto first = client->Stream(Request());
+  REQUIRE(first.ok());
+  const Got head = ReadAll(**first, 8);
+  REQUIRE(head.metas.size() == 8);
+  first->reset();
+
+  const Resumed indexed = ResumeAfterHead(server, *client, head);
+  for (int f = 0; f < 3; ++f) {
+    std::filesystem::remove(IndexPathFor(dir.file("tar/shard-" + std::to_string(f) + ".tar")));
+  }
+  const Resumed plain = ResumeAfterHead(server, *client, head);
+  INFO(server.output());
+  for (const Resumed* r : {&indexed, &plain}) {
+    REQUIRE(r->tail.status.ok());
+    std::vector<int32_t> labels = head.labels;
+    labels.insert(labels.end(), r->tail.labels.begin(), r->tail.labels.end());
+    CHECK(labels == all.labels);
+    CHECK(head.images + r->tail.images == all.images);
+  }
+  INFO("indexed " << indexed.read_chars << " bytes, plain " << plain.read_chars);
+  CHECK(indexed.read_chars + 16 * kBin <= plain.read_chars);
+  auto stats = client->GetStats("train");
+  REQUIRE(stats.ok());
+  CHECK(stats->datasets(0).record_index_fallbacks() == 0);
+}
+
+// Shard 0 rewritten after it was indexed (its second sample's extra member grew): the resumed
+// stream trusts the index up to the first sample, reads shard 0 from its second sample on, logs
+// the index line and counts the fallback, and delivers exactly what the unresumed stream did.
+TEST_CASE("AResumedStreamOverAStaleTarIndexFallsBackAndDeliversTheSameBatches") {
+  TempDir dir;
+  WriteShards(dir, {16, 16, 16}, 4096);
+  IndexShards(dir, 3);
+  WriteShards(dir, {16, 16, 16}, 4096, /*grow_id=*/1, /*grow=*/3000);
+  ServerProcess server({"--config", WriteConfig(dir)});
+  REQUIRE(server.running());
+  auto client = Connect(server.address());
+  auto whole = client->Stream(Request());
+  REQUIRE(whole.ok());
+  const Got all = ReadAll(**whole);
+  REQUIRE(all.status.ok());
+  REQUIRE(all.metas.size() == 12);
+  whole->reset();
+  auto first = client->Stream(Request());
+  REQUIRE(first.ok());
+  const Got head = ReadAll(**first, 8);
+  first->reset();
+  const Resumed resumed = ResumeAfterHead(server, *client, head);
+  REQUIRE(resumed.tail.status.ok());
+  std::vector<int32_t> labels = head.labels;
+  labels.insert(labels.end(), resumed.tail.labels.begin(), resumed.tail.labels.end());
+  CHECK(labels == all.labels);
+  CHECK(head.images + resumed.tail.images == all.images);
+  auto stats = client->GetStats("train");
+  REQUIRE(stats.ok());
+  CHECK(stats->datasets(0).record_index_fallbacks() == 1);
+  server.Stop(SIGTERM);
+  const std::string index = IndexPathFor(dir.file("tar/shard-0.tar"));
+  INFO(server.output());
+  CHECK(server.output().find("tar index " + index + ":3 (sample at ") != std::string::npos);
+}
+
+// A TFRecord index (DALI tfrecord2idx's "<offset> <length>" lines) beside a tar shard is not that
+// shard's index: not used to count nor to resume, nothing misread, no fallback counted.
+TEST_CASE("ATFRecordIndexBesideATarShardIsNotUsed") {
+  TempDir dir;
+  WriteShards(dir, {16, 16, 16});
+  const std::string tar = dir.file("tar/shard-0.tar");
+  const uint64_t size = std::filesystem::file_size(tar);
+  testing::WriteAll(IndexPathFor(tar),
+                    FormatRecordIndex({{0, size / 2}, {size / 2, size - size / 2}}));
+  ServerProcess server({"--config", WriteConfig(dir)});
+  REQUIRE(server.running());
+  auto client = Connect(server.address());
+  auto whole = client->Stream(Request());
+  REQUIRE(whole.ok());
+  const Got all = ReadAll(**whole);
+  REQUIRE(all.status.ok());
+  REQUIRE(all.metas.size() == 12);
+  CHECK(EachLabelOnce(all.labels, 48));
+  whole->reset();
+  auto first = client->Stream(Request());
+  REQUIRE(first.ok());
+  const Got head = ReadAll(**first, 8);
+  first->reset();
+  const Resumed resumed = ResumeAfterHead(server, *client, head);
+  REQUIRE(resumed.tail.status.ok());
+  std::vector<int32_t> labels = head.labels;
+  labels.insert(labels.end(), resumed.tail.labels.begin(), resumed.tail.labels.end());
+  CHECK(labels == all.labels);
+  CHECK(head.images + resumed.tail.images == all.images);
+  auto stats = client->GetStats("train");
+  REQUIRE(stats.ok());
+  CHECK(stats->datasets(0).record_index_fallbacks() == 0);
 }
 
 }  // namespace

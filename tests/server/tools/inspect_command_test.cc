@@ -8,6 +8,7 @@
 
 #include "formats/image_example.h"
 #include "formats/jpeg_codec.h"
+#include "formats/record_index.h"
 #include "formats/tfrecord_writer.h"
 #include "tests/png_test_images.h"
 #include "tests/test_support.h"
@@ -198,6 +199,59 @@ TEST_CASE("InspectJsonCountsTarSamplesAndNamesADamagedHeader") {
   CHECK(j["corrupt"] == 1);
   CHECK(j["files"][0]["stopped"].get<std::string>().find(
             path + ":" + std::to_string(damaged) + ": bad tar header checksum") == 0);
+}
+
+// `sluice index` writes each shard's index by its kind (a tar's in wds2idx's "v1.2" format, a
+// TFRecord's as "<offset> <length>" lines); inspect says whether a tar shard's index is there and
+// is its own, and fails on one that is stale (the shard rewritten) or not a tar index at all.
+TEST_CASE("IndexWritesATarShardsIndexByItsKindAndInspectChecksIt") {
+  TempDir dir;
+  const std::string jpeg = SmallJpeg(40, 30);
+  auto write_tar = [&](int samples) {
+    std::string members;
+    for (int i = 0; i < samples; ++i) {
+      const std::string key = "s" + std::to_string(i);
+      testing::WriteAll(dir.file(key + ".jpg"), jpeg);
+      testing::WriteAll(dir.file(key + ".cls"), std::to_string(i));
+      members += " " + key + ".jpg " + key + ".cls";
+    }
+    REQUIRE(testing::RunCommand(
+                "tar", "-C " + dir.path().string() + " -cf " + dir.file("shard.tar") + members)
+                .exit_code == 0);
+  };
+  write_tar(3);
+  const std::string tar = dir.file("shard.tar");
+  const std::string tfrecord = dir.file("shard.tfrecord");
+  const std::vector<IndexEntry> frames = WriteShard(tfrecord, 4);
+  auto index_state = [&] {
+    testing::CommandResult r = RunSluice("inspect --json " + tar);
+    INFO(r.err);
+    return std::make_pair(r.exit_code,
+                          nlohmann::json::parse(r.out)["files"][0]["index"].get<std::string>());
+  };
+  CHECK(index_state() == std::make_pair(0, std::string("none")));
+
+  testing::CommandResult indexed = RunSluice("index " + tar + " " + tfrecord);
+  INFO(indexed.err);
+  REQUIRE(indexed.exit_code == 0);
+  CHECK(indexed.out == tar + ".idx: 3 samples\n" + tfrecord + ".idx: 4 records\n");
+  const size_t data = (jpeg.size() + 511) / 512 * 512;
+  const size_t sample = 512 + data + 1024;
+  std::string want = "v1.2 3\n";
+  for (size_t i = 0; i < 3; ++i) {
+    const std::string key = "s" + std::to_string(i);
+    want += "jpg " + std::to_string(i * sample + 512) + " " + std::to_string(jpeg.size()) + " " +
+            key + ".jpg cls " + std::to_string(i * sample + 512 + data + 512) + " 1 " + key +
+            ".cls\n";
+  }
+  CHECK(testing::ReadAll(tar + ".idx") == want);
+  CHECK(testing::ReadAll(tfrecord + ".idx") == FormatRecordIndex(frames));
+  CHECK(index_state() == std::make_pair(0, std::string("matches")));
+
+  write_tar(4);
+  CHECK(index_state() == std::make_pair(1, std::string("stale")));
+  testing::WriteAll(tar + ".idx", FormatRecordIndex(frames));
+  CHECK(index_state() == std::make_pair(1, std::string("unusable")));
 }
 
 TEST_CASE("InspectMissingFileIsAnErrorNamingIt") {

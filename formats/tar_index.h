@@ -1,0 +1,101 @@
+// Tar shard index files, in the format NVIDIA DALI's wds2idx writes (version "v1.2") and
+// fn.readers.webdataset(index_paths=...) reads: a first line "v1.2 <samples>", then one line per
+// sample listing each of its members as "<ext> <offset> <size> <name>" (space separated), where
+// offset is the member's first data byte (after its header blocks, so a multiple of 512), size its
+// data bytes, ext the part of the name after the first dot of its last path component (as
+// written, not lower-cased) and name the member's whole path. For compressed shards the offsets
+// are positions in the uncompressed stream. The index of "<shard>" lives at "<shard>.idx"
+// (IndexPathFor), as a TFRecord shard's does; the two formats never parse as each other (a
+// TFRecord index has no version line), so each file's index is read by the file's kind.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "formats/record_reader_factory.h"
+#include "formats/status.h"
+#include "formats/tar_sample_reader.h"
+
+namespace sluice {
+
+inline constexpr std::string_view kTarIndexVersion = "v1.2";
+
+struct TarIndexMember {
+  std::string ext;
+  uint64_t offset = 0;  // first data byte
+  uint64_t size = 0;    // data bytes
+  std::string name;
+  bool operator==(const TarIndexMember&) const = default;
+};
+
+struct TarIndexSample {
+  std::vector<TarIndexMember> members;  // at least one, in stream order
+  // One past the padding of its last member's data.
+  uint64_t padded_end() const;
+  bool operator==(const TarIndexSample&) const = default;
+};
+
+std::string FormatTarIndex(const std::vector<TarIndexSample>& samples);
+// Parses and checks the index describes a possible tar: the version line and exactly as many
+// sample lines as it says; every offset a multiple of 512 with a header block before it; each
+// member after the previous one's data and its header. Errors name the path and line
+// (the version line is line 1).
+Result<std::vector<TarIndexSample>> ParseTarIndex(std::string_view text, const std::string& path);
+
+Status WriteTarIndex(const std::string& path, const std::vector<TarIndexSample>& samples);
+Result<std::vector<TarIndexSample>> ReadTarIndex(const std::string& path);
+
+// Where a reader may start to read sample i: 0 for the first, else just after the previous
+// sample's last member (members the reader skips, such as folders, may lie between).
+uint64_t TarSampleStart(const std::vector<TarIndexSample>& samples, size_t i);
+
+// Reads a shard (any compression) and returns its index: the samples TarSampleReader makes of
+// it, each with its members. A shard whose headers do not read cleanly (DataLoss) gets none, nor
+// one with a member name the format cannot write (whitespace in it); a sample that is only wrong
+// (InvalidArgument, e.g. a cls that is not a number) is indexed as it lies.
+Result<std::vector<TarIndexSample>> BuildTarIndex(const std::string& shard_path);
+
+// Whether an uncompressed shard still begins and ends as its index says, from reads of its first
+// and last samples' headers and of what follows the last: each must be exactly its entry, and the
+// archive end after the last. What counting the shard's samples from its index asks
+// (pipeline/record_counts.cc): a few reads, not one per member. It catches a shard rewritten with
+// other samples or a different number of them, and an index whose first sample is a member the
+// reader skips (wds2idx lists a leading "__meta__" file as a sample), though not a shard whose
+// inner samples alone changed (the lazy start checks every sample it passes, TarIndexChecker).
+// DataLoss naming the index and line if not.
+Status CheckTarIndexEnds(const std::string& shard_path, const std::vector<TarIndexSample>& samples,
+                         const RecordReaderOptions& options);
+
+// Checks an uncompressed shard against its index one sample after another, as a reader trusts
+// them: reads the shard's headers from the start (payloads seeked over, except a `cls`) with the
+// reader the pipeline uses, and each sample must be exactly its entry: the same members, names,
+// data offsets and sizes. An index can parse and still lie (a stale index of a rewritten shard,
+// samples merged or split, a member missing); this catches it at the first sample it touches.
+// Not thread-safe.
+class TarIndexChecker {
+ public:
+  // options: the pipeline's (keys, max_held_record_bytes), so the sizes it reports are the
+  // reading path's; its stream options are replaced.
+  static Result<TarIndexChecker> Open(const std::string& shard_path,
+                                      const RecordReaderOptions& options);
+  // Checks samples[i]. DataLoss naming the index path, the line and what the shard holds instead.
+  // REQUIRES: called with i = 0, 1, 2... in turn, the same samples each time, until one fails.
+  Status Check(const std::vector<TarIndexSample>& samples, size_t i);
+  // After a Check that passed: where the sample's first header is (the reader's record_offset)
+  // and the length the reading path gives the sample (its Example's bytes, or for a sample it
+  // refuses, its members' data bytes).
+  uint64_t record_offset() const { return reader_->record_offset(); }
+  uint64_t record_length() const { return length_; }
+
+ private:
+  TarIndexChecker(std::string path, std::unique_ptr<TarSampleReader> reader)
+      : path_(std::move(path)), reader_(std::move(reader)) {}
+  std::string path_;
+  std::unique_ptr<TarSampleReader> reader_;
+  uint64_t length_ = 0;
+};
+
+}  // namespace sluice

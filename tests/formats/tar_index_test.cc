@@ -1,0 +1,226 @@
+// Tar indexes in DALI wds2idx's format: built from shards GNU tar wrote (a folder between samples,
+// pax long names, gzip), parsed back, never confused with a TFRecord index, and checked against
+// the shard sample by sample (a stale index fails at the first sample that differs) or at its end.
+#include "formats/tar_index.h"
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "formats/record_index.h"
+#include "tests/test_support.h"
+#include "tests/zlib_test_util.h"
+
+namespace sluice {
+namespace {
+
+using testing::TempDir;
+using testing::WriteAll;
+
+// dir/<name> written by GNU tar from members dir/src/<member> (data `contents[member]` each, a
+// member ending in "/" a folder), in the order given.
+std::string WriteTar(const TempDir& dir, const std::string& name,
+                     const std::vector<std::pair<std::string, std::string>>& members,
+                     const std::string& format = "gnu") {
+  std::filesystem::remove_all(dir.file("src"));
+  std::filesystem::create_directories(dir.file("src"));
+  std::string names;
+  for (const auto& [member, data] : members) {
+    const std::string path = dir.file("src/" + member);
+    if (member.back() == '/') {
+      std::filesystem::create_directories(path);
+    } else {
+      std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+      WriteAll(path, data);
+    }
+    names += " '" + member + "'";
+  }
+  const std::string tar = dir.file(name);
+  REQUIRE(testing::RunCommand("tar", "--no-recursion --format=" + format + " -C " +
+                                         dir.file("src") + " -cf " + tar + names)
+              .exit_code == 0);
+  return tar;
+}
+
+std::vector<std::pair<std::string, std::string>> ThreeSamples() {
+  return {{"s1.jpg", std::string(700, 'a')},
+          {"s1.cls", "1\n"},
+          {"d/", ""},
+          {"s2.jpg", std::string(1400, 'b')},
+          {"s2.cls", "2\n"},
+          {"s3.seg.png", std::string(2100, 'c')},
+          {"s3.cls", "3\n"}};
+}
+
+TEST_CASE("AnIndexListsEachSamplesMembersAtTheirDataOffsetsAsWds2idxWritesIt") {
+  TempDir dir;
+  const std::string tar = WriteTar(dir, "a.tar", ThreeSamples());
+  auto index = BuildTarIndex(tar);
+  REQUIRE(index.ok());
+  // Each member's data follows its 512-byte header; the folder "d" takes a header between s1 and
+  // s2 and is no sample's member. The extension is what follows the first dot.
+  CHECK(FormatTarIndex(*index) ==
+        "v1.2 3\n"
+        "jpg 512 700 s1.jpg cls 2048 2 s1.cls\n"
+        "jpg 3584 1400 s2.jpg cls 5632 2 s2.cls\n"
+        "seg.png 6656 2100 s3.seg.png cls 9728 2 s3.cls\n");
+  auto parsed = ParseTarIndex(FormatTarIndex(*index), "a.tar.idx");
+  REQUIRE(parsed.ok());
+  CHECK(*parsed == *index);
+  CHECK(TarSampleStart(*index, 0) == 0);
+  CHECK(TarSampleStart(*index, 1) == 2560);  // after s1.cls's data: the folder's header
+  CHECK(TarSampleStart(*index, 2) == 5632 + 512);
+}
+
+TEST_CASE("PaxLongNamesAndGzipKeepDataOffsetsInTheUncompressedStream") {
+  TempDir dir;
+  const std::string long_key = std::string(120, 'x') + "/sample";
+  const std::string tar =
+      WriteTar(dir, "p.tar", {{long_key + ".jpg", "jpeg"}, {long_key + ".cls", "7"}}, "pax");
+  auto index = BuildTarIndex(tar);
+  REQUIRE(index.ok());
+  REQUIRE(index->size() == 1);
+  const std::vector<TarIndexMember>& m = (*index)[0].members;
+  REQUIRE(m.size() == 2);
+  CHECK(m[0].name == long_key + ".jpg");
+  CHECK(m[0].ext == "jpg");
+  // Its data is where the bytes are: after the pax header, its records and the member's header.
+  const std::string bytes = testing::ReadAll(tar);
+  CHECK(bytes.substr(m[0].offset, 4) == "jpeg");
+  CHECK(bytes.substr(m[1].offset, 1) == "7");
+  CHECK(m[0].offset > 1024);
+
+  const std::string gz = dir.file("p.tar.gz");
+  WriteAll(gz, testing::Gzip(bytes));
+  auto from_gz = BuildTarIndex(gz);
+  REQUIRE(from_gz.ok());
+  CHECK(*from_gz == *index);
+}
+
+TEST_CASE("ATFRecordIndexIsNotATarIndexNorTheReverse") {
+  const std::string tfrecord_index = FormatRecordIndex({{0, 100}, {100, 50}});
+  auto as_tar = ParseTarIndex(tfrecord_index, "x.tar.idx");
+  REQUIRE(!as_tar.ok());
+  CHECK_THAT(as_tar.status().message(),
+             Catch::Contains("x.tar.idx:1") && Catch::Contains("expected \"v1.2 <samples>\""));
+  auto as_tfrecord = ParseRecordIndex("v1.2 1\njpg 512 10 a.jpg\n", "x.tfrecord.idx");
+  CHECK(!as_tfrecord.ok());
+}
+
+TEST_CASE("AnIndexThatCannotDescribeATarIsRefusedNamingItsLine") {
+  struct Case {
+    std::string text;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {"v1.1 1\njpg 512 10\n", ":1: expected"},
+      {"v1.2 2\njpg 512 10 a.jpg\n", ":3: the index ends after 1 of its 2 samples"},
+      {"v1.2 1\njpg 512 10 a.jpg\ncls 2048 1 b.cls\n", ":3: more samples than the 1"},
+      {"v1.2 1\njpg 500 10 a.jpg\n", ":2: member 1: offset 500 is not a multiple of 512"},
+      {"v1.2 1\njpg 0 10 a.jpg\n", ":2: member 1 at 0 overlaps"},
+      {"v1.2 2\njpg 512 600 a.jpg\njpg 1536 1 b.jpg\n", ":3: member 1 at 1536 overlaps"},
+      {"v1.2 1\njpg 512 10\n", ":2: member 1: expected \"<ext> <offset> <size> <name>\""},
+      {"v1.2 1\n\n", ":2: a sample without members"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.text);
+    auto parsed = ParseTarIndex(c.text, "i.idx");
+    REQUIRE(!parsed.ok());
+    CHECK(parsed.status().code() == StatusCode::kDataLoss);
+    CHECK_THAT(parsed.status().message(), Catch::Contains("i.idx" + c.error));
+  }
+  auto empty = ParseTarIndex("v1.2 0\n", "i.idx");
+  REQUIRE(empty.ok());
+  CHECK(empty->empty());
+}
+
+TEST_CASE("TheCheckerPassesTheShardsOwnIndexAndFailsAtTheFirstSampleOfARewrittenShard") {
+  TempDir dir;
+  const std::string tar = WriteTar(dir, "a.tar", ThreeSamples());
+  auto index = BuildTarIndex(tar);
+  REQUIRE(index.ok());
+  {
+    auto checker = TarIndexChecker::Open(tar, RecordReaderOptions{});
+    REQUIRE(checker.ok());
+    for (size_t i = 0; i < index->size(); ++i) {
+      INFO(i);
+      REQUIRE(checker->Check(*index, i).ok());
+      CHECK(checker->record_offset() == (*index)[i].members[0].offset - kTarBlockBytes);
+    }
+  }
+  REQUIRE(CheckTarIndexEnds(tar, *index, RecordReaderOptions{}).ok());
+
+  // The same names, but s2's image grew: samples 0 and 1 stay where they were, sample 1's
+  // members do not.
+  std::vector<std::pair<std::string, std::string>> members = ThreeSamples();
+  members[3].second += std::string(600, 'b');
+  WriteTar(dir, "a.tar", members);
+  auto checker = TarIndexChecker::Open(tar, RecordReaderOptions{});
+  REQUIRE(checker.ok());
+  REQUIRE(checker->Check(*index, 0).ok());
+  Status s = checker->Check(*index, 1);
+  CHECK(s.code() == StatusCode::kDataLoss);
+  CHECK_THAT(s.message(), Catch::Contains(tar + ".idx:3 (sample at 2560)") &&
+                              Catch::Contains("member 1 is \"s2.jpg\" at 3584, 2000 bytes, its "
+                                              "entry says \"s2.jpg\" at 3584, 1400 bytes"));
+  CHECK(!CheckTarIndexEnds(tar, *index, RecordReaderOptions{}).ok());
+}
+
+TEST_CASE("TheEndsCheckCatchesAShardWithMoreOrFewerSamplesThanItsIndex") {
+  TempDir dir;
+  std::vector<std::pair<std::string, std::string>> members = ThreeSamples();
+  const std::string tar = WriteTar(dir, "a.tar", members);
+  auto three = BuildTarIndex(tar);
+  REQUIRE(three.ok());
+  members.push_back({"s4.jpg", "x"});
+  WriteTar(dir, "a.tar", members);
+  Status more = CheckTarIndexEnds(tar, *three, RecordReaderOptions{});
+  CHECK_THAT(more.message(), Catch::Contains("the shard has more than its 3 samples"));
+  members.resize(4);  // s1, s2's image only
+  WriteTar(dir, "a.tar", members);
+  CHECK(!CheckTarIndexEnds(tar, *three, RecordReaderOptions{}).ok());
+}
+
+// wds2idx lists every regular member, so a leading "__meta__" (which webdataset, and so the
+// reader, skips as metadata) is a sample of its index: one sample too many at the start, caught
+// there.
+TEST_CASE("TheEndsCheckCatchesAnIndexListingAMemberTheReaderSkipsAsASample") {
+  TempDir dir;
+  std::vector<std::pair<std::string, std::string>> members = ThreeSamples();
+  members.insert(members.begin(), {"__meta__", "meta"});
+  const std::string tar = WriteTar(dir, "a.tar", members);
+  auto index = BuildTarIndex(tar);
+  REQUIRE(index.ok());
+  REQUIRE(index->size() == 3);
+  CHECK(CheckTarIndexEnds(tar, *index, RecordReaderOptions{}).ok());
+  std::vector<TarIndexSample> wds2idx = *index;
+  wds2idx.insert(wds2idx.begin(), TarIndexSample{{{"__meta__", 512, 4, "__meta__"}}});
+  Status s = CheckTarIndexEnds(tar, wds2idx, RecordReaderOptions{});
+  CHECK(s.code() == StatusCode::kDataLoss);
+  CHECK_THAT(s.message(), Catch::Contains(tar + ".idx:2 (sample at 0)"));
+}
+
+TEST_CASE("AMemberNameWithWhitespaceGetsNoIndex") {
+  TempDir dir;
+  const std::string tar = WriteTar(dir, "a.tar", {{"a b.jpg", "x"}});
+  auto index = BuildTarIndex(tar);
+  REQUIRE(!index.ok());
+  CHECK_THAT(index.status().message(),
+             Catch::Contains(tar + ":512: tar member \"a b.jpg\" has whitespace in its name"));
+}
+
+TEST_CASE("ADamagedShardGetsNoIndex") {
+  TempDir dir;
+  const std::string tar = WriteTar(dir, "a.tar", ThreeSamples());
+  std::string bytes = testing::ReadAll(tar);
+  bytes[3072 + 10] ^= 1;  // s2.jpg's header: its checksum fails
+  WriteAll(tar, bytes);
+  auto index = BuildTarIndex(tar);
+  REQUIRE(!index.ok());
+  CHECK(index.status().code() == StatusCode::kDataLoss);
+  CHECK_THAT(index.status().message(), Catch::Contains(tar + ":3072"));
+}
+
+}  // namespace
+}  // namespace sluice

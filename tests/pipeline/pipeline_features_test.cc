@@ -13,6 +13,7 @@
 #include "formats/example_builder.h"
 #include "formats/image_example.h"
 #include "tests/pipeline/pipeline_test_data.h"
+#include "tests/png_test_images.h"
 
 namespace sluice {
 namespace {
@@ -32,10 +33,21 @@ std::vector<float> BoxesOf(int r) {
   return coords;
 }
 
+// What a record holds instead of record r's JPEG and boxes.
+enum class Variant { kJpeg, kPng, kNotAnImage, kInvertedBox };
+
 // One record: a JPEG, its label r (unless unlabeled), "id" r, "tags" r % 3 values, "name", and
-// its boxes. image: the encoded image instead of record r's JPEG.
-std::string Record(int r, bool labeled = true, const std::string& image = "") {
-  const std::string jpeg = image.empty() ? testing::IdJpeg(r) : image;
+// its boxes.
+std::string Record(int r, bool labeled = true, Variant variant = Variant::kJpeg) {
+  std::string jpeg = testing::IdJpeg(r);
+  if (variant == Variant::kNotAnImage) jpeg = "not a jpeg";
+  if (variant == Variant::kPng) {
+    testing::PngSpec png;
+    png.width = 64;
+    png.height = 48;
+    testing::FillRandom(&png, static_cast<uint32_t>(r), false);
+    jpeg = testing::WritePngWithLibpng(png);
+  }
   ExampleBuilder b;
   b.AddBytes(kImageEncodedKey, jpeg);
   if (labeled) b.AddInt64(kImageLabelKey, r);
@@ -45,7 +57,8 @@ std::string Record(int r, bool labeled = true, const std::string& image = "") {
   b.AddInt64s("tags", tags);
   const std::string name = "rec-" + std::to_string(r);
   b.AddBytes("name", name);
-  const std::vector<float> coords = BoxesOf(r);
+  std::vector<float> coords = BoxesOf(r);
+  if (variant == Variant::kInvertedBox) std::swap(coords[0], coords[2]);
   std::vector<float> xmin, ymin, xmax, ymax;
   std::vector<int64_t> classes;
   for (size_t k = 0; k < coords.size() / 4; ++k) {
@@ -65,20 +78,24 @@ std::string Record(int r, bool labeled = true, const std::string& image = "") {
   return out;
 }
 
-// Files of the given record counts, records numbered across them. bad: record numbers written
-// with an image that is no JPEG (their features intact).
-void WriteShards(const TempDir& dir, const std::vector<int>& sizes, bool labeled = true,
-                 const std::vector<int>& bad = {}) {
+// Files of the given record counts, records numbered across them; records whose number is in
+// `other` are written as `variant`. Returns each record's offset.
+std::vector<uint64_t> WriteShards(const TempDir& dir, const std::vector<int>& sizes,
+                                  bool labeled = true, const std::vector<int>& other = {},
+                                  Variant variant = Variant::kJpeg) {
+  std::vector<uint64_t> offsets;
   int r = 0;
   for (size_t f = 0; f < sizes.size(); ++f) {
     auto writer = TFRecordWriter::Create(dir.file("shard-" + std::to_string(f) + ".tfrecord"));
     REQUIRE(writer.ok());
     for (int i = 0; i < sizes[f]; ++i, ++r) {
-      const bool broken = std::find(bad.begin(), bad.end(), r) != bad.end();
-      REQUIRE((*writer)->Write(Record(r, labeled, broken ? "not a jpeg" : "")).ok());
+      const bool is_other = std::find(other.begin(), other.end(), r) != other.end();
+      REQUIRE((*writer)->Write(Record(r, labeled, is_other ? variant : Variant::kJpeg)).ok());
+      offsets.push_back((*writer)->index().back().offset);
     }
     REQUIRE((*writer)->Close().ok());
   }
+  return offsets;
 }
 
 v1::PipelineOptions Options(const TempDir& dir) {
@@ -123,17 +140,19 @@ struct Run {
   Status status;
 };
 
-Run RunAll(const v1::PipelineOptions& o) {
+Run RunAll(const v1::PipelineOptions& o, BatchPosition start = {},
+           std::vector<BatchPosition>* positions = nullptr) {
   Run run;
   auto pipeline = Pipeline::Create(o);
   REQUIRE(pipeline.ok());
-  auto it = (*pipeline)->MakeIterator();
+  auto it = (*pipeline)->MakeIterator(start);
   REQUIRE(it.ok());
   for (;;) {
     Batch b;
     bool end = false;
     run.status = (*it)->GetNext(&b, &end);
     if (!run.status.ok() || end) break;
+    if (positions != nullptr) positions->push_back(b.position());
     const auto features = b.features();
     REQUIRE(features.size() == static_cast<size_t>(b.size()));
     const size_t image_bytes = b.images().size() / static_cast<size_t>(b.size());
@@ -218,9 +237,9 @@ TEST_CASE("EverySampleCarriesItsOwnRecordsFeaturesThroughTheTrainPreset") {
   CHECK(boxes_kept > 0);
 }
 
-TEST_CASE("AnEvalListMovesBoxesExactlyWithItsResizeAndFlip") {
+TEST_CASE("AnEvalListMovesBoxesExactlyWithItsResizeAndFlipForJpegAndPng") {
   TempDir dir;
-  WriteShards(dir, {10});
+  WriteShards(dir, {10}, true, {1, 4, 5, 8}, Variant::kPng);
   v1::PipelineOptions o = Options(dir);
   o.set_mode(v1::MODE_EVAL);
   auto* resize = o.add_transforms()->mutable_resize();
@@ -245,6 +264,7 @@ TEST_CASE("AnEvalListMovesBoxesExactlyWithItsResizeAndFlip") {
     }
   }
   CHECK(run.stats.boxes_dropped == 0);
+  CHECK(run.stats.png_decodes == 4);
 }
 
 TEST_CASE("TheDecodedCacheGivesEveryEpochTheFeaturesAndTheBoxesOfItsOwnCrop") {
@@ -283,7 +303,7 @@ TEST_CASE("TheDecodedCacheGivesEveryEpochTheFeaturesAndTheBoxesOfItsOwnCrop") {
 
 TEST_CASE("FeaturesStayWithTheirImagesWhenASkippedRecordCompactsTheBatch") {
   TempDir dir;
-  WriteShards(dir, {20}, true, {3, 9});
+  WriteShards(dir, {20}, true, {3, 9}, Variant::kNotAnImage);
   v1::PipelineOptions o = Options(dir);
   o.clear_shuffle();
   o.set_threads(3);
@@ -324,6 +344,54 @@ TEST_CASE("EqualSharesPaddingRepeatsSamplesWithTheirFeatures") {
   }
   CHECK(padded > 0);
   CHECK(run.stats.padded_samples == static_cast<uint64_t>(padded));
+}
+
+TEST_CASE("ARecordWithBadBoxesIsSkippedNamingFileOffsetAndKey") {
+  TempDir dir;
+  const std::vector<uint64_t> offsets = WriteShards(dir, {12}, true, {6}, Variant::kInvertedBox);
+  v1::PipelineOptions o = Options(dir);
+  const Run run = RunAll(o);
+  REQUIRE(run.status.ok());
+  CHECK(run.stats.skipped == 1);
+  REQUIRE(run.epochs.size() == 1);
+  CHECK(run.epochs[0].size() == 11);
+  for (const Sample& s : run.epochs[0]) {
+    CHECK(s.id != 6);
+    CHECK(s.id == s.label);
+  }
+  REQUIRE(run.stats.recent_errors.size() == 1);
+  const std::string& error = run.stats.recent_errors[0];
+  CHECK_THAT(error, Catch::Contains("shard-0.tfrecord:" + std::to_string(offsets[6])));
+  CHECK_THAT(error, Catch::Contains("image/object/bbox/x"));
+}
+
+TEST_CASE("APaddingSampleWithNoSampleToRepeatHasEmptyFeatures") {
+  TempDir dir;
+  WriteShards(dir, {10, 13, 9, 11, 9});
+  v1::PipelineOptions o = Options(dir);
+  o.set_batch_size(4);
+  o.mutable_shard()->set_index(2);
+  o.mutable_shard()->set_count(3);
+  o.set_equal_shares(v1::EQUAL_SHARES_PAD);
+  std::vector<BatchPosition> positions;
+  const Run all = RunAll(o, {}, &positions);
+  REQUIRE(all.status.ok());
+  REQUIRE(positions.size() == 6);
+  // Batches 3 to 5 are padding only: resumed after batch 2, no sample of the epoch was seen.
+  BatchPosition after = positions[2];
+  ++after.index;
+  const Run rest = RunAll(o, after);
+  REQUIRE(rest.status.ok());
+  REQUIRE(rest.epochs.size() == 1);
+  REQUIRE(rest.epochs[0].size() == 12);
+  for (const Sample& s : rest.epochs[0]) {
+    CHECK_FALSE(s.valid);
+    CHECK(s.id == 0);  // the SCALAR column zero, the ragged ones without rows
+    CHECK(s.tags.empty());
+    CHECK(s.name.empty());
+    CHECK(s.boxes.empty());
+    CHECK(s.box_labels.empty());
+  }
 }
 
 TEST_CASE("AnUnlabeledDatasetDeliversFeaturesWithLabelZero") {

@@ -154,6 +154,7 @@ Run RunAll(const v1::PipelineOptions& o, BatchPosition start = {},
     if (!run.status.ok() || end) break;
     if (positions != nullptr) positions->push_back(b.position());
     const auto features = b.features();
+    if (o.features_size() == 0 && !o.boxes().enabled()) continue;  // only the stats are wanted
     REQUIRE(features.size() == static_cast<size_t>(b.size()));
     const size_t image_bytes = b.images().size() / static_cast<size_t>(b.size());
     if (run.epochs.size() <= static_cast<size_t>(b.position().epoch)) {
@@ -299,6 +300,26 @@ TEST_CASE("TheDecodedCacheGivesEveryEpochTheFeaturesAndTheBoxesOfItsOwnCrop") {
   // Each epoch draws its own crop: the boxes of a cache hit are not epoch 0's.
   CHECK(moved > 10);
   CHECK(cached.stats.boxes_dropped == fresh.stats.boxes_dropped);
+
+  // The cache's budget counts the features it keeps: at least their values' bytes.
+  int64_t feature_bytes = 0;
+  for (int r = 0; r < 24; ++r) {
+    feature_bytes += 8 + 8 * (r % 3) + static_cast<int64_t>(("rec-" + std::to_string(r)).size()) +
+                     4 + 24 * (r % 4);
+  }
+  v1::PipelineOptions plain = o;
+  plain.clear_features();
+  plain.clear_boxes();
+  const Run images_only = RunAll(plain);
+  REQUIRE(images_only.status.ok());
+  auto cache_bytes = [](const StatsSnapshot& s) {
+    for (const PoolSnapshot& p : s.pools) {
+      if (p.name == "decoded_cache") return p.bytes;
+    }
+    FAIL("no decoded_cache pool");
+    return int64_t{0};
+  };
+  CHECK(cache_bytes(cached.stats) - cache_bytes(images_only.stats) >= feature_bytes);
 }
 
 TEST_CASE("FeaturesStayWithTheirImagesWhenASkippedRecordCompactsTheBatch") {

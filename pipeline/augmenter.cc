@@ -187,7 +187,6 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* slot, SampleFeatures* features) {
   ASSIGN_OR_RETURN(JpegHeader header, roi_.ReadHeader(image, options_.max_pixels));
   const GeometryPlan plan = PlanGeometry(spec_.geometry, header.width, header.height,
                                          options_.width, options_.height, rng);
-  PlaceBoxes(plan, features);
   uint8_t* target = Target(slot);
   ClearPadding(plan, options_.width, options_.height, target);
   if (plan.dest.width > 0) {
@@ -196,6 +195,8 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* slot, SampleFeatures* features) {
                                     plan.resize, DestPixels(plan, options_.width, target), stride,
                                     options_.max_pixels, /*stats=*/nullptr, &gate));
   }
+  // After the decode: a record that fails there drops no boxes.
+  PlaceBoxes(plan, features);
   Finish(rng, slot);
   return Status::OK();
 }

@@ -45,17 +45,18 @@ int CenterOffset(int in, int out) {
   return out <= in ? RoundHalfEven((in - out) / 2.0) : -((out - in) / 2);
 }
 
-// Rounds [begin, begin + size) of the source to whole pixels and clips it to [0, limit); returns
-// the output pixels [out_begin, out_end) of `count` it covers.
-void Clip(double begin, double size, int limit, int count, int* src_begin, int* src_end,
+// Rounds [begin, begin + size) of the source to whole pixels and clips it to [lo, hi) (the part of
+// the image every crop kept, so padding shows zeros as in torchvision); returns the output pixels
+// [out_begin, out_end) of `count` it covers.
+void Clip(double begin, double size, int lo, int hi, int count, int* src_begin, int* src_end,
           int* out_begin, int* out_end) {
   int a = RoundHalfEven(begin);
   int b = RoundHalfEven(begin + size);
   // Each edge to its nearest pixel (closer to torchvision's two resamplings than rounding the
   // start and the size: tests/python/test_torchvision_chain.py measures it).
   if (b <= a) b = a + 1;  // a window under half a pixel still reads one
-  const int ca = std::clamp(a, 0, limit);
-  const int cb = std::clamp(b, 0, limit);
+  const int ca = std::clamp(a, lo, hi);
+  const int cb = std::clamp(b, lo, hi);
   if (ca == a && cb == b) {
     *src_begin = a;
     *src_end = b;
@@ -145,8 +146,12 @@ GeometryPlan PlanGeometry(const std::vector<GeometryOp>& ops, int width, int hei
   }
   // v.cols x v.rows is out_width x out_height (CompileTransforms checked the list ends there).
   int sx0, sx1, ux0, ux1, sy0, sy1, uy0, uy1;
-  Clip(v.x0, v.w, width, out_width, &sx0, &sx1, &ux0, &ux1);
-  Clip(v.y0, v.h, height, out_height, &sy0, &sy1, &uy0, &uy1);
+  // The clip lies inside the image, and inside the window unless a padded crop reached past an
+  // earlier crop: those pixels are padding.
+  Clip(v.x0, v.w, RoundHalfEven(v.clip_x0), RoundHalfEven(v.clip_x1), out_width, &sx0, &sx1, &ux0,
+       &ux1);
+  Clip(v.y0, v.h, RoundHalfEven(v.clip_y0), RoundHalfEven(v.clip_y1), out_height, &sy0, &sy1, &uy0,
+       &uy1);
   plan.source = CropWindow{sx0, sy0, sx1 - sx0, sy1 - sy0};
   // The output is mirrored as a whole, so the covered part moves to the other side.
   const int dx = v.flip_h ? out_width - ux1 : ux0;

@@ -49,11 +49,6 @@ struct Chain {
   std::string name;
   std::vector<GeometryOp> ops;
   int out_width, out_height;
-  // RenderGeometry clips its window to the image only: a crop padded past an earlier crop shows
-  // the source pixels that crop cut off (torchvision shows zeros there), while the BoxMap clips
-  // at both, as torchvision clamps the boxes. Its boxes are checked against torchvision
-  // (tests/python/test_torchvision_boxes.py) and its clip in box_transform_test.cc.
-  bool pixels_follow_every_crop = true;
 };
 
 std::vector<Chain> Chains() {
@@ -68,8 +63,7 @@ std::vector<Chain> Chains() {
       {"center_crop, random_crop padded past it",
        {Op(K::kCenterCrop, 120, 120), RandomCrop(100, 30), Flip(0.5, 0)},
        100,
-       100,
-       false},
+       100},
       {"resize, padded random_crop, resize",
        {Op(K::kResize, 96, 72), RandomCrop(64, 8), Op(K::kResize, 32, 32)},
        32,
@@ -116,7 +110,6 @@ TEST_CASE("BoxMapPutsABoxWhereTheRenderedPlanPutsItsPixels") {
   columns.enabled = true;
   columns.min_size = 2;  // below two pixels a box's rendered edge is blurred to under half white
   for (const Chain& chain : Chains()) {
-    if (!chain.pixels_follow_every_crop) continue;
     int kept = 0;
     for (const PixelBox& box : boxes) {
       const Image source = Rectangle(box);

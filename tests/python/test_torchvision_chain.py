@@ -300,6 +300,23 @@ def test_flips_around_padding_crops_compose_as_in_torchvision():
             assert len(matches) == 1, (ops, stream, plan, matches)
 
 
+def test_a_crop_padded_past_an_earlier_crop_shows_padding_not_the_pixels_it_cut_off():
+    """center_crop, then a random_crop whose padding reaches past it: torchvision pads the
+    center crop with zeros, so the source pixels the center crop cut off must not come back.
+    Matched against every offset torchvision could draw: exactly one must give the same bytes."""
+    img = IMAGES["landscape"]
+    base = F.center_crop(chw(img), [60, 80])
+    pad = 20
+    padded = F.pad(base, [pad])
+    ops = ("transforms { center_crop { size: [60, 80] } } "
+           f"transforms {{ random_crop {{ size: [60, 80] padding: {pad} }} }}")
+    for stream in range(6):
+        ours, plan = run_chain(img, ops, 60, 80, seed=4, stream=stream)
+        matches = [(top, left) for top in range(2 * pad + 1) for left in range(2 * pad + 1)
+                   if np.array_equal(ours, hwc(F.crop(padded, top, left, 60, 80)))]
+        assert len(matches) == 1, (stream, plan, matches)
+
+
 def test_resize_then_center_crop_is_one_fused_resampling(capsys):
     """The intended difference: Sluice resamples once, from the crop's window rounded to whole
     source pixels, where torchvision resizes the whole image and then crops. The window's edge

@@ -300,9 +300,13 @@ Result<v1::PipelineOptions> PipelineForRequest(const v1::ServerConfig& config,
                         FeatureMessageBytes(features, o.batch_size());
   if (bytes > config.max_batch_bytes()) {
     return InvalidArgument(fmt::format(
-        "a batch of {} at {}x{} is {}, over the server's max_batch_bytes {}; ask for a smaller "
+        "a batch of {} at {}x{}{} is {}, over the server's max_batch_bytes {}; ask for a smaller "
         "batch or image",
-        o.batch_size(), height, width, FormatBytes(bytes), FormatBytes(config.max_batch_bytes())));
+        o.batch_size(), height, width,
+        features.empty() ? ""
+                         : fmt::format(" with features of up to {} a sample",
+                                       FormatBytes(features.slot_bytes())),
+        FormatBytes(bytes), FormatBytes(config.max_batch_bytes())));
   }
   return o;
 }

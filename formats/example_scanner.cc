@@ -408,7 +408,7 @@ Status ExampleScanner::Scan(std::string_view record, std::string_view* image,
     if (key == image_key_) {
       image_feature = v;
       have_image = true;
-    } else if (key == label_key_) {
+    } else if (key == label_key_ && !label_key_.empty()) {
       label_feature = v;
       have_label = true;
     }
@@ -417,11 +417,14 @@ Status ExampleScanner::Scan(std::string_view record, std::string_view* image,
     return InvalidArgument("feature '" + image_key_ +
                            "' missing from record; its keys: " + DescribeKeys(record));
   }
-  if (!have_label) {
+  if (label_key_.empty()) {
+    *label = 0;
+  } else if (!have_label) {
     return InvalidArgument("feature '" + label_key_ +
                            "' missing from record; its keys: " + DescribeKeys(record));
   }
   ASSIGN_OR_RETURN(*image, image_feature.FirstBytes(image_key_));
+  if (label_key_.empty()) return Status::OK();
   ASSIGN_OR_RETURN(*label, label_feature.FirstInt64(label_key_));
   return Status::OK();
 }

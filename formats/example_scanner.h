@@ -100,7 +100,8 @@ class ExampleScanner {
   // *image views the first value of the image feature (bytes_list), *label is the first value of
   // the label feature (int64_list). InvalidArgument naming the key when either is missing (with
   // the record's keys, DescribeKeys), empty or of another kind; DataLoss when the record is
-  // malformed.
+  // malformed. An empty label_key scans an unlabeled record (PipelineOptions.unlabeled): no label
+  // is read and *label is 0.
   Status Scan(std::string_view record, std::string_view* image, int64_t* label) const;
 
   const std::string& image_key() const { return image_key_; }

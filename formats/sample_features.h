@@ -62,6 +62,11 @@ class FeatureExtractor {
 
  private:
   const FeatureSchema& schema_;
+  // The distinct keys the schema reads; each column's and each box list's index among them
+  // (xmin, ymin, xmax, ymax, label).
+  std::vector<std::string> keys_;
+  std::vector<size_t> column_keys_;
+  std::vector<size_t> box_keys_;
 };
 
 }  // namespace sluice

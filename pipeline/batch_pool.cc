@@ -9,12 +9,11 @@ BatchPool::BatchPool(const ResolvedOptions& options, PoolCounters* stats,
     : stats_(stats), on_wait_(std::move(on_wait)) {
   const int buffers = options.prefetch + kBatchPoolExtra;
   for (int i = 0; i < buffers; ++i) {
-    buffers_.push_back(std::make_unique<BatchBuffer>(options.batch_size, options.height,
-                                                     options.width, options.equalizes(),
-                                                     options.record_ids,
-                                                     options.transforms.output.dtype,
-                                                     options.transforms.output.layout,
-                                                     options.transforms.mixes_labels()));
+    buffers_.push_back(std::make_unique<BatchBuffer>(
+        options.batch_size, options.height, options.width, options.equalizes(), options.record_ids,
+        options.transforms.output.dtype, options.transforms.output.layout,
+        options.transforms.mixes_labels(), options.features.array_count(),
+        options.features.slot_bytes()));
     free_.push_back(buffers_.back().get());
   }
   stats_->limit = static_cast<int64_t>(buffers) * static_cast<int64_t>(buffers_[0]->bytes());

@@ -67,7 +67,10 @@ Status SplitMemoryBudget(ResolvedOptions* options) {
   // or held by the consumer. It must leave room for the rest within the budget.
   // With equal shares, one more batch's worth: the copies of an epoch's first samples that pad it.
   const int buffers = r.prefetch + kBatchPoolExtra + (r.equalizes() ? 1 : 0);
-  int64_t pool_bytes = static_cast<int64_t>(r.batch_image_bytes()) * buffers;
+  // Each slot also reserves its record's features (BatchBuffer::bytes()).
+  const int64_t batch_bytes = static_cast<int64_t>(r.batch_image_bytes()) +
+                              r.features.slot_bytes() * static_cast<int64_t>(r.batch_size);
+  int64_t pool_bytes = batch_bytes * buffers;
   int64_t cache_bytes = r.cache == CacheKind::kNone ? 0 : r.cache_budget_bytes;
   int64_t read_bytes = kReadBytesPerOpenFile * r.cycle_length;
   const int64_t rest =
@@ -85,13 +88,19 @@ Status SplitMemoryBudget(ResolvedOptions* options) {
         "memory_budget_bytes = " + std::to_string(r.memory_budget_bytes) + " cannot hold " +
         std::to_string(buffers) + " batches of " + std::to_string(r.batch_size) + "x" +
         std::to_string(r.height) + "x" + std::to_string(r.width) + "x3 " +
-        std::string(DTypeName(r.transforms.output.dtype)) + " (" +
-        std::to_string(pool_bytes) + " bytes)" +
+        std::string(DTypeName(r.transforms.output.dtype)) +
+        (r.features.empty() ? std::string()
+                            : " with " + std::to_string(r.features.slot_bytes()) +
+                                  " bytes of features a sample (max_feature_bytes " +
+                                  std::to_string(r.features.max_feature_bytes) + " and the " +
+                                  "fixed-size ones)") +
+        " (" + std::to_string(pool_bytes) + " bytes)" +
         (cache_bytes ? " plus a cache of " + std::to_string(cache_bytes) + " bytes" : "") +
         " and read buffers of " + std::to_string(read_bytes) + " bytes and the transforms' " +
         "scratch of " + std::to_string(TransformScratchBytes(r)) +
         " bytes with room for records in flight; raise the budget or lower batch_size, image "
-        "size, prefetch or the cache budget");
+        "size, prefetch" +
+        std::string(r.features.empty() ? "" : ", max_feature_bytes") + " or the cache budget");
   }
   const int64_t floor = MinDecodeShareBytes(r);
   if (r.decode_budget_bytes < floor) {
@@ -251,6 +260,35 @@ std::optional<std::string> LiteralPath(std::string_view pattern) {
   return path;
 }
 
+// What unlabeled and boxes cannot go with: a num_classes or label_offset (there are no labels),
+// and mixup or cutmix, which mix labels (and give a mixed image no one set of boxes).
+Status CheckUnlabeledAndBoxes(const v1::PipelineOptions& o) {
+  if (o.unlabeled() && o.num_classes() != 0) {
+    return InvalidArgument("num_classes = " + std::to_string(o.num_classes()) +
+                           " with unlabeled: true: an unlabeled dataset has no classes");
+  }
+  if (o.unlabeled() && o.label_offset() != 0) {
+    return InvalidArgument("label_offset = " + std::to_string(o.label_offset()) +
+                           " with unlabeled: true: an unlabeled dataset has no label to offset");
+  }
+  if (!o.unlabeled() && !o.boxes().enabled()) return Status::OK();
+  for (int i = 0; i < o.transforms_size(); ++i) {
+    const v1::TransformOp& op = o.transforms(i);
+    if (op.op_case() != v1::TransformOp::kMixup && op.op_case() != v1::TransformOp::kCutmix) {
+      continue;
+    }
+    const std::string what =
+        "transforms[" + std::to_string(i) + "]." + (op.has_mixup() ? "mixup" : "cutmix");
+    if (o.unlabeled()) {
+      return InvalidArgument(what +
+                             " with unlabeled: true: it mixes labels, and an unlabeled "
+                             "dataset has none");
+    }
+    return InvalidArgument(what + " with boxes.enabled: a mixed image has no one set of boxes");
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Status ResolveSources(const v1::PipelineOptions& o, ResolvedOptions* r) {
@@ -352,6 +390,14 @@ Result<ResolvedOptions> ResolveOptions(const v1::PipelineOptions& o, int job_con
   r.image_key = o.image_key().empty() ? std::string(kImageEncodedKey) : o.image_key();
   r.label_key = o.label_key().empty() ? std::string(kImageLabelKey) : o.label_key();
   r.label_offset = o.label_offset();
+  r.unlabeled = o.unlabeled();
+  ASSIGN_OR_RETURN(r.features, CompileFeatureSchema(o));
+  RETURN_IF_ERROR(CheckUnlabeledAndBoxes(o));
+  if (r.unlabeled) {
+    // No label is read, so none is written for image files either (their folder or list line).
+    r.file_labels.clear();
+    r.classes.clear();
+  }
 
   const int64_t n_files = static_cast<int64_t>(r.files.size());
   RETURN_IF_ERROR(Take(Tunable::kCycleLength, o.interleave().cycle_length(),

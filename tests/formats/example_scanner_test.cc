@@ -308,6 +308,26 @@ TEST_CASE("MissingOrWronglyTypedFeatureNamesTheKey") {
   CHECK(empty.message() == "feature 'empty' has no value");
 }
 
+// PipelineOptions.unlabeled: the Augmenter scans with no label key. A record without a label, or
+// with one of any kind (even under the empty key ""), gives label 0; the image is still required.
+TEST_CASE("EmptyLabelKeyScansUnlabeledRecordsAsLabelZero") {
+  v1::Example ex;
+  auto& map = *ex.mutable_features()->mutable_feature();
+  map["image/encoded"].mutable_bytes_list()->add_value("pixels");
+  map[""].mutable_bytes_list()->add_value("not a label");
+  map["image/class/label"].mutable_float_list()->add_value(3);
+  std::string_view image;
+  int64_t label = -1;
+  const ExampleScanner unlabeled("image/encoded", "");
+  REQUIRE(unlabeled.Scan(ex.SerializeAsString(), &image, &label).ok());
+  CHECK(image == "pixels");
+  CHECK(label == 0);
+  map.erase("image/encoded");
+  Status missing = unlabeled.Scan(ex.SerializeAsString(), &image, &label);
+  CHECK(missing.code() == StatusCode::kInvalidArgument);
+  CHECK(missing.message().rfind("feature 'image/encoded' missing from record", 0) == 0);
+}
+
 TEST_CASE("MalformedRecordIsDataLossWithByteOffset") {
   v1::Example ex;
   (*ex.mutable_features()->mutable_feature())["k"].mutable_int64_list()->add_value(1);

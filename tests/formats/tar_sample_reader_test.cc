@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/example_scanner.h"
 #include "formats/record_reader_factory.h"
 #include "sluice/v1/example.pb.h"
 #include "tests/test_proc_io.h"
@@ -178,6 +179,25 @@ TEST_CASE("ImageKeyTakesJpgThenJpegThenPngAndTheOthersRideAlongUnderTheirExtensi
   CHECK(got[0].ints.empty());  // no cls: no label
   CHECK(got[1].bytes.at("img") == "P2");
   CHECK(got[1].bytes.at("seg.png") == "S");
+}
+
+// An unlabeled dataset (PipelineOptions.unlabeled) scans with no label key: a sample without a
+// cls is a whole sample, read as label 0; with a label key the same sample is refused.
+TEST_CASE("SampleWithoutClsIsAnUnlabeledSample") {
+  auto reader = MemoryReader(Member("a.jpg", kJpeg) + Member("a.txt", "caption") + EndBlocks());
+  std::string record;
+  bool eof = false;
+  REQUIRE(reader->ReadRecordInto(&record, &eof).ok());
+  REQUIRE_FALSE(eof);
+  std::string_view image;
+  int64_t label = -1;
+  REQUIRE(ExampleScanner("image/encoded", "").Scan(record, &image, &label).ok());
+  CHECK(image == kJpeg);
+  CHECK(label == 0);
+  Status labeled =
+      ExampleScanner("image/encoded", "image/class/label").Scan(record, &image, &label);
+  CHECK(labeled.code() == StatusCode::kInvalidArgument);
+  CHECK(labeled.message().rfind("feature 'image/class/label' missing from record", 0) == 0);
 }
 
 TEST_CASE("SameKeyAfterAnotherKeyStartsANewSample") {

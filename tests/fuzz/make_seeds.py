@@ -138,7 +138,36 @@ def example(features):
     ).SerializeToString()
 
 
+def feature_extract_seeds():
+    """Records for feature_extract_fuzz.cc's schema (keys a..i, boxes x0 y0 x1 y1 l): one that
+    satisfies every column, one with the defaults taken, and bad ones."""
+    def f(kind, values):
+        return tf.train.Feature(**{kind: {"int64_list": tf.train.Int64List,
+                                          "float_list": tf.train.FloatList,
+                                          "bytes_list": tf.train.BytesList}[kind](value=values)})
+
+    def record(features):
+        return tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString()
+
+    full = {
+        "a": f("int64_list", [1, -2, 2**62]), "b": f("float_list", [0.5, float("nan")]),
+        "c": f("bytes_list", [b"x", b""]), "d": f("int64_list", [4]),
+        "e": f("float_list", [1.5]), "f": f("bytes_list", [b"l", b"r"]),
+        "g": f("float_list", [1, 2, 3]), "h": f("int64_list", [0, 7, 7]),
+        "i": f("int64_list", [3]),
+        "x0": f("float_list", [0.1, -0.2]), "y0": f("float_list", [0.2, 0.0]),
+        "x1": f("float_list", [0.9, 1.4]), "y1": f("float_list", [0.8, 1.0]),
+        "l": f("int64_list", [5, 6]),
+    }
+    write("feature_extract", "full", record(full))
+    write("feature_extract", "defaults", record({"e": full["e"], "i": full["i"]}))
+    write("feature_extract", "inverted-box", record({**full, "x1": f("float_list", [0.0, 1.0])}))
+    write("feature_extract", "wrong-kind", record({**full, "g": f("int64_list", [1, 2, 3])}))
+    write("feature_extract", "over-max-bytes", record({**full, "c": f("bytes_list", [b"y" * 600])}))
+
+
 def main():
+    feature_extract_seeds()
     small = jpeg("RGB", (16, 12), quality=90)
     images = {
         "rgb-420.jpg": small,

@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "pipeline/batch.h"
 #include "tests/pipeline/pipeline_test_data.h"
 
 namespace sluice {
@@ -277,6 +278,145 @@ TEST_CASE("FrozenFileListIsServedAsFirstReadAfterAnEdit") {
   // A list that does not parse is refused when frozen, as at the start of a server.
   testing::WriteAll(list, "b.jpg,x\n");
   CHECK_THAT(FreezeFileList(list).message(), Catch::Contains(list + ":1: label"));
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// The schema reaches ResolvedOptions; its refusals come through unchanged.
+TEST_CASE("FeaturesAndBoxesResolveIntoTheSchema") {
+  TempDir dir;
+  testing::WriteTestShards(dir, 1, 1);
+  v1::PipelineOptions o;
+  o.add_files(dir.file("shard-*.tfrecord"));
+  auto* labels = o.add_features();
+  labels->set_key("image/object/class/label");
+  labels->set_name("labels");
+  labels->set_type(v1::FEATURE_TYPE_INT64);
+  labels->set_shape(v1::FEATURE_SHAPE_MULTI_HOT);
+  labels->set_length(20);
+  o.mutable_boxes()->set_enabled(true);
+  auto r = ResolveOptions(o);
+  REQUIRE(r.ok());
+  CHECK(r->features.columns.size() == 1);
+  CHECK(r->features.boxes.enabled);
+  CHECK(r->features.max_feature_bytes == 16384);
+  CHECK(r->features.array_count() == 3);
+  CHECK_FALSE(r->unlabeled);
+  labels->set_length(0);
+  r = ResolveOptions(o);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message() ==
+        "features[0].length = 0: FEATURE_SHAPE_MULTI_HOT needs a length in [1, 65536] (its number "
+        "of classes)");
+}
+
+// Each slot reserves slot_bytes() for its features, in every buffer of the pool the budget holds:
+// what BatchBuffer::bytes() (and so the pool's accounting) counts.
+TEST_CASE("MemoryBudgetCountsEachSlotsFeatureReserve") {
+  TempDir dir;
+  testing::WriteTestShards(dir, 2, 1);
+  v1::PipelineOptions o;
+  o.add_files(dir.file("shard-*.tfrecord"));
+  o.set_batch_size(8);
+  o.set_image_height(32);
+  o.set_image_width(40);
+  o.set_memory_budget_bytes(64 << 20);
+  auto* f = o.add_features();
+  f->set_key("rgb");
+  f->set_type(v1::FEATURE_TYPE_FLOAT);
+  f->set_shape(v1::FEATURE_SHAPE_FIXED);
+  f->set_length(3);
+  o.set_max_feature_bytes(100000);
+  auto r = ResolveOptions(o);
+  REQUIRE(r.ok());
+  const int64_t slot = 100000 + 3 * 4;
+  CHECK(r->features.slot_bytes() == slot);
+  const int64_t buffers = 2 + kBatchPoolExtra;
+  const int64_t rest = (64 << 20) - 8 * (32 * 40 * 3 + slot) * buffers - 2 * kReadBytesPerOpenFile;
+  CHECK(r->decode_budget_bytes == rest / 4);
+  CHECK(r->records_budget_bytes == rest - rest / 4);
+  // The pool the pipeline makes accounts the same bytes per buffer.
+  BatchBuffer buffer(r->batch_size, r->height, r->width, false, false, DType::kUint8, Layout::kNhwc,
+                     false, r->features.array_count(), r->features.slot_bytes());
+  CHECK(static_cast<int64_t>(buffer.bytes()) == 8 * (32 * 40 * 3 + slot));
+  // A reserve the budget cannot hold is refused, naming it.
+  o.set_max_feature_bytes(16 << 20);
+  o.set_batch_size(64);
+  r = ResolveOptions(o);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == StatusCode::kResourceExhausted);
+  CHECK_THAT(r.status().message(),
+             Catch::Contains("batches of 64x32x40x3 uint8 with 16777228 bytes of features a "
+                             "sample (max_feature_bytes 16777216 and the fixed-size ones)") &&
+                 Catch::Contains("lower batch_size, image size, prefetch, max_feature_bytes or "
+                                 "the cache budget"));
+}
+
+TEST_CASE("UnlabeledImageFilesWriteNoLabelAndHaveNoClasses") {
+  TempDir dir;
+  for (const char* f : {"cat", "dog"}) {
+    std::filesystem::create_directories(dir.path() / f);
+    testing::WriteAll((dir.path() / f / "x.jpg").string(), "x");
+  }
+  v1::PipelineOptions o;
+  o.add_files(dir.file("*/*.jpg"));
+  o.set_unlabeled(true);
+  auto r = ResolveOptions(o);
+  REQUIRE(r.ok());
+  CHECK(r->unlabeled);
+  // FileReaderSource hands an image file's reader no label when file_labels is empty.
+  CHECK(r->file_labels.empty());
+  CHECK(r->classes.empty());
+  CHECK(r->num_classes == 0);
+  testing::WriteAll(dir.file("list.csv"), "cat/x.jpg,7\n");
+  v1::PipelineOptions listed;
+  listed.set_file_list(dir.file("list.csv"));
+  listed.set_unlabeled(true);
+  r = ResolveOptions(listed);
+  REQUIRE(r.ok());
+  CHECK(r->file_labels.empty());
+}
+
+TEST_CASE("UnlabeledOrBoxesWithWhatNeedsLabelsAreRefusedNamingBothFields") {
+  TempDir dir;
+  testing::WriteTestShards(dir, 1, 1);
+  struct Case {
+    const char* message;
+    std::function<void(v1::PipelineOptions&)> set;
+  } cases[] = {
+      {"num_classes = 10 with unlabeled: true: an unlabeled dataset has no classes",
+       [](auto& o) { o.set_unlabeled(true), o.set_num_classes(10); }},
+      {"label_offset = -1 with unlabeled: true: an unlabeled dataset has no label to offset",
+       [](auto& o) { o.set_unlabeled(true), o.set_label_offset(-1); }},
+      {"transforms[1].mixup with unlabeled: true: it mixes labels, and an unlabeled dataset has "
+       "none",
+       [](auto& o) {
+         o.set_unlabeled(true);
+         o.add_transforms()->mutable_random_resized_crop();
+         o.add_transforms()->mutable_mixup();
+       }},
+      {"transforms[0].cutmix with boxes.enabled: a mixed image has no one set of boxes",
+       [](auto& o) {
+         o.mutable_boxes()->set_enabled(true);
+         o.set_num_classes(10);
+         o.add_transforms()->mutable_cutmix();
+         o.add_transforms()->mutable_random_resized_crop();
+       }},
+  };
+  for (const auto& c : cases) {
+    v1::PipelineOptions o;
+    o.add_files(dir.file("shard-*.tfrecord"));
+    c.set(o);
+    auto r = ResolveOptions(o);
+    INFO(c.message);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == StatusCode::kInvalidArgument);
+    CHECK(r.status().message() == c.message);
+  }
 }
 
 }  // namespace

@@ -202,7 +202,7 @@ TEST_CASE("FeaturesCountInTheBatchMessageLimitAndDescribeDatasetListsThem") {
   REQUIRE(!got.ok());
   CHECK(got.status().code() == StatusCode::kInvalidArgument);
   CHECK_THAT(got.status().message(),
-             Catch::StartsWith("a batch of 32 at 224x224 with features of up to 16.0 MiB a sample "
+             Catch::StartsWith("a batch of 32 at 224x224 with features of up to 16 MiB a sample "
                                "is 6"));
   CHECK_THAT(got.status().message(), Catch::EndsWith("over the server's max_batch_bytes 256 MiB; "
                                                      "ask for a smaller batch or image"));

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "formats/jpeg_header.h"
+#include "pipeline/box_transform.h"
 
 namespace sluice {
 namespace {
@@ -32,7 +33,8 @@ Augmenter::Augmenter(const ResolvedOptions& options, DecodedCache* cache, Pipeli
       cache_(cache),
       stats_(stats),
       decode_budget_(decode_budget),
-      scanner_(options.image_key, options.label_key),
+      scanner_(options.image_key, options.unlabeled ? std::string() : options.label_key),
+      extractor_(options.features),
       roi_(options.fast_idct) {
   if (!spec_.writes_slot_directly()) frame_.Resize(options_.width, options_.height);
 }
@@ -52,7 +54,53 @@ void Augmenter::Finish(AugmentRng& rng, uint8_t* slot) {
   ApplyPixelOpsAndWrite(spec_.pixel, img, rng, &blur_scratch_, &op_scratch_, spec_.output, slot);
 }
 
-Status Augmenter::Decode(WorkItem* w, uint8_t* slot) {
+void Augmenter::PlaceBoxes(const GeometryPlan& plan, SampleFeatures* features) {
+  if (features == nullptr || !options_.features.boxes.enabled) return;
+  const int dropped = TransformBoxes(plan.box_map, options_.features.boxes, options_.width,
+                                     options_.height, options_.features.boxes_index(), features);
+  stats_->boxes_dropped.fetch_add(static_cast<uint64_t>(dropped), std::memory_order_relaxed);
+}
+
+Status Augmenter::SetLabel(WorkItem* w, int64_t stored) {
+  w->label = 0;
+  if (options_.unlabeled) return Status::OK();
+  int64_t label = 0;
+  // A label no loss function can take: negative (an offset applied twice, a -1 "unlabelled"
+  // marker) or, where the dataset says how many classes it has, past the last class. The
+  // first clause is the same for every such record (Batcher groups skips by it).
+  if (__builtin_add_overflow(stored, options_.label_offset, &label)) {
+    return InvalidArgument("label does not fit in int64; feature '" + options_.label_key + "' " +
+                           std::to_string(stored) + " + label_offset " +
+                           std::to_string(options_.label_offset) + " overflows");
+  }
+  w->label = static_cast<int32_t>(label);
+  if (label < 0) {
+    return InvalidArgument("label is negative; " + std::to_string(label) + " = feature '" +
+                           options_.label_key + "' + label_offset " +
+                           std::to_string(options_.label_offset));
+  }
+  if (options_.num_classes > 0 && label >= options_.num_classes) {
+    // However few they are: labels 1..num_classes (TF-slim's ImageNet) lose one class silently.
+    if (!stats_->label_range_warned.exchange(true)) {
+      stats_->Warn(options_.name + ": " + options_.files[w->file] + ":" +
+                   std::to_string(w->offset) + " has label " + std::to_string(label) +
+                   " (feature '" + options_.label_key + "' " + std::to_string(stored) +
+                   " + label_offset " + std::to_string(options_.label_offset) +
+                   "), not below num_classes " + std::to_string(options_.num_classes) +
+                   "; records with such labels are skipped (this is logged once). If the "
+                   "labels run from 1 to num_classes, set label_offset: -1");
+    }
+    return InvalidArgument("label is not below num_classes " +
+                           std::to_string(options_.num_classes) + "; it is " +
+                           std::to_string(label));
+  }
+  if (label > std::numeric_limits<int32_t>::max()) {
+    return InvalidArgument("label does not fit in int32; it is " + std::to_string(label));
+  }
+  return Status::OK();
+}
+
+Status Augmenter::Decode(WorkItem* w, uint8_t* slot, SampleFeatures* features) {
   AugmentRng rng = RngFor(*w);
   if (w->cached != nullptr) {
     const CachedImage& c = *w->cached;
@@ -62,44 +110,19 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* slot) {
         PlanGeometry(spec_.geometry, c.width, c.height, options_.width, options_.height, rng);
     RenderGeometry(ImageView{c.pixels.get(), c.width, c.height, static_cast<size_t>(c.width) * 3},
                    plan, options_.width, options_.height, Target(slot));
+    if (features != nullptr) {
+      *features = c.features;  // copy-assigned: the slot's buffers keep their capacity
+      PlaceBoxes(plan, features);
+    }
     Finish(rng, slot);
     return Status::OK();
   }
   std::string_view image;
-  int64_t label = 0;
-  Status parsed = scanner_.Scan(w->bytes, &image, &label);
-  if (parsed.ok()) {
-    const int64_t stored = label;
-    // A label no loss function can take: negative (an offset applied twice, a -1 "unlabelled"
-    // marker) or, where the dataset says how many classes it has, past the last class. The
-    // first clause is the same for every such record (Batcher groups skips by it).
-    if (__builtin_add_overflow(stored, options_.label_offset, &label)) {
-      parsed = InvalidArgument("label does not fit in int64; feature '" + options_.label_key +
-                               "' " + std::to_string(stored) + " + label_offset " +
-                               std::to_string(options_.label_offset) + " overflows");
-    } else if (label < 0) {
-      parsed = InvalidArgument("label is negative; " + std::to_string(label) + " = feature '" +
-                               options_.label_key + "' + label_offset " +
-                               std::to_string(options_.label_offset));
-    } else if (options_.num_classes > 0 && label >= options_.num_classes) {
-      parsed =
-          InvalidArgument("label is not below num_classes " + std::to_string(options_.num_classes) +
-                          "; it is " + std::to_string(label));
-      // However few they are: labels 1..num_classes (TF-slim's ImageNet) lose one class silently.
-      if (!stats_->label_range_warned.exchange(true)) {
-        stats_->Warn(options_.name + ": " + options_.files[w->file] + ":" +
-                     std::to_string(w->offset) + " has label " + std::to_string(label) +
-                     " (feature '" + options_.label_key + "' " + std::to_string(stored) +
-                     " + label_offset " + std::to_string(options_.label_offset) +
-                     "), not below num_classes " + std::to_string(options_.num_classes) +
-                     "; records with such labels are skipped (this is logged once). If the "
-                     "labels run from 1 to num_classes, set label_offset: -1");
-      }
-    } else if (label > std::numeric_limits<int32_t>::max()) {
-      parsed = InvalidArgument("label does not fit in int32; it is " + std::to_string(label));
-    }
-  }
-  w->label = static_cast<int32_t>(label);
+  int64_t stored = 0;
+  w->label = 0;
+  Status parsed = scanner_.Scan(w->bytes, &image, &stored);
+  if (parsed.ok()) parsed = SetLabel(w, stored);
+  if (parsed.ok() && features != nullptr) parsed = extractor_.Extract(w->bytes, features);
 
   // Held until the decode is over: its estimate of the codec's buffers and the decoded pixels.
   DecodeReservation reservation(decode_budget_);
@@ -123,11 +146,12 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* slot) {
       cache_->Insert(w->file, w->record, std::move(entry));
       return s;
     }
+    if (features != nullptr) entry.features = *features;  // as extracted: boxes untransformed
     int short_side = std::min(decoded_.width, decoded_.height);
     double f = std::min(1.0, static_cast<double>(options_.decoded_short_side) / short_side);
     entry.width = std::max(1, static_cast<int>(decoded_.width * f + 0.5));
     entry.height = std::max(1, static_cast<int>(decoded_.height * f + 0.5));
-    entry.pixels.reset(new uint8_t[static_cast<size_t>(entry.bytes())]);
+    entry.pixels.reset(new uint8_t[static_cast<size_t>(entry.width) * entry.height * 3]);
     Resize(decoded_.view(), entry.pixels.get(), entry.width, entry.height,
            static_cast<size_t>(entry.width) * 3);
     ReleaseLargeImage();
@@ -136,6 +160,7 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* slot) {
     RenderGeometry(ImageView{entry.pixels.get(), entry.width, entry.height,
                              static_cast<size_t>(entry.width) * 3},
                    plan, options_.width, options_.height, Target(slot));
+    PlaceBoxes(plan, features);
     cache_->Insert(w->file, w->record, std::move(entry));
     Finish(rng, slot);
     return Status::OK();
@@ -152,6 +177,7 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* slot) {
     const GeometryPlan plan = PlanGeometry(spec_.geometry, decoded_.width, decoded_.height,
                                            options_.width, options_.height, rng);
     RenderGeometry(decoded_.view(), plan, options_.width, options_.height, Target(slot));
+    PlaceBoxes(plan, features);
     ReleaseLargeImage();
     Finish(rng, slot);
     return Status::OK();
@@ -161,6 +187,7 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* slot) {
   ASSIGN_OR_RETURN(JpegHeader header, roi_.ReadHeader(image, options_.max_pixels));
   const GeometryPlan plan = PlanGeometry(spec_.geometry, header.width, header.height,
                                          options_.width, options_.height, rng);
+  PlaceBoxes(plan, features);
   uint8_t* target = Target(slot);
   ClearPadding(plan, options_.width, options_.height, target);
   if (plan.dest.width > 0) {
@@ -190,7 +217,8 @@ void Augmenter::ReleaseLargeImage() {
 }
 
 void Augmenter::Apply(WorkItem* w) {
-  Status s = Decode(w, w->buffer->image(w->slot));
+  SampleFeatures* features = w->buffer->features.empty() ? nullptr : &w->buffer->features[w->slot];
+  Status s = Decode(w, w->buffer->image(w->slot), features);
   if (!s.ok()) {
     w->status = s.WithContext(options_.files[w->file] + ":" + std::to_string(w->offset));
   }

@@ -4,8 +4,10 @@
 // crop from it; with the DECODED cache, the crop from the cached image — then the per-pixel ops
 // and the output conversion (dtype, layout, normalize) into the slot. A list with neither (the
 // presets, uint8 NHWC) decodes straight into the slot. Randomness comes from (seed, epoch,
-// position), so the result does not depend on which thread ran it. One per worker thread: the
-// Transform (see pipeline/transform.h) every pipeline applies.
+// position), so the result does not depend on which thread ran it. With a feature schema the
+// record's features go into the slot's SampleFeatures, its boxes moved with the plan the image
+// was rendered with (pipeline/box_transform.h); the DECODED cache keeps them as extracted. One per
+// worker thread: the Transform (see pipeline/transform.h) every pipeline applies.
 #pragma once
 
 #include <string>
@@ -17,13 +19,14 @@
 #include "formats/jpeg_codec.h"
 #include "formats/jpeg_roi_decoder.h"
 #include "formats/png_codec.h"
+#include "formats/sample_features.h"
 #include "pipeline/caches.h"
 #include "pipeline/decode_budget.h"
 #include "pipeline/geometry_plan.h"
-#include "pipeline/pixel_chain.h"
 #include "pipeline/options.h"
-#include "pipeline/transform_spec.h"
+#include "pipeline/pixel_chain.h"
 #include "pipeline/transform.h"
+#include "pipeline/transform_spec.h"
 #include "pipeline/work_item.h"
 
 namespace sluice {
@@ -35,12 +38,18 @@ class Augmenter final : public Transform {
   Augmenter(const ResolvedOptions& options, DecodedCache* cache, PipelineStats* stats,
             DecodeBudget* decode_budget);
 
-  // Writes w's image into w->buffer slot w->slot and sets w->label; on failure sets w->status
-  // (naming file and offset) and leaves the slot partly written.
+  // Writes w's image into w->buffer slot w->slot, sets w->label (0 when options.unlabeled) and,
+  // with a feature schema, the slot's features; on failure sets w->status (naming file and
+  // offset) and leaves the slot partly written.
   void Apply(WorkItem* w) override;
 
  private:
-  Status Decode(WorkItem* w, uint8_t* slot);
+  // features: the slot's, null without a feature schema.
+  Status Decode(WorkItem* w, uint8_t* slot, SampleFeatures* features);
+  // Checks and sets w->label from the label the record stores.
+  Status SetLabel(WorkItem* w, int64_t stored);
+  // With boxes: moves features' boxes with plan into the output, counting the ones dropped.
+  void PlaceBoxes(const GeometryPlan& plan, SampleFeatures* features);
   // Decodes a whole JPEG or PNG into decoded_, counting it in stats.
   Status DecodeWhole(std::string_view image, const DecodeMemoryGate* gate);
   // Where the geometry renders: the slot itself, or frame_ when per-pixel ops or an output
@@ -57,7 +66,8 @@ class Augmenter final : public Transform {
   DecodedCache* cache_;
   PipelineStats* stats_;
   DecodeBudget* decode_budget_;
-  ExampleScanner scanner_;
+  ExampleScanner scanner_;  // with options.unlabeled, its label key is empty: no label read
+  FeatureExtractor extractor_;
   JpegRoiDecoder roi_;
   JpegDecoder full_;
   PngDecoder png_;

@@ -85,16 +85,17 @@ void Batcher::Keep(const WorkItem& w) {
   if (!keep_) {
     // Accounted with the batch pool: the memory budget holds one batch more for it
     // (ResolveOptions).
-    keep_ = std::make_unique<BatchBuffer>(options_.batch_size, options_.height, options_.width,
-                                          false, options_.record_ids,
-                                          options_.transforms.output.dtype,
-                                          options_.transforms.output.layout);
+    keep_ = std::make_unique<BatchBuffer>(
+        options_.batch_size, options_.height, options_.width, false, options_.record_ids,
+        options_.transforms.output.dtype, options_.transforms.output.layout, /*with_mix=*/false,
+        options_.features.array_count(), options_.features.slot_bytes());
     PoolCounters& pool = stats_->pool(Pool::kBatchPool);
     pool.limit += static_cast<int64_t>(keep_->bytes());
     pool.Add(static_cast<int64_t>(keep_->bytes()));
   }
   std::memcpy(keep_->image(kept_), w.buffer->image(w.slot), keep_->image_bytes);
   keep_->labels[kept_] = w.label;
+  if (!keep_->features.empty()) keep_->features[kept_] = w.buffer->features[w.slot];
   if (keep_->record_files) {
     keep_->record_files[kept_] = static_cast<int32_t>(w.file);
     keep_->record_indexes[kept_] = static_cast<int64_t>(w.record);
@@ -112,6 +113,7 @@ void Batcher::EmitPadded(int64_t epoch) {
       const int k = static_cast<int>(epoch_padded_ % static_cast<uint64_t>(kept_));
       std::memcpy(dst_->image(i), keep_->image(k), dst_->image_bytes);
       dst_->labels[i] = keep_->labels[k];
+      if (!dst_->features.empty()) dst_->features[i] = keep_->features[k];
       if (dst_->record_files) {
         dst_->record_files[i] = keep_->record_files[k];
         dst_->record_indexes[i] = keep_->record_indexes[k];
@@ -120,6 +122,7 @@ void Batcher::EmitPadded(int64_t epoch) {
       // A run resumed inside the padding has seen no sample of the epoch to repeat.
       std::memset(dst_->image(i), 0, dst_->image_bytes);
       dst_->labels[i] = 0;
+      if (!dst_->features.empty()) dst_->features[i].SetEmpty(options_.features);
       if (dst_->record_files) {
         dst_->record_files[i] = -1;
         dst_->record_indexes[i] = -1;
@@ -266,6 +269,8 @@ void Batcher::AddRecord(const WorkItem& w) {
   }
   if (dst_ != w.buffer || filled_ != w.slot) {
     std::memcpy(dst_->image(filled_), w.buffer->image(w.slot), dst_->image_bytes);
+    // Copy-assigned: the destination slot's buffers keep their capacity.
+    if (!dst_->features.empty()) dst_->features[filled_] = w.buffer->features[w.slot];
   }
   dst_->labels[filled_] = w.label;
   if (dst_->record_files) {

@@ -13,6 +13,8 @@ struct Virtual {
   double x0, y0, w, h;
   int cols, rows;
   bool flip_h = false, flip_v = false;
+  // The part of the source every crop so far kept (source pixels): BoxMap::clip.
+  double clip_x0, clip_y0, clip_x1, clip_y1;
 
   // Keeps the part (left, top, width, height) of the current image (it may reach outside it:
   // padding).
@@ -26,6 +28,10 @@ struct Virtual {
     h = height * sy;
     cols = width;
     rows = height;
+    clip_x0 = std::max(clip_x0, x0);
+    clip_y0 = std::max(clip_y0, y0);
+    clip_x1 = std::max(clip_x0, std::min(clip_x1, x0 + w));
+    clip_y1 = std::max(clip_y0, std::min(clip_y1, y0 + h));
   }
   void Resize(int width, int height) {
     cols = width;
@@ -69,7 +75,8 @@ void Clip(double begin, double size, int limit, int count, int* src_begin, int* 
 
 GeometryPlan PlanGeometry(const std::vector<GeometryOp>& ops, int width, int height, int out_width,
                           int out_height, AugmentRng& rng) {
-  Virtual v{0, 0, static_cast<double>(width), static_cast<double>(height), width, height};
+  const double source_w = width, source_h = height;
+  Virtual v{0, 0, source_w, source_h, width, height, false, false, 0, 0, source_w, source_h};
   GeometryPlan plan;
   for (const GeometryOp& g : ops) {
     switch (g.kind) {
@@ -148,6 +155,17 @@ GeometryPlan PlanGeometry(const std::vector<GeometryOp>& ops, int width, int hei
   if (plan.source.width == 0 || plan.source.height == 0) plan.dest = CropWindow{0, 0, 0, 0};
   plan.resize.flip_horizontal = v.flip_h;
   plan.resize.flip_vertical = v.flip_v;
+  // The clip starts as the whole image, so padding a crop reaches into is never in it.
+  plan.box_map = BoxMap{v.x0 / source_w,
+                        v.y0 / source_h,
+                        v.w / source_w,
+                        v.h / source_h,
+                        v.flip_h,
+                        v.flip_v,
+                        v.clip_x0 / source_w,
+                        v.clip_y0 / source_h,
+                        v.clip_x1 / source_w,
+                        v.clip_y1 / source_h};
   return plan;
 }
 

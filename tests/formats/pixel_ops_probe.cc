@@ -9,7 +9,9 @@
 // 2 with a message naming the problem otherwise.
 //
 // The op "chain" runs a whole transform list as the pipeline does (see RunChain) and also writes
-// OUT.bin.json: what the chain drew, for the test to replay in torchvision.
+// OUT.bin.json: what the chain drew, for the test to replay in torchvision. With boxes=
+// (x0,y0,x1,y1,... normalized to the input) it also moves those boxes with the plan
+// (TransformBoxes, min_size= and min_overlap= as BoxColumns) and writes what is kept.
 #include <google/protobuf/text_format.h>
 
 #include <cmath>
@@ -27,6 +29,7 @@
 #include "formats/pixel_ops.h"
 #include "formats/seed.h"
 #include "pipeline/auto_augment.h"
+#include "pipeline/box_transform.h"
 #include "pipeline/geometry_plan.h"
 #include "pipeline/pixel_chain.h"
 #include "pipeline/transform_spec.h"
@@ -285,8 +288,10 @@ std::string NumberJson(double v) {
 // PipelineOptions textproto of `transforms`, %XX-escaped) or list_file (a path holding one),
 // out_width, out_height, seed, stream (the AugmentRng of the image). CompileTransforms (train
 // mode, num_classes 10), PlanGeometry, RenderGeometry, ApplyPixelOps, WriteOutput: OUT gets the
-// output in the list's dtype and layout; json gets the plan (source window, dest, flips, filter)
-// and each draw of the per-pixel ops (name, params), in the order applied.
+// output in the list's dtype and layout; json gets the plan (source window, dest, flips, filter,
+// box_map), each draw of the per-pixel ops (name, params), in the order applied, and with boxes=
+// the boxes TransformBoxes keeps ("boxes": [[x0, y0, x1, y1], ...]) with their input indexes
+// ("kept").
 void RunChain(Image& in, const Params& p, std::vector<uint8_t>* out, std::string* json) {
   std::string text;
   if (p.Has("list_file")) {
@@ -328,7 +333,47 @@ void RunChain(Image& in, const Params& p, std::vector<uint8_t>* out, std::string
     }
     *json += "]}";
   }
-  *json += "]}\n";
+  const BoxMap& m = plan.box_map;
+  *json += "], \"box_map\": [";
+  const double map_values[] = {m.x0,      m.y0,      m.width,   m.height,
+                               m.clip_x0, m.clip_y0, m.clip_x1, m.clip_y1};
+  for (size_t k = 0; k < std::size(map_values); ++k) {
+    *json += (k ? ", " : "") + NumberJson(map_values[k]);
+  }
+  *json += "]";
+  if (p.Has("boxes")) {
+    const std::vector<double> coords = p.Doubles("boxes");
+    if (coords.size() % 4 != 0) throw std::runtime_error("boxes: not 4 values a box");
+    BoxColumns columns;
+    columns.enabled = true;
+    if (p.Has("min_size")) columns.min_size = p.Double("min_size");
+    if (p.Has("min_overlap")) columns.min_overlap = p.Double("min_overlap");
+    const uint32_t count = static_cast<uint32_t>(coords.size() / 4);
+    SampleFeatures features;
+    features.Reset(2);
+    features.arrays[0].rows = features.arrays[1].rows = count;
+    for (uint32_t i = 0; i < count; ++i) {
+      for (int k = 0; k < 4; ++k) {
+        const float c = static_cast<float>(coords[i * 4 + k]);
+        features.arrays[0].data.append(reinterpret_cast<const char*>(&c), sizeof(c));
+      }
+      const int64_t label = i;
+      features.arrays[1].data.append(reinterpret_cast<const char*>(&label), sizeof(label));
+    }
+    TransformBoxes(plan.box_map, columns, out_width, out_height, 0, &features);
+    std::string boxes, kept;
+    for (uint32_t i = 0; i < features.arrays[0].rows; ++i) {
+      float b[4];
+      int64_t label;
+      std::memcpy(b, features.arrays[0].data.data() + i * sizeof(b), sizeof(b));
+      std::memcpy(&label, features.arrays[1].data.data() + i * sizeof(label), sizeof(label));
+      boxes += std::string(i ? ", " : "") + "[" + NumberJson(b[0]) + ", " + NumberJson(b[1]) +
+               ", " + NumberJson(b[2]) + ", " + NumberJson(b[3]) + "]";
+      kept += std::string(i ? ", " : "") + std::to_string(label);
+    }
+    *json += ", \"boxes\": [" + boxes + "], \"kept\": [" + kept + "]";
+  }
+  *json += "}\n";
 }
 
 }  // namespace

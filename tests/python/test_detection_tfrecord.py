@@ -15,21 +15,8 @@ tf = pytest.importorskip("tensorflow")
 
 import sluice  # noqa: E402
 import sluice.tf  # noqa: E402
-from client_support import Server  # noqa: E402
-
-OUT = 48          # output images are OUT x OUT
-SHORTER = 56      # the EVAL list resizes the shorter side to this, then center-crops OUT
-CLASSES = 5       # of the multi-label list
-# (height, width) per record, and its boxes (xmin, ymin, xmax, ymax) normalized with their class.
-RECORDS = [
-    ((60, 80), [((0.10, 0.20, 0.40, 0.60), 1), ((0.50, 0.05, 0.95, 0.90), 2)]),
-    ((90, 50), [((0.00, 0.00, 1.00, 0.08), 3)]),       # cut off by the crop at the top
-    ((64, 64), []),
-    ((50, 120), [((0.01, 0.30, 0.05, 0.70), 4), ((0.30, 0.10, 0.70, 0.90), 0),
-                 ((0.80, 0.40, 1.00, 0.60), 2)]),
-    ((70, 70), [((0.25, 0.25, 0.75, 0.75), 1)]),
-    ((45, 100), [((0.00, 0.00, 1.00, 1.00), 3), ((0.40, 0.40, 0.45, 0.45), 1)]),
-]
+from detection_support import (CLASSES, OUT, RECORDS, DetectionServer,  # noqa: E402
+                               expected_boxes)
 
 
 def _example(r):
@@ -60,65 +47,6 @@ def _example(r):
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
-def _expected_boxes(r, flip):
-    """torchvision's Resize(SHORTER) then CenterCrop(OUT) (and a horizontal flip) of record r's
-    boxes, each clamped to the crop, those under 1 output pixel a side dropped; normalized."""
-    (h, w), boxes = RECORDS[r]
-    if h <= w:
-        new_h, new_w = SHORTER, int(SHORTER * w / h)
-    else:
-        new_h, new_w = int(SHORTER * h / w), SHORTER
-    top, left = int(round((new_h - OUT) / 2.0)), int(round((new_w - OUT) / 2.0))
-    out, labels = [], []
-    for (x0, y0, x1, y1), c in boxes:
-        px = np.clip(np.array([x0 * new_w - left, x1 * new_w - left]), 0, OUT)
-        py = np.clip(np.array([y0 * new_h - top, y1 * new_h - top]), 0, OUT)
-        if px[1] - px[0] < 1 or py[1] - py[0] < 1:
-            continue
-        if flip:
-            px = OUT - px[::-1]
-        out.append([px[0] / OUT, py[0] / OUT, px[1] / OUT, py[1] / OUT])
-        labels.append(c)
-    return np.array(out, dtype=np.float64).reshape(-1, 4), labels
-
-
-class DetectionServer(Server):
-    def datasets(self):
-        files = f'files: "{self.data}/detection.tfrecord"'
-        features = """
-    features { key: "image/labels" name: "labels" type: FEATURE_TYPE_INT64
-               shape: FEATURE_SHAPE_MULTI_HOT length: %d }
-    features { key: "image/caption" name: "caption" type: FEATURE_TYPE_BYTES
-               shape: FEATURE_SHAPE_SCALAR }
-    boxes { enabled: true }""" % CLASSES
-        eval_list = ("transforms { resize { shorter_side: %d } } "
-                     "transforms { center_crop { size: %d } }" % (SHORTER, OUT))
-        return f"""datasets {{
-  name: "det"
-  num_classes: 3
-  pipeline {{
-    {files} mode: MODE_EVAL batch_size: 4 image_height: {OUT} epochs: 1
-    {eval_list}{features}
-  }}
-  transform_sets {{ name: "flip" {eval_list} transforms {{ flip {{ horizontal_p: 1 }} }} }}
-}}
-datasets {{
-  name: "det_train"
-  num_classes: 3
-  pipeline {{ {files} batch_size: 4 image_height: {OUT} seed: 5{features} }}
-}}
-datasets {{
-  name: "det_unlabeled"
-  pipeline {{
-    {files} mode: MODE_EVAL batch_size: 4 image_height: {OUT} epochs: 1 unlabeled: true
-    {eval_list}
-    features {{ key: "image/caption" name: "caption" type: FEATURE_TYPE_BYTES
-               shape: FEATURE_SHAPE_SCALAR }}
-  }}
-}}
-"""
-
-
 @pytest.fixture(scope="module")
 def detection(sluice_bin, tmp_path_factory):
     data = tmp_path_factory.mktemp("detection-data")
@@ -131,7 +59,7 @@ def detection(sluice_bin, tmp_path_factory):
 
 
 def _check_eval_sample(r, labels, caption, boxes, box_labels, flip):
-    expected, expected_labels = _expected_boxes(r, flip)
+    expected, expected_labels = expected_boxes(r, flip)
     np.testing.assert_allclose(boxes, expected, atol=1e-4, err_msg="record %d" % r)
     assert list(box_labels) == expected_labels
     hot = np.zeros(CLASSES, np.float32)

@@ -290,6 +290,9 @@ Status DecodeFeatureArray(std::string_view message, int32_t n, ReceivedFeature* 
   out->row_shape.clear();
   out->row_lengths.clear();
   out->values.clear();
+  // Past every library's short-string capacity: the values live in an aligned heap block, which
+  // int64s() and floats() read in place.
+  out->values.reserve(64);
   out->value_lengths.clear();
   RETURN_IF_ERROR(ReadFeatureFields(message, out));
   return CheckFeature(n, out);

@@ -65,7 +65,8 @@ struct ReceivedFeature {
  private:
   template <typename T>
   std::span<const T> Typed() const {
-    // std::string's buffer comes from operator new: aligned for any fundamental type.
+    // DecodeFeatureArray keeps `values` on the heap (capacity past any short-string buffer):
+    // operator new's alignment suits any fundamental type.
     return {reinterpret_cast<const T*>(values.data()), values.size() / sizeof(T)};
   }
   size_t First(size_t i) const { return static_cast<size_t>(rows_of(i).first * row_values()); }

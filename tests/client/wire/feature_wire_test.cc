@@ -4,8 +4,10 @@
 #include "client/wire/feature_wire.h"
 
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sluice/v1/service.pb.h"
@@ -190,6 +192,23 @@ TEST_CASE("ADecodedFeatureIsReusedWithoutKeepingTheLastOnesValues") {
   CHECK_FALSE(f.ragged());
   CHECK(f.value_lengths.empty());
   CHECK(f.int64s().size() == 3);
+}
+
+TEST_CASE("ValuesShorterThanAShortStringAreReadInPlaceAligned") {
+  // One int64 and one float: 8 and 4 bytes, which a std::string could keep in its own object.
+  for (const auto& [info, data] : std::vector<std::pair<ArrayInfo, std::string>>{
+           {{"one", FeatureType::kInt64, false, {}}, Raw<int64_t>({-7})},
+           {{"f", FeatureType::kFloat, false, {}}, Raw<float>({2.5f})}}) {
+    std::vector<SampleFeatures> s(1);
+    s[0].arrays = {Numeric(data, 1)};
+    v1::Batch parsed;
+    REQUIRE(parsed.ParseFromString(Encoded({info}, s)));
+    ReceivedFeature f;
+    REQUIRE(DecodeFeatureArray(parsed.features(0).SerializeAsString(), 1, &f).ok());
+    CHECK(reinterpret_cast<uintptr_t>(f.values.data()) % alignof(int64_t) == 0);
+    if (info.type == FeatureType::kInt64) CHECK(f.int64s(0)[0] == -7);
+    if (info.type == FeatureType::kFloat) CHECK(f.floats(0)[0] == 2.5f);
+  }
 }
 
 // A FeatureArray as any sender may write it.

@@ -123,64 +123,74 @@ TEST_CASE("ListDatasetsAndDescribeStreamNameEveryFeatureArrayInTheSchemasOrder")
 
 TEST_CASE("EveryBatchCarriesEachRecordsFeaturesThroughTheTypedAccessors") {
   FeatureServer s;
-  auto client = Connect(s.server->address());
-  auto stream = client->Stream(WithIds("train"));
-  INFO(stream.status().ToString());
-  REQUIRE(stream.ok());
-  std::vector<bool> seen(kRecords, false);
-  std::vector<ReceivedBatch> taken;
-  for (;;) {
-    ReceivedBatch b;
-    bool end = false;
-    REQUIRE((*stream)->Take(&b, &end).ok());
-    if (end) break;
-    REQUIRE(b.features.size() == 5);
-    CHECK(b.feature("nope") == nullptr);
-    taken.push_back(std::move(b));
-  }
-  // Every taken batch holds its features until its lease goes, whatever came after it.
-  for (const ReceivedBatch& b : taken) {
-    const ReceivedFeature* tags = b.feature("tags");
-    const ReceivedFeature* caption = b.feature("caption");
-    const ReceivedFeature* half = b.feature("half");
-    const ReceivedFeature* boxes = b.feature("boxes");
-    const ReceivedFeature* box_labels = b.feature("box_labels");
-    REQUIRE(tags != nullptr);
-    REQUIRE(caption != nullptr);
-    REQUIRE(half != nullptr);
-    REQUIRE(boxes != nullptr);
-    REQUIRE(box_labels != nullptr);
-    CHECK(tags->ragged());
-    CHECK_FALSE(half->ragged());
-    for (int i = 0; i < b.meta.n; ++i) {
-      const int r = static_cast<int>(b.record_indexes[static_cast<size_t>(i)]);
-      INFO("record " << r);
-      REQUIRE(r < kRecords);
-      seen[static_cast<size_t>(r)] = true;
-      CHECK(b.labels[static_cast<size_t>(i)] == r);
-      const std::span<const int64_t> t = tags->int64s(static_cast<size_t>(i));
-      REQUIRE(t.size() == static_cast<size_t>(r % 3));
-      for (size_t k = 0; k < t.size(); ++k) CHECK(t[k] == r + static_cast<int64_t>(k));
-      CHECK(caption->bytes(static_cast<size_t>(i)) == "rec-" + std::to_string(r));
-      CHECK(half->floats(static_cast<size_t>(i))[0] == static_cast<float>(r) / 2);
-      const std::span<const float> box = boxes->floats(static_cast<size_t>(i));
-      const std::span<const int64_t> box_label = box_labels->int64s(static_cast<size_t>(i));
-      if (r % 4 == 0) {
-        CHECK(box.empty());
-        CHECK(box_label.empty());
-        continue;
-      }
-      // A plain resize keeps normalized boxes; the flip mirrors x.
-      REQUIRE(box.size() == 4);
-      CHECK(box[0] == Approx(0.6).margin(1e-5));
-      CHECK(box[1] == Approx(0.2).margin(1e-5));
-      CHECK(box[2] == Approx(0.9).margin(1e-5));
-      CHECK(box[3] == Approx(0.6).margin(1e-5));
-      REQUIRE(box_label.size() == 1);
-      CHECK(box_label[0] == r + 100);
+  // Through the socket and through same-host shared memory (features ride in the message).
+  for (const bool shared_memory : {false, true}) {
+    INFO("shared_memory " << shared_memory);
+    ClientOptions options;
+    options.targets = {s.server->address()};
+    options.shared_memory = shared_memory;
+    options.max_held = 8;
+    auto client = Client::Create(options);
+    REQUIRE(client.ok());
+    auto stream = (*client)->Stream(WithIds("train"));
+    INFO(stream.status().ToString());
+    REQUIRE(stream.ok());
+    std::vector<bool> seen(kRecords, false);
+    std::vector<ReceivedBatch> taken;
+    for (;;) {
+      ReceivedBatch b;
+      bool end = false;
+      REQUIRE((*stream)->Take(&b, &end).ok());
+      if (end) break;
+      REQUIRE(b.features.size() == 5);
+      CHECK(b.feature("nope") == nullptr);
+      taken.push_back(std::move(b));
     }
+    // Every taken batch holds its features until its lease goes, whatever came after it.
+    for (const ReceivedBatch& b : taken) {
+      const ReceivedFeature* tags = b.feature("tags");
+      const ReceivedFeature* caption = b.feature("caption");
+      const ReceivedFeature* half = b.feature("half");
+      const ReceivedFeature* boxes = b.feature("boxes");
+      const ReceivedFeature* box_labels = b.feature("box_labels");
+      REQUIRE(tags != nullptr);
+      REQUIRE(caption != nullptr);
+      REQUIRE(half != nullptr);
+      REQUIRE(boxes != nullptr);
+      REQUIRE(box_labels != nullptr);
+      CHECK(tags->ragged());
+      CHECK_FALSE(half->ragged());
+      for (int i = 0; i < b.meta.n; ++i) {
+        const int r = static_cast<int>(b.record_indexes[static_cast<size_t>(i)]);
+        INFO("record " << r);
+        REQUIRE(r < kRecords);
+        seen[static_cast<size_t>(r)] = true;
+        CHECK(b.labels[static_cast<size_t>(i)] == r);
+        const std::span<const int64_t> t = tags->int64s(static_cast<size_t>(i));
+        REQUIRE(t.size() == static_cast<size_t>(r % 3));
+        for (size_t k = 0; k < t.size(); ++k) CHECK(t[k] == r + static_cast<int64_t>(k));
+        CHECK(caption->bytes(static_cast<size_t>(i)) == "rec-" + std::to_string(r));
+        CHECK(half->floats(static_cast<size_t>(i))[0] == static_cast<float>(r) / 2);
+        const std::span<const float> box = boxes->floats(static_cast<size_t>(i));
+        const std::span<const int64_t> box_label = box_labels->int64s(static_cast<size_t>(i));
+        if (r % 4 == 0) {
+          CHECK(box.empty());
+          CHECK(box_label.empty());
+          continue;
+        }
+        // A plain resize keeps normalized boxes; the flip mirrors x.
+        REQUIRE(box.size() == 4);
+        CHECK(box[0] == Approx(0.6).margin(1e-5));
+        CHECK(box[1] == Approx(0.2).margin(1e-5));
+        CHECK(box[2] == Approx(0.9).margin(1e-5));
+        CHECK(box[3] == Approx(0.6).margin(1e-5));
+        REQUIRE(box_label.size() == 1);
+        CHECK(box_label[0] == r + 100);
+      }
+    }
+    CHECK(std::count(seen.begin(), seen.end(), true) == kRecords);
+    CHECK(((*stream)->shared_memory_batches() > 0) == shared_memory);
   }
-  CHECK(std::count(seen.begin(), seen.end(), true) == kRecords);
 }
 
 TEST_CASE("AnUnlabeledDatasetsBatchesCarryNoLabels") {

@@ -415,10 +415,12 @@ Result<v1::ServerConfig> ValidateServerConfig(v1::ServerConfig c, const MemoryLi
   }
   if (c.max_batch_bytes() < largest_batch) {
     const v1::PipelineOptions& p = largest->pipeline();
+    const bool features = !p.features().empty() || p.boxes().enabled();
     return Bad("max_batch_bytes",
-               fmt::format("{} is under dataset \"{}\"'s default batch of {} at {}x{} ({})",
+               fmt::format("{} is under dataset \"{}\"'s default batch of {} at {}x{}{} ({})",
                            FormatBytes(c.max_batch_bytes()), largest->name(), p.batch_size(),
-                           p.image_height(), p.image_width(), FormatBytes(largest_batch)));
+                           p.image_height(), p.image_width(), features ? " with its features" : "",
+                           FormatBytes(largest_batch)));
   }
   return c;
 }

@@ -34,6 +34,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -109,7 +110,7 @@ struct ReceivedBatch {
   // meta.image_bytes() bytes: meta.n images of dtype() (little-endian), laid out as shape() says.
   // A uint8 NHWC stream (the default) has meta.n × H × W × 3 bytes, as before dtypes existed.
   std::span<const uint8_t> images;
-  std::span<const int32_t> labels;  // meta.n
+  std::span<const int32_t> labels;  // meta.n; empty for an unlabeled dataset (StreamPlan.unlabeled)
   // Per sample, each meta.n long or empty when the batch does not carry it (service.proto):
   // valid, 1 = real sample, 0 = padding to be ignored (empty: every sample is real); where each
   // sample came from, when the request asked for record_ids: its file (index in the dataset's
@@ -122,9 +123,20 @@ struct ReceivedBatch {
   // mixed_labels[i] (soft label = w·onehot(labels[i]) + (1 - w)·onehot(mixed_labels[i])).
   std::span<const int32_t> mixed_labels;
   std::span<const float> label_weights;
+  // The dataset's features (StreamPlan.features, in that order), each for the meta.n samples:
+  // typed values (int64s(), floats(), bytes(k)) and each sample's rows (rows_of(i)). Valid as
+  // long as the images.
+  std::span<const ReceivedFeature> features;
   int server = 0;    // index of the server (resolved target) it came from
   BatchLease lease;  // empty from Next()
 
+  // The feature named `name`, or null.
+  const ReceivedFeature* feature(std::string_view name) const {
+    for (const ReceivedFeature& f : features) {
+      if (f.name == name) return &f;
+    }
+    return nullptr;
+  }
   // The images' element type and layout (StreamRequest.transform_set's output; uint8 NHWC by
   // default).
   DType dtype() const { return meta.dtype; }

@@ -97,6 +97,7 @@ Status FanInStream::Get(ReceivedBatch* batch, bool* end_of_sequence) {
         batch->record_indexes = {a.record_indexes.data(), a.record_indexes.size()};
         batch->mixed_labels = {a.mixed_labels.data(), a.mixed_labels.size()};
         batch->label_weights = {a.label_weights.data(), a.label_weights.size()};
+        batch->features = {a.features.data(), a.feature_count};
         batch->server = static_cast<int>(i);
         lock.unlock();  // releasing a lease may Wake() this stream
         return CheckFormat(batch, i);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "client/wire/batch_wire.h"
+#include "client/wire/feature_wire.h"
 #include "client/wire/shared_segment.h"
 #include "pipeline/equal_shares.h"
 #include "pipeline/file_list.h"
@@ -79,10 +80,20 @@ BatchMeta MetaOf(const Batch& batch) {
 }
 
 // The batch's per-sample extras: empty spans (nothing written) unless it has padding or the
-// stream asked for record ids.
-BatchExtras ExtrasOf(const Batch& batch) {
+// stream asked for record ids; its features (the job's `arrays`) encoded into *features, which
+// the extras point to.
+BatchExtras ExtrasOf(const Batch& batch, const std::vector<ArrayInfo>& arrays,
+                     std::string* features) {
+  features->clear();
+  if (!arrays.empty()) EncodeFeatureArrays(arrays, batch.features(), features);
   return BatchExtras{batch.valid_mask(),   batch.record_files(),  batch.record_indexes(),
-                     batch.mixed_labels(), batch.label_weights()};
+                     batch.mixed_labels(), batch.label_weights(), *features};
+}
+
+// What a batch's message carries as labels: none for an unlabeled dataset.
+std::span<const int32_t> LabelsOf(const Batch& batch, const ResolvedOptions& options) {
+  if (options.unlabeled) return {};
+  return batch.labels();
 }
 
 // How long a client that asked for shared memory has to map the segment before its stream falls
@@ -173,6 +184,7 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
       return;
     }
     job_ = std::move(*job);
+    arrays_ = job_->options().features.arrays();
     counters_ = &registry_->counters(job_->dataset());
     segment_ = segment_for(job_->options());
     offered_ = segment_ != nullptr;
@@ -217,10 +229,10 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
     // Claimed: only now is the batch taken.
     Batch* batch = new Batch(std::move(event.batch));
     const BatchMeta meta = MetaOf(*batch);
-    grpc::Slice slices[2] = {
-        grpc::Slice(EncodeBatchPrefix(meta, batch->labels(), ExtrasOf(*batch))),
-        grpc::Slice(const_cast<uint8_t*>(batch->images().data()), batch->images().size(),
-                    &DestroyBatch, batch)};
+    grpc::Slice slices[2] = {grpc::Slice(EncodeBatchPrefix(meta, LabelsOf(*batch, job_->options()),
+                                                           ExtrasOf(*batch, arrays_, &features_))),
+                             grpc::Slice(const_cast<uint8_t*>(batch->images().data()),
+                                         batch->images().size(), &DestroyBatch, batch)};
     grpc::ByteBuffer message(slices, 2);
     StartWriting(&message, meta);
     return true;
@@ -408,8 +420,9 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
     std::memcpy(segment_->SlotData(slot), batch.images().data(), image_bytes);
     segment_->MarkFull(slot);
     const BatchMeta meta = MetaOf(batch);
-    grpc::Slice slice(
-        EncodeSharedBatch(meta, batch.labels(), static_cast<uint32_t>(slot), ExtrasOf(batch)));
+    grpc::Slice slice(EncodeSharedBatch(meta, LabelsOf(batch, job_->options()),
+                                        static_cast<uint32_t>(slot),
+                                        ExtrasOf(batch, arrays_, &features_)));
     grpc::ByteBuffer message(&slice, 1);
     StartWriting(&message, meta, slot);
     return true;
@@ -433,8 +446,10 @@ class BatchWriter : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   JobRegistry* const registry_;
   SlotWatcher* const watcher_;
   const int consumer_index_;  // in a job in lockstep
-  // job_, counters_, offered_: set by Opened before the stream starts, fixed afterwards.
+  // job_, arrays_, counters_, offered_: set by Opened before the stream starts, fixed afterwards.
   std::shared_ptr<Job> job_;
+  std::vector<ArrayInfo> arrays_;  // the job's FeatureSchema::arrays()
+  std::string features_;           // scratch of OnEvent (one write in flight): Batch.features
   DatasetCounters* counters_ = nullptr;
   bool offered_ = false;  // a segment was named to the client (the watcher is in use)
   // Null for ordinary batches; reset by the watcher's ready() when the client did not attach
@@ -580,6 +595,8 @@ Result<v1::StreamPlan> DataService::Plan(const ResolvedOptions& resolved, int nu
   out.set_dtype(static_cast<v1::DType>(resolved.transforms.output.dtype));
   out.set_layout(static_cast<v1::Layout>(resolved.transforms.output.layout));
   out.set_mixes_labels(resolved.transforms.mixes_labels());
+  DescribeFeatures(resolved.features, out.mutable_features());
+  out.set_unlabeled(resolved.unlabeled);
   out.set_epochs(resolved.epochs);
   out.mutable_shard()->set_index(resolved.shard_index);
   out.mutable_shard()->set_count(resolved.shard_count);

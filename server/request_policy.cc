@@ -295,13 +295,18 @@ Result<v1::PipelineOptions> PipelineForRequest(const v1::ServerConfig& config,
     dtype = spec->output.dtype;
   }
 
-  const int64_t bytes = BatchMessageBytes(o.batch_size(), height, width,
-                                          DTypeSize(dtype));
+  ASSIGN_OR_RETURN(const FeatureSchema features, CompileFeatureSchema(o));
+  const int64_t bytes = BatchMessageBytes(o.batch_size(), height, width, DTypeSize(dtype)) +
+                        FeatureMessageBytes(features, o.batch_size());
   if (bytes > config.max_batch_bytes()) {
     return InvalidArgument(fmt::format(
-        "a batch of {} at {}x{} is {}, over the server's max_batch_bytes {}; ask for a smaller "
+        "a batch of {} at {}x{}{} is {}, over the server's max_batch_bytes {}; ask for a smaller "
         "batch or image",
-        o.batch_size(), height, width, FormatBytes(bytes), FormatBytes(config.max_batch_bytes())));
+        o.batch_size(), height, width,
+        features.empty() ? ""
+                         : fmt::format(" with features of up to {} a sample",
+                                       FormatBytes(features.slot_bytes())),
+        FormatBytes(bytes), FormatBytes(config.max_batch_bytes())));
   }
   return o;
 }
@@ -339,7 +344,23 @@ v1::DatasetInfo DescribeDataset(const v1::DatasetConfig& dataset, const v1::Flee
                                                                 : v1::PRESET_IMAGENET_TRAIN);
   }
   for (const v1::TransformSet& set : dataset.transform_sets()) *info.add_transform_sets() = set;
+  // Loading the config compiled the schema: it does not fail here.
+  if (Result<FeatureSchema> features = CompileFeatureSchema(o); features.ok()) {
+    DescribeFeatures(*features, info.mutable_features());
+  }
+  info.set_unlabeled(o.unlabeled());
   return info;
+}
+
+void DescribeFeatures(const FeatureSchema& schema,
+                      google::protobuf::RepeatedPtrField<v1::FeatureInfo>* out) {
+  for (const ArrayInfo& a : schema.arrays()) {
+    v1::FeatureInfo* info = out->Add();
+    info->set_name(a.name);
+    info->set_type(static_cast<v1::FeatureType>(a.type));
+    info->set_ragged(a.ragged);
+    info->mutable_row_shape()->Add(a.row_shape.begin(), a.row_shape.end());
+  }
 }
 
 }  // namespace sluice

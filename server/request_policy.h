@@ -5,6 +5,7 @@
 
 #include <string_view>
 
+#include "formats/feature_schema.h"
 #include "formats/status.h"
 #include "sluice/v1/server_config.pb.h"
 #include "sluice/v1/service.pb.h"
@@ -41,6 +42,12 @@ Result<v1::PipelineOptions> PipelineForRequest(const v1::ServerConfig& config,
 // "drop_remainder"). shard_index/shard_count are the server's part of a fleet (`--shard I/N`,
 // ServerConfig.fleet_shard), not the dataset's own pipeline.shard.
 // REQUIRES: dataset comes from ValidateServerConfig.
+// features and unlabeled as the pipeline's FeatureSchema and options say.
 v1::DatasetInfo DescribeDataset(const v1::DatasetConfig& dataset, const v1::FleetShard& fleet);
+
+// One FeatureInfo per array of the schema's batches (FeatureSchema::arrays(), in order), appended
+// to *out: DatasetInfo.features and StreamPlan.features.
+void DescribeFeatures(const FeatureSchema& schema,
+                      google::protobuf::RepeatedPtrField<v1::FeatureInfo>* out);
 
 }  // namespace sluice

@@ -210,8 +210,10 @@ Result<int64_t> CheckDataset(const v1::ServerConfig& server, v1::DatasetConfig* 
   if (!resolved.ok()) return resolved.status().WithContext(ds + ".pipeline");
   // An image folder's classes are its folders: ListDatasets and DescribeDataset say how many.
   if (d->num_classes() == 0) d->set_num_classes(resolved->num_classes);
+  const int64_t features = FeatureMessageBytes(resolved->features, p->batch_size());
   int64_t largest = BatchMessageBytes(p->batch_size(), p->image_height(), p->image_width(),
-                                      DTypeSize(resolved->transforms.output.dtype));
+                                      DTypeSize(resolved->transforms.output.dtype)) +
+                    features;
   std::set<std::string> names = {std::string(kDefaultTransformSet)};
   for (int i = 0; i < d->transform_sets_size(); ++i) {
     const v1::TransformSet& set = d->transform_sets(i);
@@ -228,8 +230,10 @@ Result<int64_t> CheckDataset(const v1::ServerConfig& server, v1::DatasetConfig* 
     *check.mutable_transforms() = set.transforms();
     Result<ResolvedOptions> r = ResolveOptions(check);
     if (!r.ok()) return r.status().WithContext(where);
-    largest = std::max(largest, BatchMessageBytes(p->batch_size(), p->image_height(),
-                                                  p->image_width(), DTypeSize(r->transforms.output.dtype)));
+    largest =
+        std::max(largest, BatchMessageBytes(p->batch_size(), p->image_height(), p->image_width(),
+                                            DTypeSize(r->transforms.output.dtype)) +
+                              features);
   }
   return largest;
 }
@@ -302,6 +306,22 @@ Status CheckServerLimits(v1::ServerConfig* c, const MemoryLimit& limit,
 int64_t BatchMessageBytes(int64_t batch, int64_t height, int64_t width, size_t value_bytes) {
   // Per sample: a label, a valid flag, record ids, a mixed label and its weight, varints at most.
   return batch * height * width * 3 * static_cast<int64_t>(value_bytes) + 40 * batch + 128;
+}
+
+int64_t FeatureMessageBytes(const FeatureSchema& schema, int64_t batch) {
+  if (schema.empty()) return 0;
+  const std::vector<ArrayInfo> arrays = schema.arrays();
+  // Per array: its FeatureArray's tag and length, name, type and row_shape, and the tags and
+  // lengths of row_lengths, values and value_lengths.
+  int64_t framing = 0;
+  for (const ArrayInfo& a : arrays) {
+    framing += 64 + static_cast<int64_t>(a.name.size() + 5 * a.row_shape.size());
+  }
+  // Per sample: its slot's values (a bytes value's length is a varint of at most 5 bytes where
+  // the slot counts 4) and one row length per array.
+  const int64_t sample =
+      schema.slot_bytes() + schema.slot_bytes() / 4 + 5 * static_cast<int64_t>(arrays.size());
+  return framing + batch * sample;
 }
 
 int64_t DefaultMaxSharedMemory(const MemoryLimit& limit) {
@@ -395,10 +415,12 @@ Result<v1::ServerConfig> ValidateServerConfig(v1::ServerConfig c, const MemoryLi
   }
   if (c.max_batch_bytes() < largest_batch) {
     const v1::PipelineOptions& p = largest->pipeline();
+    const bool features = !p.features().empty() || p.boxes().enabled();
     return Bad("max_batch_bytes",
-               fmt::format("{} is under dataset \"{}\"'s default batch of {} at {}x{} ({})",
+               fmt::format("{} is under dataset \"{}\"'s default batch of {} at {}x{}{} ({})",
                            FormatBytes(c.max_batch_bytes()), largest->name(), p.batch_size(),
-                           p.image_height(), p.image_width(), FormatBytes(largest_batch)));
+                           p.image_height(), p.image_width(), features ? " with its features" : "",
+                           FormatBytes(largest_batch)));
   }
   return c;
 }

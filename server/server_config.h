@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "formats/feature_schema.h"
 #include "formats/status.h"
 #include "server/memory_limit.h"
 #include "sluice/v1/server_config.pb.h"
@@ -86,6 +87,10 @@ Result<std::string> ReadToken(const v1::ServerConfig& config);
 // value_bytes: of one image value (DTypeSize of the output dtype). Per sample, 40 bytes more at
 // most: a label, a valid flag, record ids, a mixed label and its weight.
 int64_t BatchMessageBytes(int64_t batch, int64_t height, int64_t width, size_t value_bytes = 1);
+// The most bytes a batch of `batch` samples adds to its message with Batch.features
+// (EncodeFeatureArrays), each sample's features within the schema's slot_bytes(); 0 without
+// features.
+int64_t FeatureMessageBytes(const FeatureSchema& schema, int64_t batch);
 
 // The name of a dataset's own transform list (pipeline.transforms) among its transform sets.
 inline constexpr std::string_view kDefaultTransformSet = "default";

@@ -22,6 +22,12 @@ Status CheckBatch(const ReceivedBatch& batch, const ModelConfig& config,
         "hard labels: serve it a transform set without mixup and cutmix",
         dataset, m.epoch, m.index));
   }
+  if (batch.labels.size() != static_cast<size_t>(m.n)) {
+    return FailedPrecondition(fmt::format(
+        "dataset {}: batch {}:{} has no labels (the dataset is unlabeled); sluice-trainer "
+        "trains a classifier on labels",
+        dataset, m.epoch, m.index));
+  }
   if (m.height != config.image_size || m.width != config.image_size || m.channels != 3) {
     return InvalidArgument(fmt::format(
         "dataset {}: batch {}:{} is {}×{}×{}, the model takes {}×{}×3", dataset, m.epoch, m.index,

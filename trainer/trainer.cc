@@ -50,8 +50,20 @@ Result<v1::DatasetInfo> FindDataset(const std::vector<v1::DatasetInfo>& datasets
 Result<ModelConfig> ModelFor(const TrainerOptions& o, Client& client) {
   ASSIGN_OR_RETURN(std::vector<v1::DatasetInfo> datasets, client.ListDatasetsWhenReady());
   ASSIGN_OR_RETURN(const v1::DatasetInfo info, FindDataset(datasets, o.dataset, "--dataset"));
+  // A classifier trains and evaluates on labels: an unlabeled dataset's batches carry none.
+  if (info.unlabeled()) {
+    return FailedPrecondition("--dataset " + o.dataset +
+                              ": the dataset is unlabeled (its batches carry no labels); the "
+                              "trainer needs a labeled dataset");
+  }
   if (!o.eval_dataset.empty()) {
-    RETURN_IF_ERROR(FindDataset(datasets, o.eval_dataset, "--eval-dataset").status());
+    ASSIGN_OR_RETURN(const v1::DatasetInfo eval,
+                     FindDataset(datasets, o.eval_dataset, "--eval-dataset"));
+    if (eval.unlabeled()) {
+      return FailedPrecondition("--eval-dataset " + o.eval_dataset +
+                                ": the dataset is unlabeled (its batches carry no labels); the "
+                                "trainer needs a labeled dataset");
+    }
   }
   ModelConfig config;
   config.image_size = o.image_size;

@@ -15,6 +15,7 @@ namespace sluice {
 namespace {
 
 using google::protobuf::internal::WireFormatLite;
+constexpr int kFeaturesField = 12;
 constexpr int kImagesField = 15;
 constexpr int kSharedMemoryField = 16;
 
@@ -143,6 +144,7 @@ std::string EncodeBatchPrefix(const BatchMeta& meta, std::span<const int32_t> la
   const v1::Batch b = MetaMessage(meta, labels, extras);
   std::string out;
   b.SerializeToString(&out);
+  out.append(extras.features);
   google::protobuf::io::StringOutputStream stream(&out);
   google::protobuf::io::CodedOutputStream coded(&stream);
   coded.WriteTag(WireFormatLite::MakeTag(kImagesField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
@@ -153,10 +155,15 @@ std::string EncodeBatchPrefix(const BatchMeta& meta, std::span<const int32_t> la
 
 std::string EncodeSharedBatch(const BatchMeta& meta, std::span<const int32_t> labels, uint32_t slot,
                               const BatchExtras& extras) {
-  v1::Batch b = MetaMessage(meta, labels, extras);
-  b.mutable_shared_memory()->set_slot(slot);
-  b.mutable_shared_memory()->set_length(meta.image_bytes());
-  return b.SerializeAsString();
+  std::string out = MetaMessage(meta, labels, extras).SerializeAsString();
+  out.append(extras.features);
+  // A message's fields may come in any order and concatenated messages merge: the shared-memory
+  // reference follows the features, in field order.
+  v1::Batch ref;
+  ref.mutable_shared_memory()->set_slot(slot);
+  ref.mutable_shared_memory()->set_length(meta.image_bytes());
+  ref.AppendToString(&out);
+  return out;
 }
 
 namespace {
@@ -257,6 +264,18 @@ Status ReadFields(google::protobuf::io::CodedInputStream& in, size_t message_byt
       case 11:
         if (!ReadFloats(&in, wire_type, &out->label_weights)) return Malformed("label_weights");
         break;
+      case kFeaturesField: {
+        uint32_t length = 0;
+        if (out->feature_count == out->feature_messages.size())
+          out->feature_messages.emplace_back();
+        std::string* message = &out->feature_messages[out->feature_count];
+        if (wire_type != WireFormatLite::WIRETYPE_LENGTH_DELIMITED || !ReadLength(&in, &length) ||
+            !in.ReadString(message, static_cast<int>(length))) {
+          return Malformed("features[" + std::to_string(out->feature_count) + "]");
+        }
+        ++out->feature_count;
+        break;
+      }
       case kImagesField:
         RETURN_IF_ERROR(ReadImages(&in, wire_type, message_bytes, raw, out));
         break;
@@ -362,11 +381,20 @@ Status CheckFields(const RawBatch& raw, BatchMeta* meta, BatchArrays* out) {
                      std::to_string(meta->image_bytes()) + " (" +
                      std::string(DTypeName(meta->dtype)) + ")");
   }
-  if (out->labels.size() != static_cast<size_t>(meta->n)) {
+  // None: an unlabeled dataset's batch.
+  if (!out->labels.empty() && out->labels.size() != static_cast<size_t>(meta->n)) {
     return Malformed(std::to_string(out->labels.size()) + " labels for " +
                      std::to_string(meta->n) + " images");
   }
-  return CheckPerSample(*meta, *out);
+  RETURN_IF_ERROR(CheckPerSample(*meta, *out));
+  if (out->labels.empty() && !out->mixed_labels.empty()) {
+    return Malformed("mixed_labels without labels");
+  }
+  if (out->features.size() < out->feature_count) out->features.resize(out->feature_count);
+  for (size_t k = 0; k < out->feature_count; ++k) {
+    RETURN_IF_ERROR(DecodeFeatureArray(out->feature_messages[k], meta->n, &out->features[k]));
+  }
+  return Status::OK();
 }
 
 }  // namespace
@@ -383,6 +411,7 @@ Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out) 
   out->record_indexes.clear();
   out->mixed_labels.clear();
   out->label_weights.clear();
+  out->feature_count = 0;
   out->shared = false;
   RawBatch raw;
   RETURN_IF_ERROR(ReadFields(in, message_bytes, &raw, meta, out));

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "client/wire/buffer_allocator.h"
+#include "client/wire/feature_wire.h"
 #include "formats/dtype.h"
 #include "formats/status.h"
 
@@ -61,7 +62,8 @@ struct BatchExtras {
 // meta.image_bytes() image bytes completes the message. valid is written (packed bool) only
 // when some sample is padding; dtype and layout each only when not 0 (proto3: a uint8 NCHW
 // batch carries layout alone; a uint8 NHWC batch is the bytes it was before dtypes existed);
-// shape in meta.layout's order.
+// shape in meta.layout's order; extras.features before the images. Empty labels: an unlabeled
+// batch.
 std::string EncodeBatchPrefix(const BatchMeta& meta, std::span<const int32_t> labels,
                               const BatchExtras& extras = {});
 
@@ -86,6 +88,11 @@ struct BatchArrays {
   std::vector<int64_t> record_indexes;
   std::vector<int32_t> mixed_labels;  // with label_weights: Batch.mixed_labels, label_weights
   std::vector<float> label_weights;
+  // Batch.features, in the message's order; `features.size()` may exceed feature_count (kept
+  // for reuse): the batch's are the first feature_count.
+  std::vector<ReceivedFeature> features;
+  size_t feature_count = 0;
+  std::vector<std::string> feature_messages;  // scratch: each FeatureArray as it came
   // A batch whose images are in a shared-memory slot: DecodeBatch sets `shared` and shared_slot;
   // the client then points shared_images into its mapping of `segment` (and frees the slot when
   // the batch is released).
@@ -106,8 +113,9 @@ struct BatchArrays {
 // shape that is not [N, H, W, 3] (NHWC) or [N, 3, H, W] (NCHW); images of other than
 // N·H·W·3·DTypeSize bytes; valid, record_files, record_indexes, mixed_labels and label_weights
 // each N values or none, the record ids both or neither, mixed_labels and label_weights both or
-// neither, each weight finite and in [0, 1]. The allocator's status, naming the byte count, when
-// out->images cannot grow.
+// neither, each weight finite and in [0, 1]; labels N values or none (an unlabeled dataset); each
+// feature as DecodeFeatureArray checks it against N. The allocator's status, naming the byte count,
+// when out->images cannot grow.
 Status DecodeBatch(grpc::ByteBuffer* buffer, BatchMeta* meta, BatchArrays* out);
 
 }  // namespace sluice

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "formats/feature_schema.h"
@@ -29,8 +31,49 @@ struct ReceivedFeature {
   // int64 / float32 values (native order), or bytes concatenated (value_lengths each).
   std::string values;
   std::vector<int32_t> value_lengths;
+  // Set by DecodeFeatureArray. Ragged: N + 1 values, sample i's rows are
+  // [row_splits[i], row_splits[i + 1]); else {0}. BYTES: elements + 1 byte offsets into values.
+  std::vector<int64_t> row_splits;
+  std::vector<uint64_t> value_offsets;
 
   bool ragged() const { return !row_lengths.empty(); }
+  // Values one row holds: prod(row_shape).
+  int64_t row_values() const {
+    int64_t v = 1;
+    for (int32_t d : row_shape) v *= d;
+    return v;
+  }
+  // Sample i's rows: [first, end) of the array's rows. REQUIRES: i < N.
+  std::pair<int64_t, int64_t> rows_of(size_t i) const {
+    if (ragged()) return {row_splits[i], row_splits[i + 1]};
+    return {static_cast<int64_t>(i), static_cast<int64_t>(i) + 1};
+  }
+  // Every value, in row order. REQUIRES: type kInt64 (int64s) / kFloat (floats).
+  std::span<const int64_t> int64s() const { return Typed<int64_t>(); }
+  std::span<const float> floats() const { return Typed<float>(); }
+  // Sample i's values. REQUIRES: as above, i < N.
+  std::span<const int64_t> int64s(size_t i) const { return int64s().subspan(First(i), Count(i)); }
+  std::span<const float> floats(size_t i) const { return floats().subspan(First(i), Count(i)); }
+  // BYTES: value k of the array (row r's values are r·row_values() ...). REQUIRES: kBytes.
+  std::string_view bytes(size_t k) const {
+    return std::string_view(values).substr(value_offsets[k],
+                                           value_offsets[k + 1] - value_offsets[k]);
+  }
+  // BYTES: how many values the array holds.
+  size_t bytes_count() const { return value_lengths.size(); }
+
+ private:
+  template <typename T>
+  std::span<const T> Typed() const {
+    // DecodeFeatureArray keeps `values` on the heap (capacity past any short-string buffer):
+    // operator new's alignment suits any fundamental type.
+    return {reinterpret_cast<const T*>(values.data()), values.size() / sizeof(T)};
+  }
+  size_t First(size_t i) const { return static_cast<size_t>(rows_of(i).first * row_values()); }
+  size_t Count(size_t i) const {
+    auto [first, end] = rows_of(i);
+    return static_cast<size_t>((end - first) * row_values());
+  }
 };
 
 // Parses one serialized FeatureArray of a batch of n samples into *out. DataLoss naming the

@@ -181,6 +181,48 @@ TEST_CASE("OverridesOutsideTheLimitsAreRefusedByField") {
   }
 }
 
+TEST_CASE("FeaturesCountInTheBatchMessageLimitAndDescribeDatasetListsThem") {
+  // 32 samples of up to 16 MiB of features each cannot go in a 256 MiB message; without the
+  // features the same request is accepted.
+  Server server;
+  v1::ServerConfig config = server.config();
+  v1::DatasetConfig* train = config.mutable_datasets(0);
+  REQUIRE(train->name() == "train");
+  v1::StreamRequest r;
+  r.set_dataset("train");
+  r.set_batch_size(32);
+  REQUIRE(PipelineForRequest(config, *train, r).ok());
+  v1::FeatureSpec* spec = train->mutable_pipeline()->add_features();
+  spec->set_key("image/caption");
+  spec->set_name("caption");
+  spec->set_type(v1::FEATURE_TYPE_BYTES);
+  train->mutable_pipeline()->set_max_feature_bytes(16 << 20);
+  train->mutable_pipeline()->mutable_boxes()->set_enabled(true);
+  Result<v1::PipelineOptions> got = PipelineForRequest(config, *train, r);
+  REQUIRE(!got.ok());
+  CHECK(got.status().code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(got.status().message(),
+             Catch::StartsWith("a batch of 32 at 224x224 with features of up to 16 MiB a sample "
+                               "is 6"));
+  CHECK_THAT(got.status().message(), Catch::EndsWith("over the server's max_batch_bytes 256 MiB; "
+                                                     "ask for a smaller batch or image"));
+  r.set_batch_size(8);
+  CHECK(PipelineForRequest(config, *train, r).ok());
+
+  train->mutable_pipeline()->set_unlabeled(true);
+  const v1::DatasetInfo info = DescribeDataset(*train, config.fleet_shard());
+  CHECK(info.unlabeled());
+  REQUIRE(info.features_size() == 3);
+  CHECK(info.features(0).name() == "caption");
+  CHECK(info.features(0).type() == v1::FEATURE_TYPE_BYTES);
+  CHECK(info.features(0).ragged());
+  CHECK(info.features(1).name() == "boxes");
+  CHECK(info.features(1).row_shape_size() == 1);
+  CHECK(info.features(2).name() == "box_labels");
+  CHECK_FALSE(server.config().datasets(0).pipeline().unlabeled());
+  CHECK(DescribeDataset(server.config().datasets(0), config.fleet_shard()).features_size() == 0);
+}
+
 TEST_CASE("LockstepUnderADatasetThatSetsEqualSharesOffNamesTheDataset") {
   Server server;
   v1::ServerConfig config = server.config();

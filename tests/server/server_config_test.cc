@@ -185,6 +185,13 @@ TEST_CASE("EachBadFieldIsNamed") {
       {"max_batch_bytes: 1000", StatusCode::kInvalidArgument,
        "max_batch_bytes: 1000 B is under dataset \"train\"'s default batch of 256 at 224x224 "
        "(36.8 MiB)"},
+      // 256 samples of up to 64 KiB of features each (and their framing) take 20 MiB more
+      // than the 36.8 MiB of images.
+      {"max_batch_bytes: 41943040 datasets { name: \"train\" pipeline { files: "
+       "\"$DIR/train-*\" boxes { enabled: true } max_feature_bytes: 65536 } }",
+       StatusCode::kInvalidArgument,
+       "max_batch_bytes: 40 MiB is under dataset \"train\"'s default batch of 256 at 224x224 "
+       "with its features (5"},
       {"max_batch_bytes: 3221225472", StatusCode::kInvalidArgument,
        "max_batch_bytes: 3221225472 is over gRPC's largest message"},
       {"threads: -1", StatusCode::kInvalidArgument, "threads: -1 is outside [0, 1024]"},

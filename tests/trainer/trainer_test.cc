@@ -146,6 +146,25 @@ TEST_CASE("BatchesTheModelCannotTakeAreRefusedNamingTheirDtypeOrMixedLabels") {
   }
 }
 
+TEST_CASE("AnUnlabeledDatasetIsRefusedNamingItBeforeAnyStep") {
+  // The server lists the dataset as unlabeled (DatasetInfo.unlabeled): the trainer, which
+  // trains on labels, refuses it for --dataset and for --eval-dataset.
+  SynthServer server(/*num_classes=*/0, "127.0.0.1:0", true, "unlabeled: true");
+  TrainerOptions o = server.Options();
+  o.steps = 2;
+  o.eval_dataset.clear();
+  std::ostringstream log;
+  Status s = Train(o, log).status();
+  INFO(s.ToString());
+  CHECK(s.code() == StatusCode::kFailedPrecondition);
+  CHECK(s.message().find("--dataset train: the dataset is unlabeled") != std::string::npos);
+  o.dataset = "val";
+  o.eval_dataset = "train";
+  s = Train(o, log).status();
+  CHECK(s.code() == StatusCode::kFailedPrecondition);
+  CHECK(s.message().find("--eval-dataset train: the dataset is unlabeled") != std::string::npos);
+}
+
 TEST_CASE("UnknownDatasetIsNotFoundListingTheServersDatasetsBeforeAnyStep") {
   SynthServer server;
   struct Case {

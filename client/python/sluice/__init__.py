@@ -14,6 +14,10 @@ A dataset's transform sets (DatasetInfo.transform_sets) are chosen by name: stre
 transform_set="bf16") delivers that set's output (float16, bfloat16 or float32 images, NCHW, mixed
 labels: see Batch); sluice.transforms([...]) writes a transform list for a server config.
 
+A dataset's features (PipelineOptions.features, boxes) come in Batch.features, {name: array}, a
+ragged one (boxes, a list feature) as a sluice.Ragged; an unlabeled dataset's batches have labels
+None.
+
 sluice.tune_malloc() makes glibc keep freed memory for the next batches (faster; process-wide).
 sluice.torch.SluiceDataset and sluice.tf.dataset adapt streams to PyTorch and tf.data; they import
 their framework when imported themselves, so `import sluice` needs neither.
@@ -22,8 +26,8 @@ from sluice._client import BatchStream, Client, StreamPlan
 from sluice._errors import SluiceError
 from sluice._malloc import tune_malloc
 from sluice._transforms import transforms
-from sluice._wire import Batch, Position, decode_batch, soft_labels
+from sluice._wire import Batch, Position, Ragged, decode_batch, soft_labels
 
 __version__ = "0.1.0"
-__all__ = ["Batch", "BatchStream", "Client", "Position", "SluiceError", "StreamPlan",
+__all__ = ["Batch", "BatchStream", "Client", "Position", "Ragged", "SluiceError", "StreamPlan",
            "decode_batch", "soft_labels", "transforms", "tune_malloc"]

@@ -24,7 +24,7 @@ import numpy as np
 
 from sluice import _shm
 from sluice._errors import SluiceError
-from sluice._wire import DTYPES, LAYOUTS, Batch, Position, decode_batch
+from sluice._wire import DTYPES, LAYOUTS, Batch, Position, decode_batch, empty_feature
 from sluice.v1 import config_pb2, service_pb2, service_pb2_grpc
 
 log = logging.getLogger("sluice")
@@ -564,6 +564,8 @@ class StreamPlan:
     transform_set, dtype ("uint8", "float16", "bfloat16" or "float32"), layout ("NHWC" or
         "NCHW"), mixes_labels (batches carry mixed_labels and label_weights): what the batches
         hold; image_shape: one image's shape in that layout.
+    features: [sluice.v1.FeatureInfo] (name, type, ragged, row_shape), the arrays each batch
+        carries in Batch.features, in order; unlabeled: batches carry no labels (None).
     batches_per_epoch, records_per_epoch: the stream's, summed over the servers (batches are
         exact under "drop" and "pad"; under "off" an upper bound when records turn out corrupt).
     min_shard_records, max_shard_records: the smallest and largest share among the stream's
@@ -578,14 +580,17 @@ class StreamPlan:
         first = plans[0][1]
         key = lambda p: (p.batch_size, p.image_height, p.image_width, p.mode, p.epochs,
                          p.equal_shares)
-        output = lambda p: (p.transform_set, p.dtype, p.layout, p.mixes_labels)
+        output = lambda p: (p.transform_set, p.dtype, p.layout, p.mixes_labels, p.unlabeled,
+                            list(p.features))
         if any(output(p) != output(first) for _, p in plans):
             raise SluiceError(grpc.StatusCode.FAILED_PRECONDITION, "the servers deliver "
                               "batches of %r differently: %s" % (dataset, "; ".join(
-                                  "%s: transform set %r, %s %s%s" % (
+                                  "%s: transform set %r, %s %s%s%s, features [%s]" % (
                                       t, p.transform_set, _name(DTYPES, p.dtype),
                                       LAYOUTS.get(p.layout, p.layout),
-                                      ", mixed labels" if p.mixes_labels else "")
+                                      ", mixed labels" if p.mixes_labels else "",
+                                      ", unlabeled" if p.unlabeled else "",
+                                      ", ".join(f.name for f in p.features))
                                   for t, p in plans)), ",".join(t for t, _ in plans))
         if any(key(p) != key(first) for _, p in plans):
             raise SluiceError(grpc.StatusCode.FAILED_PRECONDITION, "the servers resolve a "
@@ -611,6 +616,8 @@ class StreamPlan:
         self.dtype = _name(DTYPES, first.dtype)
         self.layout = LAYOUTS.get(first.layout, first.layout)
         self.mixes_labels = first.mixes_labels
+        self.unlabeled = first.unlabeled
+        self.features = list(first.features)
 
     @property
     def image_shape(self):
@@ -901,7 +908,7 @@ def _merge(dicts):
 def _real_samples(batch):
     """The samples of `batch` that are records, not padding (Batch.valid false: a repeat that
     covers no record of its own)."""
-    return len(batch.labels) if batch.valid is None else int(batch.valid.sum())
+    return len(batch.images) if batch.valid is None else int(batch.valid.sum())
 
 
 class _EpochSkips:
@@ -1113,8 +1120,11 @@ class _LockstepShare:
         mixed = weights = None
         if plan.mixes_labels:
             mixed, weights = np.zeros(n, dtype=np.int32), np.ones(n, dtype=np.float32)
-        return Batch(images, np.zeros(n, dtype=np.int32), Position(position[0], position[1], 0),
-                     np.zeros(n, dtype=np.bool_), ids, mixed, weights, dtype_name, layout)
+        labels = None if plan.unlabeled else np.zeros(n, dtype=np.int32)
+        features = {f.name: empty_feature(f, n) for f in plan.features}
+        return Batch(images, labels, Position(position[0], position[1], 0),
+                     np.zeros(n, dtype=np.bool_), ids, mixed, weights, dtype_name, layout,
+                     features)
 
 
 class _Reader:

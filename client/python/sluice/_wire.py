@@ -13,6 +13,7 @@ Batch.dtype names the type either way. Their shape is the layout's (Batch.layout
 (NHWC) or [N, 3, H, W] (NCHW).
 """
 import math
+from types import MappingProxyType
 from typing import NamedTuple
 
 import grpc
@@ -71,6 +72,64 @@ class Position(_PositionFields):
         return Position(self.epoch, self.index + 1, self.end_record, self.shuffle_bytes)
 
 
+# service.proto FeatureType -> (name, numpy dtype of its values, little-endian; None: bytes).
+FEATURE_TYPES = {1: ("int64", np.dtype("<i8")), 2: ("float32", np.dtype("<f4")),
+                 3: ("bytes", None)}
+
+
+class Ragged:
+    """A ragged feature of a batch: sample i has row_lengths[i] rows (any number, 0 too).
+
+    values: the rows of every sample in order, [total_rows, *row_shape] numpy (int64 or
+        float32), or for bytes a list of total_rows bytes objects.
+    row_lengths: int64 [N]. row_splits: int64 [N + 1], sample i's rows are
+        values[row_splits[i]:row_splits[i + 1]] (batch.features["boxes"][i]: the [k, 4] boxes of
+        sample i). len() is N; to_list() gives every sample's rows as Python lists.
+    The same pair makes tf.RaggedTensor.from_row_lengths(values, row_lengths).
+    """
+
+    __slots__ = ("values", "row_lengths", "row_splits")
+
+    def __init__(self, values, row_lengths):
+        self.values = values
+        self.row_lengths = np.asarray(row_lengths, dtype=np.int64)
+        self.row_splits = np.zeros(len(self.row_lengths) + 1, dtype=np.int64)
+        np.cumsum(self.row_lengths, out=self.row_splits[1:])
+        if self.row_splits[-1] != len(values):
+            raise ValueError("row_lengths add up to %d rows, values has %d"
+                             % (self.row_splits[-1], len(values)))
+
+    def __getstate__(self):
+        return self.values, self.row_lengths
+
+    def __setstate__(self, state):
+        self.__init__(*state)
+
+    def __len__(self):
+        return len(self.row_lengths)
+
+    def __getitem__(self, i):
+        n = len(self.row_lengths)
+        if not -n <= i < n:
+            raise IndexError("sample %d of a batch of %d" % (i, n))
+        i %= n
+        return self.values[self.row_splits[i]:self.row_splits[i + 1]]
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def to_list(self):
+        """[sample's rows] per sample: nested lists of numbers, or lists of bytes."""
+        return [rows.tolist() if isinstance(rows, np.ndarray) else list(rows) for rows in self]
+
+    def __eq__(self, other):
+        return (isinstance(other, Ragged) and np.array_equal(self.row_lengths, other.row_lengths)
+                and self.to_list() == other.to_list())
+
+    def __repr__(self):
+        return "Ragged(%r)" % (self.to_list(),)
+
+
 class _BatchFields(NamedTuple):
     images: np.ndarray
     labels: np.ndarray
@@ -83,7 +142,7 @@ class Batch(_BatchFields):
     images: RGB, a read-only view of the received message (or of a shared-memory slot), of the
         stream's transform set's output: by default uint8 [N, H, W, 3] (NHWC); see `dtype` and
         `layout`.
-    labels: int32 [N].
+    labels: int32 [N]; None for an unlabeled dataset (StreamPlan.unlabeled).
     Attributes, not tuple fields (so that code unpacking three fields keeps working):
     dtype: the images' element type, "uint8", "float16", "bfloat16" or "float32". bfloat16
         images are ml_dtypes.bfloat16 where ml_dtypes is importable, else uint16 holding the
@@ -98,6 +157,12 @@ class Batch(_BatchFields):
     mixed_labels, label_weights: int32 [N] and float32 [N] with mixup or cutmix in the
         stream's transform set, else None: sample i is label_weights[i] of labels[i] and the
         rest of mixed_labels[i] (soft_labels() makes the N x classes matrix).
+    features: {name: array} of the dataset's features (StreamPlan.features, in that order;
+        empty without any): a fixed-size one an int64 or float32 numpy array [N] (scalar) or
+        [N, *row_shape], or for bytes a list of N bytes objects (scalar) or of N lists; a
+        ragged one (a list feature, "boxes" [k, 4] normalized xmin, ymin, xmax, ymax of the
+        output image, "box_labels") a sluice.Ragged. A padding sample has the features of the
+        sample it repeats.
     """
 
     # What _make() and other tuple constructors leave: every sample real, uint8 NHWC.
@@ -107,10 +172,12 @@ class Batch(_BatchFields):
     label_weights = None
     dtype = "uint8"
     layout = "NHWC"
+    features = MappingProxyType({})
 
     def __new__(cls, images, labels, position, valid=None, record_ids=None, mixed_labels=None,
-                label_weights=None, dtype="uint8", layout="NHWC"):
+                label_weights=None, dtype="uint8", layout="NHWC", features=None):
         self = super().__new__(cls, images, labels, position)
+        self.features = {} if features is None else features
         self.valid = valid
         self.record_ids = record_ids
         self.mixed_labels = mixed_labels
@@ -121,7 +188,8 @@ class Batch(_BatchFields):
 
     def _extras(self):
         return dict(valid=self.valid, record_ids=self.record_ids, mixed_labels=self.mixed_labels,
-                    label_weights=self.label_weights, dtype=self.dtype, layout=self.layout)
+                    label_weights=self.label_weights, dtype=self.dtype, layout=self.layout,
+                    features=self.features)
 
     def __getnewargs_ex__(self):
         return (self.images, self.labels, self.position), self._extras()
@@ -132,7 +200,9 @@ class Batch(_BatchFields):
     def soft_labels(self, num_classes):
         """float32 [N, num_classes]: one-hot labels, or with mixed labels
         w * onehot(labels) + (1 - w) * onehot(mixed_labels). ValueError naming a label outside
-        [0, num_classes)."""
+        [0, num_classes); for an unlabeled batch (labels None)."""
+        if self.labels is None:
+            raise ValueError("an unlabeled batch (its dataset is unlabeled) has no soft labels")
         return soft_labels(self.labels, self.mixed_labels, self.label_weights, num_classes)
 
 
@@ -214,7 +284,8 @@ def decode_batch(data, segment=None, token=None):
     other than [N, H, W, 3] (NHWC) or [N, 3, H, W] (NCHW), images of other than N*H*W*3 values
     of the dtype, valid, record_files, record_indexes, mixed_labels and label_weights each N
     values or none, the record ids both or neither, mixed_labels and label_weights both or
-    neither, each weight finite and in [0, 1].
+    neither, each weight finite and in [0, 1]; labels N values or none (an unlabeled dataset:
+    Batch.labels None); each feature as decode_feature checks it.
     """
     end = len(data)
     pos = 0
@@ -277,8 +348,11 @@ def decode_batch(data, segment=None, token=None):
     if images_length != count * dtype.itemsize:
         raise _malformed("images holds %d bytes, shape %s needs %d (%s)" %
                          (images_length, shape, count * dtype.itemsize, dtype_name))
-    if len(message.labels) != n:
+    # None: an unlabeled dataset's batch.
+    if len(message.labels) not in (0, n):
         raise _malformed("%d labels for %d images" % (len(message.labels), n))
+    if not message.labels and message.mixed_labels:
+        raise _malformed("mixed_labels without labels")
     for name in ("valid", "record_files", "record_indexes", "mixed_labels", "label_weights"):
         values = len(getattr(message, name))
         if values not in (0, n):
@@ -300,7 +374,8 @@ def decode_batch(data, segment=None, token=None):
                                offset=images_offset).reshape(shape)
         if images.ctypes.data % dtype.itemsize:
             images = _aligned_copy(images)
-    labels = np.array(message.labels, dtype=np.int32)
+    labels = np.array(message.labels, dtype=np.int32) if message.labels or n == 0 else None
+    features = {f.name: decode_feature(f, n) for f in message.features}
     valid = np.array(message.valid, dtype=np.bool_) if message.valid else None
     record_ids = None
     if message.record_files:
@@ -313,5 +388,75 @@ def decode_batch(data, segment=None, token=None):
         label_weights = np.array(message.label_weights, dtype=np.float32)
     p = message.position
     batch = Batch(images, labels, Position(p.epoch, p.index, p.end_record, p.shuffle_bytes),
-                  valid, record_ids, mixed_labels, label_weights, dtype_name, layout)
+                  valid, record_ids, mixed_labels, label_weights, dtype_name, layout, features)
     return batch, message.skipped_records
+
+
+def decode_feature(f, n):
+    """One sluice.v1.FeatureArray of a batch of n samples as Batch.features holds it. Raises
+    SluiceError(DATA_LOSS) naming the feature and what is wrong: an unknown type, a negative
+    row_shape or row_lengths value, row_lengths of other than 0 or n values, values of other than
+    rows x prod(row_shape) elements of the type, value_lengths that do not add up to the values'
+    bytes or are not one per element (or present on a numeric array)."""
+    def bad(what):
+        return _malformed("feature '%s': %s" % (f.name, what))
+
+    if f.type not in FEATURE_TYPES:
+        raise bad("type %d is not a known FeatureType" % f.type)
+    type_name, dtype = FEATURE_TYPES[f.type]
+    row_shape = list(f.row_shape)
+    for d, size in enumerate(row_shape):
+        if size < 0:
+            raise bad("row_shape[%d] is %d" % (d, size))
+    row_values = math.prod(row_shape)
+    row_lengths = list(f.row_lengths)
+    ragged = bool(row_lengths)
+    if ragged and len(row_lengths) != n:
+        raise bad("row_lengths holds %d values for %d samples" % (len(row_lengths), n))
+    for i, length in enumerate(row_lengths):
+        if length < 0:
+            raise bad("row_lengths[%d] is %d" % (i, length))
+    rows = sum(row_lengths) if ragged else n
+    elements = rows * row_values
+    if dtype is not None:
+        if f.value_lengths:
+            raise bad("value_lengths on a %s array" % ("int64" if f.type == 1 else "float"))
+        if len(f.values) != elements * dtype.itemsize:
+            raise bad("values holds %d bytes, %d rows of %d %s values need %d" % (
+                len(f.values), rows, row_values, "int64" if f.type == 1 else "float",
+                elements * dtype.itemsize))
+        values = np.frombuffer(f.values, dtype=dtype).reshape([rows] + row_shape).copy()
+    else:
+        lengths = list(f.value_lengths)
+        if len(lengths) != elements:
+            raise bad("value_lengths holds %d values for %d rows of %d bytes values"
+                      % (len(lengths), rows, row_values))
+        for k, length in enumerate(lengths):
+            if length < 0:
+                raise bad("value_lengths[%d] is %d" % (k, length))
+        if sum(lengths) != len(f.values):
+            raise bad("value_lengths add up to %d bytes, values holds %d"
+                      % (sum(lengths), len(f.values)))
+        data, flat, at = f.values, [], 0
+        for length in lengths:
+            flat.append(data[at:at + length])
+            at += length
+        values = flat if not row_shape else [flat[r * row_values:(r + 1) * row_values]
+                                             for r in range(rows)]
+    return Ragged(values, row_lengths) if ragged else values
+
+
+def empty_feature(info, n):
+    """What a padding batch of n samples with no record to repeat carries for the feature
+    `info` (a sluice.v1.FeatureInfo): no rows in a ragged one, zeros or empty bytes in a
+    fixed-size one."""
+    type_name, dtype = FEATURE_TYPES.get(info.type, ("bytes", None))
+    row_shape = list(info.row_shape)
+    if info.ragged:
+        values = (np.zeros([0] + row_shape, dtype=dtype) if dtype is not None else [])
+        return Ragged(values, np.zeros(n, dtype=np.int64))
+    if dtype is not None:
+        return np.zeros([n] + row_shape, dtype=dtype)
+    if not row_shape:
+        return [b""] * n
+    return [[b""] * math.prod(row_shape) for _ in range(n)]

@@ -3,8 +3,11 @@
     ds = sluice.tf.dataset("127.0.0.1:50051", "train", batch_size=256, image_size=224)
     model.fit(ds.map(lambda x, y: (tf.cast(x, tf.float32) / 255, y)), epochs=10)
 
-Elements are (images, labels): uint8 [N, H, W, 3] (NHWC, RGB) and int32 [N], then the valid mask
-(with_valid=True) and the record ids (record_ids=True). A transform set of the server's
+Elements are (images, labels): uint8 [N, H, W, 3] (NHWC, RGB) and int32 [N], then the dataset's
+features when it has any (a dict: name -> a dense tensor [N, *row_shape], a tf.RaggedTensor
+[N, None, *row_shape] for a ragged one such as "boxes", tf.string for bytes), then the valid mask
+(with_valid=True) and the record ids (record_ids=True). An unlabeled dataset's elements have no
+labels: (images, features, ...). A transform set of the server's
 (transform_set="bf16") gives its output as it is: tf.float16, tf.bfloat16 or tf.float32 images,
 [N, 3, H, W] under NCHW; with mixup/cutmix, float32 [N, classes] soft labels (soft_labels=True)
 or int32 mixed_labels and float32 label_weights after the labels. Each iteration of the dataset
@@ -40,21 +43,64 @@ _TF_DTYPES = {"uint8": tf.uint8, "float16": tf.float16, "bfloat16": tf.bfloat16,
               "float32": tf.float32}
 
 
+# service.proto FeatureType -> the tf dtype of a feature's values.
+_TF_FEATURE_TYPES = {1: tf.int64, 2: tf.float32, 3: tf.string}
+
+
+def feature_spec(info):
+    """The spec of one feature (a sluice.v1.FeatureInfo) in an element: a tf.RaggedTensorSpec
+    [N, None, *row_shape] (int64 row splits) for a ragged one, else a tf.TensorSpec [N,
+    *row_shape]; bytes as tf.string."""
+    dtype = _TF_FEATURE_TYPES[info.type]
+    row_shape = tuple(info.row_shape)
+    if info.ragged:
+        return tf.RaggedTensorSpec(shape=(None, None) + row_shape, dtype=dtype, ragged_rank=1,
+                                   row_splits_dtype=tf.int64)
+    return tf.TensorSpec(shape=(None,) + row_shape, dtype=dtype)
+
+
+def feature_tensors(features, infos):
+    """Batch.features as the element's dict: tf.RaggedTensor.from_row_lengths for a ragged
+    feature, a dense tensor otherwise (tf.string for bytes)."""
+    out = {}
+    for info in infos:
+        value = features[info.name]
+        dtype = _TF_FEATURE_TYPES[info.type]
+        if info.ragged:
+            if not isinstance(value, _wire.Ragged):  # a batch of 0 samples has no row_lengths
+                value = _wire.Ragged(value, np.zeros(0, dtype=np.int64))
+            values = tf.constant(value.values, dtype=dtype) if len(value.values) else tf.zeros(
+                (0,) + tuple(info.row_shape), dtype=dtype)
+            out[info.name] = tf.RaggedTensor.from_row_lengths(
+                values, tf.constant(value.row_lengths, dtype=tf.int64), validate=False)
+        elif len(value) == 0:
+            out[info.name] = tf.zeros((0,) + tuple(info.row_shape), dtype=dtype)
+        else:
+            out[info.name] = tf.constant(value, dtype=dtype)
+    return out
+
+
 def output_signature(image_size, with_valid=False, record_ids=False, dtype="uint8",
-                     layout="NHWC", mixes_labels=False, num_classes=None):
+                     layout="NHWC", mixes_labels=False, num_classes=None, features=(),
+                     unlabeled=False):
     """The element spec of dataset(): N is unknown (a last partial batch is smaller).
-    dtype, layout, mixes_labels: the stream's output (StreamPlan's); num_classes: soft labels
-    of that many classes instead of class indexes (and mixed labels)."""
+    dtype, layout, mixes_labels, features ([sluice.v1.FeatureInfo]) and unlabeled: the stream's
+    output (StreamPlan's); num_classes: soft labels of that many classes instead of class indexes
+    (and mixed labels)."""
     height, width = image_hw(image_size)
     shape = (None, 3, height, width) if layout == "NCHW" else (None, height, width, 3)
     spec = (tf.TensorSpec(shape=shape, dtype=_TF_DTYPES[dtype]),)
-    if num_classes:
+    if unlabeled:
+        pass
+    elif num_classes:
         spec += (tf.TensorSpec(shape=(None, num_classes), dtype=tf.float32),)
     else:
         spec += (tf.TensorSpec(shape=(None,), dtype=tf.int32),)
         if mixes_labels:
             spec += (tf.TensorSpec(shape=(None,), dtype=tf.int32),
                      tf.TensorSpec(shape=(None,), dtype=tf.float32))
+    if features:
+        spec += ({f.name: feature_spec(f) for f in features},)
     if with_valid:
         spec += (tf.TensorSpec(shape=(None,), dtype=tf.bool),)
     if record_ids:
@@ -154,13 +200,16 @@ def dataset(target, dataset, batch_size=None, image_size=None, mode=None, seed=N
         if transform_set:
             raise  # its output is the set's: without the plan there is no signature
         plan = None  # a request the server refuses fails when iterated, with its message
-    output = dict(dtype="uint8", layout="NHWC", mixes_labels=False)
+    output = dict(dtype="uint8", layout="NHWC", mixes_labels=False, features=(), unlabeled=False)
     if plan is not None:
         if plan.dtype not in _TF_DTYPES or plan.layout not in ("NHWC", "NCHW"):
             raise SluiceError(grpc.StatusCode.FAILED_PRECONDITION,
                               "dataset %r: the server's batches are %s %s, which this client "
                               "does not know" % (dataset, plan.dtype, plan.layout))
-        output = dict(dtype=plan.dtype, layout=plan.layout, mixes_labels=plan.mixes_labels)
+        output = dict(dtype=plan.dtype, layout=plan.layout, mixes_labels=plan.mixes_labels,
+                      features=tuple(plan.features), unlabeled=plan.unlabeled)
+        if plan.unlabeled and num_classes:
+            raise ValueError("soft_labels, but dataset %r is unlabeled" % dataset)
         if plan.dtype == "bfloat16" and _wire.DTYPES[2][1] == np.dtype("<u2"):
             # Without ml_dtypes the images are uint16 bits, which from_generator refuses as
             # tf.bfloat16 with a type error that names neither the cause nor the cure.
@@ -205,15 +254,19 @@ def dataset(target, dataset, batch_size=None, image_size=None, mode=None, seed=N
                 for batch in stream:
                     reached(batch.position.epoch)
                     out = (batch.images,)
-                    if num_classes:
+                    if output["unlabeled"]:
+                        pass
+                    elif num_classes:
                         out += (batch.soft_labels(num_classes),)
                     elif output["mixes_labels"]:
                         out += (batch.labels, batch.mixed_labels, batch.label_weights)
                     else:
                         out += (batch.labels,)
+                    if output["features"]:
+                        out += (feature_tensors(batch.features, output["features"]),)
                     if with_valid:
                         out += (batch.valid if batch.valid is not None
-                                else np.ones(len(batch.labels), dtype=np.bool_),)
+                                else np.ones(len(batch.images), dtype=np.bool_),)
                     if record_ids:
                         out += (batch.record_ids,)
                     yield out

@@ -7,6 +7,9 @@
         for images, labels in loader:  # uint8 [256, 224, 224, 3] (NHWC), int64 [256]
             ...
 
+A dataset with features (boxes, further Example features) adds a dict of them after the labels
+(see SluiceDataset's Outputs); an unlabeled dataset's labels are None.
+
 A transform set of the server's (SluiceDataset(..., transform_set="bf16")) delivers its output as
 it is: torch.bfloat16, torch.float16 or torch.float32 tensors, [N, 3, H, W] under NCHW, ready for
 the model (no conversion in Python); mixup/cutmix labels as soft labels (soft_labels=True) or as
@@ -26,6 +29,7 @@ import logging
 import multiprocessing
 import multiprocessing.context
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -34,12 +38,39 @@ import torch.utils.data
 from sluice import _shm
 from sluice._client import Client
 from sluice._malloc import tune_malloc as _tune_malloc
-from sluice._wire import Position
+from sluice._wire import Position, Ragged
 
 log = logging.getLogger("sluice")
 
 # DataLoader workers whose epochs one dataset object keeps apart (worker ids 0..N-1).
 _MAX_WORKERS = 1024
+
+
+class RaggedTensor(NamedTuple):
+    """A ragged feature as tensors: sample i's rows are values[row_splits[i]:row_splits[i + 1]]
+    with row_splits the cumulative sum of row_lengths (int64 [N]); values [total_rows,
+    *row_shape], or for bytes a list of total_rows bytes objects. torch.split(values,
+    row_lengths.tolist()) gives the per-sample tensors (e.g. each image's [k, 4] boxes, the
+    list torchvision's detection models take)."""
+    values: object
+    row_lengths: torch.Tensor
+
+
+def features_tensors(features):
+    """Batch.features as tensors: numpy arrays become tensors (int64, float32), a sluice.Ragged a
+    RaggedTensor(values, row_lengths); bytes stay Python bytes (lists)."""
+    out = {}
+    for name, value in features.items():
+        if isinstance(value, Ragged):
+            values = value.values
+            if isinstance(values, np.ndarray):
+                values = torch.from_numpy(values)
+            out[name] = RaggedTensor(values, torch.from_numpy(value.row_lengths))
+        elif isinstance(value, np.ndarray):
+            out[name] = torch.from_numpy(value)
+        else:
+            out[name] = value
+    return out
 
 
 def worker_shard(shard, worker_id, num_workers):
@@ -353,7 +384,10 @@ class SluiceDataset(torch.utils.data.IterableDataset):
         count). A worker that finds another count than the one declared here or in a loaded
         state raises ValueError.
     Outputs: (images, labels), then (mixed_labels, label_weights) when the transform set mixes
-    labels and soft_labels is off, then in this order when asked for:
+    labels and soft_labels is off, then the features when the dataset has any (a dict, name ->
+    an int64 / float32 tensor [N] or [N, *row_shape], a RaggedTensor(values, row_lengths) for a
+    ragged one such as "boxes", bytes as Python lists: see features_tensors), then in this order
+    when asked for:
         with_valid=True: bool [N], False for a padding sample (equal_shares "pad": a repeat that
             losses and metrics should ignore), all True when the batch has no padding. Without
             it, padding is delivered unmarked and logged as a warning once per iteration
@@ -759,13 +793,20 @@ class SluiceDataset(torch.utils.data.IterableDataset):
                     # A position says whether it is its epoch's last: read one batch ahead.
                     following = take() if self.with_position else None
                     out = [_images_tensor(batch.images, copy, batch.dtype)]
-                    if num_classes:
+                    if batch.labels is None:
+                        if num_classes:
+                            raise ValueError("SluiceDataset %r: soft_labels, but the dataset "
+                                             "is unlabeled" % self.dataset)
+                        out.append(None)
+                    elif num_classes:
                         out.append(torch.from_numpy(batch.soft_labels(num_classes)))
                     else:
                         out.append(torch.from_numpy(batch.labels.astype(np.int64)))
                         if batch.mixed_labels is not None:
                             out += [torch.from_numpy(batch.mixed_labels.astype(np.int64)),
                                     torch.from_numpy(batch.label_weights)]
+                    if batch.features:
+                        out.append(features_tensors(batch.features))
                     if batch.valid is not None and not self.with_valid and not warned:
                         warned = True
                         log.warning("SluiceDataset %r: batches carry padding samples (equal "
@@ -774,7 +815,7 @@ class SluiceDataset(torch.utils.data.IterableDataset):
                                     self.dataset)
                     if self.with_valid:
                         out.append(torch.from_numpy(batch.valid) if batch.valid is not None
-                                   else torch.ones(len(batch.labels), dtype=torch.bool))
+                                   else torch.ones(len(batch.images), dtype=torch.bool))
                     if self.record_ids:
                         out.append(torch.from_numpy(batch.record_ids))
                     position = batch.position

@@ -59,10 +59,15 @@ const char* ShapeName(v1::FeatureShape shape) {
 }
 
 // Whether a numeric default is a value of the column's type: an integer an int64 holds, or a
-// float32 (infinities and NaN included, as tf.io.FixedLenFeature takes them).
+// double that rounds to a float32 (infinities and NaN included, as tf.io.FixedLenFeature takes
+// them). A finite double rounds to a finite float below halfway from FLT_MAX to 2^128 (halfway
+// itself rounds to even: 2^128, infinity), so numpy's printed float32 max 3.4028235e38, a little
+// over FLT_MAX, is FLT_MAX.
 bool DefaultFits(FeatureType type, double v) {
   if (type == FeatureType::kFloat) {
-    return !std::isfinite(v) || std::fabs(v) <= std::numeric_limits<float>::max();
+    // (2 - 2^-24) * 2^127: FLT_MAX plus half its last place; exact in a double.
+    const double kRoundsToInfinity = std::ldexp(2.0 - std::ldexp(1.0, -24), 127);
+    return !std::isfinite(v) || std::fabs(v) < kRoundsToInfinity;
   }
   // [-2^63, 2^63): both bounds are exact doubles.
   return std::isfinite(v) && v == std::trunc(v) && v >= -9223372036854775808.0 &&

@@ -17,7 +17,9 @@ struct RecordReaderOptions {
   // Buffer size, compression, per-record limit, read-ahead wrapping: every kind honours them
   // (compression: a TFRecord file's or a .tar.gz's).
   TFRecordReaderOptions stream;
-  // The keys the records are written under (the pipeline's image_key and label_key).
+  // The keys the records are written under (the pipeline's image_key and label_key). An empty
+  // label_key: the records are unlabeled (PipelineOptions.unlabeled), and a tar sample's `cls`
+  // is an ordinary member, not a label.
   std::string image_key = "image/encoded";
   std::string label_key = "image/class/label";
   // An image file's label (its class folder, or its line of a file list); nullopt: none written.

@@ -5,8 +5,10 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <span>
 #include <system_error>
+#include <utility>
 
 #include "formats/example_scanner.h"
 
@@ -37,6 +39,35 @@ int64_t SampleFeatures::bytes() const {
   int64_t total = 0;
   for (const FeatureValues& a : arrays) total += a.bytes();
   return total;
+}
+
+void FeatureValues::Shrink() {
+  if (data.capacity() > data.size()) std::string(data).swap(data);
+  if (sizes.capacity() > sizes.size()) std::vector<uint32_t>(sizes).swap(sizes);
+}
+
+int64_t SampleFeatures::capacity_bytes() const {
+  int64_t total = 0;
+  for (const FeatureValues& a : arrays) total += a.capacity_bytes();
+  return total;
+}
+
+void SampleFeatures::TrimTo(int64_t bytes) {
+  int64_t held = capacity_bytes();
+  if (held <= bytes) return;
+  std::vector<std::pair<int64_t, size_t>> spare;  // (spare capacity, array), most first
+  spare.reserve(arrays.size());
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    const int64_t s = arrays[i].capacity_bytes() - arrays[i].bytes();
+    if (s > 0) spare.emplace_back(s, i);
+  }
+  std::sort(spare.begin(), spare.end(), std::greater<>());
+  for (const auto& [s, i] : spare) {
+    if (held <= bytes) return;
+    const int64_t before = arrays[i].capacity_bytes();
+    arrays[i].Shrink();
+    held -= before - arrays[i].capacity_bytes();
+  }
 }
 
 int64_t SampleFeatures::ragged_bytes(const FeatureSchema& schema) const {

@@ -1,6 +1,7 @@
 // The feature values of one record, as FeatureExtractor reads them from its Example and a batch
 // slot holds them until the batch is sent: one FeatureValues per array of the schema
-// (FeatureSchema::arrays()). Reused record after record: Clear keeps the capacity.
+// (FeatureSchema::arrays()). Reused record after record: Clear keeps the capacity, and TrimTo
+// gives back what is over the slot's reserve.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +30,12 @@ struct FeatureValues {
   int64_t bytes() const {
     return static_cast<int64_t>(data.size() + sizes.size() * sizeof(uint32_t));
   }
+  // bytes() at capacity: what the array holds whatever its values.
+  int64_t capacity_bytes() const {
+    return static_cast<int64_t>(data.capacity() + sizes.capacity() * sizeof(uint32_t));
+  }
+  // Gives back the capacity over the values (kept).
+  void Shrink();
 };
 
 struct SampleFeatures {
@@ -43,6 +50,15 @@ struct SampleFeatures {
   int64_t bytes() const;
   // Bytes the ragged arrays hold: what FeatureSchema::max_feature_bytes bounds.
   int64_t ragged_bytes(const FeatureSchema& schema) const;
+  // Bytes of capacity held by every array (FeatureValues::capacity_bytes).
+  int64_t capacity_bytes() const;
+  // Keeps the memory of a reused slot within its reserve (FeatureSchema::slot_bytes(), what the
+  // batch pool accounts it at): when capacity_bytes() is over `bytes`, shrinks the arrays with
+  // the most spare capacity first until it is not. Values are kept, so a slot holding more than
+  // `bytes` of values keeps those; besides them the only slack is a short string's inline
+  // capacity (std::string's, 15 bytes in libstdc++) in each array, which is no allocation. Under
+  // `bytes` nothing is given back: a slot reused record after record keeps its buffers.
+  void TrimTo(int64_t bytes);
 };
 
 // Reads a schema's features from Example wire bytes (formats/example_scanner.h: no protobuf parse;

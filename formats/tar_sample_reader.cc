@@ -630,10 +630,13 @@ Status TarSampleReader::Next(std::string* record, bool skip, bool* end_of_file) 
     }
     const std::string_view e = extension != nullptr ? std::string_view(*extension) : ext;
     if (e == options_.image_key && image_key_member.empty()) image_key_member = at;
-    if (e != "cls" && e == options_.label_key && label_key_member.empty()) label_key_member = at;
+    if (e != "cls" && !options_.label_key.empty() && e == options_.label_key &&
+        label_key_member.empty()) {
+      label_key_member = at;
+    }
     std::string* to = nullptr;
     std::string cls;
-    if (e == "cls") {
+    if (e == "cls" && !options_.label_key.empty()) {
       if (member.size <= kMaxClsBytes) {
         to = &cls;
       } else {

@@ -20,7 +20,8 @@
 // in the members' order, then __key__ and the label: each payload is read straight into its
 // place in the record handed on, so a sample is held once. What a sample holds is counted as
 // its members' data and names plus a fixed cost a member; over max_held_record_bytes it is
-// refused.
+// refused. With no label key (unlabeled records) `cls` is not parsed: it rides along as bytes
+// under "cls" like any other member.
 #pragma once
 
 #include <cstdint>

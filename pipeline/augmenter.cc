@@ -220,6 +220,8 @@ void Augmenter::ReleaseLargeImage() {
 void Augmenter::Apply(WorkItem* w) {
   SampleFeatures* features = w->buffer->features.empty() ? nullptr : &w->buffer->features[w->slot];
   Status s = Decode(w, w->buffer->image(w->slot), features);
+  // The slot is reused record after record: what it keeps stays within what the pool accounts.
+  if (features != nullptr) features->TrimTo(w->buffer->feature_slot_bytes);
   if (!s.ok()) {
     w->status = s.WithContext(options_.files[w->file] + ":" + std::to_string(w->offset));
   }

@@ -9,6 +9,14 @@
 namespace sluice {
 namespace {
 
+// Copies a sample's features into `to`'s slot: copy-assigned, so the slot's buffers keep their
+// capacity, within the reserve the batch pool accounts the slot at.
+void CopyFeatures(const SampleFeatures& from, BatchBuffer* to, int slot) {
+  SampleFeatures& f = to->features[static_cast<size_t>(slot)];
+  f = from;
+  f.TrimTo(to->feature_slot_bytes);
+}
+
 // Distinct skip reasons an epoch keeps apart; later new ones are counted together.
 constexpr size_t kMaxReasons = 8;
 constexpr size_t kMaxReasonChars = 160;
@@ -95,7 +103,7 @@ void Batcher::Keep(const WorkItem& w) {
   }
   std::memcpy(keep_->image(kept_), w.buffer->image(w.slot), keep_->image_bytes);
   keep_->labels[kept_] = w.label;
-  if (!keep_->features.empty()) keep_->features[kept_] = w.buffer->features[w.slot];
+  if (!keep_->features.empty()) CopyFeatures(w.buffer->features[w.slot], keep_.get(), kept_);
   if (keep_->record_files) {
     keep_->record_files[kept_] = static_cast<int32_t>(w.file);
     keep_->record_indexes[kept_] = static_cast<int64_t>(w.record);
@@ -113,7 +121,7 @@ void Batcher::EmitPadded(int64_t epoch) {
       const int k = static_cast<int>(epoch_padded_ % static_cast<uint64_t>(kept_));
       std::memcpy(dst_->image(i), keep_->image(k), dst_->image_bytes);
       dst_->labels[i] = keep_->labels[k];
-      if (!dst_->features.empty()) dst_->features[i] = keep_->features[k];
+      if (!dst_->features.empty()) CopyFeatures(keep_->features[k], dst_, i);
       if (dst_->record_files) {
         dst_->record_files[i] = keep_->record_files[k];
         dst_->record_indexes[i] = keep_->record_indexes[k];
@@ -269,8 +277,7 @@ void Batcher::AddRecord(const WorkItem& w) {
   }
   if (dst_ != w.buffer || filled_ != w.slot) {
     std::memcpy(dst_->image(filled_), w.buffer->image(w.slot), dst_->image_bytes);
-    // Copy-assigned: the destination slot's buffers keep their capacity.
-    if (!dst_->features.empty()) dst_->features[filled_] = w.buffer->features[w.slot];
+    if (!dst_->features.empty()) CopyFeatures(w.buffer->features[w.slot], dst_, filled_);
   }
   dst_->labels[filled_] = w.label;
   if (dst_->record_files) {

@@ -78,9 +78,18 @@ Status SplitCsv(const std::string& list, int64_t line, std::string_view text,
   }
 }
 
-Status ParseCsvLine(const std::string& list, int64_t line, std::string_view text,
+Status ParseCsvLine(const std::string& list, int64_t line, std::string_view text, ListLabels labels,
                     std::vector<std::string>* fields, ListedFile* out) {
   RETURN_IF_ERROR(SplitCsv(list, line, text, fields));
+  if (labels == ListLabels::kIgnore) {
+    if (fields->size() > 2) {
+      return Bad(list, line, "path",
+                 "expected 1 or 2 fields \"path\" or \"path,label\", found " +
+                     std::to_string(fields->size()));
+    }
+    out->path = std::move((*fields)[0]);
+    return Status::OK();
+  }
   if (fields->size() != 2) {
     return Bad(list, line, fields->size() < 2 ? "label" : "path",
                "expected 2 fields \"path,label\", found " + std::to_string(fields->size()));
@@ -90,7 +99,7 @@ Status ParseCsvLine(const std::string& list, int64_t line, std::string_view text
 }
 
 Status ParseJsonLine(const std::string& list, int64_t line, std::string_view text,
-                     ListedFile* out) {
+                     ListLabels labels, ListedFile* out) {
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return Bad(list, line, "line",
@@ -100,6 +109,7 @@ Status ParseJsonLine(const std::string& list, int64_t line, std::string_view tex
   if (path == j.end()) return Bad(list, line, "path", "missing");
   if (!path->is_string()) return Bad(list, line, "path", "not a string");
   out->path = path->get<std::string>();
+  if (labels == ListLabels::kIgnore) return Status::OK();
   const auto label = j.find("label");
   if (label == j.end()) return Bad(list, line, "label", "missing");
   if (label->is_number_unsigned()) {
@@ -117,7 +127,7 @@ Status ParseJsonLine(const std::string& list, int64_t line, std::string_view tex
 
 }  // namespace
 
-Result<std::vector<ListedFile>> ReadFileList(const std::string& list_path) {
+Result<std::vector<ListedFile>> ReadFileList(const std::string& list_path, ListLabels labels) {
   const std::filesystem::path list(list_path);
   std::string ext = list.extension().string();
   for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -143,13 +153,17 @@ Result<std::vector<ListedFile>> ReadFileList(const std::string& list_path) {
     // Excel's "CSV UTF-8" (and some JSON writers) start the file with a UTF-8 byte order mark.
     if (line == 1 && text.rfind(kUtf8Bom, 0) == 0) text.erase(0, kUtf8Bom.size());
     if (TrimSpaces(text).empty()) continue;
-    if (format == ListFormat::kCsv && out.empty() && TrimSpaces(text) == "path,label") continue;
+    if (format == ListFormat::kCsv && out.empty() &&
+        (TrimSpaces(text) == "path,label" ||
+         (labels == ListLabels::kIgnore && TrimSpaces(text) == "path"))) {
+      continue;
+    }
     ListedFile f;
     f.line = line;
     if (format == ListFormat::kCsv) {
-      RETURN_IF_ERROR(ParseCsvLine(list_path, line, text, &fields, &f));
+      RETURN_IF_ERROR(ParseCsvLine(list_path, line, text, labels, &fields, &f));
     } else {
-      RETURN_IF_ERROR(ParseJsonLine(list_path, line, text, &f));
+      RETURN_IF_ERROR(ParseJsonLine(list_path, line, text, labels, &f));
     }
     if (f.path.empty()) return Bad(list_path, line, "path", "empty");
     std::filesystem::path path(f.path);

@@ -10,7 +10,8 @@ namespace sluice {
 RecordReaderOptions RecordReaderOptionsFor(const ResolvedOptions& options, uint32_t file) {
   RecordReaderOptions rro;
   rro.image_key = options.image_key;
-  rro.label_key = options.label_key;
+  // Unlabeled: no label is read (a tar sample's cls is then an ordinary member).
+  rro.label_key = options.unlabeled ? std::string() : options.label_key;
   if (!options.file_labels.empty() && options.file_labels[file] >= 0) {
     rro.label = options.file_labels[file];
   }

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string_view>
 #include <thread>
+#include <utility>
 
 #include "formats/image_example.h"
 #include "pipeline/file_list.h"
@@ -150,11 +151,11 @@ bool SameStat(const struct stat& a, const struct stat& b) {
 
 // Reads and checks `list`: a listed file that does not exist fails (as tf.data's would), naming
 // it and its line; so does one listed twice.
-Result<ParsedFileList> ParseFileList(const std::string& list) {
+Result<ParsedFileList> ParseFileList(const std::string& list, ListLabels labels) {
   ParsedFileList parsed;
   // Stat first: a list replaced while it is read is then seen as changed by the next stream.
   if (::stat(list.c_str(), &parsed.list_stat) != 0) return ErrnoStatus(errno, "stat", list);
-  ASSIGN_OR_RETURN(std::vector<ListedFile> listed, ReadFileList(list));
+  ASSIGN_OR_RETURN(std::vector<ListedFile> listed, ReadFileList(list, labels));
   for (const ListedFile& f : listed) {
     struct stat st {};
     if (::stat(f.path.c_str(), &st) != 0) {
@@ -184,23 +185,24 @@ Result<ParsedFileList> ParseFileList(const std::string& list) {
   return parsed;
 }
 
-// The lists FreezeFileList kept, by absolute path: one per file_list dataset of the server's
-// configuration, so bounded by it.
+// The lists FreezeFileList kept, by absolute path and whether labels were read: one per
+// file_list dataset of the server's configuration, so bounded by it.
 struct FrozenList {
   ParsedFileList parsed;
   bool warned = false;  // that the list changed since
 };
 std::mutex frozen_lists_mu;
-std::map<std::string, std::shared_ptr<FrozenList>>& FrozenLists() {  // GUARDED_BY frozen_lists_mu
-  static auto* lists = new std::map<std::string, std::shared_ptr<FrozenList>>();
+using FrozenListKey = std::pair<std::string, ListLabels>;
+std::map<FrozenListKey, std::shared_ptr<FrozenList>>& FrozenLists() {  // GUARDED_BY frozen_lists_mu
+  static auto* lists = new std::map<FrozenListKey, std::shared_ptr<FrozenList>>();
   return *lists;
 }
 
 // The frozen parse of `list`, or null; warns once when the list changed since it was frozen.
-std::shared_ptr<const FrozenList> FindFrozenList(const std::string& list) {
+std::shared_ptr<const FrozenList> FindFrozenList(const std::string& list, ListLabels labels) {
   const std::string key = AbsoluteListPath(list);
   std::lock_guard<std::mutex> lock(frozen_lists_mu);
-  auto it = FrozenLists().find(key);
+  auto it = FrozenLists().find({key, labels});
   if (it == FrozenLists().end()) return nullptr;
   FrozenList& frozen = *it->second;
   if (!frozen.warned) {
@@ -229,11 +231,12 @@ Status ResolveFileList(const v1::PipelineOptions& o, ResolvedOptions* r) {
     return InvalidArgument("file_list: lists image files; format " +
                            v1::SourceFormat_Name(o.format()) + " cannot go with it");
   }
-  if (std::shared_ptr<const FrozenList> frozen = FindFrozenList(o.file_list())) {
+  const ListLabels labels = o.unlabeled() ? ListLabels::kIgnore : ListLabels::kRead;
+  if (std::shared_ptr<const FrozenList> frozen = FindFrozenList(o.file_list(), labels)) {
     r->files = frozen->parsed.files;
     r->file_labels = frozen->parsed.labels;
   } else {
-    ASSIGN_OR_RETURN(ParsedFileList parsed, ParseFileList(o.file_list()));
+    ASSIGN_OR_RETURN(ParsedFileList parsed, ParseFileList(o.file_list(), labels));
     r->files = std::move(parsed.files);
     r->file_labels = std::move(parsed.labels);
   }
@@ -260,9 +263,34 @@ std::optional<std::string> LiteralPath(std::string_view pattern) {
   return path;
 }
 
+// The name of a transform op that moves pixels in a way BoxMap does not model (it follows crops,
+// resizes and flips only), or nullptr: rotate and the policies' shears, translates and rotations.
+const char* PixelMovingOpName(const v1::TransformOp& op) {
+  switch (op.op_case()) {
+    case v1::TransformOp::kRotate:
+      return "rotate";
+    case v1::TransformOp::kTrivialAugmentWide:
+      return "trivial_augment_wide";
+    case v1::TransformOp::kRandAugment:
+      return "rand_augment";
+    default:
+      return nullptr;
+  }
+}
+
 // What unlabeled and boxes cannot go with: a num_classes or label_offset (there are no labels),
-// and mixup or cutmix, which mix labels (and give a mixed image no one set of boxes).
+// mixup or cutmix, which mix labels (and give a mixed image no one set of boxes), and with boxes,
+// ops that move pixels where the boxes would not follow.
 Status CheckUnlabeledAndBoxes(const v1::PipelineOptions& o) {
+  if (o.boxes().enabled()) {
+    for (int i = 0; i < o.transforms_size(); ++i) {
+      const char* name = PixelMovingOpName(o.transforms(i));
+      if (name == nullptr) continue;
+      return InvalidArgument("transforms[" + std::to_string(i) + "]." + name +
+                             " with boxes.enabled: it moves pixels (rotations, shears or "
+                             "translations) and boxes follow crops, resizes and flips only");
+    }
+  }
   if (o.unlabeled() && o.num_classes() != 0) {
     return InvalidArgument("num_classes = " + std::to_string(o.num_classes()) +
                            " with unlabeled: true: an unlabeled dataset has no classes");
@@ -285,6 +313,36 @@ Status CheckUnlabeledAndBoxes(const v1::PipelineOptions& o) {
                              "dataset has none");
     }
     return InvalidArgument(what + " with boxes.enabled: a mixed image has no one set of boxes");
+  }
+  return Status::OK();
+}
+
+// When every file is an image file: a feature they cannot carry that every record must have (a
+// SCALAR or FIXED one without a default, a MULTI_HOT one without allow_missing) would skip every
+// record, so it is refused. An image file's record holds its image, its file name and (unless
+// unlabeled) its label; a LIST feature is an empty row and boxes are none.
+Status CheckFeaturesOnImageFiles(const v1::PipelineOptions& o, const ResolvedOptions& r) {
+  if (r.features.columns.empty() || r.kinds.empty()) return Status::OK();
+  for (SourceKind kind : r.kinds) {
+    if (kind != SourceKind::kImage) return Status::OK();
+  }
+  for (size_t i = 0; i < r.features.columns.size(); ++i) {
+    const FeatureColumn& c = r.features.columns[i];
+    if (c.key == r.image_key || c.key == kImageFilenameKey ||
+        (!r.unlabeled && c.key == r.label_key)) {
+      continue;
+    }
+    const bool required =
+        c.shape == FeatureShape::kMultiHot
+            ? !c.allow_missing
+            : c.shape != FeatureShape::kList && !c.default_value && !c.default_bytes;
+    if (!required) continue;
+    return InvalidArgument(
+        "features[" + std::to_string(i) + "] ('" + c.key + "') on " +
+        (o.file_list().empty() ? std::string("files") : "file_list " + o.file_list()) +
+        " of image files only: image files carry no feature but their label; " +
+        (c.shape == FeatureShape::kMultiHot ? "set allow_missing" : "give a default") +
+        " or use a TFRecord/tar source");
   }
   return Status::OK();
 }
@@ -363,11 +421,11 @@ Status CheckLiteralPathsExist(const std::vector<std::string>& patterns) {
   return Status::OK();
 }
 
-Status FreezeFileList(const std::string& list) {
+Status FreezeFileList(const std::string& list, ListLabels labels) {
   auto frozen = std::make_shared<FrozenList>();
-  ASSIGN_OR_RETURN(frozen->parsed, ParseFileList(list));
+  ASSIGN_OR_RETURN(frozen->parsed, ParseFileList(list, labels));
   std::lock_guard<std::mutex> lock(frozen_lists_mu);
-  FrozenLists()[AbsoluteListPath(list)] = std::move(frozen);
+  FrozenLists()[{AbsoluteListPath(list), labels}] = std::move(frozen);
   return Status::OK();
 }
 
@@ -393,6 +451,7 @@ Result<ResolvedOptions> ResolveOptions(const v1::PipelineOptions& o, int job_con
   r.unlabeled = o.unlabeled();
   ASSIGN_OR_RETURN(r.features, CompileFeatureSchema(o));
   RETURN_IF_ERROR(CheckUnlabeledAndBoxes(o));
+  RETURN_IF_ERROR(CheckFeaturesOnImageFiles(o, r));
   if (r.unlabeled) {
     // No label is read, so none is written for image files either (their folder or list line).
     r.file_labels.clear();

@@ -12,6 +12,7 @@
 #include "formats/png_codec.h"
 #include "formats/source_kind.h"
 #include "formats/status.h"
+#include "pipeline/file_list.h"
 #include "pipeline/transform_spec.h"
 #include "pipeline/tunables.h"
 #include "sluice/v1/config.pb.h"
@@ -163,7 +164,8 @@ Status CheckLiteralPathsExist(const std::vector<std::string>& patterns);
 // and when the list's size or modification time has changed since, logs one warning naming it.
 // A list never frozen is read by every ResolveOptions. The server's start-up check freezes every
 // dataset's list (so a resuming client sees the file set it started with); freezing a list again
-// replaces its parse. Holds one parse per list frozen. Thread-safe.
-Status FreezeFileList(const std::string& list);
+// replaces its parse. Holds one parse per list frozen and `labels` (an unlabeled dataset's
+// ResolveOptions serves the list frozen with ListLabels::kIgnore). Thread-safe.
+Status FreezeFileList(const std::string& list, ListLabels labels = ListLabels::kRead);
 
 }  // namespace sluice

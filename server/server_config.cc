@@ -201,7 +201,9 @@ Result<int64_t> CheckDataset(const v1::ServerConfig& server, v1::DatasetConfig* 
 
   // Every stream of the dataset serves the list as read now.
   if (!p->file_list().empty()) {
-    RETURN_IF_ERROR(FreezeFileList(p->file_list()).WithContext(ds + ".pipeline"));
+    RETURN_IF_ERROR(
+        FreezeFileList(p->file_list(), p->unlabeled() ? ListLabels::kIgnore : ListLabels::kRead)
+            .WithContext(ds + ".pipeline"));
   }
   // Checked with the dataset's num_classes, as requests are resolved.
   v1::PipelineOptions check = *p;

@@ -3,6 +3,8 @@
 #include <google/protobuf/text_format.h>
 
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
 #include <string>
 
 namespace sluice {
@@ -291,6 +293,37 @@ TEST_CASE("DefaultsAtTheEdgesOfTheirTypeAreTaken") {
   CHECK(*s->columns[3].default_bytes == "");
   // One key read twice, as two arrays.
   CHECK(s->columns[4].key == "a");
+}
+
+// numpy prints float32's max as 3.4028235e38, a double a little over FLT_MAX that rounds to it;
+// every double short of halfway to 2^128 does, and from halfway on it rounds to infinity.
+TEST_CASE("FloatDefaultsRoundingToAFiniteFloatAreTakenAndBeyondRefused") {
+  const double flt_max = std::numeric_limits<float>::max();
+  const double halfway = std::ldexp(2.0 - std::ldexp(1.0, -24), 127);
+  auto compile = [](double v) {
+    v1::PipelineOptions o;
+    v1::FeatureSpec* f = o.add_features();
+    f->set_key("x");
+    f->set_type(v1::FEATURE_TYPE_FLOAT);
+    f->set_shape(v1::FEATURE_SHAPE_SCALAR);
+    f->set_default_value(v);
+    return CompileFeatureSchema(o);
+  };
+  for (double v : {3.4028235e38, -3.4028235e38, flt_max, std::nextafter(halfway, 0.0),
+                   -std::nextafter(halfway, 0.0)}) {
+    INFO(v);
+    Result<FeatureSchema> s = compile(v);
+    REQUIRE(s.ok());
+    CHECK(std::fabs(static_cast<float>(*s->columns[0].default_value)) ==
+          std::numeric_limits<float>::max());
+  }
+  for (double v : {halfway, -halfway, std::nextafter(halfway, 1e300), 3.4028236e38}) {
+    INFO(v);
+    Result<FeatureSchema> s = compile(v);
+    REQUIRE_FALSE(s.ok());
+    CHECK_THAT(s.status().message(),
+               Catch::Contains("not a value of FEATURE_TYPE_FLOAT (float32's range)"));
+  }
 }
 
 }  // namespace

@@ -691,6 +691,67 @@ TEST_CASE("ExtractResetsTheOutputAndKeepsItsCapacity") {
               .ok());
   REQUIRE(out.arrays.size() == 1);
   CHECK(Int64s(out.arrays[0]) == std::vector<int64_t>{4});
+  // A record of 100 ids, then one of 1: the second reuses the first's buffer, and TrimTo leaves
+  // it while the slot is within its reserve.
+  std::string many = "features { feature { key: 'ids' value { int64_list {";
+  for (int i = 0; i < 100; ++i) many += " value: " + std::to_string(i);
+  many += " } } } }";
+  REQUIRE(extract.Extract(Record(many), &out).ok());
+  const int64_t held = out.capacity_bytes();
+  CHECK(held >= 100 * 8);
+  REQUIRE(extract
+              .Extract(Record("features { feature { key: 'ids' value { int64_list { value: 7 } "
+                              "} } }"),
+                       &out)
+              .ok());
+  CHECK(Int64s(out.arrays[0]) == std::vector<int64_t>{7});
+  CHECK(out.capacity_bytes() == held);
+  out.TrimTo(schema.slot_bytes());
+  CHECK(out.capacity_bytes() == held);
+}
+
+// Three ragged arrays filled in turn, each near max_feature_bytes: without trimming a reused slot
+// would keep about three times its reserve; TrimTo after each record keeps it within the reserve
+// (plus a short string's inline capacity per array), the record's values intact.
+TEST_CASE("ASlotFilledInTurnByDifferentRaggedArraysStaysWithinItsReserve") {
+  const FeatureSchema schema = Schema(R"pb(
+    features { key: "ids" type: FEATURE_TYPE_INT64 }
+    features { key: "names" type: FEATURE_TYPE_BYTES }
+    features { key: "scores" type: FEATURE_TYPE_FLOAT }
+    features { key: "n" type: FEATURE_TYPE_INT64 shape: FEATURE_SHAPE_SCALAR }
+    max_feature_bytes: 4096
+  )pb");
+  const int64_t slack = 3 * static_cast<int64_t>(std::string().capacity());
+  FeatureExtractor extract(schema);
+  SampleFeatures untrimmed, trimmed;
+  for (int r = 0; r < 9; ++r) {
+    v1::Example e;
+    auto& f = *e.mutable_features()->mutable_feature();
+    f["n"].mutable_int64_list()->add_value(r);
+    switch (r % 3) {
+      case 0:
+        for (int i = 0; i < 500; ++i) f["ids"].mutable_int64_list()->add_value(i);
+        break;
+      case 1:
+        for (int i = 0; i < 390; ++i) f["names"].mutable_bytes_list()->add_value("abcdef");
+        break;
+      default:
+        for (int i = 0; i < 1000; ++i) f["scores"].mutable_float_list()->add_value(0.5f);
+        break;
+    }
+    const std::string record = e.SerializeAsString();
+    REQUIRE(extract.Extract(record, &untrimmed).ok());
+    REQUIRE(extract.Extract(record, &trimmed).ok());
+    CHECK(trimmed.bytes() <= schema.slot_bytes());
+    trimmed.TrimTo(schema.slot_bytes());
+    INFO("record " << r);
+    CHECK(trimmed.capacity_bytes() <= schema.slot_bytes() + slack);
+    CHECK(Int64s(trimmed.arrays[3]) == std::vector<int64_t>{r});
+    CHECK(trimmed.bytes() == untrimmed.bytes());
+    for (size_t i = 0; i < 3; ++i) CHECK(trimmed.arrays[i].data == untrimmed.arrays[i].data);
+  }
+  // What the untrimmed slot keeps: every array's largest, near three reserves.
+  CHECK(untrimmed.capacity_bytes() > 2 * schema.slot_bytes());
 }
 
 TEST_CASE("ManyKeysBeyondTheStackLookupAreAllFound") {

@@ -200,6 +200,39 @@ TEST_CASE("SampleWithoutClsIsAnUnlabeledSample") {
   CHECK(labeled.message().rfind("feature 'image/class/label' missing from record", 0) == 0);
 }
 
+// Unlabeled records (no label key): a cls is not a label, so "dog" (or a long cls) is not refused
+// but rides along as bytes under "cls", as any other member; with a label key it is refused.
+TEST_CASE("WithoutALabelKeyClsIsAnOrdinaryMemberNotALabel") {
+  const std::string long_cls(5000, '7');
+  const std::string tar = Member("a.jpg", kJpeg) + Member("a.cls", "dog") + Member("b.jpg", "B") +
+                          Member("b.cls", long_cls) + Member("c.jpg", "C") + Member("c.cls", "3") +
+                          EndBlocks();
+  RecordReaderOptions unlabeled;
+  unlabeled.label_key.clear();
+  auto reader = MemoryReader(tar, unlabeled);
+  const std::vector<Sample> got = ReadAll(reader.get());
+  REQUIRE(got.size() == 3);
+  CHECK(got[0].bytes.at("image/encoded") == kJpeg);
+  CHECK(got[0].bytes.at("cls") == "dog");
+  CHECK(got[0].ints.empty());
+  CHECK(got[1].bytes.at("cls") == long_cls);
+  CHECK(got[2].bytes.at("cls") == "3");
+  CHECK(got[2].ints.empty());
+  std::string_view image;
+  int64_t label = -1;
+  std::string record;
+  bool eof = false;
+  auto again = MemoryReader(tar, unlabeled);
+  REQUIRE(again->ReadRecordInto(&record, &eof).ok());
+  REQUIRE(ExampleScanner("image/encoded", "").Scan(record, &image, &label).ok());
+  CHECK(label == 0);
+
+  auto labeled = MemoryReader(tar);
+  Status s = labeled->ReadRecordInto(&record, &eof);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(s.message(), Catch::Contains("tar member 'a.cls' is not an integer label: 'dog'"));
+}
+
 TEST_CASE("SameKeyAfterAnotherKeyStartsANewSample") {
   const std::string tar =
       Member("a.jpg", "1") + Member("b.jpg", "2") + Member("a.cls", "1") + EndBlocks();

@@ -138,5 +138,40 @@ TEST_CASE("LeadingUtf8ByteOrderMarkIsNotPartOfTheFirstLine") {
                                      "b.jpg"));
 }
 
+TEST_CASE("UnlabeledListTakesBarePathsOrIgnoresAGivenLabel") {
+  TempDir dir;
+  WriteAll(dir.file("bare.csv"), "path\na.jpg\n\"b,c.jpg\"\nd.jpg,dog\n");
+  auto labelled = ReadFileList(dir.file("bare.csv"));
+  REQUIRE_FALSE(labelled.ok());
+  CHECK(labelled.status().message() ==
+        dir.file("bare.csv") + ":1: label: expected 2 fields \"path,label\", found 1");
+  auto csv = ReadFileList(dir.file("bare.csv"), ListLabels::kIgnore);
+  REQUIRE(csv.ok());
+  REQUIRE(csv->size() == 3);
+  CHECK((*csv)[0].path == dir.file("a.jpg"));
+  CHECK((*csv)[0].line == 2);
+  CHECK((*csv)[1].path == dir.file("b,c.jpg"));
+  CHECK((*csv)[2].path == dir.file("d.jpg"));
+  CHECK((*csv)[2].label == 0);
+  WriteAll(dir.file("three.csv"), "a.jpg,1,2\n");
+  CHECK(ReadFileList(dir.file("three.csv"), ListLabels::kIgnore).status().message() ==
+        dir.file("three.csv") +
+            ":1: path: expected 1 or 2 fields \"path\" or \"path,label\", found 3");
+
+  WriteAll(dir.file("bare.jsonl"),
+           "{\"path\": \"a.jpg\"}\n{\"path\": \"b.jpg\", \"label\": \"x\"}\n");
+  CHECK(ReadFileList(dir.file("bare.jsonl")).status().message() ==
+        dir.file("bare.jsonl") + ":1: label: missing");
+  auto jsonl = ReadFileList(dir.file("bare.jsonl"), ListLabels::kIgnore);
+  REQUIRE(jsonl.ok());
+  REQUIRE(jsonl->size() == 2);
+  CHECK((*jsonl)[0].path == dir.file("a.jpg"));
+  CHECK((*jsonl)[1].path == dir.file("b.jpg"));
+  CHECK((*jsonl)[1].label == 0);
+  WriteAll(dir.file("nopath.jsonl"), "{\"label\": 1}\n");
+  CHECK(ReadFileList(dir.file("nopath.jsonl"), ListLabels::kIgnore).status().message() ==
+        dir.file("nopath.jsonl") + ":1: path: missing");
+}
+
 }  // namespace
 }  // namespace sluice

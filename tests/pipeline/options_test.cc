@@ -1,6 +1,10 @@
 #include "pipeline/options.h"
 
+#include <google/protobuf/text_format.h>
+
 #include <catch2/catch.hpp>
+#include <filesystem>
+#include <functional>
 
 #include "pipeline/batch.h"
 #include "tests/pipeline/pipeline_test_data.h"
@@ -417,6 +421,153 @@ TEST_CASE("UnlabeledOrBoxesWithWhatNeedsLabelsAreRefusedNamingBothFields") {
     CHECK(r.status().code() == StatusCode::kInvalidArgument);
     CHECK(r.status().message() == c.message);
   }
+}
+
+TEST_CASE("BoxesWithOpsThatMovePixelsOtherThanCropsResizesAndFlipsAreRefused") {
+  TempDir dir;
+  testing::WriteTestShards(dir, 1, 1);
+  struct Case {
+    const char* message;
+    std::function<void(v1::TransformOp*)> set;
+  } cases[] = {
+      {"transforms[1].rotate with boxes.enabled: it moves pixels (rotations, shears or "
+       "translations) and boxes follow crops, resizes and flips only",
+       [](v1::TransformOp* op) { op->mutable_rotate()->add_degrees(10); }},
+      {"transforms[1].trivial_augment_wide with boxes.enabled: it moves pixels (rotations, shears "
+       "or translations) and boxes follow crops, resizes and flips only",
+       [](v1::TransformOp* op) { op->mutable_trivial_augment_wide(); }},
+      {"transforms[1].rand_augment with boxes.enabled: it moves pixels (rotations, shears or "
+       "translations) and boxes follow crops, resizes and flips only",
+       [](v1::TransformOp* op) { op->mutable_rand_augment(); }},
+  };
+  for (const auto& c : cases) {
+    v1::PipelineOptions o;
+    o.add_files(dir.file("shard-*.tfrecord"));
+    o.mutable_boxes()->set_enabled(true);
+    o.add_transforms()->mutable_random_resized_crop();
+    c.set(o.add_transforms());
+    INFO(c.message);
+    auto r = ResolveOptions(o);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == StatusCode::kInvalidArgument);
+    CHECK(r.status().message() == c.message);
+    // Without boxes the same list resolves: only the boxes cannot follow these ops.
+    o.mutable_boxes()->set_enabled(false);
+    CHECK(ResolveOptions(o).ok());
+  }
+  // Every other op kind is a crop, resize, flip or per-pixel op that boxes follow or ignore.
+  v1::PipelineOptions o;
+  o.add_files(dir.file("shard-*.tfrecord"));
+  o.mutable_boxes()->set_enabled(true);
+  o.add_transforms()->mutable_random_resized_crop();
+  o.add_transforms()->mutable_flip()->set_vertical_p(0.5);
+  o.add_transforms()->mutable_color_jitter()->add_brightness(0.4);
+  o.add_transforms()->mutable_grayscale()->set_p(0.1);
+  o.add_transforms()->mutable_gaussian_blur()->set_kernel_size(3);
+  o.add_transforms()->mutable_solarize()->set_threshold(128);
+  o.add_transforms()->mutable_posterize()->set_bits(4);
+  o.add_transforms()->mutable_normalize()->add_mean(0.5);
+  o.mutable_transforms(o.transforms_size() - 1)->mutable_normalize()->add_std(0.5);
+  o.add_transforms()->mutable_output()->set_dtype(v1::DTYPE_FLOAT32);
+  auto r = ResolveOptions(o);
+  INFO(r.status().ToString());
+  CHECK(r.ok());
+}
+
+TEST_CASE("UnlabeledFileListOfBarePathsResolvesFrozenOrNot") {
+  TempDir dir;
+  testing::WriteAll(dir.file("a.jpg"), "x");
+  testing::WriteAll(dir.file("b.jpg"), "x");
+  const std::string list = dir.file("bare.csv");
+  testing::WriteAll(list, "path\nb.jpg\na.jpg\n");
+  v1::PipelineOptions o;
+  o.set_file_list(list);
+  auto r = ResolveOptions(o);
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.status().message(), Catch::Contains(list + ":1: label"));
+  o.set_unlabeled(true);
+  r = ResolveOptions(o);
+  REQUIRE(r.ok());
+  CHECK(r->files == std::vector<std::string>{dir.file("a.jpg"), dir.file("b.jpg")});
+  CHECK(r->file_labels.empty());
+  // A server freezes the list as its dataset reads it; the labelled reading still refuses it.
+  CHECK_THAT(FreezeFileList(list).message(), Catch::Contains(list + ":1: label"));
+  REQUIRE(FreezeFileList(list, ListLabels::kIgnore).ok());
+  testing::WriteAll(list, "a.jpg\n");
+  r = ResolveOptions(o);
+  REQUIRE(r.ok());
+  CHECK(r->files.size() == 2);
+}
+
+// Image files' records hold their image, file name and label only: a feature every record must
+// have would skip them all, so it is refused up front; one that may be missing is taken.
+TEST_CASE("FeaturesImageFilesCannotCarryAreRefusedNamingFeatureAndSource") {
+  TempDir dir;
+  std::filesystem::create_directories(dir.path() / "cat");
+  testing::WriteAll(dir.file("cat/x.jpg"), "x");
+  testing::WriteAll(dir.file("list.csv"), "cat/x.jpg,0\n");
+  struct Case {
+    const char* feature;
+    bool unlabeled;
+    const char* refusal;  // nullptr: resolves
+  } cases[] = {
+      {"key: 'id' type: FEATURE_TYPE_INT64 shape: FEATURE_SHAPE_SCALAR", false,
+       "features[0] ('id') on SOURCE of image files only: image files carry no feature but their "
+       "label; give a default or use a TFRecord/tar source"},
+      {"key: 'rgb' type: FEATURE_TYPE_FLOAT shape: FEATURE_SHAPE_FIXED length: 3", false,
+       "features[0] ('rgb') on SOURCE of image files only: image files carry no feature but "
+       "their label; give a default or use a TFRecord/tar source"},
+      {"key: 'tags' type: FEATURE_TYPE_INT64 shape: FEATURE_SHAPE_MULTI_HOT length: 5", false,
+       "features[0] ('tags') on SOURCE of image files only: image files carry no feature but "
+       "their label; set allow_missing or use a TFRecord/tar source"},
+      {"key: 'image/class/label' type: FEATURE_TYPE_INT64 shape: FEATURE_SHAPE_SCALAR", true,
+       "features[0] ('image/class/label') on SOURCE of image files only: image files carry no "
+       "feature but their label; give a default or use a TFRecord/tar source"},
+      {"key: 'image/class/label' type: FEATURE_TYPE_INT64 shape: FEATURE_SHAPE_SCALAR", false,
+       nullptr},
+      {"key: 'image/filename' type: FEATURE_TYPE_BYTES shape: FEATURE_SHAPE_SCALAR", true, nullptr},
+      {"key: 'id' type: FEATURE_TYPE_INT64 shape: FEATURE_SHAPE_SCALAR default_value: -1", false,
+       nullptr},
+      {"key: 'id' type: FEATURE_TYPE_BYTES shape: FEATURE_SHAPE_FIXED length: 2 "
+       "default_bytes: ''",
+       false, nullptr},
+      {"key: 'tags' type: FEATURE_TYPE_INT64 shape: FEATURE_SHAPE_MULTI_HOT length: 5 "
+       "allow_missing: true",
+       false, nullptr},
+      {"key: 'tags' type: FEATURE_TYPE_INT64", false, nullptr},
+  };
+  for (const Case& c : cases) {
+    for (bool listed : {false, true}) {
+      v1::PipelineOptions o;
+      if (listed) {
+        o.set_file_list(dir.file("list.csv"));
+      } else {
+        o.add_files(dir.file("*/*.jpg"));
+      }
+      o.set_unlabeled(c.unlabeled);
+      o.mutable_boxes()->set_enabled(true);
+      REQUIRE(google::protobuf::TextFormat::ParseFromString(c.feature, o.add_features()));
+      INFO(c.feature << (listed ? " (file_list)" : " (files)"));
+      auto r = ResolveOptions(o);
+      if (c.refusal == nullptr) {
+        CHECK(r.ok());
+        continue;
+      }
+      REQUIRE_FALSE(r.ok());
+      CHECK(r.status().code() == StatusCode::kInvalidArgument);
+      std::string want = c.refusal;
+      want.replace(want.find("SOURCE"), 6,
+                   listed ? "file_list " + dir.file("list.csv") : std::string("files"));
+      CHECK(r.status().message() == want);
+    }
+  }
+  // With a TFRecord file among them, records may carry it.
+  testing::WriteTestShards(dir, 1, 1);
+  v1::PipelineOptions mixed;
+  mixed.add_files(dir.file("*/*.jpg"));
+  mixed.add_files(dir.file("shard-*.tfrecord"));
+  REQUIRE(google::protobuf::TextFormat::ParseFromString(cases[0].feature, mixed.add_features()));
+  CHECK(ResolveOptions(mixed).ok());
 }
 
 }  // namespace

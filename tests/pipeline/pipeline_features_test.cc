@@ -432,5 +432,58 @@ TEST_CASE("AnUnlabeledDatasetDeliversFeaturesWithLabelZero") {
   CHECK(testing::Sorted(ids) == testing::Iota(16));
 }
 
+// Records that fill "tags" or "name" near max_feature_bytes by turns, shuffled over two epochs:
+// each batch slot, reused record after record and copied into when a batch is compacted, holds
+// no more than the reserve the batch pool accounts it at (FeatureSchema::slot_bytes(), plus a
+// short string's inline capacity per array), not both arrays' largest.
+TEST_CASE("ReusedSlotsHoldNoMoreFeatureMemoryThanTheirReserve") {
+  TempDir dir;
+  constexpr int kRecords = 40;
+  auto writer = TFRecordWriter::Create(dir.file("shard-0.tfrecord"));
+  REQUIRE(writer.ok());
+  for (int r = 0; r < kRecords; ++r) {
+    // The builder views what it is given until Finish.
+    const std::string jpeg = testing::IdJpeg(r);
+    const std::vector<int64_t> tags(r % 2 ? 1 : 450, r);
+    const std::string name(r % 2 ? 3600 : 1, 'n');
+    ExampleBuilder b;
+    b.AddBytes(kImageEncodedKey, jpeg);
+    b.AddInt64(kImageLabelKey, r);
+    b.AddInt64("id", r);
+    b.AddInt64s("tags", tags);
+    b.AddBytes("name", name);
+    std::string out;
+    b.Finish(&out);
+    REQUIRE((*writer)->Write(out).ok());
+  }
+  REQUIRE((*writer)->Close().ok());
+  v1::PipelineOptions o = Options(dir);
+  o.clear_boxes();
+  o.set_max_feature_bytes(4096);
+  o.set_epochs(2);
+  o.set_batch_size(3);
+  auto resolved = ResolveOptions(o);
+  REQUIRE(resolved.ok());
+  const int64_t reserve = resolved->features.slot_bytes();
+  const int64_t slack = 3 * static_cast<int64_t>(std::string().capacity());
+  auto it = testing::StartIterator(o);
+  int samples = 0;
+  int64_t most = 0;
+  for (;;) {
+    Batch b;
+    bool end = false;
+    REQUIRE(it->GetNext(&b, &end).ok());
+    if (end) break;
+    for (const SampleFeatures& f : b.features()) {
+      ++samples;
+      most = std::max(most, f.capacity_bytes());
+      CHECK(f.capacity_bytes() <= reserve + slack);
+    }
+  }
+  CHECK(samples >= 2 * (kRecords - 2));
+  INFO("largest slot " << most << " bytes, reserve " << reserve);
+  CHECK(most > 3600);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -481,7 +481,8 @@ std::map<std::string, int64_t> CountListedFiles(const v1::ServerConfig& config) 
   std::map<std::string, int64_t> out;
   for (const v1::DatasetConfig& d : config.datasets()) {
     if (d.pipeline().file_list().empty()) continue;
-    Result<std::vector<ListedFile>> listed = ReadFileList(d.pipeline().file_list());
+    Result<std::vector<ListedFile>> listed = ReadFileList(
+        d.pipeline().file_list(), d.pipeline().unlabeled() ? ListLabels::kIgnore : ListLabels::kRead);
     out[d.name()] = listed.ok() ? static_cast<int64_t>(listed->size()) : 0;
   }
   return out;

@@ -32,12 +32,19 @@ std::string WriteConfig(const TempDir& dir, const std::string& source) {
   return path;
 }
 
-// Every sample of one epoch, read from a server on `config`.
-Got ServeAll(const std::string& config) {
+// Every sample of one epoch, read from a server on `config`, whose ListDatasets must count
+// `files` files and say the dataset is unlabeled.
+Got ServeAll(const std::string& config, int64_t files) {
   ServerProcess server({"--config", config});
   INFO(server.output());
   REQUIRE(server.running());
-  auto stream = Connect(server.address())->Stream(Request());
+  auto client = Connect(server.address());
+  auto datasets = client->ListDatasets();
+  REQUIRE(datasets.ok());
+  REQUIRE(datasets->size() == 1);
+  CHECK((*datasets)[0].files() == files);
+  CHECK((*datasets)[0].unlabeled());
+  auto stream = client->Stream(Request());
   REQUIRE(stream.ok());
   Got got = ReadAll(**stream);
   INFO(got.status.ToString() << "\n" << server.output());
@@ -59,7 +66,7 @@ TEST_CASE("UnlabeledTarShardsWithWordsForClsServeEverySample") {
   REQUIRE(testing::RunCommand("tar",
                               "-C " + dir.file("src") + " -cf " + dir.file("shard-0.tar") + members)
               .exit_code == 0);
-  const Got got = ServeAll(WriteConfig(dir, "files: \"" + dir.file("*.tar") + "\""));
+  const Got got = ServeAll(WriteConfig(dir, "files: \"" + dir.file("*.tar") + "\""), 1);
   CHECK(got.images.size() == kSamples * kImageBytes);
 }
 
@@ -76,7 +83,7 @@ TEST_CASE("UnlabeledFileListsOfBarePathsServeEverySample") {
   testing::WriteAll(dir.file("list.jsonl"), jsonl);
   for (const char* list : {"list.csv", "list.jsonl"}) {
     INFO(list);
-    const Got got = ServeAll(WriteConfig(dir, "file_list: \"" + dir.file(list) + "\""));
+    const Got got = ServeAll(WriteConfig(dir, "file_list: \"" + dir.file(list) + "\""), kSamples);
     CHECK(got.images.size() == kSamples * kImageBytes);
   }
 }

@@ -153,8 +153,9 @@ FileRecords CountFileRecords(const std::string& path, std::optional<Compression>
     // it says: a few reads instead of one per member.
     Result<Compression> c =
         compression ? Result<Compression>(*compression) : DetectTarCompression(path);
-    if (c.ok() && *c == Compression::kNone) {
-      Result<std::vector<TarIndexSample>> index = ReadTarIndex(IndexPathFor(path));
+    Result<uint64_t> size = GetFileSize(path);
+    if (c.ok() && *c == Compression::kNone && size.ok()) {
+      Result<std::vector<TarIndexSample>> index = ReadTarIndex(IndexPathFor(path), *size);
       if (index.ok() && CheckTarIndexEnds(path, *index, RecordReaderOptions{}).ok()) {
         return FileRecords{index->size(), false};
       }

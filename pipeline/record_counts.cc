@@ -149,8 +149,9 @@ FileRecords CountFileRecords(const std::string& path, std::optional<Compression>
                              SourceKind kind) {
   if (kind == SourceKind::kImage) return FileRecords{1, false};
   if (kind == SourceKind::kTar) {
-    // The index the lazy start would use (RecordIndexSource::Open), when the shard still ends as
-    // it says: a few reads instead of one per member.
+    // The index the lazy start would use (RecordIndexSource::Open), when its entries group
+    // members as the reader does and the shard still ends as it says (CheckTarIndexEnds): a few
+    // reads instead of one per member.
     Result<Compression> c =
         compression ? Result<Compression>(*compression) : DetectTarCompression(path);
     Result<uint64_t> size = GetFileSize(path);

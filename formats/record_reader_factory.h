@@ -24,6 +24,9 @@ struct RecordReaderOptions {
   std::string label_key = "image/class/label";
   // An image file's label (its class folder, or its line of a file list); nullopt: none written.
   std::optional<int64_t> label;
+  // A tar shard's reader keeps each sample's members (TarSampleReader::members()), charged to
+  // what the sample holds: for index builders and checkers; the reading path keeps none.
+  bool keep_tar_members = false;
 };
 
 // Opens `path` as a file of `kind`. Errors name the path.

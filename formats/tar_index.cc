@@ -2,6 +2,8 @@
 
 #include <charconv>
 #include <limits>
+#include <optional>
+#include <utility>
 
 #include "formats/file.h"
 #include "formats/record_index.h"
@@ -11,6 +13,9 @@ namespace {
 
 // What the builder and the checkers read through: payloads are seeked over, so a small buffer.
 constexpr size_t kCheckBufferBytes = 64 << 10;
+// The inner samples CheckTarIndexEnds reads, each from a reader of its own, before counting the
+// shard (one pass over its headers) is cheaper.
+constexpr size_t kMaxGappedSampleReads = 16;
 
 bool IsSpace(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
@@ -45,6 +50,11 @@ std::string Describe(std::string_view name, uint64_t offset, uint64_t size) {
 // Whether the sample the reader just read is exactly `sample`; DataLoss naming `where` if not.
 Status CompareSample(const TarSampleReader& reader, const TarIndexSample& sample,
                      const std::string& where) {
+  if (!reader.members_kept()) {
+    return DataLoss("tar index " + where +
+                    ": the sample there has more member names than the per-record limit "
+                    "holds, so it cannot be checked");
+  }
   const std::vector<TarSampleMember>& got = reader.members();
   if (got.size() != sample.members.size()) {
     return DataLoss("tar index " + where + ": the sample there has " + std::to_string(got.size()) +
@@ -72,6 +82,7 @@ RecordReaderOptions CheckOptions(RecordReaderOptions options, uint64_t start_off
   options.stream.compression = Compression::kNone;
   options.stream.buffer_bytes = kCheckBufferBytes;
   options.stream.start_offset = start_offset;
+  options.keep_tar_members = true;
   return options;
 }
 
@@ -104,7 +115,8 @@ std::string FormatTarIndex(const std::vector<TarIndexSample>& samples) {
   return out;
 }
 
-Result<std::vector<TarIndexSample>> ParseTarIndex(std::string_view text, const std::string& path) {
+Result<std::vector<TarIndexSample>> ParseTarIndex(std::string_view text, const std::string& path,
+                                                  uint64_t shard_bytes) {
   size_t line_number = 0;
   auto next_line = [&text, &line_number] {
     ++line_number;
@@ -153,15 +165,22 @@ Result<std::vector<TarIndexSample>> ParseTarIndex(std::string_view text, const s
         return bad("member " + std::to_string(sample.members.size() + 1) + ": offset " +
                    std::to_string(m.offset) + " is not a multiple of 512");
       }
-      if (m.offset < end + kTarBlockBytes) {
+      if (m.offset < end || m.offset - end < kTarBlockBytes) {
         return bad("member " + std::to_string(sample.members.size() + 1) + " at " +
                    std::to_string(m.offset) + " overlaps the member before it, which ends at " +
                    std::to_string(end));
       }
-      if (m.size > std::numeric_limits<uint64_t>::max() - m.offset - kTarBlockBytes) {
-        return bad("member extends past 2^64");
+      // Its padded data and the next header must fit in 64 bits: offset + size + 512 <= 2^64-1.
+      constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+      if (m.offset > kMax - kTarBlockBytes || m.size > kMax - kTarBlockBytes - m.offset) {
+        return bad("member " + std::to_string(sample.members.size() + 1) + " extends past 2^64");
       }
       end = m.offset + (m.size + kTarBlockBytes - 1) / kTarBlockBytes * kTarBlockBytes;
+      if (end > shard_bytes) {
+        return bad("member " + std::to_string(sample.members.size() + 1) + " ends at " +
+                   std::to_string(end) + ", past the end of the " + std::to_string(shard_bytes) +
+                   "-byte shard");
+      }
       sample.members.push_back(std::move(m));
     }
     if (sample.members.empty()) return bad("a sample without members");
@@ -180,9 +199,58 @@ Status WriteTarIndex(const std::string& path, const std::vector<TarIndexSample>&
   return WriteFileAtomically(path, FormatTarIndex(samples));
 }
 
-Result<std::vector<TarIndexSample>> ReadTarIndex(const std::string& path) {
+uint64_t MaxTarIndexBytes(uint64_t shard_bytes) {
+  constexpr uint64_t kVersionLineBytes = 64;
+  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+  return shard_bytes > (kMax - kVersionLineBytes) / 2 ? kMax : 2 * shard_bytes + kVersionLineBytes;
+}
+
+Result<std::vector<TarIndexSample>> ReadTarIndex(const std::string& path, uint64_t shard_bytes) {
+  const uint64_t max_bytes = MaxTarIndexBytes(shard_bytes);
+  auto too_large = [&](uint64_t bytes) {
+    return DataLoss("tar index " + path + " is " + std::to_string(bytes) +
+                    " bytes, more than an index of its " + std::to_string(shard_bytes) +
+                    "-byte shard can be (" + std::to_string(max_bytes) + ")");
+  };
+  ASSIGN_OR_RETURN(uint64_t size, GetFileSize(path));
+  if (size > max_bytes) return too_large(size);
   ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-  return ParseTarIndex(text, path);
+  if (text.size() > max_bytes) return too_large(text.size());  // it grew since
+  return ParseTarIndex(text, path, shard_bytes);
+}
+
+Status CheckTarIndexGrouping(const std::vector<TarIndexSample>& samples,
+                             const std::string& index_path) {
+  std::string_view previous_key;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const std::vector<TarIndexMember>& members = samples[i].members;
+    std::string_view key;
+    for (size_t k = 0; k < members.size(); ++k) {
+      const TarIndexMember& m = members[k];
+      auto bad = [&](const std::string& why) {
+        return DataLoss("tar index " + index_path + ":" + std::to_string(i + 2) + ": member " +
+                        std::to_string(k + 1) + " \"" + m.name + "\" " + why +
+                        ", so the shard's reader groups its samples otherwise");
+      };
+      const std::optional<std::pair<std::string_view, std::string_view>> split =
+          SplitSampleName(m.name);
+      if (!split || IsSampleMetadataName(m.name)) return bad("is no sample's member");
+      if (split->second != m.ext) {
+        return bad("has the extension \"" + std::string(split->second) + "\", not \"" + m.ext +
+                   "\"");
+      }
+      if (k == 0) {
+        key = split->first;
+        if (i > 0 && key == previous_key) {
+          return bad("has the key of the sample before it, of which it is a member");
+        }
+      } else if (split->first != key) {
+        return bad("has another key than the sample's first member");
+      }
+    }
+    previous_key = key;
+  }
+  return Status::OK();
 }
 
 uint64_t TarSampleStart(const std::vector<TarIndexSample>& samples, size_t i) {
@@ -194,6 +262,7 @@ Result<std::vector<TarIndexSample>> BuildTarIndex(const std::string& shard_path)
   options.stream.buffer_bytes = kCheckBufferBytes;
   // Every sample is indexed as it lies, however large.
   options.stream.max_held_record_bytes = std::numeric_limits<uint64_t>::max();
+  options.keep_tar_members = true;
   ASSIGN_OR_RETURN(std::unique_ptr<TarSampleReader> reader,
                    TarSampleReader::Open(shard_path, options));
   std::vector<TarIndexSample> samples;
@@ -241,6 +310,7 @@ Status TarIndexChecker::Check(const std::vector<TarIndexSample>& samples, size_t
 
 Status CheckTarIndexEnds(const std::string& shard_path, const std::vector<TarIndexSample>& samples,
                          const RecordReaderOptions& options) {
+  RETURN_IF_ERROR(CheckTarIndexGrouping(samples, IndexPathFor(shard_path)));
   // Reads sample i from where the index says it starts: a reader left after it.
   auto check_sample = [&](size_t i) -> Result<std::unique_ptr<TarSampleReader>> {
     const uint64_t start = TarSampleStart(samples, i);
@@ -257,11 +327,33 @@ Status CheckTarIndexEnds(const std::string& shard_path, const std::vector<TarInd
     RETURN_IF_ERROR(CompareSample(*reader, samples[i], where));
     return reader;
   };
+  // Inner samples with more than a header before a member: something lies there that the index
+  // does not list. The reader skips some of it (a folder, metadata, a long name's extended
+  // header) but makes samples of the rest (a member wds2idx skips, such as "dir/.hidden", or one
+  // whose entry was deleted), so each such sample is read; many of them, and the shard is.
+  std::vector<size_t> gapped;
+  uint64_t end = samples.empty() ? 0 : samples[0].padded_end();
+  for (size_t i = 1; i < samples.size(); ++i) {
+    bool gap = false;
+    for (const TarIndexMember& m : samples[i].members) {
+      gap = gap || m.offset - end > kTarBlockBytes;  // ParseTarIndex: offset >= end + 512
+      end = m.offset + (m.size + kTarBlockBytes - 1) / kTarBlockBytes * kTarBlockBytes;
+    }
+    if (gap && i + 1 < samples.size()) gapped.push_back(i);
+    if (gapped.size() > kMaxGappedSampleReads) {
+      return DataLoss("tar index " + IndexPathFor(shard_path) + ": more than " +
+                      std::to_string(kMaxGappedSampleReads) +
+                      " of its samples have members it does not list before them or between "
+                      "theirs (folders, long names, members it leaves out): checking it reads "
+                      "as much as counting the shard");
+    }
+  }
   std::unique_ptr<TarSampleReader> reader;
   if (samples.empty()) {
     ASSIGN_OR_RETURN(reader, TarSampleReader::Open(shard_path, CheckOptions(options, 0)));
   } else {
     if (samples.size() > 1) RETURN_IF_ERROR(check_sample(0).status());
+    for (size_t i : gapped) RETURN_IF_ERROR(check_sample(i).status());
     ASSIGN_OR_RETURN(reader, check_sample(samples.size() - 1));
   }
   bool eof = false;

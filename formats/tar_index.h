@@ -5,11 +5,14 @@
 // data bytes, ext the part of the name after the first dot of its last path component (as
 // written, not lower-cased) and name the member's whole path. For compressed shards the offsets
 // are positions in the uncompressed stream. The index of "<shard>" lives at "<shard>.idx"
-// (IndexPathFor), as a TFRecord shard's does; the two formats never parse as each other (a
-// TFRecord index has no version line), so each file's index is read by the file's kind.
+// (IndexPathFor), as a TFRecord shard's does (wds2idx's default name for the index of
+// "shard.tar" is "shard.idx": it is looked for as "shard.tar.idx"); the two formats never parse as
+// each other (a TFRecord index has no version line), so each file's index is read by the file's
+// kind.
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -41,12 +44,32 @@ struct TarIndexSample {
 std::string FormatTarIndex(const std::vector<TarIndexSample>& samples);
 // Parses and checks the index describes a possible tar: the version line and exactly as many
 // sample lines as it says; every offset a multiple of 512 with a header block before it; each
-// member after the previous one's data and its header. Errors name the path and line
-// (the version line is line 1).
-Result<std::vector<TarIndexSample>> ParseTarIndex(std::string_view text, const std::string& path);
+// member after the previous one's data and its header, and its padded data within the shard's
+// shard_bytes (the uncompressed stream's, when known). Errors name the path and line (the version
+// line is line 1).
+Result<std::vector<TarIndexSample>> ParseTarIndex(
+    std::string_view text, const std::string& path,
+    uint64_t shard_bytes = std::numeric_limits<uint64_t>::max());
 
 Status WriteTarIndex(const std::string& path, const std::vector<TarIndexSample>& samples);
-Result<std::vector<TarIndexSample>> ReadTarIndex(const std::string& path);
+// The most bytes an index of a shard of shard_bytes can have: every member takes a 512-byte
+// header block of the shard, and a name too long for it (over 256 bytes) an extended header of a
+// block and the name besides; its entry is the name, its extension (part of the name), two
+// numbers of at most 20 digits and four separators, so at most twice the shard bytes the member
+// takes. Plus the version line.
+uint64_t MaxTarIndexBytes(uint64_t shard_bytes);
+// Reads and parses the index at `path` of a shard of shard_bytes (uncompressed; the maximum when
+// unknown): one larger than MaxTarIndexBytes is refused unread (DataLoss naming it).
+Result<std::vector<TarIndexSample>> ReadTarIndex(const std::string& path, uint64_t shard_bytes);
+
+// Whether TarSampleReader groups members into samples as the index does, from their names
+// alone (no I/O): every name a sample member's (SplitSampleName matches, not metadata), its ext
+// the one the reader gives it, one key within a sample and another than the sample before's.
+// DALI's wds2idx groups otherwise: a member without an extension ("README"), "__x__" metadata
+// and "dir/.hidden" are samples of its index, which then counts other samples than the reader
+// reads. DataLoss naming the index and line if not.
+Status CheckTarIndexGrouping(const std::vector<TarIndexSample>& samples,
+                             const std::string& index_path);
 
 // Where a reader may start to read sample i: 0 for the first, else just after the previous
 // sample's last member (members the reader skips, such as folders, may lie between).
@@ -58,14 +81,17 @@ uint64_t TarSampleStart(const std::vector<TarIndexSample>& samples, size_t i);
 // (InvalidArgument, e.g. a cls that is not a number) is indexed as it lies.
 Result<std::vector<TarIndexSample>> BuildTarIndex(const std::string& shard_path);
 
-// Whether an uncompressed shard still begins and ends as its index says, from reads of its first
-// and last samples' headers and of what follows the last: each must be exactly its entry, and the
+// Whether an uncompressed shard still begins and ends as its index says, and groups its members
+// as the reader does: from its names (CheckTarIndexGrouping), then from reads of its first and
+// last samples' headers, of every inner sample with more than a header before one of its members
+// (where members the index does not list lie, which the reader may make samples of; more than 16
+// such samples fail), and of what follows the last: each must be exactly its entry, and the
 // archive end after the last. What counting the shard's samples from its index asks
 // (pipeline/record_counts.cc): a few reads, not one per member. It catches a shard rewritten with
-// other samples or a different number of them, and an index whose first sample is a member the
-// reader skips (wds2idx lists a leading "__meta__" file as a sample), though not a shard whose
-// inner samples alone changed (the lazy start checks every sample it passes, TarIndexChecker).
-// DataLoss naming the index and line if not.
+// other samples or a different number of them, an index that groups members otherwise (DALI's
+// wds2idx lists "README" or a leading "__meta__" as samples, skips "dir/.hidden") and an entry
+// deleted from it, though not a shard whose inner samples alone changed in place (the lazy start
+// checks every sample it passes, TarIndexChecker). DataLoss naming the index and line if not.
 Status CheckTarIndexEnds(const std::string& shard_path, const std::vector<TarIndexSample>& samples,
                          const RecordReaderOptions& options);
 

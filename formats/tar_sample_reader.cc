@@ -565,7 +565,9 @@ Status TarSampleReader::Next(std::string* record, bool skip, bool* end_of_file) 
   if (!final_status_.ok()) return final_status_;
   record_length_ = 0;
   example_bytes_ = 0;
+  record_end_ = 0;
   members_.clear();
+  members_kept_ = options_.keep_tar_members;
   // A sample nobody wants, from a plain file: its headers are read one by one and its payloads
   // seeked over, so counting a shard reads little more than its headers.
   sparse_ = skip && seekable_ != nullptr;
@@ -595,6 +597,8 @@ Status TarSampleReader::Next(std::string* record, bool skip, bool* end_of_file) 
   parts_.clear();
   // What holding the sample costs: its key, and each member's name, data and bookkeeping.
   uint64_t held = key.size() + kMemberOverheadBytes;
+  // What members_ holds: each member's name and its fixed cost, within the same limit.
+  uint64_t kept = key.size() + kMemberOverheadBytes;
   std::optional<int64_t> label;
   Status problem;  // the sample's first InvalidArgument
   bool refused = false;
@@ -608,8 +612,16 @@ Status TarSampleReader::Next(std::string* record, bool skip, bool* end_of_file) 
       if (problem.ok()) problem = InvalidArgument(at + " " + what);
     };
     if (member.sparse) sample_error("is a GNU sparse file, which cannot be read");
-    members_.push_back(
-        TarSampleMember{member.name, member.key_size, member.data_offset, member.size});
+    if (members_kept_) {
+      kept += member.name.size() + kMemberOverheadBytes;
+      if (kept > max_held) {
+        members_kept_ = false;
+        std::vector<TarSampleMember>().swap(members_);
+      } else {
+        members_.push_back(
+            TarSampleMember{member.name, member.key_size, member.data_offset, member.size});
+      }
+    }
     record_length_ += member.size;
     held += member.name.size() + kMemberOverheadBytes + member.size;
     if (!refused && held > max_held) {
@@ -655,6 +667,8 @@ Status TarSampleReader::Next(std::string* record, bool skip, bool* end_of_file) 
     }
     Status s = ConsumeData(member, member.size, to);
     if (!s.ok()) return Fail(std::move(s));
+    record_end_ =
+        member.data_offset + (member.size + kTarBlockBytes - 1) / kTarBlockBytes * kTarBlockBytes;
     if (to == &cls) {
       label = ParseDecimal(cls);
       if (!label) sample_error("is not an integer label: " + Quoted(cls));

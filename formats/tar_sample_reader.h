@@ -111,10 +111,16 @@ class TarSampleReader final : public RecordReader {
   uint64_t record_offset() const override { return record_offset_; }
   // The sample's member bytes (their data, without headers or padding), as far as read.
   uint64_t record_length() const override { return record_length_; }
-  // The members of the sample last read or skipped, in stream order; all of them after any call
-  // that returned OK or an error that can_continue() (a sample refused or wrong is still read
-  // through to its end).
+  // With options.keep_tar_members: the members of the sample last read or skipped, in stream
+  // order; all of them (members_kept()) after any call that returned OK or an error that
+  // can_continue() (a sample refused or wrong is still read through to its end), unless their
+  // names and a fixed cost a member come to more than max_held_record_bytes: then none (the
+  // sample is refused, and holds nothing). Without the option: none.
   const std::vector<TarSampleMember>& members() const { return members_; }
+  bool members_kept() const { return members_kept_; }
+  // After any call that returned OK or an error that can_continue(): one past the padding of the
+  // sample's last member's data, where the next sample's headers can start.
+  uint64_t record_end() const { return record_end_; }
   // After a SkipRecord that returned OK: the bytes of the Example that reading the sample would
   // have handed on (what ReadRecordInto's record would hold).
   uint64_t skipped_example_bytes() const { return example_bytes_; }
@@ -183,7 +189,9 @@ class TarSampleReader final : public RecordReader {
   uint64_t record_offset_ = 0;
   uint64_t record_length_ = 0;
   uint64_t example_bytes_ = 0;
-  std::vector<TarSampleMember> members_;  // of the last sample
+  std::vector<TarSampleMember> members_;  // of the last sample, when keep_tar_members
+  bool members_kept_ = false;
+  uint64_t record_end_ = 0;
   Status final_status_;
   // The archive ended at a block boundary without its end-of-archive marker, at this offset.
   std::optional<uint64_t> unmarked_end_;

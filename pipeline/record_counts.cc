@@ -149,12 +149,14 @@ FileRecords CountFileRecords(const std::string& path, std::optional<Compression>
                              SourceKind kind) {
   if (kind == SourceKind::kImage) return FileRecords{1, false};
   if (kind == SourceKind::kTar) {
-    // The index the lazy start would use (RecordIndexSource::Open), when the shard still ends as
-    // it says: a few reads instead of one per member.
+    // The index the lazy start would use (RecordIndexSource::Open), when its entries group
+    // members as the reader does and the shard still ends as it says (CheckTarIndexEnds): a few
+    // reads instead of one per member.
     Result<Compression> c =
         compression ? Result<Compression>(*compression) : DetectTarCompression(path);
-    if (c.ok() && *c == Compression::kNone) {
-      Result<std::vector<TarIndexSample>> index = ReadTarIndex(IndexPathFor(path));
+    Result<uint64_t> size = GetFileSize(path);
+    if (c.ok() && *c == Compression::kNone && size.ok()) {
+      Result<std::vector<TarIndexSample>> index = ReadTarIndex(IndexPathFor(path), *size);
       if (index.ok() && CheckTarIndexEnds(path, *index, RecordReaderOptions{}).ok()) {
         return FileRecords{index->size(), false};
       }

@@ -24,10 +24,10 @@ std::unique_ptr<RecordIndexSource> RecordIndexSource::Open(const SourceContext& 
       Result<Compression> detected = DetectTarCompression(path);
       if (!detected.ok() || *detected != Compression::kNone) return nullptr;
     }
-    Result<std::vector<TarIndexSample>> samples = ReadTarIndex(IndexPathFor(path));
+    // An index of a larger version of the file, which would put samples past its end, does not
+    // read.
+    Result<std::vector<TarIndexSample>> samples = ReadTarIndex(IndexPathFor(path), *size);
     if (!samples.ok()) return nullptr;
-    // An index of a larger version of the file would put samples past its end.
-    if (!samples->empty() && samples->back().padded_end() > *size) return nullptr;
     Result<TarIndexChecker> checker =
         TarIndexChecker::Open(path, RecordReaderOptionsFor(*ctx.options, file));
     if (!checker.ok()) return nullptr;
@@ -79,6 +79,10 @@ bool RecordIndexSource::Read(WorkItem* w) {
                          std::to_string(e.offset) + " on instead");
         return ReadRest(w);
       }
+      // Checking the next entry needs only where this one ends: its names are not kept.
+      if (tar_checker_ && index_pos_ > 0) {
+        std::vector<TarIndexMember>().swap(samples_[index_pos_ - 1].members);
+      }
       ++index_pos_;
       const uint64_t record = next_record_++;
       if (!ctx_.shard.Mine(record)) continue;
@@ -116,6 +120,9 @@ bool RecordIndexSource::ReadRest(WorkItem* w) {
                                              FileStart{start, next_record_});
   std::vector<IndexEntry>().swap(index_);
   std::vector<TarIndexSample>().swap(samples_);
+  // The checkers' descriptors and buffers are not needed past the window either.
+  tar_checker_.reset();
+  frame_checker_.reset();
   return rest_->Read(w);
 }
 
@@ -179,16 +186,15 @@ void MaterializeLazySample(const std::string& path, const RecordReaderOptions& o
   if (s.ok()) {
     bool eof = false;
     s = (*reader)->ReadRecordInto(&w->owned, &eof);
-    const std::vector<TarSampleMember>& members = (*reader)->members();
+    const uint64_t end = (*reader)->record_end();
     if (s.ok() && eof) {
       s = DataLoss("no sample at " + path + ":" + std::to_string(w->offset) +
                    " (the tar index promises one there)");
-    } else if ((s.ok() || (*reader)->can_continue()) &&
-               (members.empty() || members.back().padded_end() != w->offset + length)) {
+    } else if ((s.ok() || (*reader)->can_continue()) && end != w->offset + length) {
       // The sample changed since its entry was checked (a file rewritten under the stream).
       s = DataLoss("sample at " + path + ":" + std::to_string(w->offset) + " ends at " +
-                   std::to_string(members.empty() ? w->offset : members.back().padded_end()) +
-                   ", its index entry at " + std::to_string(w->offset + length));
+                   std::to_string(end) + ", its index entry at " +
+                   std::to_string(w->offset + length));
     }
   }
   if (!s.ok()) {

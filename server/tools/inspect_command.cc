@@ -186,7 +186,13 @@ void ScanRecord(std::string_view record, uint64_t offset, const InspectOptions& 
 std::string TarIndexState(const std::string& path, std::optional<std::string>* problem) {
   const std::string index_path = IndexPathFor(path);
   if (!GetFileSize(index_path).ok()) return "none";
-  Result<std::vector<TarIndexSample>> index = ReadTarIndex(index_path);
+  // A compressed shard's offsets are in its uncompressed stream, of a size not known here.
+  Result<Compression> compression = DetectTarCompression(path);
+  Result<uint64_t> shard_bytes = GetFileSize(path);
+  Result<std::vector<TarIndexSample>> index = ReadTarIndex(
+      index_path, compression.ok() && *compression == Compression::kNone && shard_bytes.ok()
+                      ? *shard_bytes
+                      : std::numeric_limits<uint64_t>::max());
   if (!index.ok()) {
     *problem = index.status().message();
     return "unusable";

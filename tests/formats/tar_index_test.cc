@@ -122,6 +122,12 @@ TEST_CASE("AnIndexThatCannotDescribeATarIsRefusedNamingItsLine") {
       {"v1.2 2\njpg 512 600 a.jpg\njpg 1536 1 b.jpg\n", ":3: member 1 at 1536 overlaps"},
       {"v1.2 1\njpg 512 10\n", ":2: member 1: expected \"<ext> <offset> <size> <name>\""},
       {"v1.2 1\n\n", ":2: a sample without members"},
+      // Offsets near 2^64: the checks do not wrap.
+      {"v1.2 1\njpg 18446744073709551104 0 a.jpg jpg 512 700 s0.jpg\n",
+       ":2: member 1 extends past 2^64"},
+      {"v1.2 1\njpg 18446744073709550592 0 a.jpg jpg 512 700 s0.jpg\n",
+       ":2: member 2 at 512 overlaps"},
+      {"v1.2 1\njpg 512 18446744073709550592 a.jpg\n", ":2: member 1 extends past 2^64"},
   };
   for (const Case& c : cases) {
     INFO(c.text);
@@ -198,7 +204,116 @@ TEST_CASE("TheEndsCheckCatchesAnIndexListingAMemberTheReaderSkipsAsASample") {
   wds2idx.insert(wds2idx.begin(), TarIndexSample{{{"__meta__", 512, 4, "__meta__"}}});
   Status s = CheckTarIndexEnds(tar, wds2idx, RecordReaderOptions{});
   CHECK(s.code() == StatusCode::kDataLoss);
-  CHECK_THAT(s.message(), Catch::Contains(tar + ".idx:2 (sample at 0)"));
+  // Caught from its names, before any read.
+  CHECK_THAT(s.message(), Catch::Contains(tar + ".idx:2: member 1 \"__meta__\" is no sample's "
+                                                "member"));
+}
+
+// DALI's wds2idx makes samples of members the reader skips or joins, so a real wds2idx index of
+// such a shard counts other samples than the reader reads, though its first and last samples may
+// match the shard: the names of every entry are checked against the reader's grouping, with no
+// read of the shard.
+TEST_CASE("AnIndexGroupingMembersOtherwiseThanTheReaderIsCaughtFromItsNames") {
+  auto sample = [](std::vector<std::pair<std::string, std::string>> members) {
+    TarIndexSample out;
+    uint64_t offset = 512;
+    for (auto& [ext, name] : members) {
+      out.members.push_back({ext, offset, 1, name});
+      offset += 1024;
+    }
+    return out;
+  };
+  const TarIndexSample s0 = sample({{"jpg", "s0.jpg"}, {"cls", "s0.cls"}});
+  const TarIndexSample s1 = sample({{"jpg", "s1.jpg"}, {"seg.png", "s1.seg.png"}});
+  CHECK(CheckTarIndexGrouping({s0, s1}, "i.idx").ok());
+  struct Case {
+    TarIndexSample entry;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {sample({{"README", "README"}}), "member 1 \"README\" is no sample's member"},
+      {sample({{"__meta__", "__meta__"}}), "\"__meta__\" is no sample's member"},
+      {sample({{"jpg", "__x__/a.jpg"}}), "\"__x__/a.jpg\" is no sample's member"},
+      {sample({{"png", "s2.seg.png"}}), "has the extension \"seg.png\", not \"png\""},
+      {sample({{"jpg", "s2.jpg"}, {"cls", "s3.cls"}}), "member 2 \"s3.cls\" has another key"},
+      {sample({{"txt", "s1.txt"}}), "member 1 \"s1.txt\" has the key of the sample before it"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.error);
+    Status s = CheckTarIndexGrouping({s0, s1, c.entry}, "i.idx");
+    CHECK(s.code() == StatusCode::kDataLoss);
+    CHECK_THAT(s.message(), Catch::Contains("tar index i.idx:4: ") && Catch::Contains(c.error));
+  }
+}
+
+// An index entry the checker would have to hold more member names for than the per-record limit
+// allows is not checked (the lazy start reads the shard from there, and the reader refuses the
+// sample as it would anyway).
+TEST_CASE("TheCheckerDoesNotHoldMoreMemberNamesThanThePerRecordLimit") {
+  TempDir dir;
+  std::vector<std::pair<std::string, std::string>> members;
+  for (int i = 0; i < 20; ++i) members.push_back({"a.e" + std::to_string(i), ""});
+  members.push_back({"b.jpg", "b"});
+  const std::string tar = WriteTar(dir, "a.tar", members);
+  auto index = BuildTarIndex(tar);
+  REQUIRE(index.ok());
+  REQUIRE(index->size() == 2);
+  RecordReaderOptions options;
+  options.stream.max_held_record_bytes = 1000;  // the names and 128 bytes a member: 2.7 KB
+  auto checker = TarIndexChecker::Open(tar, options);
+  REQUIRE(checker.ok());
+  Status s = checker->Check(*index, 0);
+  CHECK(s.code() == StatusCode::kDataLoss);
+  CHECK_THAT(s.message(), Catch::Contains(tar + ".idx:2 (sample at 0)") &&
+                              Catch::Contains("more member names than the per-record limit"));
+  options.stream.max_held_record_bytes = 4000;
+  checker = TarIndexChecker::Open(tar, options);
+  REQUIRE(checker.ok());
+  CHECK(checker->Check(*index, 0).ok());
+  CHECK(checker->Check(*index, 1).ok());
+}
+
+// An index is never larger than twice its shard (plus its version line), and lists no member past
+// the shard's end: a larger one is refused before it is read, one that runs past while it is
+// parsed, naming its line.
+TEST_CASE("AnIndexLargerThanItsShardCouldHaveIsRefused") {
+  TempDir dir;
+  const std::string tar = WriteTar(dir, "a.tar", ThreeSamples());
+  const uint64_t shard_bytes = std::filesystem::file_size(tar);
+  auto index = BuildTarIndex(tar);
+  REQUIRE(index.ok());
+  const std::string text = FormatTarIndex(*index);
+  const std::string idx = IndexPathFor(tar);
+  WriteAll(idx, text);
+  auto read = ReadTarIndex(idx, shard_bytes);
+  REQUIRE(read.ok());
+  CHECK(*read == *index);
+  CHECK(MaxTarIndexBytes(shard_bytes) == 2 * shard_bytes + 64);
+  // Trailing blank lines parse, but no index of this shard is that long.
+  WriteAll(idx, text + std::string(MaxTarIndexBytes(shard_bytes) + 1 - text.size(), '\n'));
+  read = ReadTarIndex(idx, shard_bytes);
+  REQUIRE(!read.ok());
+  CHECK(read.status().code() == StatusCode::kDataLoss);
+  CHECK_THAT(read.status().message(),
+             Catch::Contains("tar index " + idx + " is " +
+                             std::to_string(MaxTarIndexBytes(shard_bytes) + 1) + " bytes"));
+  // The last sample's member past the end of a shard cut short.
+  WriteAll(idx, text);
+  read = ReadTarIndex(idx, 9728);
+  REQUIRE(!read.ok());
+  CHECK_THAT(read.status().message(),
+             Catch::Contains(idx + ":4: member 2 ends at 10240, past the end of the 9728-byte "
+                                   "shard"));
+  // Many members that each claim a block: no more fit than the shard has blocks.
+  std::string many = "v1.2 100000\n";
+  for (int i = 0; i < 100000; ++i) {
+    many += "jpg " + std::to_string(512 + 1024 * i) + " 0 s" + std::to_string(i) + ".jpg\n";
+  }
+  auto parsed = ParseTarIndex(many, "m.idx", shard_bytes);
+  REQUIRE(!parsed.ok());
+  CHECK_THAT(
+      parsed.status().message(),
+      Catch::Contains("m.idx:" + std::to_string(shard_bytes / 1024 + 2) + ": member 1 ends"));
 }
 
 TEST_CASE("AMemberNameWithWhitespaceGetsNoIndex") {

@@ -673,6 +673,58 @@ TEST_CASE("MemberNamesCountAgainstTheLimitSoEmptyMembersWithLongNamesAreRefused"
   }
 }
 
+// The reading path keeps no member list: a sample refused for its names holds nothing of them
+// (a list of them grew past the limit before). Index builders and checkers ask for the list, and
+// it is charged to what the sample holds: kept whole within the limit, else dropped.
+TEST_CASE("ARefusedSampleKeepsNoMembersAndAKeptListStaysWithinTheLimit") {
+  // 100 empty members of 20 KB names: no data, 2 MB of names.
+  std::string tar;
+  for (int i = 0; i < 100; ++i) {
+    tar += LongNameMember("a.e" + std::to_string(i) + std::string(20000, 'x'), "");
+  }
+  const uint64_t b_header = tar.size();
+  tar += Member("b.jpg", "b") + EndBlocks();
+  struct Case {
+    bool keep;
+    uint64_t max_held;
+    bool refused;
+    size_t kept;
+  };
+  for (const Case c : {Case{false, 1 << 20, true, 0}, Case{true, 1 << 20, true, 0},
+                       Case{true, 4 << 20, false, 100}}) {
+    INFO(c.keep << " " << c.max_held);
+    RecordReaderOptions o;
+    o.stream.max_held_record_bytes = c.max_held;
+    o.keep_tar_members = c.keep;
+    auto reader = MemoryReader(tar, o);
+    bool eof = false;
+    Status s = reader->SkipRecord(&eof);
+    CHECK(s.code() == (c.refused ? StatusCode::kResourceExhausted : StatusCode::kOk));
+    CHECK(reader->members_kept() == (c.kept > 0));
+    CHECK(reader->members().size() == c.kept);
+    if (c.kept == 0) CHECK(reader->members().capacity() == 0);
+    if (c.kept > 0) {
+      CHECK(reader->members()[99].name == "a.e99" + std::string(20000, 'x'));
+      CHECK(reader->members()[99].padded_end() == b_header);
+    }
+    CHECK(reader->record_end() == b_header);
+    REQUIRE(reader->SkipRecord(&eof).ok());
+    CHECK(reader->record_offset() == b_header);
+    CHECK(reader->members().size() == (c.keep ? 1u : 0u));
+  }
+  // Refused for its data, not its names: the list is kept.
+  RecordReaderOptions o;
+  o.stream.max_held_record_bytes = 1000;
+  o.keep_tar_members = true;
+  auto reader = MemoryReader(
+      Member("a.jpg", std::string(600, 'a')) + Member("a.png", std::string(600, 'p')) + EndBlocks(),
+      o);
+  bool eof = false;
+  CHECK(reader->SkipRecord(&eof).code() == StatusCode::kResourceExhausted);
+  CHECK(reader->members_kept());
+  CHECK(reader->members().size() == 2);
+}
+
 TEST_CASE("TheExampleItselfIsCheckedAgainstTheLimit") {
   // The sample holds little, but its image goes under a key of 3000 bytes.
   RecordReaderOptions o;

@@ -27,9 +27,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(TarSampleStart(*parsed, i) == end, "sample %zu does not start where %zu ended", i,
                i - 1);
     for (const TarIndexMember& m : sample.members) {
-      FUZZ_CHECK(m.offset % kTarBlockBytes == 0 && m.offset >= end + kTarBlockBytes,
-                 "member at %llu after %llu", (unsigned long long)m.offset,
-                 (unsigned long long)end);
+      FUZZ_CHECK(
+          m.offset % kTarBlockBytes == 0 && m.offset >= end && m.offset - end >= kTarBlockBytes,
+          "member at %llu after %llu", (unsigned long long)m.offset, (unsigned long long)end);
+      FUZZ_CHECK(m.offset <= UINT64_MAX - kTarBlockBytes &&
+                     m.size <= UINT64_MAX - kTarBlockBytes - m.offset,
+                 "member at %llu wraps", (unsigned long long)m.offset);
       end = m.offset + (m.size + kTarBlockBytes - 1) / kTarBlockBytes * kTarBlockBytes;
     }
     FUZZ_CHECK(sample.padded_end() == end, "sample %zu ends elsewhere", i);

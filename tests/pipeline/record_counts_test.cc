@@ -5,6 +5,7 @@
 #include "pipeline/record_counts.h"
 
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -128,8 +129,9 @@ TEST_CASE("TarShardsAreCountedBySamplesReadingAPlainOnesHeadersOnly") {
 }
 
 // A tar shard's index is trusted for its count when the shard still begins and ends as it says
-// (its first and last samples where their entries put them, then the end of the archive): a few
-// reads, not one per member. One that does not (samples appended since) is not used.
+// (its first and last samples where their entries put them, then the end of the archive) and
+// nothing it does not list lies between its members: a few reads, not one per member. One that
+// does not (samples appended since, an entry deleted) is not used.
 TEST_CASE("ATarIndexThatEndsWhereTheShardDoesIsTrustedWithoutReadingEveryHeader") {
   TempDir dir;
   std::vector<std::string> members;
@@ -150,16 +152,68 @@ TEST_CASE("ATarIndexThatEndsWhereTheShardDoesIsTrustedWithoutReadingEveryHeader"
   auto index = BuildTarIndex(tar);
   REQUIRE(index.ok());
   REQUIRE(index->size() == 64);
-  // Without an inner entry the index still begins and ends where the shard does: only the index
-  // can give 63.
+  REQUIRE(WriteTarIndex(IndexPathFor(tar), *index).ok());
+  uint64_t before = testing::ReadChars();
+  CHECK(CountFileRecords(tar, std::nullopt, SourceKind::kTar) == FileRecords{64, false});
+  // The index file and the first and last samples' headers, not the 128 headers (64 KiB) of a
+  // scan.
+  CHECK(testing::ReadChars() - before < 20 * 1024);
+  // Without an inner entry the index still begins and ends where the shard does, but the deleted
+  // sample's headers lie between two entries: that sample is read, and the shard counted.
   index->erase(index->begin() + 10);
   REQUIRE(WriteTarIndex(IndexPathFor(tar), *index).ok());
-  const uint64_t before = testing::ReadChars();
-  CHECK(CountFileRecords(tar, std::nullopt, SourceKind::kTar) == FileRecords{63, false});
-  // The index file and the last sample's headers, not the 128 headers (64 KiB) of a scan.
-  CHECK(testing::ReadChars() - before < 20 * 1024);
+  CHECK(CountFileRecords(tar, std::nullopt, SourceKind::kTar) == FileRecords{64, false});
   write(65);
   CHECK(CountFileRecords(tar, std::nullopt, SourceKind::kTar) == FileRecords{65, false});
+}
+
+// DALI's wds2idx groups members otherwise than webdataset and the reader: a member without an
+// extension ("README") is a sample of its index, and a hidden file ("dir/.hidden") is none. Its
+// index of such a shard (as wds2idx writes it: same first and last samples) does not give the
+// count; the shard's samples are counted.
+TEST_CASE("AWds2idxIndexThatGroupsMembersOtherwiseIsNotTrustedForTheCount") {
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("src/dir"));
+  testing::WriteAll(dir.file("src/README"), "hello");
+  testing::WriteAll(dir.file("src/dir/.hidden"), "h");
+  const std::string tar = dir.file("shard.tar");
+  // s0..s3 with `extra` after s1 (in /tmp/rv17/b.tar, README).
+  auto write = [&](const std::string& extra) {
+    std::string names;
+    for (int i = 0; i < 4; ++i) {
+      const std::string key = "s" + std::to_string(i);
+      testing::WriteAll(dir.file("src/" + key + ".jpg"), std::string(700 + i, 'x'));
+      testing::WriteAll(dir.file("src/" + key + ".cls"), std::to_string(i));
+      names += " " + key + ".jpg " + key + ".cls";
+      if (i == 1) names += " " + extra;
+    }
+    REQUIRE(testing::RunCommand("tar", "--format=gnu -C " + dir.file("src") + " -cf " + tar + names)
+                .exit_code == 0);
+    auto ours = BuildTarIndex(tar);
+    REQUIRE(ours.ok());
+    return *ours;
+  };
+  // README: the reader skips it (4 samples), wds2idx lists it as a sample (5).
+  std::vector<TarIndexSample> ours = write("README");
+  REQUIRE(ours.size() == 4);
+  std::vector<TarIndexSample> wds2idx = ours;
+  const uint64_t readme = ours[1].padded_end() + kTarBlockBytes;
+  wds2idx.insert(wds2idx.begin() + 2, TarIndexSample{{{"README", readme, 5, "README"}}});
+  REQUIRE(WriteTarIndex(IndexPathFor(tar), wds2idx).ok());
+  CHECK(CountFileRecords(tar, std::nullopt, SourceKind::kTar) == FileRecords{4, false});
+  REQUIRE(WriteTarIndex(IndexPathFor(tar), ours).ok());
+  CHECK(CountFileRecords(tar, std::nullopt, SourceKind::kTar) == FileRecords{4, false});
+
+  // dir/.hidden: the reader makes a sample of it (key "dir/", 5 samples), wds2idx skips it (4).
+  ours = write("dir/.hidden");
+  REQUIRE(ours.size() == 5);
+  REQUIRE(ours[2].members[0].name == "dir/.hidden");
+  wds2idx = ours;
+  wds2idx.erase(wds2idx.begin() + 2);
+  REQUIRE(WriteTarIndex(IndexPathFor(tar), wds2idx).ok());
+  CHECK(CountFileRecords(tar, std::nullopt, SourceKind::kTar) == FileRecords{5, false});
+  REQUIRE(WriteTarIndex(IndexPathFor(tar), ours).ok());
+  CHECK(CountFileRecords(tar, std::nullopt, SourceKind::kTar) == FileRecords{5, false});
 }
 
 TEST_CASE("AnIndexThatTilesTheFileIsTrustedWithoutScanningTheFrames") {
@@ -245,7 +299,8 @@ TEST_CASE("ConcurrentCountsOfTheSameFilesScanEachOnce") {
   std::vector<std::vector<FileRecords>> got(8);
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
-    threads.emplace_back([&, t] { got[t] = CountRecords(files, TFRecordKinds(files), std::nullopt); });
+    threads.emplace_back(
+        [&, t] { got[t] = CountRecords(files, TFRecordKinds(files), std::nullopt); });
   }
   for (auto& t : threads) t.join();
   CHECK(RecordCountScans() - before == files.size());

@@ -420,6 +420,38 @@ TEST_CASE("SamplesAfterTheLastEntryOfATarIndexAreReadNotLost") {
   }
 }
 
+size_t OpenDescriptors() {
+  return static_cast<size_t>(std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
+                                           std::filesystem::directory_iterator()));
+}
+
+// Once the window closes and the rest of the shard is read, the checker's descriptor (and its
+// buffer) is given back: the rest's reader is the only one open.
+TEST_CASE("ReadingTheRestOfATarShardClosesTheIndexChecker") {
+  TempDir dir;
+  const std::string tar = WriteTarShard(dir, 12);
+  auto built = BuildTarIndex(tar);
+  REQUIRE(built.ok());
+  REQUIRE(WriteTarIndex(IndexPathFor(tar), *built).ok());
+  const ResolvedOptions options = TarOptions(dir);
+  PipelineStats stats;
+  SourceContext ctx{&options, &stats, nullptr, nullptr, nullptr, RecordShard{}};
+  LazyWindow window{0, 3};
+  const size_t before = OpenDescriptors();
+  auto index = RecordIndexSource::Open(ctx, 0, &window);
+  REQUIRE(index != nullptr);
+  CHECK(OpenDescriptors() == before + 1);  // the checker's
+  for (;;) {
+    WorkItem w;
+    w.file = 0;
+    REQUIRE(index->Read(&w));
+    ++window.produced;
+    if (w.lazy_length == 0) break;  // the first sample read from the rest of the shard
+  }
+  CHECK(window.produced == 4);
+  CHECK(OpenDescriptors() == before + 1);  // the rest's reader's
+}
+
 // Each kind reads its own index format: a TFRecord index beside a tar shard, or a tar index beside
 // a TFRecord file, is not an index of that file.
 TEST_CASE("AnIndexOfTheOtherKindIsNotUsed") {

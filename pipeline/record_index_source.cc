@@ -131,6 +131,22 @@ void RecordIndexSource::Finish() {
   ctx_.FileReadCleanly(file_, next_record_);
 }
 
+namespace {
+
+// A lazy item read (s OK: w->owned holds it) or not: then a bad record holding nothing.
+void FinishMaterializing(const Status& s, PipelineStats* stats, WorkItem* w) {
+  if (!s.ok()) {
+    std::string().swap(w->owned);
+    w->kind = WorkKind::kBadRecord;
+    w->status = s;
+    return;
+  }
+  w->bytes = w->owned;
+  stats->stage(Stage::kRead).bytes.fetch_add(w->owned.size(), std::memory_order_relaxed);
+}
+
+}  // namespace
+
 void MaterializeLazyRecord(const std::string& path, uint64_t max_held_record_bytes,
                            PipelineStats* stats, WorkItem* w) {
   const uint64_t length = w->lazy_length;
@@ -158,14 +174,7 @@ void MaterializeLazyRecord(const std::string& path, uint64_t max_held_record_byt
                    std::to_string(length));
     }
   }
-  if (!s.ok()) {
-    std::string().swap(w->owned);
-    w->kind = WorkKind::kBadRecord;
-    w->status = s;
-    return;
-  }
-  w->bytes = w->owned;
-  stats->stage(Stage::kRead).bytes.fetch_add(w->owned.size(), std::memory_order_relaxed);
+  FinishMaterializing(s, stats, w);
 }
 
 void MaterializeLazySample(const std::string& path, const RecordReaderOptions& options,
@@ -197,14 +206,7 @@ void MaterializeLazySample(const std::string& path, const RecordReaderOptions& o
                    std::to_string(w->offset + length));
     }
   }
-  if (!s.ok()) {
-    std::string().swap(w->owned);
-    w->kind = WorkKind::kBadRecord;
-    w->status = s;
-    return;
-  }
-  w->bytes = w->owned;
-  stats->stage(Stage::kRead).bytes.fetch_add(w->owned.size(), std::memory_order_relaxed);
+  FinishMaterializing(s, stats, w);
 }
 
 }  // namespace sluice

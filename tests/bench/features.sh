@@ -1,0 +1,52 @@
+#!/bin/bash
+# What reading features costs: the benchmarks' photos (16 TFRecord shards, /tmp/sluice-bench-data)
+# through `sluice profile`, TRAIN at 224, without features and with four of their Examples'
+# features declared (a LIST of the label, a SCALAR int64 height, a SCALAR bytes file name, a
+# MULTI_HOT of the label) and boxes (none stored: every box list missing, so only the lookups
+# run), taken in turn, best of --runs. Prints img/s of each and the ratio.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+sluice=$root/build/bin/sluice
+data=/tmp/sluice-bench-data
+threads=2 batches=30 runs=3
+while (($#)); do
+  case "$1" in
+    --threads) threads=$2; shift 2 ;;
+    --batches) batches=$2; shift 2 ;;
+    --runs) runs=$2; shift 2 ;;
+    *) echo "usage: $0 [--threads N] [--batches N] [--runs N]" >&2; exit 2 ;;
+  esac
+done
+# shellcheck source=tests/bench/bench_data.sh
+source "$root/tests/bench/bench_data.sh"
+make_bench_data "$data"
+cat "$data"/train-*-of-*.tfrecord >/dev/null
+with=$(mktemp)
+trap 'rm -f "$with"' EXIT
+cat >"$with" <<'OPTIONS'
+features { key: "image/class/label" name: "label_list" type: FEATURE_TYPE_INT64 }
+features { key: "image/height" type: FEATURE_TYPE_INT64 shape: FEATURE_SHAPE_SCALAR }
+features { key: "image/filename" type: FEATURE_TYPE_BYTES shape: FEATURE_SHAPE_SCALAR }
+features { key: "image/class/label" name: "tags" type: FEATURE_TYPE_INT64
+           shape: FEATURE_SHAPE_MULTI_HOT length: 1000 }
+boxes { enabled: true }
+OPTIONS
+declare -A best all
+for ((r = 0; r < runs; ++r)); do
+  for k in plain features; do
+    extra=()
+    [ "$k" = features ] && extra=(--options "$with")
+    out=$(taskset -c "0-$((threads - 1))" "$sluice" profile --files "$data/train-*-of-*.tfrecord" \
+      --batch-size 256 --image-size 224 --mode train --threads "$threads" \
+      --batches "$batches" --json "${extra[@]}")
+    ips=$(printf '%s\n' "$out" | grep '^{' | tail -1 |
+      python3 -c 'import json, sys; print("%.0f" % json.load(sys.stdin)["images_per_sec"])')
+    all[$k]="${all[$k]:-}${all[$k]:+ }$ips"
+    if [ -z "${best[$k]:-}" ] || ((ips > best[$k])); then best[$k]=$ips; fi
+  done
+done
+printf '%-9s %8s %9s  %s\n' pipeline img/s vs-plain "all runs"
+for k in plain features; do
+  ratio=$(python3 -c "print('%.2f' % (${best[$k]} / ${best[plain]}))")
+  printf '%-9s %8s %9s  %s\n' "$k" "${best[$k]}" "$ratio" "${all[$k]}"
+done

@@ -44,7 +44,9 @@ class FanInStream : public BatchStream {
   // Blocks for the next batch, with the lease on its buffers in batch->lease.
   Status Get(ReceivedBatch* batch, bool* end_of_sequence);
   // FailedPrecondition (kept as the stream's final status), releasing the batch, when `batch` from
-  // streams_[server] differs from the first batch in dtype, layout or mixed labels' presence.
+  // streams_[server] differs from the batches before in dtype, layout, mixed labels' or labels'
+  // presence, or its features' names, types, row shapes and raggedness (a batch of 0 samples
+  // shows neither labels nor raggedness: those agree with anything).
   Status CheckFormat(ReceivedBatch* batch, size_t server);
   // A server stream has something new. Taking mu_ orders this after a consumer's check of the
   // streams, so a consumer about to wait cannot miss the notification.
@@ -59,14 +61,27 @@ class FanInStream : public BatchStream {
   size_t next_ = 0;         // consumer only
   BatchLease kept_;         // the batch Next() returned last; consumer only
   Status final_;
-  // The first batch's output and its server: every later batch must match it, or the stream
-  // fails (servers whose transform sets differ would mix outputs within a training run).
+  // What a batch shows of its stream's output. Tri-state: 1 yes, 0 no, -1 not shown (0 samples).
+  struct FeatureFormat {
+    std::string name;
+    FeatureType type;
+    std::vector<int32_t> row_shape;
+    int ragged;
+  };
   struct Format {
     DType dtype;
     Layout layout;
-    bool mixed_labels;
-    bool operator==(const Format&) const = default;
+    int mixed_labels;
+    int labels;
+    std::vector<FeatureFormat> features;
   };
+  static Format FormatOf(const ReceivedBatch& batch);
+  // Whether a and b can be one stream's; if so, fills what *a does not show from b.
+  static bool Merge(Format* a, const Format& b);
+  static std::string FormatName(const Format& f);
+  // The first batch's output (filled in by later ones where it showed nothing) and its server:
+  // every later batch must match it, or the stream fails (servers whose transform sets, features
+  // or labels differ would mix outputs within a training run).
   std::optional<Format> format_;  // consumer only
   size_t format_server_ = 0;      // consumer only
 };

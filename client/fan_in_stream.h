@@ -40,6 +40,28 @@ class FanInStream : public BatchStream {
   uint64_t skipped_after_last_batch() const override;
   int servers() const override { return static_cast<int>(streams_.size()); }
 
+  // CheckFormat's terms: what a batch shows of its stream's output. Tri-state: 1 yes, 0 no, -1
+  // not shown (a batch of 0 samples has no labels, mixed labels or row_lengths to show).
+  struct FeatureFormat {
+    std::string name;
+    FeatureType type;
+    std::vector<int32_t> row_shape;
+    int ragged;
+  };
+  struct Format {
+    DType dtype;
+    Layout layout;
+    int mixed_labels;
+    int labels;
+    std::vector<FeatureFormat> features;
+  };
+  static Format FormatOf(const ReceivedBatch& batch);
+  // Whether a and b can be one stream's (what either does not show agrees with anything); if so,
+  // fills what *a does not show from b, else leaves *a as it was.
+  static bool Merge(Format* a, const Format& b);
+  // "uint8 NHWC without mixed labels, unlabeled, features [cls int64[] ragged]".
+  static std::string FormatName(const Format& f);
+
  private:
   // Blocks for the next batch, with the lease on its buffers in batch->lease.
   Status Get(ReceivedBatch* batch, bool* end_of_sequence);
@@ -61,24 +83,6 @@ class FanInStream : public BatchStream {
   size_t next_ = 0;         // consumer only
   BatchLease kept_;         // the batch Next() returned last; consumer only
   Status final_;
-  // What a batch shows of its stream's output. Tri-state: 1 yes, 0 no, -1 not shown (0 samples).
-  struct FeatureFormat {
-    std::string name;
-    FeatureType type;
-    std::vector<int32_t> row_shape;
-    int ragged;
-  };
-  struct Format {
-    DType dtype;
-    Layout layout;
-    int mixed_labels;
-    int labels;
-    std::vector<FeatureFormat> features;
-  };
-  static Format FormatOf(const ReceivedBatch& batch);
-  // Whether a and b can be one stream's; if so, fills what *a does not show from b.
-  static bool Merge(Format* a, const Format& b);
-  static std::string FormatName(const Format& f);
   // The first batch's output (filled in by later ones where it showed nothing) and its server:
   // every later batch must match it, or the stream fails (servers whose transform sets, features
   // or labels differ would mix outputs within a training run).

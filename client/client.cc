@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <utility>
 
 #include <grpcpp/grpcpp.h>
@@ -147,12 +148,14 @@ class GrpcClient : public Client {
   // A server that is down is waited for as long as a stream would wait for it
   // (reconnect_deadline). OK without a check when some server does not list the dataset: its
   // stream then fails with the server's NOT_FOUND. CheckFleet's status goes to *fleet (which
-  // allow_partial_fleet may overlook); returned: a server unreachable, or one listing the dataset
-  // without offering `transform_set` (CheckTransformSet), which nothing overlooks.
+  // allow_partial_fleet may overlook); returned: a server unreachable, one listing the dataset
+  // without offering `transform_set` (CheckTransformSet), or one whose batches carry other arrays
+  // than the first's (CheckSameArrays), which nothing overlooks.
   Status CheckTargetsServeAll(const std::string& dataset, const std::string& transform_set,
                               Status* fleet) {
     const auto deadline = std::chrono::system_clock::now() + options_.reconnect_deadline;
     std::vector<ServerShard> shards;
+    std::optional<v1::DatasetInfo> first;
     for (size_t i = 0; i < targets_.size(); ++i) {
       Result<std::vector<v1::DatasetInfo>> infos = ListWhenReady(i, deadline);
       if (!infos.ok()) return infos.status();
@@ -160,6 +163,11 @@ class GrpcClient : public Client {
                                [&](const v1::DatasetInfo& d) { return d.name() == dataset; });
       if (info == infos->end()) return Status::OK();
       RETURN_IF_ERROR(CheckTransformSet(*info, transform_set, targets_[i]));
+      if (first) {
+        RETURN_IF_ERROR(CheckSameArrays(*first, targets_[0], *info, targets_[i]));
+      } else {
+        first = *info;
+      }
       shards.push_back({targets_[i], info->shard_index(), info->shard_count()});
     }
     *fleet = CheckFleet(dataset, shards);

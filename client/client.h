@@ -187,8 +187,10 @@ class Client {
   // status (first batch read ahead), not at the first Next(); so does a fleet that does not
   // serve the whole dataset (see allow_partial_fleet), before any stream starts, and a
   // transform_set some server with the dataset does not list (CheckTransformSet: a server that
-  // lists none predates sets). Every batch then has the first's dtype, layout and mixed labels'
-  // presence; one that differs fails the stream (FAILED_PRECONDITION naming both servers).
+  // lists none predates sets), or servers whose DatasetInfo differ in labels or features
+  // (CheckSameArrays). Every batch then has the first's dtype, layout, mixed labels' and labels'
+  // presence and features (names, types, row shapes, raggedness); one that differs fails the
+  // stream (FAILED_PRECONDITION naming both servers).
   virtual Result<std::unique_ptr<BatchStream>> Stream(const v1::StreamRequest& request) = 0;
 };
 

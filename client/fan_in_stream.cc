@@ -120,24 +120,75 @@ Status FanInStream::Get(ReceivedBatch* batch, bool* end_of_sequence) {
   }
 }
 
+FanInStream::Format FanInStream::FormatOf(const ReceivedBatch& batch) {
+  const bool shown = batch.meta.n > 0;
+  Format f{batch.meta.dtype,
+           batch.meta.layout,
+           shown ? int(!batch.mixed_labels.empty()) : -1,
+           shown ? int(!batch.labels.empty()) : -1,
+           {}};
+  f.features.reserve(batch.features.size());
+  for (const ReceivedFeature& a : batch.features) {
+    f.features.push_back({a.name, a.type, a.row_shape, shown ? int(a.ragged()) : -1});
+  }
+  return f;
+}
+
+bool FanInStream::Merge(Format* a, const Format& b) {
+  auto merge = [](int* x, int y) {
+    if (*x < 0) *x = y;
+    return y < 0 || *x == y;
+  };
+  if (a->dtype != b.dtype || a->layout != b.layout || a->features.size() != b.features.size()) {
+    return false;
+  }
+  for (size_t k = 0; k < b.features.size(); ++k) {
+    const FeatureFormat& x = a->features[k];
+    const FeatureFormat& y = b.features[k];
+    if (x.name != y.name || x.type != y.type || x.row_shape != y.row_shape) return false;
+  }
+  // Checked before any is filled in, so that a mismatch leaves *a as it was.
+  Format merged = *a;
+  bool same = merge(&merged.mixed_labels, b.mixed_labels) && merge(&merged.labels, b.labels);
+  for (size_t k = 0; k < b.features.size(); ++k) {
+    same = same && merge(&merged.features[k].ragged, b.features[k].ragged);
+  }
+  if (same) *a = std::move(merged);
+  return same;
+}
+
+std::string FanInStream::FormatName(const Format& f) {
+  auto shown = [](int v, const char* yes, const char* no) {
+    return v < 0 ? std::string() : std::string(v ? yes : no);
+  };
+  std::string name = std::string(DTypeName(f.dtype)) + " " + std::string(LayoutName(f.layout)) +
+                     shown(f.mixed_labels, " with mixed labels", " without mixed labels") +
+                     shown(f.labels, ", labelled", ", unlabeled") + ", features [";
+  for (size_t k = 0; k < f.features.size(); ++k) {
+    const FeatureFormat& a = f.features[k];
+    name += (k ? ", " : "") + a.name + " " + FeatureTypeName(a.type) + "[";
+    for (size_t d = 0; d < a.row_shape.size(); ++d) {
+      name += (d ? "," : "") + std::to_string(a.row_shape[d]);
+    }
+    name += "]" + shown(a.ragged, " ragged", "");
+  }
+  return name + "]";
+}
+
 Status FanInStream::CheckFormat(ReceivedBatch* batch, size_t server) {
-  const Format got{batch->meta.dtype, batch->meta.layout, !batch->mixed_labels.empty()};
+  const Format got = FormatOf(*batch);
   if (!format_) {
     format_ = got;
     format_server_ = server;
     return Status::OK();
   }
-  if (got == *format_) return Status::OK();
-  auto name = [](const Format& f) {
-    return std::string(DTypeName(f.dtype)) + " " + std::string(LayoutName(f.layout)) +
-           (f.mixed_labels ? " with mixed labels" : " without mixed labels");
-  };
+  if (Merge(&*format_, got)) return Status::OK();
   batch->lease.Release();
-  final_ = FailedPrecondition("batches of " + name(got) + " from " + streams_[server]->target() +
-                              ", after batches of " + name(*format_) + " from " +
-                              streams_[format_server_]->target() +
+  final_ = FailedPrecondition("batches of " + FormatName(got) + " from " +
+                              streams_[server]->target() + ", after batches of " +
+                              FormatName(*format_) + " from " + streams_[format_server_]->target() +
                               ": the servers of a stream must give one output (their transform "
-                              "sets differ)");
+                              "sets, features or labels differ)");
   return final_;
 }
 

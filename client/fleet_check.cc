@@ -1,5 +1,6 @@
 #include "client/fleet_check.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -96,6 +97,43 @@ Status CheckTransformSet(const v1::DatasetInfo& info, const std::string& transfo
     offered += (offered.empty() ? "" : ", ") + set.name();
   }
   return InvalidArgument(what + " is not offered by " + target + ", which offers: " + offered);
+}
+
+namespace {
+
+std::string ArraysName(const v1::DatasetInfo& info) {
+  std::string name = info.unlabeled() ? "unlabeled, features [" : "labelled, features [";
+  for (int k = 0; k < info.features_size(); ++k) {
+    const v1::FeatureInfo& f = info.features(k);
+    name += (k ? ", " : "") + f.name() + " " + v1::FeatureType_Name(f.type()) + "[";
+    for (int d = 0; d < f.row_shape_size(); ++d) {
+      name += (d ? "," : "") + std::to_string(f.row_shape(d));
+    }
+    name += f.ragged() ? "] ragged" : "]";
+  }
+  return name + "]";
+}
+
+bool SameFeature(const v1::FeatureInfo& a, const v1::FeatureInfo& b) {
+  return a.name() == b.name() && a.type() == b.type() && a.ragged() == b.ragged() &&
+         std::equal(a.row_shape().begin(), a.row_shape().end(), b.row_shape().begin(),
+                    b.row_shape().end());
+}
+
+}  // namespace
+
+Status CheckSameArrays(const v1::DatasetInfo& first, const std::string& first_target,
+                       const v1::DatasetInfo& info, const std::string& target) {
+  bool same =
+      first.unlabeled() == info.unlabeled() && first.features_size() == info.features_size();
+  for (int k = 0; same && k < info.features_size(); ++k) {
+    same = SameFeature(first.features(k), info.features(k));
+  }
+  if (same) return Status::OK();
+  return FailedPrecondition("dataset '" + info.name() + "': " + target + " serves " +
+                            ArraysName(info) + ", " + first_target + " serves " +
+                            ArraysName(first) +
+                            ": the servers of a stream must give batches of the same arrays");
 }
 
 }  // namespace sluice

@@ -34,4 +34,11 @@ Status CheckFleet(const std::string& dataset, const std::vector<ServerShard>& se
 Status CheckTransformSet(const v1::DatasetInfo& info, const std::string& transform_set,
                          const std::string& target);
 
+// OK when two servers' DatasetInfo of one dataset give batches of the same arrays: labels or
+// none (unlabeled) and the same features (names, types, raggedness, row shapes, in order).
+// FailedPrecondition naming the dataset, both targets and what each serves otherwise: a fan-in
+// over them would hand one training step batches of both.
+Status CheckSameArrays(const v1::DatasetInfo& first, const std::string& first_target,
+                       const v1::DatasetInfo& info, const std::string& target);
+
 }  // namespace sluice

@@ -11,7 +11,7 @@ namespace sluice {
 namespace {
 
 // The most values a FIXED feature or classes a MULTI_HOT one may have: a row of a batch.
-constexpr int64_t kMaxLength = 65536;
+constexpr int64_t kMaxLength = kMaxRowDimension;
 constexpr int64_t kDefaultMaxFeatureBytes = int64_t{16} << 10;
 constexpr int64_t kMaxMaxFeatureBytes = int64_t{16} << 20;
 constexpr int32_t kDefaultMaxBoxes = 1000;
@@ -221,6 +221,13 @@ Result<FeatureSchema> CompileFeatureSchema(const v1::PipelineOptions& options) {
   FeatureSchema schema;
   if (options.boxes().enabled()) {
     ASSIGN_OR_RETURN(schema.boxes, CompileBoxes(options.boxes()));
+  }
+  const int box_arrays = schema.boxes.enabled ? 2 : 0;
+  if (options.features_size() + box_arrays > kMaxFeatureArrays) {
+    return InvalidArgument("features holds " + std::to_string(options.features_size()) +
+                           " specs" + (box_arrays ? " besides boxes' 2 arrays" : "") +
+                           ", over the " + std::to_string(kMaxFeatureArrays) +
+                           " arrays a batch may carry");
   }
   schema.columns.reserve(options.features_size());
   for (int i = 0; i < options.features_size(); ++i) {

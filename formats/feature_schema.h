@@ -87,13 +87,19 @@ struct FeatureSchema {
   int64_t slot_bytes() const;
 };
 
+// The most arrays (features, plus "boxes" and "box_labels") a schema has, and so a Batch carries
+// (service.proto Batch.features): a decoder refuses more before reading them.
+inline constexpr int kMaxFeatureArrays = 4096;
+// The bounds of a row_shape dimension (a FIXED length, MULTI_HOT classes, a box's 4 corners).
+inline constexpr int32_t kMaxRowDimension = 65536;
+
 // Resolves options.features, options.boxes and options.max_feature_bytes. InvalidArgument naming
 // the field and its value ("features[1].length = 0: FEATURE_SHAPE_FIXED needs a length in
 // [1, 65536]"): a spec without key or type, a name used twice (or "boxes" / "box_labels" with
 // boxes), MULTI_HOT of other than INT64, a length outside [1, 65536] where the shape needs one
 // (or set where it does not), a default that does not fit the type or shape, BoxOptions out of
 // range (min_overlap outside [0, 1], max_boxes outside [1, 100000]), max_feature_bytes outside
-// [1, 16 MiB].
+// [1, 16 MiB], more than kMaxFeatureArrays arrays.
 Result<FeatureSchema> CompileFeatureSchema(const v1::PipelineOptions& options);
 
 }  // namespace sluice

@@ -266,6 +266,9 @@ Status ReadFields(google::protobuf::io::CodedInputStream& in, size_t message_byt
         break;
       case kFeaturesField: {
         uint32_t length = 0;
+        if (out->feature_count == static_cast<size_t>(kMaxFeatureArrays)) {
+          return Malformed("features: over " + std::to_string(kMaxFeatureArrays) + " arrays");
+        }
         if (out->feature_count == out->feature_messages.size())
           out->feature_messages.emplace_back();
         std::string* message = &out->feature_messages[out->feature_count];

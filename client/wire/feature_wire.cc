@@ -216,13 +216,19 @@ Status ReadFeatureFields(std::string_view message, ReceivedFeature* out) {
 
 // Rows, values per row and element count agree with what came; sets the offsets.
 Status CheckFeature(int32_t n, ReceivedFeature* f) {
+  if (f->row_shape.size() > kMaxRowDimensions) {
+    return Bad(*f, "row_shape has " + std::to_string(f->row_shape.size()) + " dimensions, over " +
+                       std::to_string(kMaxRowDimensions));
+  }
   uint64_t row_values = 1;
   for (size_t d = 0; d < f->row_shape.size(); ++d) {
-    if (f->row_shape[d] < 0) {
-      return Bad(*f, "row_shape[" + std::to_string(d) + "] is " + std::to_string(f->row_shape[d]));
+    if (f->row_shape[d] < 1 || f->row_shape[d] > kMaxRowDimension) {
+      return Bad(*f, "row_shape[" + std::to_string(d) + "] is " + std::to_string(f->row_shape[d]) +
+                         ", outside [1, " + std::to_string(kMaxRowDimension) + "]");
     }
-    if (__builtin_mul_overflow(row_values, uint64_t(f->row_shape[d]), &row_values)) {
-      return Bad(*f, "row_shape's value count overflows");
+    row_values *= static_cast<uint64_t>(f->row_shape[d]);  // at most 2^31 · 2^16: no overflow
+    if (row_values > static_cast<uint64_t>(kMaxRowValues)) {
+      return Bad(*f, "row_shape holds over " + std::to_string(kMaxRowValues) + " values a row");
     }
   }
   if (!f->row_lengths.empty() && f->row_lengths.size() != static_cast<size_t>(n)) {

@@ -22,6 +22,11 @@ namespace sluice {
 void EncodeFeatureArrays(const std::vector<ArrayInfo>& arrays,
                          std::span<const SampleFeatures> samples, std::string* out);
 
+// A received row_shape: at most this many dimensions, each in [1, kMaxRowDimension], and at most
+// kMaxRowValues values a row (so row_values() and rows × row_values() cannot overflow).
+inline constexpr size_t kMaxRowDimensions = 4;
+inline constexpr int64_t kMaxRowValues = INT32_MAX;
+
 // One feature of a received batch (service.proto FeatureArray), checked against the batch's N.
 struct ReceivedFeature {
   std::string name;
@@ -37,7 +42,8 @@ struct ReceivedFeature {
   std::vector<uint64_t> value_offsets;
 
   bool ragged() const { return !row_lengths.empty(); }
-  // Values one row holds: prod(row_shape).
+  // Values one row holds: prod(row_shape), at most kMaxRowValues once DecodeFeatureArray accepted
+  // the array.
   int64_t row_values() const {
     int64_t v = 1;
     for (int32_t d : row_shape) v *= d;
@@ -77,10 +83,11 @@ struct ReceivedFeature {
 };
 
 // Parses one serialized FeatureArray of a batch of n samples into *out. DataLoss naming the
-// feature and what is wrong: an unknown type, a negative row_shape or row_lengths value,
-// row_lengths of other than 0 or n values, values of other than rows × prod(row_shape) elements
-// of the type, value_lengths that do not add up to the values' bytes (or present on a numeric
-// array).
+// feature and what is wrong: an unknown type, a row_shape of over kMaxRowDimensions dimensions,
+// a dimension outside [1, kMaxRowDimension] or over kMaxRowValues values a row, a negative
+// row_lengths value, row_lengths of other than 0 or n values, values of other than
+// rows × prod(row_shape) elements of the type, value_lengths that do not add up to the values'
+// bytes (or present on a numeric array).
 Status DecodeFeatureArray(std::string_view message, int32_t n, ReceivedFeature* out);
 
 }  // namespace sluice

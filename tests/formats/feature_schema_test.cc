@@ -326,5 +326,24 @@ TEST_CASE("FloatDefaultsRoundingToAFiniteFloatAreTakenAndBeyondRefused") {
   }
 }
 
+// A batch carries at most kMaxFeatureArrays arrays (clients refuse more): boxes' two count.
+std::string Specs(int count, bool boxes) {
+  std::string text = boxes ? "boxes { enabled: true } " : "";
+  for (int i = 0; i < count; ++i) {
+    text += "features { key: \"k" + std::to_string(i) + "\" type: FEATURE_TYPE_INT64 } ";
+  }
+  return text;
+}
+
+TEST_CASE("MoreArraysThanABatchCarriesAreRefused") {
+  CHECK(CompileFeatureSchema(Options(Specs(kMaxFeatureArrays, false))).ok());
+  CHECK(CompileFeatureSchema(Options(Specs(kMaxFeatureArrays - 2, true))).ok());
+  CHECK(Refusal(Specs(kMaxFeatureArrays + 1, false)) ==
+        "features holds 4097 specs, over the 4096 arrays a batch may carry");
+  CHECK(
+      Refusal(Specs(kMaxFeatureArrays - 1, true)) ==
+      "features holds 4095 specs besides boxes' 2 arrays, over the 4096 arrays a batch may carry");
+}
+
 }  // namespace
 }  // namespace sluice

@@ -9,8 +9,9 @@ import grpc
 import pytest
 
 import sluice
-from client_support import IMAGES, Server
-from sluice._client import fleet_problem, resolve_targets
+from client_support import IMAGES, SIZE, Server
+from sluice._client import _format, _format_name, _merge_format, fleet_problem, resolve_targets
+from sluice.v1 import service_pb2
 
 
 def _hashes(images):
@@ -203,3 +204,67 @@ def test_tf_dataset_from_an_unsharded_fan_in_asserts_no_cardinality(fleet):
     assert int(ds.cardinality()) == int(tf.data.UNKNOWN_CARDINALITY)
     sharded = sluice.tf.dataset(target, "train", batch_size=16, image_size=32, shard=(0, 2))
     assert int(sharded.cardinality()) == sum(1 for _ in sharded)
+
+
+class _ArraysServer(Server):
+    """The dataset "train" either labelled without features, or unlabeled with the label read
+    as the feature "cls"."""
+
+    def __init__(self, *args, unlabeled, **kwargs):
+        self.unlabeled = unlabeled
+        super().__init__(*args, **kwargs)
+
+    def datasets(self):
+        if not self.unlabeled:
+            return self.train_dataset("")
+        return f"""datasets {{
+  name: "train"
+  pipeline {{
+    {self.files} batch_size: 16 image_height: {SIZE} unlabeled: true
+    features {{ key: "image/class/label" name: "cls" type: FEATURE_TYPE_INT64
+               shape: FEATURE_SHAPE_SCALAR }}
+  }}
+}}
+"""
+
+
+@pytest.mark.parametrize("shared_memory", [False, True])
+def test_fan_in_over_an_unlabeled_server_with_a_feature_and_a_labelled_one_is_refused(
+        sluice_bin, data_dir, tmp_path_factory, shared_memory):
+    servers = [_ArraysServer(sluice_bin, tmp_path_factory.mktemp("arrays"), data_dir,
+                             unlabeled=u) for u in (True, False)]
+    try:
+        with sluice.Client([s.target for s in servers]) as c:
+            with pytest.raises(sluice.SluiceError) as e:
+                with c.stream("train", epochs=1, shared_memory=shared_memory) as stream:
+                    for _ in stream:
+                        pass
+        assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION
+        assert "unlabeled, features [cls FEATURE_TYPE_INT64[]]" in e.value.message
+        assert "labelled, features []" in e.value.message
+        assert e.value.target == servers[1].target
+        assert servers[0].target in e.value.message and servers[1].target in e.value.message
+    finally:
+        for s in servers:
+            s.stop()
+
+
+def _batch(n, labels, ragged):
+    message = service_pb2.Batch(shape=[n, 2, 2, 3], images=bytes(n * 12))
+    if labels:
+        message.labels.extend([0] * n)
+    message.features.add(name="tags", type=1, row_lengths=[0] * n if ragged else [],
+                         values=b"" if ragged else bytes(8 * n))
+    return sluice.decode_batch(message.SerializeToString())[0]
+
+
+def test_the_per_batch_check_takes_a_batch_of_zero_samples_as_any_labels_and_raggedness():
+    # 0 samples show neither labels nor row_lengths: they agree with either, and what a later
+    # batch shows is then held to.
+    empty = _format(_batch(0, labels=False, ragged=False))
+    merged = _merge_format(empty, _format(_batch(2, labels=False, ragged=True)))
+    assert merged is not None
+    assert _merge_format(merged, _format(_batch(3, labels=False, ragged=True))) is not None
+    assert _merge_format(merged, _format(_batch(3, labels=True, ragged=True))) is None
+    assert _merge_format(merged, _format(_batch(3, labels=False, ragged=False))) is None
+    assert "unlabeled, features [tags int64[] ragged]" in _format_name(merged)

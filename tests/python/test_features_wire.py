@@ -125,6 +125,26 @@ def test_a_batch_of_zero_samples_has_every_feature_empty():
     assert batch.features["boxes"].shape == (0, 4)
 
 
+def test_a_batch_of_zero_samples_has_its_plans_ragged_features_as_ragged():
+    # No row_lengths with 0 samples: without the plan "tags" reads as a plain [0] array.
+    features = [_array("tags", INT64), _array("words", BYTES), _array("boxes", FLOAT, [4]),
+                _array("id", INT64)]
+    plan = service_pb2.StreamPlan(features=[
+        service_pb2.FeatureInfo(name="tags", type=INT64, ragged=True),
+        service_pb2.FeatureInfo(name="words", type=BYTES, ragged=True),
+        service_pb2.FeatureInfo(name="boxes", type=FLOAT, ragged=True, row_shape=[4]),
+        service_pb2.FeatureInfo(name="id", type=INT64)])
+    batch, _ = sluice.decode_batch(_message(0, features), plan=plan)
+    for name in ("tags", "words", "boxes"):
+        assert isinstance(batch.features[name], sluice.Ragged), name
+        assert len(batch.features[name]) == 0
+    assert batch.features["boxes"].values.shape == (0, 4)
+    assert batch.features["words"].values == []
+    assert isinstance(batch.features["id"], np.ndarray)
+    plain, _ = sluice.decode_batch(_message(0, features))
+    assert not isinstance(plain.features["tags"], sluice.Ragged)
+
+
 @pytest.mark.parametrize("feature,n,expected", [
     (_array("t", 0), 1, "feature 't': type 0 is not a known FeatureType"),
     (_array("t", 9), 1, "feature 't': type 9 is not a known FeatureType"),
@@ -151,6 +171,44 @@ def test_malformed_features_are_data_loss_naming_the_feature(feature, n, expecte
         sluice.decode_batch(_message(n, [feature]))
     assert e.value.code == grpc.StatusCode.DATA_LOSS
     assert expected in str(e.value)
+
+
+@pytest.mark.parametrize("feature,n,expected", [
+    # 0 values passed every count check, then 2^31 - 1 empty rows were built (hang, MemoryError).
+    (_array("cap", BYTES, [0], row_lengths=[2147483647]), 1,
+     "feature 'cap': row_shape[0] is 0, outside [1, 65536]"),
+    # numpy's "array is too big" ValueError instead of DATA_LOSS.
+    (_array("emb", FLOAT, [0, 1 << 30, 1 << 30, 1 << 30]), 2,
+     "feature 'emb': row_shape[0] is 0, outside [1, 65536]"),
+    (_array("emb", FLOAT, [1 << 30, 1 << 30, 1 << 30, 0]), 2,
+     "feature 'emb': row_shape[0] is 1073741824, outside [1, 65536]"),
+    (_array("emb", INT64, [65537], row_lengths=[0]), 1, "feature 'emb': row_shape[0] is 65537"),
+    (_array("emb", INT64, [1] * 5, values=bytes(8)), 1,
+     "feature 'emb': row_shape has 5 dimensions, over 4"),
+    (_array("emb", INT64, [65536] * 4, row_lengths=[0]), 1,
+     "feature 'emb': row_shape holds over 2147483647 values a row"),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_row_shapes_outside_the_schemas_bounds_are_data_loss(feature, n, expected):
+    with pytest.raises(sluice.SluiceError) as e:
+        sluice.decode_batch(_message(n, [feature]))
+    assert e.value.code == grpc.StatusCode.DATA_LOSS
+    assert expected in str(e.value)
+
+
+def test_the_row_shape_bounds_themselves_decode():
+    batch, _ = sluice.decode_batch(_message(1, [_array("emb", INT64, [65536, 32767, 1, 1],
+                                                       row_lengths=[0])]))
+    assert batch.features["emb"].values.shape == (0, 65536, 32767, 1, 1)
+
+
+def test_more_features_than_a_schema_holds_are_data_loss_as_they_are_read():
+    many = [_array("f%d" % k, INT64) for k in range(_wire.MAX_FEATURE_ARRAYS + 1)]
+    with pytest.raises(sluice.SluiceError) as e:
+        sluice.decode_batch(_message(0, many))
+    assert e.value.code == grpc.StatusCode.DATA_LOSS
+    assert "features: over 4096 arrays" in str(e.value)
+    batch, _ = sluice.decode_batch(_message(0, many[:-1]))
+    assert len(batch.features) == 4096
 
 
 def test_labels_of_another_count_and_mixed_labels_without_labels_are_data_loss():

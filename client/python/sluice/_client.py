@@ -215,12 +215,15 @@ class Client:
         allow_partial_fleet logs that as a warning. A server that does not answer within
         connect_timeout raises SluiceError(UNAVAILABLE) naming it. Servers without the dataset
         are left to the stream (which fails NOT_FOUND). With a transform_set other than ""
-        and "default", every server with the dataset must offer it (transform_set_problem)."""
+        and "default", every server with the dataset must offer it (transform_set_problem);
+        every server's batches must carry the first's labels (or none) and features
+        (arrays_problem)."""
         request = service_pb2.ListDatasetsRequest()
         calls = [(t, self._stub(t).ListDatasets.future(
             request, timeout=self.connect_timeout, metadata=self._metadata, wait_for_ready=True))
             for t in self.targets]
         shards = []  # (target, index, count) of the servers with the dataset
+        first = None  # (target, DatasetInfo) of the first server with the dataset
         for target, call in calls:
             try:
                 response = call.result()
@@ -236,6 +239,9 @@ class Client:
             for info in response.datasets:
                 if info.name == dataset:
                     refused = transform_set_problem(info, transform_set, target)
+                    if refused is None and first is not None:
+                        refused = arrays_problem(first[1], first[0], info, target)
+                    first = first or (target, info)
                     if refused is not None:
                         for _, other in calls:
                             other.cancel()
@@ -484,6 +490,27 @@ class Client:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _arrays_name(info):
+    return "%s, features [%s]" % ("unlabeled" if info.unlabeled else "labelled", ", ".join(
+        "%s %s%s%s" % (f.name, config_pb2.FeatureType.Name(f.type), list(f.row_shape),
+                       " ragged" if f.ragged else "") for f in info.features))
+
+
+def arrays_problem(first, first_target, info, target):
+    """The SluiceError(FAILED_PRECONDITION) refusing a fan-in over the server at `target`,
+    whose DatasetInfo is `info`, and the one at `first_target` (`first`) when their batches carry
+    other arrays: labels or none (unlabeled), other features (names, types, raggedness, row
+    shapes, in order); None when they agree."""
+    key = lambda i: (i.unlabeled, [(f.name, f.type, f.ragged, list(f.row_shape))
+                                   for f in i.features])
+    if key(first) == key(info):
+        return None
+    return SluiceError(grpc.StatusCode.FAILED_PRECONDITION,
+                       "dataset %r: %s serves %s, %s serves %s: the servers of a stream must give "
+                       "batches of the same arrays" % (info.name, target, _arrays_name(info),
+                                                       first_target, _arrays_name(first)), target)
 
 
 def transform_set_problem(info, transform_set, target):
@@ -759,19 +786,23 @@ class BatchStream:
 
     def _check_format(self, batch, target):
         """Raises SluiceError(FAILED_PRECONDITION), closing the stream, when `batch` differs
-        from the first batch in dtype, layout or whether it has mixed labels: a fan-in over
-        servers whose transform sets disagree would hand one training step a mixture."""
+        from the batches before in dtype, layout, whether it has mixed labels or labels, or its
+        features' names, types, row shapes and raggedness: a fan-in over servers whose transform
+        sets, features or labels disagree would hand one training step a mixture."""
         got = _format(batch)
         if self._format is None:
             self._format = got, target
             return
         first, first_target = self._format
-        if got != first:
+        merged = _merge_format(first, got)
+        if merged is not None:
+            self._format = merged, first_target
+        else:
             self.close()
             raise SluiceError(grpc.StatusCode.FAILED_PRECONDITION,
                               "batches of %s, after batches of %s from %s: the servers of a "
-                              "stream must give one output (their transform sets differ)"
-                              % (_format_name(got), _format_name(first), first_target), target)
+                              "stream must give one output (their transform sets, features or "
+                              "labels differ)" % (_format_name(got), _format_name(first), first_target), target)
 
     def _take(self):
         """(item, target): the next batch round-robin among the servers with one ready, a
@@ -889,12 +920,49 @@ def _close_at_exit():
 
 
 def _format(batch):
-    return batch.dtype, batch.layout, batch.mixed_labels is not None
+    """What `batch` shows of its stream's output: (dtype, layout, mixed labels, labels,
+    features), None for what a batch of 0 samples does not show (labels' and mixed labels'
+    presence, a feature's raggedness)."""
+    shown = len(batch.images) > 0
+    features = batch._feature_format
+    if features is None:
+        features = tuple((name, None, None, None) for name in batch.features)
+    return (batch.dtype, batch.layout, (batch.mixed_labels is not None) if shown else None,
+            (batch.labels is not None) if shown else None, features)
+
+
+def _merge_format(first, got):
+    """`first` with what it did not show filled in from `got`, or None when they differ."""
+    def merge(a, b):
+        if isinstance(a, tuple) and isinstance(b, tuple):
+            if len(a) != len(b):
+                raise ValueError
+            return tuple(merge(x, y) for x, y in zip(a, b))
+        if a is None or b is None:
+            return b if a is None else a
+        if a != b:
+            raise ValueError
+        return a
+
+    dtype, layout, mixed, labels, features = first
+    if (dtype, layout) != got[:2] or [f[0] for f in features] != [f[0] for f in got[4]]:
+        return None
+    try:
+        return (dtype, layout, merge(mixed, got[2]), merge(labels, got[3]),
+                tuple(merge(tuple(a), tuple(b)) for a, b in zip(features, got[4])))
+    except ValueError:
+        return None
 
 
 def _format_name(fmt):
-    dtype, layout, mixed = fmt
-    return "%s %s %s" % (dtype, layout, "with mixed labels" if mixed else "without mixed labels")
+    dtype, layout, mixed, labels, features = fmt
+    shown = lambda v, yes, no: "" if v is None else (yes if v else no)
+    return "%s %s%s%s, features [%s]" % (
+        dtype, layout, shown(mixed, " with mixed labels", " without mixed labels"),
+        shown(labels, ", labelled", ", unlabeled"),
+        ", ".join("%s %s%s%s" % (name, type_ or "", list(shape) if shape is not None else "",
+                                 shown(ragged, " ragged", ""))
+                  for name, type_, shape, ragged in features))
 
 
 def _merge(dicts):
@@ -1414,7 +1482,8 @@ class _Reader:
                     segment = self._map_segment(call, request) if request.shared_memory else None
                     for message in call:
                         token = _Token(self.held)
-                        batch, skipped = decode_batch(message, segment, token)
+                        batch, skipped = decode_batch(
+                            message, segment, token, share.plan if share is not None else None)
                         if share is not None:
                             if self.reconnects and not self._fill(
                                     share, share.lost_before(batch.position)):

@@ -75,6 +75,13 @@ class Position(_PositionFields):
 # service.proto FeatureType -> (name, numpy dtype of its values, little-endian; None: bytes).
 FEATURE_TYPES = {1: ("int64", np.dtype("<i8")), 2: ("float32", np.dtype("<f4")),
                  3: ("bytes", None)}
+_FEATURES_FIELD = 12
+# service.proto's bounds (formats/feature_schema.h): the arrays a batch carries, a row_shape's
+# dimensions and each one's range, and the values a row holds.
+MAX_FEATURE_ARRAYS = 4096
+MAX_ROW_DIMENSIONS = 4
+MAX_ROW_DIMENSION = 65536
+MAX_ROW_VALUES = 2**31 - 1
 
 
 class Ragged:
@@ -173,6 +180,9 @@ class Batch(_BatchFields):
     dtype = "uint8"
     layout = "NHWC"
     features = MappingProxyType({})
+    # decode_batch's: ((name, type, row_shape, ragged), ...) of Batch.features, ragged None
+    # with 0 samples (no row_lengths to show it); None for a batch made otherwise.
+    _feature_format = None
 
     def __new__(cls, images, labels, position, valid=None, record_ids=None, mixed_labels=None,
                 label_weights=None, dtype="uint8", layout="NHWC", features=None):
@@ -270,7 +280,7 @@ def _varint(data, pos, end):
     raise _malformed("truncated or overlong varint at byte %d" % pos)
 
 
-def decode_batch(data, segment=None, token=None):
+def decode_batch(data, segment=None, token=None, plan=None):
     """Parses a serialized sluice.v1.Batch. Returns (Batch, skipped_records).
 
     A batch whose images are in a shared-memory slot (Batch.shared_memory) gets them as a view of
@@ -279,24 +289,34 @@ def decode_batch(data, segment=None, token=None):
     at a multiple of the dtype's size (float images after an odd number of header bytes), a
     read-only copy starting on a 64-byte boundary.
 
+    plan: the stream's sluice.v1.StreamPlan, if known: a batch of 0 samples, which has no
+    row_lengths to show it, then has its plan's ragged features as sluice.Ragged (with no rows),
+    not as plain arrays.
+
     Raises SluiceError(DATA_LOSS) naming what is wrong when the message is malformed or its shape
     disagrees with its images, labels or per-sample fields: an unknown dtype or layout, a shape
     other than [N, H, W, 3] (NHWC) or [N, 3, H, W] (NCHW), images of other than N*H*W*3 values
     of the dtype, valid, record_files, record_indexes, mixed_labels and label_weights each N
     values or none, the record ids both or neither, mixed_labels and label_weights both or
     neither, each weight finite and in [0, 1]; labels N values or none (an unlabeled dataset:
-    Batch.labels None); each feature as decode_feature checks it.
+    Batch.labels None); at most 4096 features (refused as read), each as
+    decode_feature checks it.
     """
     end = len(data)
     pos = 0
     header = []  # serialized fields other than images, in wire order
     images_offset = images_length = None
+    features = 0
     while pos < end:
         start = pos
         tag, pos = _varint(data, pos, end)
         field, wire_type = tag >> 3, tag & 7
         if field == 0:
             raise _malformed("field number 0 at byte %d" % start)
+        if field == _FEATURES_FIELD:
+            features += 1
+            if features > MAX_FEATURE_ARRAYS:
+                raise _malformed("features: over %d arrays" % MAX_FEATURE_ARRAYS)
         if wire_type == _WIRETYPE_VARINT:
             _, pos = _varint(data, pos, end)
         elif wire_type == _WIRETYPE_I64:
@@ -375,7 +395,8 @@ def decode_batch(data, segment=None, token=None):
         if images.ctypes.data % dtype.itemsize:
             images = _aligned_copy(images)
     labels = np.array(message.labels, dtype=np.int32) if message.labels or n == 0 else None
-    features = {f.name: decode_feature(f, n) for f in message.features}
+    ragged = {i.name for i in plan.features if i.ragged} if plan is not None and n == 0 else ()
+    features = {f.name: decode_feature(f, n, f.name in ragged) for f in message.features}
     valid = np.array(message.valid, dtype=np.bool_) if message.valid else None
     record_ids = None
     if message.record_files:
@@ -389,13 +410,19 @@ def decode_batch(data, segment=None, token=None):
     p = message.position
     batch = Batch(images, labels, Position(p.epoch, p.index, p.end_record, p.shuffle_bytes),
                   valid, record_ids, mixed_labels, label_weights, dtype_name, layout, features)
+    batch._feature_format = tuple(
+        (f.name, FEATURE_TYPES[f.type][0], tuple(f.row_shape),
+         bool(f.row_lengths) if n else (f.name in ragged if plan is not None else None))
+        for f in message.features)
     return batch, message.skipped_records
 
 
-def decode_feature(f, n):
-    """One sluice.v1.FeatureArray of a batch of n samples as Batch.features holds it. Raises
-    SluiceError(DATA_LOSS) naming the feature and what is wrong: an unknown type, a negative
-    row_shape or row_lengths value, row_lengths of other than 0 or n values, values of other than
+def decode_feature(f, n, ragged_when_empty=False):
+    """One sluice.v1.FeatureArray of a batch of n samples as Batch.features holds it (with n = 0
+    a sluice.Ragged when ragged_when_empty, the plan saying it is ragged). Raises
+    SluiceError(DATA_LOSS) naming the feature and what is wrong: an unknown type, a row_shape of
+    over 4 dimensions, a dimension outside [1, 65536] or over 2^31 - 1 values a row, a negative
+    row_lengths value, row_lengths of other than 0 or n values, values of other than
     rows x prod(row_shape) elements of the type, value_lengths that do not add up to the values'
     bytes or are not one per element (or present on a numeric array)."""
     def bad(what):
@@ -405,12 +432,16 @@ def decode_feature(f, n):
         raise bad("type %d is not a known FeatureType" % f.type)
     type_name, dtype = FEATURE_TYPES[f.type]
     row_shape = list(f.row_shape)
+    if len(row_shape) > MAX_ROW_DIMENSIONS:
+        raise bad("row_shape has %d dimensions, over %d" % (len(row_shape), MAX_ROW_DIMENSIONS))
     for d, size in enumerate(row_shape):
-        if size < 0:
-            raise bad("row_shape[%d] is %d" % (d, size))
+        if not 1 <= size <= MAX_ROW_DIMENSION:
+            raise bad("row_shape[%d] is %d, outside [1, %d]" % (d, size, MAX_ROW_DIMENSION))
     row_values = math.prod(row_shape)
+    if row_values > MAX_ROW_VALUES:
+        raise bad("row_shape holds over %d values a row" % MAX_ROW_VALUES)
     row_lengths = list(f.row_lengths)
-    ragged = bool(row_lengths)
+    ragged = bool(row_lengths) or (n == 0 and ragged_when_empty)
     if ragged and len(row_lengths) != n:
         raise bad("row_lengths holds %d values for %d samples" % (len(row_lengths), n))
     for i, length in enumerate(row_lengths):

@@ -144,5 +144,31 @@ TEST_CASE("LabelsOfAnotherCountOrAMalformedFeatureAreDataLoss") {
   CHECK_THAT(DecodeStatus(unlabeled_mix).message(), Catch::Contains("mixed_labels without labels"));
 }
 
+// A batch of n = 0 with `count` valid features (no rows, no values: 8 bytes each on the wire).
+std::string ZeroSampleBatchWithFeatures(int count) {
+  v1::Batch b;
+  for (int d : {0, 2, 3, 3}) b.add_shape(d);
+  for (int k = 0; k < count; ++k) {
+    v1::FeatureArray* f = b.add_features();
+    f->set_name("f" + std::to_string(k));
+    f->set_type(v1::FEATURE_TYPE_INT64);
+  }
+  return b.SerializeAsString();
+}
+
+// Every field-12 entry took a string and a ReceivedFeature before any was checked: 16 MiB of
+// tiny entries cost ~2 GB. Past a schema's 4096 arrays the batch is refused as it is read.
+TEST_CASE("MoreFeaturesThanASchemaHoldsAreDataLossAsTheyAreRead") {
+  const Status s = DecodeStatus(ZeroSampleBatchWithFeatures(kMaxFeatureArrays + 1));
+  CHECK(s.code() == StatusCode::kDataLoss);
+  CHECK_THAT(s.message(), Catch::Contains("features: over 4096 arrays"));
+
+  grpc::ByteBuffer b = Buffer(ZeroSampleBatchWithFeatures(kMaxFeatureArrays));
+  BatchMeta got;
+  BatchArrays arrays;
+  REQUIRE(DecodeBatch(&b, &got, &arrays).ok());
+  CHECK(arrays.feature_count == static_cast<size_t>(kMaxFeatureArrays));
+}
+
 }  // namespace
 }  // namespace sluice

@@ -295,5 +295,57 @@ TEST_CASE("MalformedFeatureArraysAreDataLossNamingTheFeatureAndWhatIsWrong") {
   }
 }
 
+// Shapes the schema never produces (a dimension of 0 or over 65536, over 4 dimensions): with 0
+// values they passed every count check, and a row count of 2^31 - 1 or a product past 2^63 then
+// reached the caller (row_values() overflowed, a reader built 2^31 rows).
+TEST_CASE("RowShapesOutsideTheSchemasBoundsAreDataLossNamingTheFeature") {
+  struct Case {
+    const char* what;
+    v1::FeatureArray f;
+    int32_t n;
+    const char* expected;
+  };
+  std::vector<Case> cases;
+  v1::FeatureArray f = Array("cap", v1::FEATURE_TYPE_BYTES);
+  f.add_row_shape(0);
+  f.add_row_lengths(2147483647);
+  cases.push_back({"a 0 dimension with 2^31 - 1 rows", f, 1,
+                   "feature 'cap': row_shape[0] is 0, outside [1, 65536]"});
+  f = Array("emb", v1::FEATURE_TYPE_FLOAT);
+  for (int d : {0, 1 << 30, 1 << 30, 1 << 30}) f.add_row_shape(d);
+  cases.push_back({"2^90 values a row after a 0", f, 2, "feature 'emb': row_shape[0] is 0"});
+  f = Array("emb", v1::FEATURE_TYPE_FLOAT);
+  for (int d : {1 << 30, 1 << 30, 1 << 30, 0}) f.add_row_shape(d);
+  cases.push_back({"2^90 values a row before a 0", f, 2,
+                   "feature 'emb': row_shape[0] is 1073741824, outside [1, 65536]"});
+  f = Array("emb", v1::FEATURE_TYPE_INT64);
+  f.add_row_shape(65537);
+  f.add_row_lengths(0);
+  cases.push_back({"a dimension over 65536", f, 1, "feature 'emb': row_shape[0] is 65537"});
+  f = Array("emb", v1::FEATURE_TYPE_INT64);
+  for (int d = 0; d < 5; ++d) f.add_row_shape(1);
+  f.set_values(Raw<int64_t>({7}));
+  cases.push_back({"five dimensions", f, 1, "feature 'emb': row_shape has 5 dimensions, over 4"});
+  f = Array("emb", v1::FEATURE_TYPE_INT64);
+  for (int d = 0; d < 4; ++d) f.add_row_shape(65536);
+  f.add_row_lengths(0);
+  cases.push_back({"2^64 values a row", f, 1, "feature 'emb': row_shape holds over 2147483647"});
+  for (const Case& c : cases) {
+    INFO(c.what);
+    ReceivedFeature got;
+    const Status s = DecodeFeatureArray(c.f.SerializeAsString(), c.n, &got);
+    CHECK(s.code() == StatusCode::kDataLoss);
+    CHECK_THAT(s.message(), Catch::Contains(c.expected));
+  }
+
+  // The bounds themselves are a schema's shapes: 4 dimensions of up to 65536, 2^31 - 1 values.
+  f = Array("emb", v1::FEATURE_TYPE_INT64);
+  for (int d : {65536, 32767, 1, 1}) f.add_row_shape(d);
+  f.add_row_lengths(0);
+  ReceivedFeature got;
+  REQUIRE(DecodeFeatureArray(f.SerializeAsString(), 1, &got).ok());
+  CHECK(got.row_values() == int64_t{65536} * 32767);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -274,15 +274,6 @@ Result<FeatureSchema> CompileFeatureSchema(const v1::PipelineOptions& options) {
   return schema;
 }
 
-const char* FeatureTypeName(FeatureType type) {
-  switch (type) {
-    case FeatureType::kInt64: return "int64";
-    case FeatureType::kFloat: return "float";
-    case FeatureType::kBytes: return "bytes";
-  }
-  return "unknown";
-}
-
 std::vector<ArrayInfo> FeatureSchema::arrays() const {
   std::vector<ArrayInfo> out;
   out.reserve(array_count());

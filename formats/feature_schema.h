@@ -17,8 +17,16 @@ namespace sluice {
 
 // The values are the proto's FeatureType.
 enum class FeatureType : int32_t { kInt64 = 1, kFloat = 2, kBytes = 3 };
-// "int64", "float", "bytes"
-const char* FeatureTypeName(FeatureType type);
+// "int64", "float", "bytes". Inline: the client and the wire, which link no formats library,
+// name types too.
+inline const char* FeatureTypeName(FeatureType type) {
+  switch (type) {
+    case FeatureType::kInt64: return "int64";
+    case FeatureType::kFloat: return "float";
+    case FeatureType::kBytes: return "bytes";
+  }
+  return "unknown";
+}
 
 enum class FeatureShape { kList, kScalar, kFixed, kMultiHot };
 

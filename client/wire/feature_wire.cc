@@ -50,18 +50,6 @@ size_t PackedFieldBytes(int field, size_t bytes) {
   return bytes == 0 ? 0 : FieldBytes(field, bytes);
 }
 
-const char* TypeName(FeatureType type) {
-  switch (type) {
-    case FeatureType::kInt64:
-      return "int64";
-    case FeatureType::kFloat:
-      return "float";
-    case FeatureType::kBytes:
-      return "bytes";
-  }
-  return "unknown";
-}
-
 }  // namespace
 
 void EncodeFeatureArrays(const std::vector<ArrayInfo>& arrays,
@@ -254,13 +242,13 @@ Status CheckFeature(int32_t n, ReceivedFeature* f) {
   f->value_offsets.clear();
   if (f->type != FeatureType::kBytes) {
     if (!f->value_lengths.empty()) {
-      return Bad(*f, "value_lengths on a " + std::string(TypeName(f->type)) + " array");
+      return Bad(*f, "value_lengths on a " + std::string(FeatureTypeName(f->type)) + " array");
     }
     const uint64_t element_bytes = f->type == FeatureType::kInt64 ? 8 : 4;
     if (f->values.size() / element_bytes != elements || f->values.size() % element_bytes != 0) {
       return Bad(*f, "values holds " + std::to_string(f->values.size()) + " bytes, " +
                          std::to_string(rows) + " rows of " + std::to_string(row_values) + " " +
-                         TypeName(f->type) + " values need " +
+                         FeatureTypeName(f->type) + " values need " +
                          std::to_string(elements * element_bytes));
     }
     return Status::OK();

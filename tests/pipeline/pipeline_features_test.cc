@@ -319,7 +319,12 @@ TEST_CASE("TheDecodedCacheGivesEveryEpochTheFeaturesAndTheBoxesOfItsOwnCrop") {
     FAIL("no decoded_cache pool");
     return int64_t{0};
   };
-  CHECK(cache_bytes(cached.stats) - cache_bytes(images_only.stats) >= feature_bytes);
+  // Each file's table of entries is charged as it grows, by how much depends on the order the
+  // decode threads insert in (12 records: capacity 12 to 16 and more), so the two runs' tables may
+  // differ by up to 2 files x 24 pointers, besides the features.
+  const int64_t table_slack = 2 * 24 * static_cast<int64_t>(sizeof(void*));
+  CHECK(cache_bytes(cached.stats) - cache_bytes(images_only.stats) >= feature_bytes - table_slack);
+  CHECK(feature_bytes > 3 * table_slack);
 }
 
 TEST_CASE("FeaturesStayWithTheirImagesWhenASkippedRecordCompactsTheBatch") {

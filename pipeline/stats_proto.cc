@@ -49,6 +49,7 @@ constexpr Field<StatsSnapshot> kJobFields[] = {
     {"shuffle_capped_records", &StatsSnapshot::shuffle_capped},
     {"dropped_records", &StatsSnapshot::dropped_records},
     {"padded_samples", &StatsSnapshot::padded_samples},
+    {"boxes_dropped", &StatsSnapshot::boxes_dropped},
     {"wall_seconds", &StatsSnapshot::wall_seconds},
     {"queue_fill", &StatsSnapshot::queue_fill},
     {"queue_capacity", &StatsSnapshot::queue_capacity},

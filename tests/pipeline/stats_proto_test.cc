@@ -23,6 +23,7 @@ StatsSnapshot Distinct() {
   s.shuffle_capped = 17;
   s.dropped_records = 18;
   s.padded_samples = 19;
+  s.boxes_dropped = 22;
   s.queue_fill = 6;
   s.queue_capacity = 7;
   s.decode_parallelism = 8;
@@ -77,6 +78,7 @@ TEST_CASE("SnapshotRoundTripsThroughTheWire") {
   CHECK(back.shuffle_capped == s.shuffle_capped);
   CHECK(back.dropped_records == s.dropped_records);
   CHECK(back.padded_samples == s.padded_samples);
+  CHECK(back.boxes_dropped == s.boxes_dropped);
   CHECK(back.queue_fill == s.queue_fill);
   CHECK(back.queue_capacity == s.queue_capacity);
   CHECK(back.decode_parallelism == s.decode_parallelism);

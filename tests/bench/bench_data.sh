@@ -7,3 +7,14 @@ make_bench_data() {
       --shards 16 --seed 1 --out "$1"
   fi
 }
+#   train_images_per_sec THREADS BATCHES GLOB [ARGS...]
+#                         img/s of `sluice profile` over GLOB, TRAIN at 224, batches of 256,
+#                         pinned to the first THREADS cores; ARGS are passed on
+train_images_per_sec() {
+  local threads=$1 batches=$2 files=$3
+  shift 3
+  taskset -c "0-$((threads - 1))" "$sluice" profile --files "$files" --batch-size 256 \
+    --image-size 224 --mode train --threads "$threads" --batches "$batches" --json "$@" |
+    grep '^{' | tail -1 |
+    python3 -c 'import json, sys; print("%.0f" % json.load(sys.stdin)["images_per_sec"])'
+}

@@ -36,11 +36,7 @@ for ((r = 0; r < runs; ++r)); do
   for k in plain features; do
     extra=()
     [ "$k" = features ] && extra=(--options "$with")
-    out=$(taskset -c "0-$((threads - 1))" "$sluice" profile --files "$data/train-*-of-*.tfrecord" \
-      --batch-size 256 --image-size 224 --mode train --threads "$threads" \
-      --batches "$batches" --json "${extra[@]}")
-    ips=$(printf '%s\n' "$out" | grep '^{' | tail -1 |
-      python3 -c 'import json, sys; print("%.0f" % json.load(sys.stdin)["images_per_sec"])')
+    ips=$(train_images_per_sec "$threads" "$batches" "$data/train-*-of-*.tfrecord" "${extra[@]}")
     all[$k]="${all[$k]:-}${all[$k]:+ }$ips"
     if [ -z "${best[$k]:-}" ] || ((ips > best[$k])); then best[$k]=$ips; fi
   done

@@ -46,11 +46,7 @@ done
 declare -A best all
 for ((r = 0; r < runs; ++r)); do
   for k in "${kinds[@]}"; do
-    out=$(taskset -c "0-$((threads - 1))" "$sluice" profile --files "${globs[$k]}" \
-      --batch-size 256 --image-size 224 --mode train --threads "$threads" \
-      --batches "$batches" --json)
-    ips=$(printf '%s\n' "$out" | grep '^{' | tail -1 |
-      python3 -c 'import json, sys; print("%.0f" % json.load(sys.stdin)["images_per_sec"])')
+    ips=$(train_images_per_sec "$threads" "$batches" "${globs[$k]}")
     all[$k]="${all[$k]:-}${all[$k]:+ }$ips"
     if [ -z "${best[$k]:-}" ] || ((ips > best[$k])); then best[$k]=$ips; fi
   done

@@ -154,35 +154,55 @@ TEST_CASE("TarShardsShardedAcrossTwoRanksGiveEachSampleOnceInEqualShares") {
   }
 }
 
+// A whole epoch of "train" (`batches` batches) and, from a second stream, its first `head`.
+struct EpochAndHead {
+  Got all;
+  Got head;
+};
+
+EpochAndHead ReadEpochAndHead(Client& client, size_t batches, size_t head) {
+  EpochAndHead e;
+  {
+    auto whole = client.Stream(Request());
+    REQUIRE(whole.ok());
+    e.all = ReadAll(**whole);
+  }
+  REQUIRE(e.all.status.ok());
+  REQUIRE(e.all.metas.size() == batches);
+  {
+    auto first = client.Stream(Request());
+    REQUIRE(first.ok());
+    e.head = ReadAll(**first, head);
+  }
+  REQUIRE(e.head.status.ok());
+  REQUIRE(e.head.metas.size() == head);
+  return e;
+}
+
+// The head and then a stream resumed after it are exactly the whole epoch; returns the labels
+// of the two together.
+std::vector<int32_t> CheckHeadThenTailIsTheEpoch(const EpochAndHead& e, const Got& tail) {
+  REQUIRE(tail.status.ok());
+  std::vector<int32_t> labels = e.head.labels;
+  labels.insert(labels.end(), tail.labels.begin(), tail.labels.end());
+  CHECK(labels == e.all.labels);
+  CHECK(e.head.images + tail.images == e.all.images);
+  return labels;
+}
+
 TEST_CASE("AResumedStreamOverTarShardsDeliversExactlyTheRestOfTheEpoch") {
   TempDir dir;
   WriteShards(dir, {9, 7, 8});  // 24 samples: 6 batches of 4
   ServerProcess server({"--config", WriteConfig(dir)});
   REQUIRE(server.running());
   auto client = Connect(server.address());
-  auto whole = client->Stream(Request());
-  REQUIRE(whole.ok());
-  const Got all = ReadAll(**whole);
-  REQUIRE(all.status.ok());
-  REQUIRE(all.metas.size() == 6);
-  whole->reset();
   // Two batches, then a stream resumed from there: the rest of the same epoch, in the same order.
-  auto first = client->Stream(Request());
-  REQUIRE(first.ok());
-  const Got head = ReadAll(**first, 2);
-  REQUIRE(head.status.ok());
-  REQUIRE(head.metas.size() == 2);
-  first->reset();
-  auto rest = client->Stream(serve_testing::ResumeAfter(head));
+  const EpochAndHead e = ReadEpochAndHead(*client, 6, 2);
+  auto rest = client->Stream(serve_testing::ResumeAfter(e.head));
   REQUIRE(rest.ok());
   const Got tail = ReadAll(**rest);
   INFO(tail.status.ToString() << "\n" << server.output());
-  REQUIRE(tail.status.ok());
-  std::vector<int32_t> labels = head.labels;
-  labels.insert(labels.end(), tail.labels.begin(), tail.labels.end());
-  CHECK(labels == all.labels);
-  CHECK(head.images + tail.images == all.images);
-  CHECK(EachLabelOnce(labels, 24));
+  CHECK(EachLabelOnce(CheckHeadThenTailIsTheEpoch(e, tail), 24));
 }
 
 TEST_CASE("ImageKeyJpgServesTheTarsJpgMembers") {
@@ -271,9 +291,7 @@ void IndexShards(const TempDir& dir, int shards) {
   REQUIRE(indexed.exit_code == 0);
 }
 
-// A whole epoch, its first 8 batches, and a stream resumed after them; what the resumed stream
-// delivered and the bytes the server read meanwhile. The head is read once; `resume` runs each
-// resumed stream after `before()`.
+// A stream resumed after a head: what it delivered and the bytes the server read meanwhile.
 struct Resumed {
   Got tail;
   uint64_t read_chars = 0;
@@ -302,31 +320,15 @@ TEST_CASE("AResumedStreamOverIndexedTarShardsReadsOnlyTheHeadersOfTheSamplesItPa
   ServerProcess server({"--config", WriteConfig(dir)});
   REQUIRE(server.running());
   auto client = Connect(server.address());
-  auto whole = client->Stream(Request());
-  REQUIRE(whole.ok());
-  const Got all = ReadAll(**whole);
-  REQUIRE(all.status.ok());
-  REQUIRE(all.metas.size() == 12);
-  whole->reset();
-  auto first = client->Stream(Request());
-  REQUIRE(first.ok());
-  const Got head = ReadAll(**first, 8);
-  REQUIRE(head.metas.size() == 8);
-  first->reset();
+  const EpochAndHead e = ReadEpochAndHead(*client, 12, 8);
 
-  const Resumed indexed = ResumeAfterHead(server, *client, head);
+  const Resumed indexed = ResumeAfterHead(server, *client, e.head);
   for (int f = 0; f < 3; ++f) {
     std::filesystem::remove(IndexPathFor(dir.file("tar/shard-" + std::to_string(f) + ".tar")));
   }
-  const Resumed plain = ResumeAfterHead(server, *client, head);
+  const Resumed plain = ResumeAfterHead(server, *client, e.head);
   INFO(server.output());
-  for (const Resumed* r : {&indexed, &plain}) {
-    REQUIRE(r->tail.status.ok());
-    std::vector<int32_t> labels = head.labels;
-    labels.insert(labels.end(), r->tail.labels.begin(), r->tail.labels.end());
-    CHECK(labels == all.labels);
-    CHECK(head.images + r->tail.images == all.images);
-  }
+  for (const Resumed* r : {&indexed, &plain}) CheckHeadThenTailIsTheEpoch(e, r->tail);
   INFO("indexed " << indexed.read_chars << " bytes, plain " << plain.read_chars);
   CHECK(indexed.read_chars + 16 * kBin <= plain.read_chars);
   auto stats = client->GetStats("train");
@@ -345,22 +347,8 @@ TEST_CASE("AResumedStreamOverAStaleTarIndexFallsBackAndDeliversTheSameBatches") 
   ServerProcess server({"--config", WriteConfig(dir)});
   REQUIRE(server.running());
   auto client = Connect(server.address());
-  auto whole = client->Stream(Request());
-  REQUIRE(whole.ok());
-  const Got all = ReadAll(**whole);
-  REQUIRE(all.status.ok());
-  REQUIRE(all.metas.size() == 12);
-  whole->reset();
-  auto first = client->Stream(Request());
-  REQUIRE(first.ok());
-  const Got head = ReadAll(**first, 8);
-  first->reset();
-  const Resumed resumed = ResumeAfterHead(server, *client, head);
-  REQUIRE(resumed.tail.status.ok());
-  std::vector<int32_t> labels = head.labels;
-  labels.insert(labels.end(), resumed.tail.labels.begin(), resumed.tail.labels.end());
-  CHECK(labels == all.labels);
-  CHECK(head.images + resumed.tail.images == all.images);
+  const EpochAndHead e = ReadEpochAndHead(*client, 12, 8);
+  CheckHeadThenTailIsTheEpoch(e, ResumeAfterHead(server, *client, e.head).tail);
   auto stats = client->GetStats("train");
   REQUIRE(stats.ok());
   CHECK(stats->datasets(0).record_index_fallbacks() == 1);
@@ -382,23 +370,9 @@ TEST_CASE("ATFRecordIndexBesideATarShardIsNotUsed") {
   ServerProcess server({"--config", WriteConfig(dir)});
   REQUIRE(server.running());
   auto client = Connect(server.address());
-  auto whole = client->Stream(Request());
-  REQUIRE(whole.ok());
-  const Got all = ReadAll(**whole);
-  REQUIRE(all.status.ok());
-  REQUIRE(all.metas.size() == 12);
-  CHECK(EachLabelOnce(all.labels, 48));
-  whole->reset();
-  auto first = client->Stream(Request());
-  REQUIRE(first.ok());
-  const Got head = ReadAll(**first, 8);
-  first->reset();
-  const Resumed resumed = ResumeAfterHead(server, *client, head);
-  REQUIRE(resumed.tail.status.ok());
-  std::vector<int32_t> labels = head.labels;
-  labels.insert(labels.end(), resumed.tail.labels.begin(), resumed.tail.labels.end());
-  CHECK(labels == all.labels);
-  CHECK(head.images + resumed.tail.images == all.images);
+  const EpochAndHead e = ReadEpochAndHead(*client, 12, 8);
+  CHECK(EachLabelOnce(e.all.labels, 48));
+  CheckHeadThenTailIsTheEpoch(e, ResumeAfterHead(server, *client, e.head).tail);
   auto stats = client->GetStats("train");
   REQUIRE(stats.ok());
   CHECK(stats->datasets(0).record_index_fallbacks() == 0);

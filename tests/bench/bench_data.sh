@@ -18,3 +18,15 @@ train_images_per_sec() {
     grep '^{' | tail -1 |
     python3 -c 'import json, sys; print("%.0f" % json.load(sys.stdin)["images_per_sec"])'
 }
+#   parse_bench_args ARGS  --threads N, --batches N, --runs N into $threads, $batches, $runs
+#                         (the caller sets their defaults first)
+parse_bench_args() {
+  while (($#)); do
+    case "$1" in
+      --threads) threads=$2; shift 2 ;;
+      --batches) batches=$2; shift 2 ;;
+      --runs) runs=$2; shift 2 ;;
+      *) echo "usage: $0 [--threads N] [--batches N] [--runs N]" >&2; exit 2 ;;
+    esac
+  done
+}

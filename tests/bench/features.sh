@@ -9,16 +9,9 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 sluice=$root/build/bin/sluice
 data=/tmp/sluice-bench-data
 threads=2 batches=30 runs=3
-while (($#)); do
-  case "$1" in
-    --threads) threads=$2; shift 2 ;;
-    --batches) batches=$2; shift 2 ;;
-    --runs) runs=$2; shift 2 ;;
-    *) echo "usage: $0 [--threads N] [--batches N] [--runs N]" >&2; exit 2 ;;
-  esac
-done
 # shellcheck source=tests/bench/bench_data.sh
 source "$root/tests/bench/bench_data.sh"
+parse_bench_args "$@"
 make_bench_data "$data"
 cat "$data"/train-*-of-*.tfrecord >/dev/null
 with=$(mktemp)

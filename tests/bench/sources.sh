@@ -16,16 +16,9 @@ data=/tmp/sluice-bench-data
 tars=/tmp/sluice-bench-tar
 folder=/tmp/sluice-bench-folder
 threads=2 batches=30 runs=2
-while (($#)); do
-  case "$1" in
-    --threads) threads=$2; shift 2 ;;
-    --batches) batches=$2; shift 2 ;;
-    --runs) runs=$2; shift 2 ;;
-    *) echo "usage: $0 [--threads N] [--batches N] [--runs N]" >&2; exit 2 ;;
-  esac
-done
 # shellcheck source=tests/bench/bench_data.sh
 source "$root/tests/bench/bench_data.sh"
+parse_bench_args "$@"
 make_bench_data "$data"
 if [ ! -f "$tars/train-00015.tar" ]; then
   rm -rf "$folder"

@@ -88,6 +88,48 @@ class MemoryFile final : public SequentialFile {
   size_t pos_ = 0;
 };
 
+class RangesFile final : public SequentialFile {
+ public:
+  RangesFile(std::string path, UniqueFd fd, std::vector<FileRange> ranges)
+      : path_(std::move(path)), fd_(std::move(fd)), ranges_(std::move(ranges)) {}
+
+  Status Read(size_t n, char* scratch, size_t* bytes_read) override {
+    *bytes_read = 0;
+    while (n > 0 && next_ < ranges_.size()) {
+      const FileRange& range = ranges_[next_];
+      if (pos_ == range.length) {
+        ++next_;
+        pos_ = 0;
+        continue;
+      }
+      const size_t want = static_cast<size_t>(std::min<uint64_t>(n, range.length - pos_));
+      const uint64_t at = range.offset + pos_;
+      ssize_t r;
+      do {
+        r = ::pread(fd_.get(), scratch, want, static_cast<off_t>(at));
+      } while (r < 0 && errno == EINTR);
+      if (r < 0) return ErrnoStatus(errno, "read", path_ + ":" + std::to_string(at));
+      if (r == 0) {
+        next_ = ranges_.size();  // the file ends here, and with it every later range
+        break;
+      }
+      pos_ += static_cast<uint64_t>(r);
+      *bytes_read = static_cast<size_t>(r);
+      break;  // a short read is fine: callers loop
+    }
+    return Status::OK();
+  }
+
+  const std::string& name() const override { return path_; }
+
+ private:
+  std::string path_;
+  UniqueFd fd_;
+  std::vector<FileRange> ranges_;
+  size_t next_ = 0;   // the range being read
+  uint64_t pos_ = 0;  // bytes of it read
+};
+
 // Writes all of data, retrying on EINTR and short writes.
 Status WriteFully(int fd, const char* data, size_t n, const std::string& path) {
   while (n > 0) {
@@ -188,6 +230,18 @@ Result<std::unique_ptr<SequentialFile>> OpenSequentialFile(const std::string& pa
     return ErrnoStatus(errno, "seek", path);
   }
   return std::unique_ptr<SequentialFile>(new PosixSequentialFile(path, std::move(fd)));
+}
+
+Result<std::unique_ptr<SequentialFile>> OpenRangesFile(const std::string& path,
+                                                       std::vector<FileRange> ranges) {
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    if (ranges[i].offset < ranges[i - 1].offset + ranges[i - 1].length) {
+      return InvalidArgument(path + ": byte ranges to read overlap or go backwards at offset " +
+                             std::to_string(ranges[i].offset));
+    }
+  }
+  ASSIGN_OR_RETURN(UniqueFd fd, OpenForRead(path));
+  return std::unique_ptr<SequentialFile>(new RangesFile(path, std::move(fd), std::move(ranges)));
 }
 
 Result<UniqueFd> OpenForPositionalReads(const std::string& path) { return OpenForRead(path); }

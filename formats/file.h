@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "formats/status.h"
 
@@ -60,6 +61,19 @@ class SequentialFile {
 // `offset` on.
 Result<std::unique_ptr<SequentialFile>> OpenSequentialFile(const std::string& path,
                                                            uint64_t offset = 0);
+
+// A byte range of a file.
+struct FileRange {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+// Opens path to read only `ranges` (ascending, not overlapping), one after the other, as one
+// stream: the bytes between them are never read (a rank's own records of a shard whose index says
+// where they lie). Where the file ends inside a range the stream ends there. Errors name the path
+// and offset.
+Result<std::unique_ptr<SequentialFile>> OpenRangesFile(const std::string& path,
+                                                       std::vector<FileRange> ranges);
 
 // Reads the first n bytes of path, fewer when the file is shorter (a format's magic).
 Result<std::string> ReadFileHead(const std::string& path, size_t n);

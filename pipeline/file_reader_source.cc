@@ -26,6 +26,7 @@ FileReaderSource::FileReaderSource(const SourceContext& ctx, uint32_t file, bool
       file_(file),
       start_offset_(start.offset),
       next_record_(start.record),
+      clean_(start.clean),
       caching_(fill_cache && ctx.record_cache != nullptr) {}
 
 FileReaderSource::~FileReaderSource() {
@@ -124,16 +125,19 @@ void FileReaderSource::Keep(uint64_t record, uint64_t offset, const std::string&
   }
 }
 
+void KeepRefusedDecoded(const SourceContext& ctx, uint32_t file, const WorkItem& w) {
+  if (ctx.decoded_cache == nullptr) return;
+  CachedImage tombstone;
+  tombstone.error = w.status.message();
+  tombstone.code = w.status.code();
+  tombstone.refused = true;
+  tombstone.offset = w.offset;
+  tombstone.length = w.length;
+  ctx.decoded_cache->Insert(file, w.record, std::move(tombstone));
+}
+
 void FileReaderSource::KeepRefused(const WorkItem& w) {
-  if (ctx_.decoded_cache != nullptr) {
-    CachedImage tombstone;
-    tombstone.error = w.status.message();
-    tombstone.code = w.status.code();
-    tombstone.refused = true;
-    tombstone.offset = w.offset;
-    tombstone.length = w.length;
-    ctx_.decoded_cache->Insert(file_, w.record, std::move(tombstone));
-  }
+  KeepRefusedDecoded(ctx_, file_, w);
   if (!caching_) return;
   const auto bytes = static_cast<int64_t>(w.status.message().size());
   if (ctx_.record_cache->Reserve(bytes)) {

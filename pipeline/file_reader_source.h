@@ -11,15 +11,21 @@
 
 namespace sluice {
 
-// Where reading starts: byte offset of a frame and the record number it holds.
+// Where reading starts: byte offset of a frame and the record number it holds; clean: the records
+// before it (read some other way) were not damaged.
 struct FileStart {
   uint64_t offset = 0;
   uint64_t record = 0;
+  bool clean = true;
 };
 
 // The reader options a data set's file is read with (its keys, its image file's label, the
 // per-record limit); the stream's buffer, start and read-ahead are the caller's.
 RecordReaderOptions RecordReaderOptionsFor(const ResolvedOptions& options, uint32_t file);
+
+// A record refused for its size (w: the bad record with its status): a tombstone in the decoded
+// cache, if there is one, so it replays the refusal without reading the record again.
+void KeepRefusedDecoded(const SourceContext& ctx, uint32_t file, const WorkItem& w);
 
 class FileReaderSource final : public Source {
  public:

@@ -6,8 +6,84 @@
 
 #include "formats/file.h"
 #include "formats/tar_sample_reader.h"
+#include "formats/tfrecord_reader.h"
+#include "pipeline/read_ahead_file.h"
 
 namespace sluice {
+namespace {
+
+// The next n bytes of a stream others read on from: a record's range of the ranges stream.
+class RangeOfStream final : public SequentialFile {
+ public:
+  RangeOfStream(SequentialFile* base, uint64_t n) : base_(base), left_(n) {}
+
+  Status Read(size_t n, char* scratch, size_t* bytes_read) override {
+    *bytes_read = 0;
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(n, left_));
+    if (want == 0) return Status::OK();
+    RETURN_IF_ERROR(base_->Read(want, scratch, bytes_read));
+    left_ -= *bytes_read;
+    return Status::OK();
+  }
+
+  const std::string& name() const override { return base_->name(); }
+
+ private:
+  SequentialFile* const base_;
+  uint64_t left_;
+};
+
+uint64_t RecordEnd(const TFRecordReader& reader) { return reader.offset(); }
+uint64_t RecordEnd(const TarSampleReader& reader) { return reader.record_end(); }
+
+template <typename Reader>
+IndexedRead ReadOne(Reader* reader, SourceKind kind, const std::string& path, uint64_t offset,
+                    uint64_t length, std::string* record) {
+  IndexedRead r;
+  bool eof = false;
+  r.status = reader->ReadRecordInto(record, &eof);
+  r.final = !reader->can_continue();
+  r.offset = reader->record_offset();
+  r.length = reader->record_length();
+  const char* what = kind == SourceKind::kTar ? "sample" : "record";
+  if (r.status.ok() && eof) {
+    r.status = DataLoss("no " + std::string(what) + " at " + path + ":" + std::to_string(offset) +
+                        " (the file ends before the one its index promises there)");
+    r.offset = offset;
+    r.final = true;
+  } else if (!r.final && RecordEnd(*reader) != offset + length) {
+    // The file changed since its entry was checked (rewritten under the stream): nothing after
+    // it can be trusted either.
+    r.status = DataLoss(std::string(what) + " at " + path + ":" + std::to_string(r.offset) +
+                        " ends at " + std::to_string(RecordEnd(*reader)) + ", its index entry at " +
+                        std::to_string(offset + length));
+    r.final = true;
+  }
+  return r;
+}
+
+}  // namespace
+
+std::unique_ptr<SequentialFile> NewRangeOfStream(SequentialFile* base, uint64_t n) {
+  return std::make_unique<RangeOfStream>(base, n);
+}
+
+IndexedRead ReadIndexedRecord(SourceKind kind, const std::string& path,
+                              std::unique_ptr<SequentialFile> stream, RecordReaderOptions options,
+                              uint64_t offset, uint64_t length, std::string* record) {
+  options.stream.compression = Compression::kNone;
+  options.stream.start_offset = offset;
+  options.stream.wrap_stream = nullptr;
+  // Enough for the record in one read; more only for a record that is larger.
+  options.stream.buffer_bytes =
+      static_cast<size_t>(std::clamp<uint64_t>(length, kTarBlockBytes, kReadBufferBytes));
+  if (kind == SourceKind::kTar) {
+    TarSampleReader reader(std::move(stream), options);
+    return ReadOne(&reader, kind, path, offset, length, record);
+  }
+  TFRecordReader reader(std::move(stream), options.stream);
+  return ReadOne(&reader, kind, path, offset, length, record);
+}
 
 std::unique_ptr<RecordIndexSource> RecordIndexSource::Open(const SourceContext& ctx, uint32_t file,
                                                            const LazyWindow* window) {
@@ -68,10 +144,13 @@ Status RecordIndexSource::Check(size_t i) {
 bool RecordIndexSource::Read(WorkItem* w) {
   if (rest_) return rest_->Read(w);
   if (done_) return false;
-  if (window_->open()) {
+  const bool lazy = window_->open();
+  if (lazy || ctx_.shard.count > 1) {
     while (index_pos_ < index_.size()) {
       const IndexEntry& e = index_[index_pos_];
-      // Records of other shards are numbered by their entries too: each one is checked.
+      // Records of other shards are numbered by their entries too: each one is checked, so every
+      // rank falls back at the same entry of a lying index and they still share the records out
+      // exactly once.
       Status s = Check(index_pos_);
       if (!s.ok()) {
         ctx_.stats->index_fallbacks.fetch_add(1, std::memory_order_relaxed);
@@ -87,6 +166,7 @@ bool RecordIndexSource::Read(WorkItem* w) {
       const uint64_t record = next_record_++;
       if (!ctx_.shard.Mine(record)) continue;
       w->record = record;
+      if (!lazy) return ReadOwn(w, e);
       if (tar_checker_) {
         // Where and how long the reading path would have it: from the sample's first header.
         w->offset = tar_checker_->record_offset();
@@ -106,10 +186,63 @@ bool RecordIndexSource::Read(WorkItem* w) {
   // tar index is only known to describe the shard up to its last sample, and what follows (the
   // end of the archive, or samples the index does not list) is read as the file's reader reads it.
   if (index_pos_ >= index_.size() && !tar_checker_) {
-    Finish();
+    Finish(clean_);
     return false;
   }
   return ReadRest(w);
+}
+
+bool RecordIndexSource::ReadOwn(WorkItem* w, const IndexEntry& e) {
+  const std::string& path = ctx_.options->files[file_];
+  const SourceKind kind = ctx_.options->kinds[file_];
+  if (!ranges_) {
+    // This rank's entries from here on (entry i is record i): the only bytes of the file it
+    // reads from now.
+    std::vector<FileRange> ranges;
+    for (size_t i = index_pos_ - 1; i < index_.size(); ++i) {
+      if (ctx_.shard.Mine(i)) ranges.push_back({index_[i].offset, index_[i].length});
+    }
+    Result<std::unique_ptr<SequentialFile>> file = OpenRangesFile(path, std::move(ranges));
+    if (!file.ok()) {
+      w->kind = WorkKind::kBadRecord;
+      w->status = file.status();
+      w->offset = e.offset;
+      w->length = 0;
+      Finish(/*clean=*/false);
+      return true;
+    }
+    ranges_ = std::move(*file);
+    if (ctx_.io_pool != nullptr) {
+      ReadAheadOptions ra;
+      ra.memory = &ctx_.stats->pool(Pool::kReadBuffers);
+      ranges_ = NewReadAheadFile(std::move(ranges_), ctx_.io_pool, ra);
+    }
+    ctx_.stats->pool(Pool::kReadBuffers).Add(kReadBufferBytes);
+  }
+  RecordReaderOptions options = RecordReaderOptionsFor(*ctx_.options, file_);
+  const IndexedRead r = ReadIndexedRecord(kind, path, NewRangeOfStream(ranges_.get(), e.length),
+                                          options, e.offset, e.length, &w->owned);
+  if (r.status.ok()) {
+    w->offset = r.offset;
+    w->length = w->owned.size();
+    w->bytes = w->owned;
+    ctx_.CountRead();
+    ctx_.stats->stage(Stage::kRead).bytes.fetch_add(w->owned.size(), std::memory_order_relaxed);
+    return true;
+  }
+  // As FileReaderSource reports it: a record over the per-record limit is refused the same way
+  // every time (the file stays clean, the decoded cache replays the refusal); any other error is
+  // the record's, and one the reader cannot step past ends the file.
+  const bool refused = r.status.code() == StatusCode::kResourceExhausted && !r.final;
+  if (!refused) clean_ = false;
+  std::string().swap(w->owned);
+  w->kind = WorkKind::kBadRecord;
+  w->status = r.status;
+  w->offset = r.offset;
+  w->length = r.length;
+  if (refused) KeepRefusedDecoded(ctx_, file_, *w);
+  if (r.final) Finish(/*clean=*/false);
+  return true;
 }
 
 bool RecordIndexSource::ReadRest(WorkItem* w) {
@@ -117,18 +250,27 @@ bool RecordIndexSource::ReadRest(WorkItem* w) {
                          : index_.empty()           ? 0
                                                     : index_.back().offset + index_.back().length;
   rest_ = std::make_unique<FileReaderSource>(ctx_, file_, /*fill_cache=*/false,
-                                             FileStart{start, next_record_});
-  std::vector<IndexEntry>().swap(index_);
-  std::vector<TarIndexSample>().swap(samples_);
-  // The checkers' descriptors and buffers are not needed past the window either.
-  tar_checker_.reset();
-  frame_checker_.reset();
+                                             FileStart{start, next_record_, clean_});
+  Release();
   return rest_->Read(w);
 }
 
-void RecordIndexSource::Finish() {
+void RecordIndexSource::Release() {
+  if (ranges_) {
+    ranges_.reset();
+    ctx_.stats->pool(Pool::kReadBuffers).Remove(kReadBufferBytes);
+  }
+  // The index, the checkers' descriptors and buffers are not needed past here either.
+  std::vector<IndexEntry>().swap(index_);
+  std::vector<TarIndexSample>().swap(samples_);
+  tar_checker_.reset();
+  frame_checker_.reset();
+}
+
+void RecordIndexSource::Finish(bool clean) {
   done_ = true;
-  ctx_.FileReadCleanly(file_, next_record_);
+  Release();
+  if (clean) ctx_.FileReadCleanly(file_, next_record_);
 }
 
 namespace {
@@ -152,29 +294,14 @@ void MaterializeLazyRecord(const std::string& path, uint64_t max_held_record_byt
   const uint64_t length = w->lazy_length;
   w->lazy_length = 0;
   StageTimer timer(stats->stage(Stage::kRead));
-  // The frame, read from its offset as the file's reader would (both CRCs checked, a record over
-  // the limit refused from its length field), into the item: held once.
-  TFRecordReaderOptions ro;
-  ro.compression = Compression::kNone;
-  ro.start_offset = w->offset;
-  ro.buffer_bytes = std::min<uint64_t>(length, kReadBufferBytes);
-  ro.max_held_record_bytes = max_held_record_bytes;
-  Result<std::unique_ptr<TFRecordReader>> reader = TFRecordReader::Open(path, ro);
-  Status s = reader.status();
-  if (s.ok()) {
-    bool eof = false;
-    s = (*reader)->ReadRecordInto(&w->owned, &eof);
-    if (s.ok() && eof) {
-      s = DataLoss("truncated record at " + path + ":" + std::to_string(w->offset) +
-                   " (the record index promises a frame there)");
-    } else if (s.ok() && (*reader)->offset() != w->offset + length) {
-      // The frame changed since its entry was checked (a file rewritten under the stream).
-      s = DataLoss("record at " + path + ":" + std::to_string(w->offset) + " is " +
-                   std::to_string((*reader)->offset() - w->offset) + " bytes, its index entry " +
-                   std::to_string(length));
-    }
-  }
-  FinishMaterializing(s, stats, w);
+  RecordReaderOptions options;
+  options.stream.max_held_record_bytes = max_held_record_bytes;
+  Result<std::unique_ptr<SequentialFile>> file = OpenSequentialFile(path, w->offset);
+  if (!file.ok()) return FinishMaterializing(file.status(), stats, w);
+  FinishMaterializing(ReadIndexedRecord(SourceKind::kTFRecord, path, std::move(*file), options,
+                                        w->offset, length, &w->owned)
+                          .status,
+                      stats, w);
 }
 
 void MaterializeLazySample(const std::string& path, const RecordReaderOptions& options,
@@ -182,31 +309,12 @@ void MaterializeLazySample(const std::string& path, const RecordReaderOptions& o
   const uint64_t length = w->lazy_length;
   w->lazy_length = 0;
   StageTimer timer(stats->stage(Stage::kRead));
-  // The sample, read from its first header as the file's reader would (every header checked, a
-  // sample over max_held_record_bytes refused), into the item: held once.
-  RecordReaderOptions ro = options;
-  ro.stream.compression = Compression::kNone;
-  ro.stream.start_offset = w->offset;
-  ro.stream.buffer_bytes =
-      static_cast<size_t>(std::clamp<uint64_t>(length, kTarBlockBytes, kReadBufferBytes));
-  ro.stream.wrap_stream = nullptr;
-  Result<std::unique_ptr<TarSampleReader>> reader = TarSampleReader::Open(path, ro);
-  Status s = reader.status();
-  if (s.ok()) {
-    bool eof = false;
-    s = (*reader)->ReadRecordInto(&w->owned, &eof);
-    const uint64_t end = (*reader)->record_end();
-    if (s.ok() && eof) {
-      s = DataLoss("no sample at " + path + ":" + std::to_string(w->offset) +
-                   " (the tar index promises one there)");
-    } else if ((s.ok() || (*reader)->can_continue()) && end != w->offset + length) {
-      // The sample changed since its entry was checked (a file rewritten under the stream).
-      s = DataLoss("sample at " + path + ":" + std::to_string(w->offset) + " ends at " +
-                   std::to_string(end) + ", its index entry at " +
-                   std::to_string(w->offset + length));
-    }
-  }
-  FinishMaterializing(s, stats, w);
+  Result<std::unique_ptr<SequentialFile>> file = OpenSequentialFile(path, w->offset);
+  if (!file.ok()) return FinishMaterializing(file.status(), stats, w);
+  FinishMaterializing(ReadIndexedRecord(SourceKind::kTar, path, std::move(*file), options,
+                                        w->offset, length, &w->owned)
+                          .status,
+                      stats, w);
 }
 
 }  // namespace sluice

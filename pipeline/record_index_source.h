@@ -1,8 +1,13 @@
-// A resumed stream's lazy start: while the stream is still passing over records it will not use,
-// the file's index (`.idx`: a TFRecord's record index, a tar shard's sample index) stands in for
-// reading it, and records come out as lazy items (WorkItem::lazy_length) that cost no payload I/O
-// (checking them reads a TFRecord's frame headers, a tar's member headers). Once the stream has
-// caught up, the rest of the file is read from the next record on, as FileReaderSource would.
+// A file's index (`.idx`: a TFRecord's record index, a tar shard's sample index) standing in for
+// reading the file, in two cases:
+//  - a resumed stream's lazy start: while the stream is still passing over records it will not
+//    use, records come out as lazy items (WorkItem::lazy_length) that cost no payload I/O
+//    (checking them reads a TFRecord's frame headers, a tar's member headers);
+//  - a file shared by ranks (RecordShard count > 1): the other ranks' records are checked the
+//    same way and passed over, and this rank's are read through a read-ahead of only their byte
+//    ranges (OpenRangesFile), so no rank reads the others' payloads.
+// Otherwise (one rank, after the lazy start) the rest of the file is read from the next record on,
+// as FileReaderSource would.
 #pragma once
 
 #include <cstdint>
@@ -35,8 +40,17 @@ class RecordIndexSource final : public Source {
   // match the file (IndexedFrameChecker, TarIndexChecker) is logged with the index path and line,
   // counted (PipelineStats::index_fallbacks), and the file is read from that entry's offset on.
   // After a tar index's last entry the rest of the shard is read (samples it does not list).
+  // A record of this rank read through the index is what FileReaderSource would make of it (the
+  // same checks, errors and refusals, both naming file:offset); an error the file's reader could
+  // not step past ends the file, as it would there.
   static std::unique_ptr<RecordIndexSource> Open(const SourceContext& ctx, uint32_t file,
                                                  const LazyWindow* window);
+
+  // Gives back ranges_'s accounting when the file is not read to its end.
+  ~RecordIndexSource() override { Release(); }
+
+  RecordIndexSource(const RecordIndexSource&) = delete;
+  RecordIndexSource& operator=(const RecordIndexSource&) = delete;
 
   bool Read(WorkItem* w) override;
 
@@ -46,7 +60,13 @@ class RecordIndexSource final : public Source {
       : ctx_(ctx), file_(file), window_(window), index_(std::move(index)) {}
   // Checks entry i against the file, with the kind's checker.
   Status Check(size_t i);
-  void Finish();
+  // Reads this rank's record at entry index_pos_ - 1 (record w->record) from ranges_, opened at
+  // the first such entry.
+  bool ReadOwn(WorkItem* w, const IndexEntry& e);
+  // Ends the file: done_, and what it holds let go; clean: it read cleanly to its end.
+  void Finish(bool clean);
+  // Lets go of the index, the checkers and ranges_ (and its accounting).
+  void Release();
   // Reads the file from entry index_pos_ (or the end of the last entry) on, record next_record_,
   // as FileReaderSource would.
   bool ReadRest(WorkItem* w);
@@ -67,8 +87,33 @@ class RecordIndexSource final : public Source {
   size_t index_pos_ = 0;
   uint64_t next_record_ = 0;
   bool done_ = false;
+  bool clean_ = true;  // no record of this rank was damaged
+  // Only this rank's records' bytes, read ahead (when there is an IoPool), from the first one read
+  // after the lazy start; its reader's buffer is accounted while it is open.
+  std::unique_ptr<SequentialFile> ranges_;
   std::unique_ptr<FileReaderSource> rest_;  // the file after the window closed
 };
+
+// What reading one record through its index entry came to.
+struct IndexedRead {
+  Status status;
+  uint64_t offset = 0;  // the record's first byte (a tar sample's first header), as read
+  uint64_t length = 0;  // its data length as the file declares it (the reader's record_length)
+  bool final = false;   // nothing after it can be trusted (the reader could not step past)
+};
+
+// Reads the record (a TFRecord frame, or a tar sample with whatever precedes its first header)
+// that an index entry places at [offset, offset + length) of path into *record, from `stream`
+// (the file's bytes from offset on), as the file's reader would: the same checks, errors naming
+// path:offset, and a record over options' max_held_record_bytes refused without holding it. A
+// record that does not end where the entry does (the file changed since the entry was checked)
+// is DataLoss, final.
+IndexedRead ReadIndexedRecord(SourceKind kind, const std::string& path,
+                              std::unique_ptr<SequentialFile> stream, RecordReaderOptions options,
+                              uint64_t offset, uint64_t length, std::string* record);
+// The next n bytes of `base` as a stream of their own (read by ReadIndexedRecord); base outlives
+// it.
+std::unique_ptr<SequentialFile> NewRangeOfStream(SequentialFile* base, uint64_t n);
 
 // Reads a lazy item's record from `path`: afterwards w is what reading the file would have made
 // of it (kRecord with bytes, or kBadRecord naming file and offset, also for a record over

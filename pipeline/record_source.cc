@@ -48,7 +48,9 @@ RecordSource::Slot RecordSource::Open(uint32_t file) const {
 }
 
 std::unique_ptr<Source> RecordSource::OpenFromDisk(uint32_t file) const {
-  if (lazy_.open() && ctx_.record_cache == nullptr) {
+  // The index stands in for reading what this stream will not use: the records a resumed stream
+  // passes over, and the other ranks' records of a file the ranks share.
+  if ((lazy_.open() || plan_.records.count > 1) && ctx_.record_cache == nullptr) {
     if (auto index = RecordIndexSource::Open(ctx_, file, &lazy_)) return index;
   }
   return std::make_unique<FileReaderSource>(ctx_, file, /*fill_cache=*/false);

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "formats/tar_index.h"
+#include "formats/tfrecord_writer.h"
+#include "pipeline/io_pool.h"
 #include "pipeline/cache_sources.h"
 #include "pipeline/file_reader_source.h"
 #include "pipeline/record_index_source.h"
@@ -272,16 +274,17 @@ TEST_CASE("AnIndexOfAnotherVersionOfTheFileIsNotUsed") {
   CHECK(RecordIndexSource::Open(ctx, 0, &window) == nullptr);
 }
 
-// dir/shard.tar, written by GNU tar: n samples <key>.jpg (i + 1 KiB of bytes, so every sample is
+// dir/shard.tar, written by GNU tar: n samples <key>.jpg (i + image_bytes bytes, so every sample is
 // a different size) and <key>.cls; grow_sample's image 700 bytes larger.
-std::string WriteTarShard(const TempDir& dir, int n, int grow_sample = -1) {
+std::string WriteTarShard(const TempDir& dir, int n, int grow_sample = -1,
+                          size_t image_bytes = 1024) {
   std::filesystem::remove_all(dir.file("src"));
   std::filesystem::create_directories(dir.file("src"));
   std::string members;
   for (int i = 0; i < n; ++i) {
     const std::string key = "s" + std::to_string(100 + i);
     testing::WriteAll(dir.file("src/" + key + ".jpg"),
-                      std::string(1024 + i + (i == grow_sample ? 700 : 0), static_cast<char>(i)));
+                      std::string(image_bytes + i + (i == grow_sample ? 700 : 0), static_cast<char>(i)));
     testing::WriteAll(dir.file("src/" + key + ".cls"), std::to_string(i));
     members += " " + key + ".jpg " + key + ".cls";
   }
@@ -418,6 +421,188 @@ TEST_CASE("SamplesAfterTheLastEntryOfATarIndexAreReadNotLost") {
     CHECK(ReadThroughIndex(ctx, materializer, window, &lazy) == want);
     CHECK(lazy == std::min<size_t>(window, 9));
   }
+}
+
+// Bytes this process has had from read(2) and pread(2) so far (/proc/self/io rchar), page cache
+// hits included: what reading cost, whichever thread read.
+uint64_t BytesReadSoFar() {
+  const std::string io = testing::ReadAll("/proc/self/io");
+  const size_t at = io.find("rchar: ");
+  REQUIRE(at != std::string::npos);
+  return std::stoull(io.substr(at + 7));
+}
+
+// What a source gives for the file, and what reading it cost.
+std::vector<Given> ReadGivenCounting(Source& source, uint64_t* bytes_read) {
+  const uint64_t before = BytesReadSoFar();
+  std::vector<Given> given = ReadGiven(source);
+  *bytes_read = BytesReadSoFar() - before;
+  return given;
+}
+
+// Three ranks share one indexed tar shard: each reads the others' samples' headers only (to
+// number the samples as they do) and only its own samples' bytes, read ahead on the pool or not,
+// and gets item for item what reading the whole file gives it. Reading the file with read-ahead
+// reads every payload.
+TEST_CASE("RanksSharingAnIndexedTarShardReadOnlyTheirOwnSamples") {
+  TempDir dir;
+  const std::string tar = WriteTarShard(dir, 24, -1, 64 << 10);
+  auto built = BuildTarIndex(tar);
+  REQUIRE(built.ok());
+  REQUIRE(WriteTarIndex(IndexPathFor(tar), *built).ok());
+  auto size = GetFileSize(tar);
+  REQUIRE(size.ok());
+  const ResolvedOptions options = TarOptions(dir);
+  IoPool pool(2);
+  for (IoPool* io : {static_cast<IoPool*>(nullptr), &pool}) {
+    for (int rank = 0; rank < 3; ++rank) {
+      INFO("rank " << rank << (io ? " read ahead" : ""));
+      PipelineStats stats;
+      SourceContext ctx{&options, &stats, io, nullptr, nullptr, RecordShard{rank, 3}};
+      FileReaderSource reader(ctx, 0, /*fill_cache=*/false);
+      uint64_t whole = 0;
+      const std::vector<Given> want = ReadGivenCounting(reader, &whole);
+      REQUIRE(want.size() == 8);
+      if (io != nullptr) CHECK(whole >= *size);
+      const LazyWindow closed;
+      auto index = RecordIndexSource::Open(ctx, 0, &closed);
+      REQUIRE(index != nullptr);
+      uint64_t own = 0;
+      CHECK(ReadGivenCounting(*index, &own) == want);
+      // A third of the payloads, the headers, the index and the end of the archive.
+      CHECK(own < *size / 2);
+      CHECK(stats.index_fallbacks == 0);
+      CHECK(stats.pool(Pool::kReadBuffers).bytes == 0);
+    }
+  }
+}
+
+// The same for a TFRecord file with its index: the other ranks' frames are checked from their
+// headers, their data not read.
+TEST_CASE("RanksSharingAnIndexedTFRecordFileReadOnlyTheirOwnRecords") {
+  TempDir dir;
+  const std::string path = dir.file("shard-0.tfrecord");
+  {
+    auto writer = TFRecordWriter::Create(path);
+    REQUIRE(writer.ok());
+    for (int i = 0; i < 24; ++i) {
+      REQUIRE((*writer)->Write(std::string((100 << 10) + i, static_cast<char>('a' + i))).ok());
+    }
+    REQUIRE(WriteRecordIndex(IndexPathFor(path), (*writer)->index()).ok());
+    REQUIRE((*writer)->Close().ok());
+  }
+  auto size = GetFileSize(path);
+  REQUIRE(size.ok());
+  const ResolvedOptions options = Resolved(dir);
+  IoPool pool(2);
+  for (int rank = 0; rank < 3; ++rank) {
+    INFO("rank " << rank);
+    PipelineStats stats;
+    SourceContext ctx{&options, &stats, &pool, nullptr, nullptr, RecordShard{rank, 3}};
+    FileReaderSource reader(ctx, 0, /*fill_cache=*/false);
+    uint64_t whole = 0;
+    const std::vector<Given> want = ReadGivenCounting(reader, &whole);
+    REQUIRE(want.size() == 8);
+    CHECK(whole >= *size);
+    const LazyWindow closed;
+    auto index = RecordIndexSource::Open(ctx, 0, &closed);
+    REQUIRE(index != nullptr);
+    uint64_t own = 0;
+    CHECK(ReadGivenCounting(*index, &own) == want);
+    CHECK(own < *size / 2);
+    CHECK(stats.pool(Pool::kReadBuffers).bytes == 0);
+  }
+}
+
+// A record of this rank damaged after the index was written (its data, not its frame header) is
+// the same bad record the file's reader reports, and the records after it still come; the other
+// ranks never read it.
+TEST_CASE("ADamagedRecordReadThroughTheIndexIsTheBadRecordTheReaderReports") {
+  TempDir dir;
+  const std::string path = dir.file("shard-0.tfrecord");
+  std::vector<IndexEntry> entries;
+  {
+    auto writer = TFRecordWriter::Create(path);
+    REQUIRE(writer.ok());
+    for (int i = 0; i < 12; ++i) REQUIRE((*writer)->Write(std::string(3000 + i, 'r')).ok());
+    entries = (*writer)->index();
+    REQUIRE(WriteRecordIndex(IndexPathFor(path), entries).ok());
+    REQUIRE((*writer)->Close().ok());
+  }
+  std::string bytes = testing::ReadAll(path);
+  bytes[entries[4].offset + kTFRecordHeaderBytes + 10] ^= 0x40;
+  testing::WriteAll(path, bytes);
+  const ResolvedOptions options = Resolved(dir);
+  IoPool pool(1);
+  for (int rank = 0; rank < 3; ++rank) {
+    INFO("rank " << rank);
+    PipelineStats stats;
+    SourceContext ctx{&options, &stats, &pool, nullptr, nullptr, RecordShard{rank, 3}};
+    FileReaderSource reader(ctx, 0, /*fill_cache=*/false);
+    const std::vector<Given> want = ReadGiven(reader);
+    REQUIRE(want.size() == 4);
+    const LazyWindow closed;
+    auto index = RecordIndexSource::Open(ctx, 0, &closed);
+    REQUIRE(index != nullptr);
+    const std::vector<Given> got = ReadGiven(*index);
+    CHECK(got == want);
+    if (rank == 1) {
+      REQUIRE(got[1].kind == WorkKind::kBadRecord);
+      CHECK_THAT(got[1].message, Catch::Contains("data checksum mismatch"));
+      CHECK(got[1].offset == entries[4].offset);
+    }
+  }
+}
+
+// A shard rewritten under its index: every rank finds the same first sample that differs, falls
+// back to reading the file from there, and the ranks still share the samples out exactly as
+// reading the file does.
+TEST_CASE("RanksSharingAStaleTarIndexAllFallBackAtTheSameSample") {
+  TempDir dir;
+  const std::string tar = WriteTarShard(dir, 12);
+  auto built = BuildTarIndex(tar);
+  REQUIRE(built.ok());
+  REQUIRE(WriteTarIndex(IndexPathFor(tar), *built).ok());
+  WriteTarShard(dir, 12, /*grow_sample=*/4);
+  const ResolvedOptions options = TarOptions(dir);
+  IoPool pool(1);
+  for (int rank = 0; rank < 3; ++rank) {
+    INFO("rank " << rank);
+    PipelineStats stats;
+    SourceContext ctx{&options, &stats, &pool, nullptr, nullptr, RecordShard{rank, 3}};
+    FileReaderSource reader(ctx, 0, /*fill_cache=*/false);
+    const std::vector<Given> want = ReadGiven(reader);
+    REQUIRE(want.size() == 4);
+    const LazyWindow closed;
+    auto index = RecordIndexSource::Open(ctx, 0, &closed);
+    REQUIRE(index != nullptr);
+    CHECK(ReadGiven(*index) == want);
+    CHECK(stats.index_fallbacks == 1);
+    CHECK(stats.pool(Pool::kReadBuffers).bytes == 0);
+  }
+}
+
+// A rank's source left before the end of its file gives back its ranges' read-ahead and buffer.
+TEST_CASE("ARankLeavingAnIndexedShardEarlyGivesBackItsReadBuffers") {
+  TempDir dir;
+  const std::string tar = WriteTarShard(dir, 12);
+  auto built = BuildTarIndex(tar);
+  REQUIRE(built.ok());
+  REQUIRE(WriteTarIndex(IndexPathFor(tar), *built).ok());
+  const ResolvedOptions options = TarOptions(dir);
+  IoPool pool(1);
+  PipelineStats stats;
+  SourceContext ctx{&options, &stats, &pool, nullptr, nullptr, RecordShard{0, 2}};
+  {
+    const LazyWindow closed;
+    auto index = RecordIndexSource::Open(ctx, 0, &closed);
+    REQUIRE(index != nullptr);
+    WorkItem w;
+    REQUIRE(index->Read(&w));
+    REQUIRE(w.kind == WorkKind::kRecord);
+    CHECK(stats.pool(Pool::kReadBuffers).bytes > 0);
+  }
+  CHECK(stats.pool(Pool::kReadBuffers).bytes == 0);
 }
 
 size_t OpenDescriptors() {

@@ -3,7 +3,8 @@
 // TFRecord shards; sharded across ranks and resumed mid-epoch with each sample once; the image key
 // set to the members' extension; a shard cut between members served as far as it goes, warned of
 // once; a resumed stream over indexed shards reading only the headers of the samples it passes
-// over, a stale index falling back to reading, a TFRecord index beside a tar not used.
+// over, ranks sharing an indexed shard reading only their own samples, a stale index falling back
+// to reading, a TFRecord index beside a tar not used.
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -331,6 +332,47 @@ TEST_CASE("AResumedStreamOverIndexedTarShardsReadsOnlyTheHeadersOfTheSamplesItPa
   for (const Resumed* r : {&indexed, &plain}) CheckHeadThenTailIsTheEpoch(e, r->tail);
   INFO("indexed " << indexed.read_chars << " bytes, plain " << plain.read_chars);
   CHECK(indexed.read_chars + 16 * kBin <= plain.read_chars);
+  auto stats = client->GetStats("train");
+  REQUIRE(stats.ok());
+  CHECK(stats->datasets(0).record_index_fallbacks() == 0);
+}
+
+// Three ranks sharing one indexed tar shard (fewer files than ranks: every third sample is a
+// rank's), each sample with a 256 KiB member besides its image: together they deliver each sample
+// once, and the server reads the shard about once for all three, not once for each: at least
+// 24 x 256 KiB less than the same three streams over the shard without its index.
+TEST_CASE("RanksSharingOneIndexedTarShardReadOnlyTheirOwnSamples") {
+  TempDir dir;
+  constexpr size_t kBin = 256 << 10;
+  WriteShards(dir, {24}, kBin);
+  IndexShards(dir, 1);
+  ServerProcess server({"--config", WriteConfig(dir)});
+  REQUIRE(server.running());
+  auto client = Connect(server.address());
+  auto read_ranks = [&] {
+    const uint64_t before = ReadChars(server.pid());
+    std::vector<int32_t> labels;
+    for (int rank = 0; rank < 3; ++rank) {
+      v1::StreamRequest r = Request();
+      r.mutable_shard()->set_index(rank);
+      r.mutable_shard()->set_count(3);
+      r.set_equal_shares(v1::EQUAL_SHARES_OFF);
+      auto s = client->Stream(r);
+      REQUIRE(s.ok());
+      const Got got = ReadAll(**s);
+      REQUIRE(got.status.ok());
+      CHECK(got.labels.size() == 8);
+      labels.insert(labels.end(), got.labels.begin(), got.labels.end());
+    }
+    CHECK(EachLabelOnce(labels, 24));
+    return ReadChars(server.pid()) - before;
+  };
+  const uint64_t indexed = read_ranks();
+  std::filesystem::remove(IndexPathFor(dir.file("tar/shard-0.tar")));
+  const uint64_t plain = read_ranks();
+  INFO(server.output());
+  INFO("indexed " << indexed << " bytes, plain " << plain);
+  CHECK(indexed + 24 * kBin <= plain);
   auto stats = client->GetStats("train");
   REQUIRE(stats.ok());
   CHECK(stats->datasets(0).record_index_fallbacks() == 0);

@@ -103,6 +103,7 @@ Result<std::shared_ptr<Job>> JobRegistry::StartJob(const std::string& name,
         // dataset's counters, neither missing nor counted twice.
         c.skipped.fetch_add(last.skipped);
         c.index_fallbacks.fetch_add(last.index_fallbacks);
+        c.boxes_dropped.fetch_add(last.boxes_dropped);
         std::erase(live_, gone);
         reserved_ -= budget;
       });
@@ -345,19 +346,23 @@ void JobRegistry::FillStats(const std::string& dataset, v1::Stats* out) const {
   // the reaper, never on a gRPC thread.
   std::lock_guard<std::mutex> lock(mu_);
   for (v1::DatasetStats& d : *out->mutable_datasets()) {
-    // Every record the pipelines skipped and every index fallback: finished jobs' (added as
-    // each is destroyed, under mu_) and running ones', whether or not a client heard of them.
+    // Every record the pipelines skipped, every index fallback and every box dropped: finished
+    // jobs' (added as each is destroyed, under mu_) and running ones', whether or not a client
+    // heard of them.
     const DatasetCounters& c = *counters_.at(d.name());
     uint64_t skipped = c.skipped.load();
     uint64_t fallbacks = c.index_fallbacks.load();
+    uint64_t boxes_dropped = c.boxes_dropped.load();
     for (const Job* j : live_) {
       if (j->dataset() != d.name()) continue;
       const StatsSnapshot s = j->Stats();
       skipped += s.skipped;
       fallbacks += s.index_fallbacks;
+      boxes_dropped += s.boxes_dropped;
     }
     d.set_skipped_records(skipped);
     d.set_record_index_fallbacks(fallbacks);
+    d.set_boxes_dropped(boxes_dropped);
   }
   out->set_memory_reserved_bytes(reserved_);
   for (const auto& [key, e] : jobs_) {

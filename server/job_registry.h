@@ -30,6 +30,7 @@ struct DatasetCounters {
   // not a batch or a trailer told a client of them; under JobRegistry's mutex.
   std::atomic<uint64_t> skipped{0};
   std::atomic<uint64_t> index_fallbacks{0};  // the same for record index fallbacks
+  std::atomic<uint64_t> boxes_dropped{0};    // and for boxes the transforms dropped
   std::atomic<uint64_t> streams_started{0};
   std::atomic<int> active_streams{0};
 };

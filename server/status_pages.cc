@@ -83,6 +83,11 @@ void WriteDatasetMetrics(const v1::Stats& stats, const std::map<std::string, dou
        "Record indexes of finished jobs found not to match their file (the file was read).",
        MetricType::kCounter,
        [](const v1::DatasetStats& d) { return static_cast<double>(d.record_index_fallbacks()); }},
+      {"sluice_boxes_dropped_total",
+       "Boxes the transforms dropped (BoxOptions min_overlap or min_size, or nothing of the box "
+       "left in the crop).",
+       MetricType::kCounter,
+       [](const v1::DatasetStats& d) { return static_cast<double>(d.boxes_dropped()); }},
       {"sluice_streams_started_total", "StreamBatches calls accepted.", MetricType::kCounter,
        [](const v1::DatasetStats& d) { return static_cast<double>(d.streams_started()); }},
       {"sluice_active_streams", "Streams open now.", MetricType::kGauge,

@@ -3,10 +3,11 @@
 // the label histogram and JPEG and PNG sizes (from headers only). Image files (given as files,
 // labelled by folder as the pipeline labels them, or by --file-list) are one record each: their
 // classes with their counts, and the paths of files that are neither JPEG nor PNG. WebDataset tar
-// shards are read sample by sample, every header checksum verified. A quoted pattern is expanded as
-// the pipeline expands it. Exit status 1 when anything is corrupt or not an image, or a tar shard
-// lacks its end-of-archive marker (it may be cut short) or has an index (`.idx`) that is not its
-// own (stale, or not a tar index).
+// shards are read sample by sample, every header checksum verified. --unlabeled reads the files as
+// the pipeline reads an unlabeled dataset's (no label; a --file-list of bare paths). A quoted
+// pattern is expanded as the pipeline expands it. Exit status 1 when anything is corrupt or not an
+// image, or a tar shard lacks its end-of-archive marker (it may be cut short) or has an index
+// (`.idx`) that is not its own (stale, or not a tar index).
 #include <fmt/format.h>
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/global_control.h>
@@ -54,6 +55,9 @@ struct InspectOptions {
   bool json = false;
   std::string image_key{kImageEncodedKey};
   std::string label_key{kImageLabelKey};
+  // As PipelineOptions.unlabeled: no label is read (a tar sample's cls is an ordinary member,
+  // image files get no class from their folder) and --file-list lines are bare paths.
+  bool unlabeled = false;
   std::string compression = "auto";
   int threads = 0;
 };
@@ -129,7 +133,7 @@ void ScanRecord(std::string_view record, uint64_t offset, const InspectOptions& 
     if (key == opt.image_key) {
       image = v;
       have_image = true;
-    } else if (key == opt.label_key) {
+    } else if (!opt.unlabeled && key == opt.label_key) {
       label = v;
       have_label = true;
     }
@@ -139,15 +143,18 @@ void ScanRecord(std::string_view record, uint64_t offset, const InspectOptions& 
     r->Problem(fmt::format("{} in record at {}:{}", s.message(), r->path, offset));
     return;
   }
-  if (have_label && label.kind() == FeatureKind::kInt64) {
-    Result<int64_t> value = label.FirstInt64(opt.label_key);
-    if (value.ok()) {
-      ++r->labels[*value];
+  // Unlabeled: no label is looked for, so none is missing.
+  if (!opt.unlabeled) {
+    if (have_label && label.kind() == FeatureKind::kInt64) {
+      Result<int64_t> value = label.FirstInt64(opt.label_key);
+      if (value.ok()) {
+        ++r->labels[*value];
+      } else {
+        ++r->records_without_label;
+      }
     } else {
       ++r->records_without_label;
     }
-  } else {
-    ++r->records_without_label;
   }
   if (have_image && image.kind() == FeatureKind::kBytes) {
     Result<std::string_view> bytes = image.FirstBytes(opt.image_key);
@@ -219,22 +226,29 @@ std::string TarIndexState(const std::string& path, std::optional<std::string>* p
 }
 
 // A file of any kind (formats/source_kind.h) read as the pipeline reads it: a WebDataset tar
-// shard's samples are its records, every header checksum verified.
-FileReport InspectFile(const std::string& path, const InspectOptions& opt, Progress* progress) {
+// shard's samples are its records, every header checksum verified; an image file is one record
+// (formats/image_file_reader.h) holding `label` (nullopt: none), and any error reading it is
+// final.
+FileReport InspectFile(const std::string& path, SourceKind kind, std::optional<int64_t> label,
+                       const InspectOptions& opt, Progress* progress) {
   FileReport r;
   r.path = path;
-  Result<uint64_t> size = GetFileSize(path);
-  if (!size.ok()) {
-    ++r.corrupt;
-    r.stopped = size.status().message();
-    return r;
-  }
-  r.bytes = *size;
-  const SourceKind kind = DetectSourceKind(path);
   r.kind = SourceKindName(kind);
+  const bool image = kind == SourceKind::kImage;
+  if (!image) {
+    Result<uint64_t> size = GetFileSize(path);
+    if (!size.ok()) {
+      ++r.corrupt;
+      r.stopped = size.status().message();
+      return r;
+    }
+    r.bytes = *size;
+  }
   RecordReaderOptions ro;
   ro.image_key = opt.image_key;
-  ro.label_key = opt.label_key;
+  // Unlabeled: as the pipeline reads such a dataset (pipeline/file_reader_source.cc).
+  ro.label_key = opt.unlabeled ? std::string() : opt.label_key;
+  ro.label = label;
   if (opt.compression != "auto") ro.stream.compression = ParseCompression(opt.compression).value();
   Result<std::unique_ptr<RecordReader>> reader = OpenRecordReader(path, kind, ro);
   if (!reader.ok()) {
@@ -242,10 +256,15 @@ FileReport InspectFile(const std::string& path, const InspectOptions& opt, Progr
     r.stopped = reader.status().message();
     return r;
   }
-  Result<Compression> detected = ro.stream.compression ? Result<Compression>(*ro.stream.compression)
-                                 : kind == SourceKind::kTar ? DetectTarCompression(path)
-                                                            : DetectFileCompression(path);
-  r.compression = detected.ok() ? std::string(CompressionName(*detected)) : "unknown";
+  if (image) {
+    r.compression = "image";
+  } else {
+    Result<Compression> detected = ro.stream.compression
+                                       ? Result<Compression>(*ro.stream.compression)
+                                   : kind == SourceKind::kTar ? DetectTarCompression(path)
+                                                              : DetectFileCompression(path);
+    r.compression = detected.ok() ? std::string(CompressionName(*detected)) : "unknown";
+  }
 
   uint64_t last_offset = 0;
   std::string record;
@@ -269,12 +288,16 @@ FileReport InspectFile(const std::string& path, const InspectOptions& opt, Progr
       continue;
     }
     ++r.corrupt;
-    if ((*reader)->can_continue()) {
+    if (!image && (*reader)->can_continue()) {
       r.Problem(s.message());
       continue;
     }
     r.stopped = s.message();
     break;
+  }
+  if (image) {
+    r.bytes = r.data_bytes;
+    if (r.not_jpeg > 0) r.not_images.push_back(path);
   }
   if (kind == SourceKind::kTar) {
     std::optional<std::string> problem;
@@ -284,34 +307,6 @@ FileReport InspectFile(const std::string& path, const InspectOptions& opt, Progr
       r.Problem(std::move(*problem));
     }
   }
-  return r;
-}
-
-// One image file: one record, as the pipeline reads it (formats/image_file_reader.h).
-FileReport InspectImageFile(const std::string& path, std::optional<int64_t> label,
-                            const InspectOptions& opt) {
-  FileReport r;
-  r.path = path;
-  r.kind = SourceKindName(SourceKind::kImage);
-  r.compression = "image";
-  RecordReaderOptions rro;
-  rro.image_key = opt.image_key;
-  rro.label_key = opt.label_key;
-  rro.label = label;
-  Result<std::unique_ptr<RecordReader>> reader = OpenRecordReader(path, SourceKind::kImage, rro);
-  std::string record;
-  bool eof = false;
-  Status s = reader.ok() ? (*reader)->ReadRecordInto(&record, &eof) : reader.status();
-  if (!s.ok()) {
-    ++r.corrupt;
-    r.stopped = s.message();
-    return r;
-  }
-  r.bytes = (*reader)->record_length();
-  r.records = 1;
-  r.data_bytes = r.bytes;
-  ScanRecord(record, 0, opt, &r);
-  if (r.not_jpeg > 0) r.not_images.push_back(path);
   return r;
 }
 
@@ -365,7 +360,7 @@ std::string KindOf(const FileReport& m, const std::string& key, FeatureKind kind
 }
 
 nlohmann::json ToJson(const std::vector<FileReport>& reports, const Totals& t, double seconds,
-                      const std::vector<std::string>& classes) {
+                      const std::vector<std::string>& classes, bool unlabeled) {
   using nlohmann::json;
   json files = json::array();
   for (const FileReport& r : reports) {
@@ -420,6 +415,7 @@ nlohmann::json ToJson(const std::vector<FileReport>& reports, const Totals& t, d
               {"bytes", t.bytes},
               {"data_bytes", t.data_bytes},
               {"features", features},
+              {"unlabeled", unlabeled},
               {"labels", labels},
               {"records_without_label", m.records_without_label},
               {"jpeg", jpeg},
@@ -480,6 +476,7 @@ void PrintHuman(const std::vector<FileReport>& reports, const Totals& t, double 
   if (m.records_without_label && t.records) {
     fmt::print("records without an int64 '{}': {}\n", opt.label_key, m.records_without_label);
   }
+  if (opt.unlabeled) fmt::print("\nlabels: none read (--unlabeled)\n");
   if (m.width.count) {
     fmt::print("\nJPEG ({}): {} images, width {}..{} (mean {:.0f}), height {}..{} (mean {:.0f}), "
                "mean {:.0f} kpx, {} progressive\n",
@@ -519,7 +516,8 @@ void PrintHuman(const std::vector<FileReport>& reports, const Totals& t, double 
 }
 
 // The files to read: opt.files as given (kinds from their names; image files labelled by folder),
-// or --file-list's entries with their labels.
+// or --file-list's entries with their labels; with --unlabeled, as the pipeline resolves an
+// unlabeled dataset's (pipeline/options.cc): no labels, no classes, a list of bare paths.
 Result<ResolvedOptions> ResolveInspected(const InspectOptions& opt) {
   ResolvedOptions r;
   if (opt.file_list.empty()) {
@@ -535,12 +533,25 @@ Result<ResolvedOptions> ResolveInspected(const InspectOptions& opt) {
       r.files.insert(r.files.end(), matched.begin(), matched.end());
     }
     RETURN_IF_ERROR(ResolveSources(v1::PipelineOptions(), &r));
+    if (opt.unlabeled) {
+      r.file_labels.clear();
+      r.classes.clear();
+    }
     return r;
   }
-  ASSIGN_OR_RETURN(std::vector<ListedFile> listed, ReadFileList(opt.file_list));
-  for (ListedFile& f : listed) {
+  Result<std::vector<ListedFile>> listed =
+      ReadFileList(opt.file_list, opt.unlabeled ? ListLabels::kIgnore : ListLabels::kRead);
+  if (!listed.ok()) {
+    // The server's error for the list (a dataset without unlabeled: true), and what to say here.
+    if (!opt.unlabeled && ReadFileList(opt.file_list, ListLabels::kIgnore).ok()) {
+      return InvalidArgument(listed.status().message() +
+                             " (a list of unlabeled files: give --unlabeled)");
+    }
+    return listed.status();
+  }
+  for (ListedFile& f : *listed) {
     r.files.push_back(std::move(f.path));
-    r.file_labels.push_back(f.label);
+    if (!opt.unlabeled) r.file_labels.push_back(f.label);
   }
   r.kinds.assign(r.files.size(), SourceKind::kImage);
   return r;
@@ -574,16 +585,10 @@ int RunInspect(InspectOptions opt) {
     }
     Progress progress("inspect", total_bytes, "bytes");
     tbb::parallel_for(size_t{0}, opt.files.size(), [&](size_t i) {
-      FileReport report;
       const bool image = resolved->kinds[i] == SourceKind::kImage;
-      if (image) {
-        std::optional<int64_t> label;
-        if (!resolved->file_labels.empty()) label = resolved->file_labels[i];
-        report = InspectImageFile(opt.files[i], label, opt);
-        progress.Add(report.bytes);
-      } else {
-        report = InspectFile(opt.files[i], opt, &progress);
-      }
+      std::optional<int64_t> label;
+      if (image && !resolved->file_labels.empty()) label = resolved->file_labels[i];
+      FileReport report = InspectFile(opt.files[i], resolved->kinds[i], label, opt, &progress);
       if (image && !image_rows) {
         bool row = false;
         if (report.corrupt > 0 || report.malformed > 0) {
@@ -625,7 +630,7 @@ int RunInspect(InspectOptions opt) {
                damaged_images - kMaxDamagedImageRows);
   }
   if (opt.json) {
-    fmt::print("{}\n", ToJson(reports, totals, seconds, resolved->classes).dump());
+    fmt::print("{}\n", ToJson(reports, totals, seconds, resolved->classes, opt.unlabeled).dump());
   } else {
     PrintHuman(reports, totals, seconds, opt, resolved->classes, image_rows);
   }
@@ -651,7 +656,8 @@ void RegisterInspectCommand(CLI::App& app, int* exit_code) {
       "files (.jpg/.jpeg/.png, labelled by folder); a quoted pattern ('train/*/*.jpg') is "
       "expanded as the pipeline expands it");
   auto* list = cmd->add_option("--file-list", opt->file_list,
-                               "A CSV or JSON-lines list of image files and labels, instead");
+                               "A CSV or JSON-lines list of image files and labels (with "
+                               "--unlabeled: bare paths), instead");
   files->excludes(list);
   cmd->callback([opt, exit_code, files, list, cmd] {
     if (files->count() == 0 && list->count() == 0) {
@@ -664,8 +670,14 @@ void RegisterInspectCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--json", opt->json, "Print one JSON object instead of tables");
   cmd->add_option("--image-key", opt->image_key, "Feature holding the encoded image")
       ->capture_default_str();
-  cmd->add_option("--label-key", opt->label_key, "Feature holding the int64 label")
-      ->capture_default_str();
+  auto* label_key =
+      cmd->add_option("--label-key", opt->label_key, "Feature holding the int64 label")
+          ->capture_default_str();
+  cmd->add_flag("--unlabeled", opt->unlabeled,
+                "The data has no labels (as PipelineOptions.unlabeled): none is read, a tar "
+                "sample's cls is an ordinary member, image files get no class from their folder, "
+                "and --file-list lines are bare paths (CSV \"path\", JSON lines without \"label\")")
+      ->excludes(label_key);
   cmd->add_option("--compression", opt->compression, "auto (detect), none, gzip or zlib")
       ->check(CLI::IsMember({"auto", "none", "gzip", "zlib"}))
       ->capture_default_str();

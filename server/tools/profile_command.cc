@@ -231,6 +231,14 @@ double ConsumerWait(const Measurement& m) {
   return 0;
 }
 
+// Boxes the transforms dropped in the window, when the report shows them: with boxes configured,
+// or (which cannot be otherwise) when some were dropped.
+std::optional<uint64_t> BoxesDropped(const ResolvedOptions& o, const Measurement& m) {
+  const uint64_t dropped = m.after.boxes_dropped - m.before.boxes_dropped;
+  if (!o.features.boxes.enabled && dropped == 0) return std::nullopt;
+  return dropped;
+}
+
 ProfileContext LocalContext(const ResolvedOptions& o) {
   ProfileContext c;
   c.side = ProfileSide::kLocal;
@@ -271,6 +279,7 @@ void PrintJson(const ResolvedOptions& o, const Measurement& m, const ProfileRepo
                       {"stages", StagesJson(report)},
                       {"memory", memory},
                       {"bottleneck", BottleneckJson(report)}};
+  if (const std::optional<uint64_t> dropped = BoxesDropped(o, m)) j["boxes_dropped"] = *dropped;
   if (single_decode) {
     j["decode_bound"] = {{"single_thread_full_decode_per_sec", *single_decode},
                          {"ratio", images_per_sec / (*single_decode * o.threads)}};
@@ -302,6 +311,10 @@ void PrintText(const ResolvedOptions& o, const Measurement& m, const ProfileRepo
   if (m.after.cache_full) fmt::print("  the cache reached its budget and stopped growing\n");
   if (m.after.skipped > m.before.skipped) {
     fmt::print("  skipped records: {}\n", m.after.skipped - m.before.skipped);
+  }
+  if (const std::optional<uint64_t> dropped = BoxesDropped(o, m)) {
+    fmt::print("  boxes dropped: {} (too little of them left: boxes.min_overlap, min_size)\n",
+               *dropped);
   }
   if (single_decode) {
     fmt::print("\n  decode bound: one thread decodes {:.0f} full images/s; the pipeline ran at "

@@ -367,3 +367,95 @@ TEST_CASE("InspectExpandsAQuotedGlobAndKeepsNoRowPerImageOfAManyImageFolder") {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// --unlabeled reads as the pipeline reads an unlabeled dataset (PipelineOptions.unlabeled): a
+// file list of bare paths (CSV "path", JSON lines without "label"), image folders without
+// classes, tar shards whose cls is an ordinary member (here words, not class indices). Without
+// it, the bare list is refused with the error `sluice serve` gives for it, and a hint.
+TEST_CASE("InspectUnlabeledTakesBarePathListsAndWithoutItRefusesThemAsServeDoes") {
+  TempDir dir;
+  const std::string jpeg = SmallJpeg(40, 30);
+  std::filesystem::create_directories(dir.file("A"));
+  std::filesystem::create_directories(dir.file("b"));
+  testing::WriteAll(dir.file("A/1.jpg"), jpeg);
+  testing::WriteAll(dir.file("b/1.jpg"), jpeg);
+  testing::WriteAll(dir.file("bare.csv"), "path\nA/1.jpg\nb/1.jpg\n");
+  testing::WriteAll(dir.file("bare.jsonl"), "{\"path\": \"A/1.jpg\"}\n{\"path\": \"b/1.jpg\"}\n");
+  for (const char* list : {"bare.csv", "bare.jsonl"}) {
+    INFO(list);
+    testing::CommandResult r =
+        RunSluice("inspect --json --unlabeled --file-list " + dir.file(list));
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    auto j = nlohmann::json::parse(r.out);
+    CHECK(j["unlabeled"] == true);
+    CHECK(j["records"] == 2);
+    CHECK(j["jpeg"]["count"] == 2);
+    CHECK(j["labels"].empty());
+    CHECK(j["records_without_label"] == 0);
+    CHECK(j["features"].count("image/class/label") == 0);
+  }
+  testing::CommandResult human =
+      RunSluice("inspect --unlabeled --file-list " + dir.file("bare.csv"));
+  CHECK(human.exit_code == 0);
+  CHECK_THAT(human.out, Catch::Contains("labels: none read (--unlabeled)") &&
+                            !Catch::Contains("records without"));
+
+  const std::string refused =
+      dir.file("bare.csv") + ":1: label: expected 2 fields \"path,label\", found 1";
+  testing::CommandResult labelled = RunSluice("inspect --file-list " + dir.file("bare.csv"));
+  CHECK(labelled.exit_code == 2);
+  CHECK_THAT(labelled.err, Catch::Contains(refused) && Catch::Contains("give --unlabeled"));
+  CHECK(labelled.out.empty());
+  // The server refuses the same list in a dataset without unlabeled: true, at start-up.
+  const std::string dataset = "datasets { name: \"train\" pipeline { file_list: \"" +
+                              dir.file("bare.csv") + "\" image_height: 32 } }\n";
+  testing::WriteAll(dir.file("sluice.textproto"), "listen: \"127.0.0.1:0\"\n" + dataset);
+  testing::CommandResult serve =
+      testing::RunCommand("timeout", "60 " + testing::SluiceBinary() + " serve --config " +
+                                         dir.file("sluice.textproto"));
+  CHECK(serve.exit_code != 0);
+  CHECK(serve.exit_code != 124);  // refused, not left running
+  CHECK_THAT(serve.err, Catch::Contains(refused));
+
+  // An image folder: no classes from the folder names, as the pipeline labels none.
+  testing::CommandResult folder =
+      RunSluice("inspect --json --unlabeled '" + dir.file("*/1.jpg") + "'");
+  INFO(folder.err);
+  REQUIRE(folder.exit_code == 0);
+  auto f = nlohmann::json::parse(folder.out);
+  CHECK(f["records"] == 2);
+  CHECK(f["classes"].empty());
+  CHECK(f["labels"].empty());
+
+  // A tar shard whose cls members are words: an ordinary member when unlabeled.
+  std::filesystem::create_directories(dir.file("src"));
+  testing::WriteAll(dir.file("src/s0.jpg"), jpeg);
+  testing::WriteAll(dir.file("src/s0.cls"), "dog\n");
+  testing::WriteAll(dir.file("src/s1.jpg"), jpeg);
+  testing::WriteAll(dir.file("src/s1.cls"), "cat\n");
+  REQUIRE(testing::RunCommand("tar", "-C " + dir.file("src") + " --format=ustar -cf " +
+                                         dir.file("words.tar") + " s0.jpg s0.cls s1.jpg s1.cls")
+              .exit_code == 0);
+  testing::CommandResult tar = RunSluice("inspect --json --unlabeled " + dir.file("words.tar"));
+  INFO(tar.err);
+  REQUIRE(tar.exit_code == 0);
+  auto t = nlohmann::json::parse(tar.out);
+  CHECK(t["records"] == 2);
+  CHECK(t["corrupt"] == 0);
+  CHECK(t["malformed"] == 0);
+  CHECK(t["features"]["cls"] == "bytes_list");
+  CHECK(t["labels"].empty());
+
+  // A label key names what --unlabeled says is not there.
+  testing::CommandResult both =
+      RunSluice("inspect --unlabeled --label-key x --file-list " + dir.file("bare.csv"));
+  CHECK(both.exit_code != 0);
+  CHECK_THAT(both.err, Catch::Contains("--unlabeled") && Catch::Contains("--label-key"));
+}
+
+}  // namespace
+}  // namespace sluice

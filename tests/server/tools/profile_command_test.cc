@@ -2,6 +2,8 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "formats/example_builder.h"
+#include "formats/tfrecord_writer.h"
 #include "tests/pipeline/pipeline_test_data.h"
 #include "tests/test_support.h"
 
@@ -126,6 +128,60 @@ TEST_CASE("ProfileJsonNamesTheTransformListsOutputDtypeAndLayout") {
   CHECK(j["layout"] == "NCHW");
   CHECK(j["bytes_per_sec"].get<double>() ==
         Approx(j["images_per_sec"].get<double>() * 24 * 24 * 3 * 2));
+}
+
+// n records, each with a box [0.1, 0.2, 0.4, 0.6] and one 0.005 wide: under a pixel of any output
+// narrower than 200 pixels, so BoxOptions.min_size's default drops it.
+void WriteThinBoxShard(const std::string& path, int n) {
+  auto writer = TFRecordWriter::Create(path);
+  REQUIRE(writer.ok());
+  ExampleBuilder b;
+  std::string record;
+  for (int r = 0; r < n; ++r) {
+    const std::string jpeg = testing::IdJpeg(r);  // the builder keeps a view until Finish
+    b.AddBytes("image/encoded", jpeg);
+    b.AddInt64("image/class/label", r);
+    b.AddFloats("image/object/bbox/xmin", {0.1f, 0.5f});
+    b.AddFloats("image/object/bbox/ymin", {0.2f, 0.3f});
+    b.AddFloats("image/object/bbox/xmax", {0.4f, 0.505f});
+    b.AddFloats("image/object/bbox/ymax", {0.6f, 0.9f});
+    b.AddInt64s("image/object/class/label", {r, r});
+    b.Finish(&record);
+    REQUIRE((*writer)->Write(record).ok());
+  }
+  REQUIRE((*writer)->Close().ok());
+}
+
+TEST_CASE("ProfileCountsDroppedBoxesOnlyWhereBoxesAreConfigured") {
+  TempDir dir;
+  WriteThinBoxShard(dir.file("boxes.tfrecord"), 40);
+  const std::string eval = "files: \"" + dir.file("boxes.tfrecord") +
+                           "\"\nmode: MODE_EVAL\nbatch_size: 8\nimage_height: 32\n"
+                           "image_width: 40\ntransforms { resize { size: 32 size: 40 } }\n";
+  testing::WriteAll(dir.file("boxes.textproto"), eval + "boxes { enabled: true }\n");
+  testing::WriteAll(dir.file("plain.textproto"), eval);
+  // 160 images measured, more than the warm-up batch and what is read ahead before the window
+  // (the batch pool's 6 batches): the window decodes records, and each drops one box.
+  const std::string run = " --threads 2 --warmup-batches 1 --batches 20";
+  testing::CommandResult r =
+      RunSluice("profile --options " + dir.file("boxes.textproto") + run + " --json");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j.contains("boxes_dropped"));
+  CHECK(j["boxes_dropped"].get<uint64_t>() > 0);
+  CHECK(j["skipped"] == 0);
+  r = RunSluice("profile --options " + dir.file("boxes.textproto") + run);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("  boxes dropped: ") && !Catch::Contains("boxes dropped: 0 "));
+
+  // Without boxes the records' boxes are not read, and the report says nothing of them.
+  r = RunSluice("profile --options " + dir.file("plain.textproto") + run + " --json");
+  REQUIRE(r.exit_code == 0);
+  CHECK_FALSE(nlohmann::json::parse(r.out).contains("boxes_dropped"));
+  r = RunSluice("profile --options " + dir.file("plain.textproto") + run);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, !Catch::Contains("boxes dropped"));
 }
 
 TEST_CASE("ProfileOfMissingFilesSaysWhichPattern") {

@@ -1,8 +1,8 @@
 #include "server/status_pages.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "server/prometheus.h"
 
@@ -47,8 +47,8 @@ void WriteServerGauges(const v1::Stats& stats, PrometheusWriter& w) {
   w.Family("sluice_memory_reserved_bytes", "Memory budgets of the running jobs.",
            MetricType::kGauge);
   w.Sample("sluice_memory_reserved_bytes", {}, static_cast<double>(stats.memory_reserved_bytes()));
-  w.Family("sluice_shared_memory_bytes",
-           "Shared-memory segments (memfds) of same-host streams.", MetricType::kGauge);
+  w.Family("sluice_shared_memory_bytes", "Shared-memory segments (memfds) of same-host streams.",
+           MetricType::kGauge);
   w.Sample("sluice_shared_memory_bytes", {}, static_cast<double>(stats.shared_memory_bytes()));
   w.Family("sluice_shared_memory_streams", "Streams delivering through shared memory.",
            MetricType::kGauge);
@@ -80,7 +80,8 @@ void WriteDatasetMetrics(const v1::Stats& stats, const std::map<std::string, dou
        MetricType::kCounter,
        [](const v1::DatasetStats& d) { return static_cast<double>(d.skipped_records()); }},
       {"sluice_record_index_fallbacks_total",
-       "Record indexes of finished jobs found not to match their file (the file was read).",
+       "Record indexes found not to match their file (the file was read instead), running and "
+       "finished jobs.",
        MetricType::kCounter,
        [](const v1::DatasetStats& d) { return static_cast<double>(d.record_index_fallbacks()); }},
       {"sluice_boxes_dropped_total",
@@ -236,17 +237,17 @@ std::string StatusPages::StatusText() {
                        d.images_served(), static_cast<double>(d.bytes_served()) / 1e9,
                        d.skipped_records());
   }
-  out += fmt::format("\n{:<16} {:<14} {:>9} {:>10} {:>7} {:>6}  busy by stage\n", "job",
-                     "dataset", "consumers", "img/s", "queue", "decode");
+  out += fmt::format("\n{:<16} {:<14} {:>9} {:>10} {:>7} {:>6}  busy by stage\n", "job", "dataset",
+                     "consumers", "img/s", "queue", "decode");
   for (const v1::JobStats& j : stats.jobs()) {
     std::string busy;
     for (const v1::StageStats& s : j.stages()) {
       busy += fmt::format(" {} {:.0f}%", s.name(), 100 * BusyFraction(s, j.wall_seconds()));
     }
-    out += fmt::format("{:<16} {:<14} {:>9} {:>10.0f} {:>3}/{:<3} {:>2}/{:<3} {}\n", j.name(),
-                       j.dataset(), j.consumers(), j.images_per_sec(), j.queue_fill(),
-                       j.queue_capacity(), j.decode_parallelism(), j.decode_parallelism_max(),
-                       busy);
+    out +=
+        fmt::format("{:<16} {:<14} {:>9} {:>10.0f} {:>3}/{:<3} {:>2}/{:<3} {}\n", j.name(),
+                    j.dataset(), j.consumers(), j.images_per_sec(), j.queue_fill(),
+                    j.queue_capacity(), j.decode_parallelism(), j.decode_parallelism_max(), busy);
   }
   out +=
       "\nMachine-readable: /metrics (Prometheus), /healthz; gRPC: sluice.v1.DataService/GetStats\n";

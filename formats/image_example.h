@@ -26,7 +26,9 @@ struct ImageRecord {
   std::string_view format = "JPEG";  // image/format: "JPEG" or "PNG"
 };
 
-// Serializes one record as a tf.train.Example with all the keys above.
+// Serializes one record as a tf.train.Example with all the keys above, built by ExampleBuilder:
+// features in key order, so the same record always has the same bytes (those of protobuf's
+// deterministic serialization).
 std::string EncodeImageExample(const ImageRecord& record);
 
 }  // namespace sluice

@@ -250,11 +250,11 @@ TarSampleReader::TarSampleReader(std::unique_ptr<SequentialFile> file,
     : file_(std::move(file)),
       options_(options),
       compressed_(compressed),
+      // A sample is read straight into the record it is handed on in (accounted as that
+      // record), so the read buffer has all of buffer_bytes.
+      buf_(std::max(options.stream.buffer_bytes, kTarBlockBytes)),
       offset_(options.stream.start_offset) {
   seekable_ = dynamic_cast<SeekableFile*>(file_.get());
-  // A sample is read straight into the record it is handed on in (accounted as that record), so
-  // the read buffer has all of buffer_bytes.
-  buf_.resize(std::max(options_.stream.buffer_bytes, kTarBlockBytes));
 }
 
 std::string TarSampleReader::warning() const {
@@ -292,48 +292,33 @@ Status TarSampleReader::Fail(Status s) {
 }
 
 Result<size_t> TarSampleReader::Fill(size_t n) {
-  size_t avail = limit_ - pos_;
-  if (avail >= n || file_eof_) return avail;
-  if (pos_ > 0) {
-    std::memmove(buf_.data(), buf_.data() + pos_, avail);
-    pos_ = 0;
-    limit_ = avail;
-  }
-  while (limit_ < n) {
-    const size_t want = sparse_ ? n - limit_ : buf_.size() - limit_;
-    size_t got = 0;
-    RETURN_IF_ERROR(file_->Read(want, buf_.data() + limit_, &got));
-    if (got == 0) {
-      file_eof_ = true;
-      break;
-    }
-    limit_ += got;
-  }
-  return limit_;
+  return buf_.Fill(n, [this](size_t need, size_t room, char* to, size_t* got) {
+    return file_->Read(sparse_ ? need : room, to, got);
+  });
 }
 
 Result<uint64_t> TarSampleReader::Consume(uint64_t n, std::string* to) {
   uint64_t done = 0;
   while (done < n) {
     const uint64_t rest = n - done;
-    if (pos_ < limit_) {
-      const size_t take = static_cast<size_t>(std::min<uint64_t>(rest, limit_ - pos_));
-      if (to != nullptr) to->append(buf_.data() + pos_, take);
-      pos_ += take;
+    if (!buf_.empty()) {
+      const size_t take = static_cast<size_t>(std::min<uint64_t>(rest, buf_.size()));
+      if (to != nullptr) to->append(buf_.data(), take);
+      buf_.Consume(take);
       offset_ += take;
       done += take;
       continue;
     }
-    if (file_eof_) break;
-    if (to == nullptr && seekable_ != nullptr && (sparse_ || rest >= buf_.size())) {
+    if (buf_.at_end()) break;
+    if (to == nullptr && seekable_ != nullptr && (sparse_ || rest >= buf_.capacity())) {
       uint64_t skipped = 0;
       RETURN_IF_ERROR(seekable_->Skip(rest, &skipped));
       offset_ += skipped;
       done += skipped;
-      if (skipped < rest) file_eof_ = true;
+      if (skipped < rest) buf_.MarkEnd();
       continue;
     }
-    if (to != nullptr && rest >= buf_.size()) {
+    if (to != nullptr && rest >= buf_.capacity()) {
       // Grown as the bytes arrive, not to the size the header declares: a damaged or crafted
       // size costs at most what the file holds.
       const size_t chunk = static_cast<size_t>(std::min<uint64_t>(rest, kDirectReadChunk));
@@ -344,7 +329,7 @@ Result<uint64_t> TarSampleReader::Consume(uint64_t n, std::string* to) {
       to->resize(old + got);
       RETURN_IF_ERROR(s);
       if (got == 0) {
-        file_eof_ = true;
+        buf_.MarkEnd();
         break;
       }
       offset_ += got;
@@ -352,7 +337,7 @@ Result<uint64_t> TarSampleReader::Consume(uint64_t n, std::string* to) {
       continue;
     }
     ASSIGN_OR_RETURN(size_t avail,
-                     Fill(static_cast<size_t>(std::min<uint64_t>(rest, buf_.size()))));
+                     Fill(static_cast<size_t>(std::min<uint64_t>(rest, buf_.capacity()))));
     if (avail == 0) break;
   }
   return done;
@@ -399,8 +384,8 @@ Status TarSampleReader::NextMember(Member* m, bool* end) {
     if (avail < kTarBlockBytes) {
       // Zeros only: the end marker, cut short (a header starts with its name, never a zero).
       if (!extended &&
-          std::all_of(buf_.data() + pos_, buf_.data() + limit_, [](char c) { return c == 0; })) {
-        pos_ = limit_;
+          std::all_of(buf_.data(), buf_.data() + avail, [](char c) { return c == 0; })) {
+        buf_.Consume(avail);
         offset_ += avail;
         *end = true;
         return Status::OK();
@@ -409,14 +394,14 @@ Status TarSampleReader::NextMember(Member* m, bool* end) {
                       std::to_string(avail) + " of its " + std::to_string(kTarBlockBytes) +
                       " bytes");
     }
-    const char* h = buf_.data() + pos_;
+    const char* h = buf_.data();
     if (IsZeroBlock(h)) {
       if (extended) {
         return DataLoss(Where(at) +
                         ": the end of the archive follows an extended tar header, "
                         "before the member header it extends");
       }
-      pos_ += kTarBlockBytes;
+      buf_.Consume(kTarBlockBytes);
       offset_ += kTarBlockBytes;
       *end = true;
       return Status::OK();
@@ -436,7 +421,7 @@ Status TarSampleReader::NextMember(Member* m, bool* end) {
     // The ustar prefix (not in old GNU headers, whose bytes there hold times).
     const bool old_gnu = std::memcmp(h + 257, "ustar  \0", 8) == 0;
     const std::string_view prefix = old_gnu ? std::string_view() : FieldString(h + 345, 155);
-    pos_ += kTarBlockBytes;
+    buf_.Consume(kTarBlockBytes);
     offset_ += kTarBlockBytes;
 
     Member header_member;  // for errors about this header's data
@@ -661,7 +646,7 @@ Status TarSampleReader::Next(std::string* record, bool skip, bool* end_of_file) 
         // Room for the payload where it is read and, when it is large, for the framing the
         // Example adds around the sample, so the record is not copied to grow.
         Reserve(record,
-                record->size() + size + (size >= buf_.size() ? FramingBytes(key.size()) : 0));
+                record->size() + size + (size >= buf_.capacity() ? FramingBytes(key.size()) : 0));
         to = record;
       }
     }

@@ -38,6 +38,7 @@
 #include "formats/record_reader.h"
 #include "formats/record_reader_factory.h"
 #include "formats/status.h"
+#include "formats/stream_buffer.h"
 
 namespace sluice {
 
@@ -155,8 +156,8 @@ class TarSampleReader final : public RecordReader {
   // Reads headers up to the next member that belongs to a sample (skipping the others and
   // their data) into *m; *end at the end of the archive.
   Status NextMember(Member* m, bool* end);
-  // Makes the next n <= buf_.size() bytes contiguous at buf_[pos_]; returns how many are there
-  // (< n only at the end of the file). Asks the file for no more than n when sparse_.
+  // Makes the next n <= buf_.capacity() bytes contiguous at buf_.data(); returns how many are
+  // there (< n only at the end of the file). Asks the file for no more than n when sparse_.
   Result<size_t> Fill(size_t n);
   // Consumes the next n bytes: appended to *to, or dropped when to is null (seeking over them
   // where the file can, when sparse_ or they are more than a buffer). Returns how many there
@@ -176,13 +177,10 @@ class TarSampleReader final : public RecordReader {
   bool compressed_ = false;
   // file_, when it is a plain file that seeks over bytes nobody wants (Open's).
   class SeekableFile* seekable_ = nullptr;
-  std::vector<char> buf_;
-  bool sparse_ = false;  // reading a skipped sample of a seekable file: no read-ahead
-  size_t pos_ = 0;       // first unconsumed byte in buf_
-  size_t limit_ = 0;     // one past the last valid byte in buf_
-  bool file_eof_ = false;
+  StreamBuffer buf_;               // never grows: Fill asks for at most its capacity
+  bool sparse_ = false;            // reading a skipped sample of a seekable file: no read-ahead
   bool archive_end_ = false;       // the end marker or the end of the file was read
-  uint64_t offset_ = 0;            // stream offset of buf_[pos_]
+  uint64_t offset_ = 0;            // stream offset of buf_.data()
   std::optional<Member> pending_;  // read ahead: the first member of the next sample
   std::vector<Part> parts_;
   ExampleBuilder builder_;

@@ -11,9 +11,6 @@ namespace {
 
 // The smallest buffer that holds a header; tests use tiny buffers to exercise every refill path.
 constexpr size_t kMinBufferBytes = kTFRecordHeaderBytes + kTFRecordFooterBytes;
-// A buffer grown for a large record is rounded up to this, so a run of slightly growing records
-// does not reallocate each time.
-constexpr size_t kGrowthQuantum = 1 << 20;
 
 inline uint64_t DecodeFixed64(const char* p) {
   uint64_t v = 0;
@@ -50,16 +47,18 @@ Result<std::unique_ptr<TFRecordReader>> TFRecordReader::Open(const std::string& 
 
 TFRecordReader::TFRecordReader(std::unique_ptr<SequentialFile> file,
                                const TFRecordReaderOptions& options)
-    : file_(std::move(file)), options_(options), offset_(options.start_offset) {
+    : file_(std::move(file)),
+      options_(options),
+      buf_(std::max(options.buffer_bytes, kMinBufferBytes)),
+      offset_(options.start_offset) {
   lender_ = dynamic_cast<LendingSequentialFile*>(file_.get());
-  buf_.resize(std::max(options_.buffer_bytes, kMinBufferBytes));
 }
 
 Result<size_t> TFRecordReader::Peek(size_t n, const char** at) {
-  if (lender_ != nullptr && pos_ == limit_) {
-    if (lent_.empty() && !file_eof_) {
+  if (lender_ != nullptr && buf_.empty()) {
+    if (lent_.empty() && !buf_.at_end()) {
       RETURN_IF_ERROR(lender_->Lend(&lent_));
-      if (lent_.empty()) file_eof_ = true;
+      if (lent_.empty()) buf_.MarkEnd();
     }
     if (lent_.size() >= n) {
       *at = lent_.data();
@@ -67,52 +66,33 @@ Result<size_t> TFRecordReader::Peek(size_t n, const char** at) {
     }
   }
   ASSIGN_OR_RETURN(size_t avail, Fill(n));
-  *at = buf_.data() + pos_;
+  *at = buf_.data();
   return avail;
 }
 
 void TFRecordReader::Skip(size_t n) {
   // Peek serves from buf_ whenever it holds anything, and then it holds at least n.
-  if (pos_ < limit_) {
-    pos_ += n;
+  if (!buf_.empty()) {
+    buf_.Consume(n);
   } else {
     lent_.remove_prefix(n);
   }
 }
 
 Result<size_t> TFRecordReader::Fill(size_t n) {
-  size_t avail = limit_ - pos_;
-  if (avail >= n || file_eof_) return avail;
-  if (pos_ > 0) {
-    std::memmove(buf_.data(), buf_.data() + pos_, avail);
-    pos_ = 0;
-    limit_ = avail;
-  }
-  while (limit_ < n) {
-    if (limit_ == buf_.size()) {
-      // Grown as the bytes arrive, not to the length the header announces: a damaged length
-      // that passes its CRC (or a crafted one) costs at most twice what the file really holds.
-      // (ReadRecordInto's string is sized from the length, bounded by max_held_record_bytes.)
-      const size_t rounded = (n + kGrowthQuantum - 1) / kGrowthQuantum * kGrowthQuantum;
-      buf_.resize(std::min(rounded, std::max(2 * buf_.size(), kGrowthQuantum)));
-    }
-    size_t got = 0;
-    if (lender_ != nullptr) {
-      // Copy only what this frame needs: the records after it are parsed in place again.
-      if (lent_.empty()) RETURN_IF_ERROR(lender_->Lend(&lent_));
-      got = std::min({n - limit_, buf_.size() - limit_, lent_.size()});
-      std::memcpy(buf_.data() + limit_, lent_.data(), got);
-      lent_.remove_prefix(got);
-    } else {
-      RETURN_IF_ERROR(file_->Read(buf_.size() - limit_, buf_.data() + limit_, &got));
-    }
-    if (got == 0) {
-      file_eof_ = true;
-      break;
-    }
-    limit_ += got;
-  }
-  return limit_;
+  // A frame larger than the buffer grows it as the bytes arrive, not to the length the header
+  // announces: a damaged length that passes its CRC (or a crafted one) costs at most twice what
+  // the file really holds. (ReadRecordInto's string is sized from the length, bounded by
+  // max_held_record_bytes.)
+  return buf_.Fill(n, [this](size_t need, size_t room, char* to, size_t* got) {
+    if (lender_ == nullptr) return file_->Read(room, to, got);
+    // Copy only what this frame needs: the records after it are parsed in place again.
+    if (lent_.empty()) RETURN_IF_ERROR(lender_->Lend(&lent_));
+    *got = std::min(need, lent_.size());
+    std::memcpy(to, lent_.data(), *got);
+    lent_.remove_prefix(*got);
+    return Status::OK();
+  });
 }
 
 Result<size_t> TFRecordReader::Stream(size_t n, char* to, uint32_t* crc) {
@@ -120,17 +100,17 @@ Result<size_t> TFRecordReader::Stream(size_t n, char* to, uint32_t* crc) {
   while (done < n) {
     const char* from = nullptr;
     size_t got = 0;
-    if (pos_ < limit_) {
-      got = std::min(n - done, limit_ - pos_);
-      from = buf_.data() + pos_;
-      pos_ += got;
-    } else if (file_eof_) {
+    if (!buf_.empty()) {
+      got = std::min(n - done, buf_.size());
+      from = buf_.data();
+      buf_.Consume(got);
+    } else if (buf_.at_end()) {
       break;
     } else if (lender_ != nullptr) {
       if (lent_.empty()) {
         RETURN_IF_ERROR(lender_->Lend(&lent_));
         if (lent_.empty()) {
-          file_eof_ = true;
+          buf_.MarkEnd();
           break;
         }
       }
@@ -142,13 +122,11 @@ Result<size_t> TFRecordReader::Stream(size_t n, char* to, uint32_t* crc) {
       from = to + done;
     } else {
       // Nowhere to put them: through the buffer, which is empty here.
-      RETURN_IF_ERROR(file_->Read(buf_.size(), buf_.data(), &limit_));
-      pos_ = 0;
-      if (limit_ == 0) file_eof_ = true;
+      RETURN_IF_ERROR(Fill(1).status());
       continue;
     }
     if (got == 0) {
-      file_eof_ = true;
+      buf_.MarkEnd();
       break;
     }
     if (crc != nullptr) *crc = crc32c::Extend(*crc, from, got);
@@ -178,11 +156,8 @@ Status TFRecordReader::Next(std::string_view* record, std::string* copy, bool* e
   record_offset_ = offset_;
   record_length_ = 0;
   const size_t buffer_bytes = std::max(options_.buffer_bytes, kMinBufferBytes);
-  if (buf_.size() > buffer_bytes && pos_ == limit_) {
-    // Grown for the last record, whose view is now void: not kept for the next ones.
-    std::vector<char>(buffer_bytes).swap(buf_);
-    pos_ = limit_ = 0;
-  }
+  // Grown for the last record, whose view is now void: not kept for the next ones.
+  buf_.ShrinkTo(buffer_bytes);
 
   auto where = [&] {
     std::string w = name() + ":" + std::to_string(record_offset_);
@@ -226,7 +201,7 @@ Status TFRecordReader::Next(std::string_view* record, std::string* copy, bool* e
 
   const size_t frame = kTFRecordHeaderBytes + static_cast<size_t>(length) + kTFRecordFooterBytes;
   const bool refused = length > options_.max_held_record_bytes;
-  if (refused || ((copy != nullptr || skip) && frame > buf_.size())) {
+  if (refused || ((copy != nullptr || skip) && frame > buf_.capacity())) {
     // Streamed: the payload goes to *copy, or nowhere when refused or skipped, never through a
     // grown buffer. *copy is sized from the length up front: max_held_record_bytes bounds it.
     Skip(kTFRecordHeaderBytes);

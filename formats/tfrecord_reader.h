@@ -11,12 +11,12 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "formats/compression.h"
 #include "formats/file.h"
 #include "formats/record_reader.h"
 #include "formats/status.h"
+#include "formats/stream_buffer.h"
 
 namespace sluice {
 
@@ -114,17 +114,15 @@ class TFRecordReader final : public RecordReader {
   // ReadRecord and ReadRecordInto: the record is a view, and also copied to *copy when not null.
   // skip: the record is wanted by nobody (SkipRecord); *record is left alone.
   Status Next(std::string_view* record, std::string* copy, bool* end_of_file, bool skip = false);
-  // Makes at least n bytes available at buf_[pos_]; returns the number available (< n at EOF).
+  // Makes at least n bytes available at buf_.data(), copying lent bytes in when the file lends;
+  // returns the number available (< n at EOF).
   Result<size_t> Fill(size_t n);
 
   std::unique_ptr<SequentialFile> file_;
   LendingSequentialFile* lender_ = nullptr;  // file_, when it lends
   std::string_view lent_;                    // lent bytes not consumed yet
   TFRecordReaderOptions options_;
-  std::vector<char> buf_;
-  size_t pos_ = 0;     // first unconsumed byte in buf_
-  size_t limit_ = 0;   // one past the last valid byte in buf_
-  bool file_eof_ = false;
+  StreamBuffer buf_;  // its end is the file's: when lending, set by Lend's empty loan
   uint64_t offset_ = 0;
   uint64_t record_offset_ = 0;
   uint64_t record_length_ = 0;

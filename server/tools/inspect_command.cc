@@ -3,11 +3,10 @@
 // the label histogram and JPEG, PNG and WebP sizes (from headers only). Image files (given as
 // files, labelled by folder as the pipeline labels them, or by --file-list) are one record each:
 // their classes with their counts, and the paths of files that are neither JPEG, PNG nor WebP.
-// WebDataset tar
-// shards are read sample by sample, every header checksum verified. A quoted pattern is expanded as
-// the pipeline expands it. Exit status 1 when anything is corrupt or not an image, or a tar shard
-// lacks its end-of-archive marker (it may be cut short) or has an index (`.idx`) that is not its
-// own (stale, or not a tar index).
+// WebDataset tar shards are read sample by sample, every header checksum verified. A quoted
+// pattern is expanded as the pipeline expands it. Exit status 1 when anything is corrupt or not an
+// image, or a tar shard lacks its end-of-archive marker (it may be cut short) or has an index
+// (`.idx`) that is not its own (stale, or not a tar index).
 #include <fmt/format.h>
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/global_control.h>

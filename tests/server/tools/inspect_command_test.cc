@@ -320,7 +320,7 @@ namespace sluice {
 namespace {
 
 // An image folder: classes by folder name in byte order with their counts; a PNG (by signature)
-// counted; a file that is neither JPEG nor PNG named, with exit status 1.
+// counted; a file that is neither JPEG, PNG nor WebP named, with exit status 1.
 TEST_CASE("InspectImageFolderReportsClassesPngsAndFilesThatAreNotImages") {
   TempDir dir;
   const std::string jpeg = SmallJpeg(40, 30);

@@ -33,6 +33,8 @@ packages=(
   libboost-context-dev
   # PNG decode (formats/png_codec): Debian's libpng, the reference decoder
   libpng-dev
+  # WebP decode (formats/webp_codec): Debian's libwebp, the reference decoder Pillow links
+  libwebp-dev
   # header-only helpers: CLI parsing, JSON output, formatting; Catch2 v2 for tests
   libcli11-dev nlohmann-json3-dev libfmt-dev catch2
   # demo and benchmark photographs (12 nature photos)

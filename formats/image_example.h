@@ -23,7 +23,7 @@ struct ImageRecord {
   int height = 0;
   int width = 0;
   std::string_view filename;
-  std::string_view format = "JPEG";  // image/format: "JPEG" or "PNG"
+  std::string_view format = "JPEG";  // image/format: "JPEG", "PNG" or "WEBP"
 };
 
 // Serializes one record as a tf.train.Example with all the keys above, built by ExampleBuilder:

@@ -1,4 +1,4 @@
-// One image file (JPEG or PNG, detected by content when decoded) read as a RecordReader: one
+// One image file (JPEG, PNG or WebP, detected by content when decoded) read as a RecordReader: one
 // record, the file's bytes handed on as a tf.train.Example (formats/example_builder.h) with the
 // image under the dataset's image key, the file's label (when it has one) under its label key, and
 // the path under image/filename.

@@ -197,26 +197,6 @@ bool ReadRows(png_structp png, int passes, int height, uint8_t* base, size_t str
   return true;
 }
 
-// RGBA to RGB: alpha dropped, or composited onto an opaque background of bg (0 or 255) with exact
-// rounding. rgb may be rgba itself (each pixel is read before its bytes are written, and pixel i
-// writes below where pixel i + 1 starts).
-void FlattenRgba(const uint8_t* rgba, size_t n, Alpha alpha, uint8_t* rgb) {
-  const uint32_t bg = alpha == Alpha::kCompositeWhite ? 255 : 0;
-  for (size_t i = 0; i < n; ++i) {
-    const uint32_t r = rgba[4 * i], g = rgba[4 * i + 1], b = rgba[4 * i + 2], a = rgba[4 * i + 3];
-    if (alpha == Alpha::kDrop) {
-      rgb[3 * i] = static_cast<uint8_t>(r);
-      rgb[3 * i + 1] = static_cast<uint8_t>(g);
-      rgb[3 * i + 2] = static_cast<uint8_t>(b);
-      continue;
-    }
-    const uint32_t back = bg * (255 - a) + 127;
-    rgb[3 * i] = static_cast<uint8_t>((r * a + back) / 255);
-    rgb[3 * i + 1] = static_cast<uint8_t>((g * a + back) / 255);
-    rgb[3 * i + 2] = static_cast<uint8_t>((b * a + back) / 255);
-  }
-}
-
 // A palette image's RGB for each index, its alpha (tRNS) dropped or composited per alpha; black
 // past the PLTE's entries, which ExpandPaletteRow's caller refuses.
 struct PaletteTable {

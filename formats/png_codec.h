@@ -30,14 +30,12 @@
 #include <string_view>
 #include <vector>
 
+#include "formats/alpha.h"
 #include "formats/image_ops.h"
 #include "formats/jpeg_codec.h"
 #include "formats/status.h"
 
 namespace sluice {
-
-// What becomes of a PNG's alpha channel or tRNS transparency (proto sluice.v1.Alpha).
-enum class Alpha { kDrop, kCompositeWhite, kCompositeBlack };
 
 // PNG colour types as IHDR numbers them.
 enum class PngColorType : uint8_t {

@@ -22,7 +22,7 @@ SourceKind DetectSourceKind(std::string_view path) {
   for (std::string_view ext : {".tar", ".tar.gz", ".tgz"}) {
     if (EndsWithNoCase(path, ext)) return SourceKind::kTar;
   }
-  for (std::string_view ext : {".jpg", ".jpeg", ".png"}) {
+  for (std::string_view ext : {".jpg", ".jpeg", ".png", ".webp"}) {
     if (EndsWithNoCase(path, ext)) return SourceKind::kImage;
   }
   return SourceKind::kTFRecord;

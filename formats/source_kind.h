@@ -8,11 +8,11 @@ namespace sluice {
 enum class SourceKind {
   kTFRecord,  // TFRecord frames of tf.train.Example (plain, GZIP or ZLIB)
   kTar,       // WebDataset: a tar (or gzipped tar) of samples grouped by key
-  kImage,     // one image file (JPEG or PNG): one sample
+  kImage,     // one image file (JPEG, PNG or WebP): one sample
 };
 
-// From the file's name: .tar, .tar.gz and .tgz are kTar; .jpg, .jpeg, .png (any case) kImage;
-// anything else kTFRecord.
+// From the file's name: .tar, .tar.gz and .tgz are kTar; .jpg, .jpeg, .png, .webp (any case)
+// kImage; anything else kTFRecord.
 SourceKind DetectSourceKind(std::string_view path);
 
 // "tfrecord", "tar", "image".

@@ -675,7 +675,9 @@ Status TarSampleReader::Next(std::string* record, bool skip, bool* end_of_file) 
   }
   const std::string* image = nullptr;  // the image member's extension
   if (!refused) {
-    for (std::string_view ext : {"jpg", "jpeg", "png"}) {
+    // jpg, jpeg, png: webdataset's writer's image handlers, in its order; then webp. Its
+    // autodecode decodes all four (IMAGE_EXTENSIONS, PIL's list).
+    for (std::string_view ext : {"jpg", "jpeg", "png", "webp"}) {
       auto it = extensions.find(std::string(ext));
       if (image == nullptr && it != extensions.end()) image = &*it;
     }

@@ -12,9 +12,9 @@
 // them. Two members of one sample with the same extension are the sample's error (webdataset
 // raises on them).
 //
-// A sample's Example: the image member (jpg, else jpeg, else png) under the image key, the `cls`
-// member (an ASCII integer, surrounding whitespace allowed) as an int64 under the label key, the
-// key itself as bytes under "__key__", and every other member as bytes under its extension
+// A sample's Example: the image member (jpg, else jpeg, else png, else webp) under the image key,
+// the `cls` member (an ASCII integer, surrounding whitespace allowed) as an int64 under the label
+// key, the key itself as bytes under "__key__", and every other member as bytes under its extension
 // (json included, unparsed). The image or label key may be an extension (image_key "jpg") as
 // long as no other member than the image (or the cls) would be written under it. Features come
 // in the members' order, then __key__ and the label: each payload is read straight into its

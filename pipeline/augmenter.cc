@@ -10,12 +10,15 @@
 namespace sluice {
 namespace {
 
-// What an image that is neither JPEG nor PNG is refused with: what it is, from its first bytes.
-Status NotJpegOrPng(std::string_view image) {
+// What an image that is neither JPEG, PNG nor WebP is refused with: what it is, from its first
+// bytes.
+Status NotAnImage(std::string_view image) {
   const std::string_view format = SniffImageFormat(image);
-  if (format == "empty") return InvalidArgument("empty image, not JPEG or PNG");
-  if (format != "unknown") return InvalidArgument(std::string(format) + " image, not JPEG or PNG");
-  std::string m = "not a JPEG or PNG image (starts with";
+  if (format == "empty") return InvalidArgument("empty image, not JPEG, PNG or WebP");
+  if (format != "unknown") {
+    return InvalidArgument(std::string(format) + " image, not JPEG, PNG or WebP");
+  }
+  std::string m = "not a JPEG, PNG or WebP image (starts with";
   for (size_t i = 0; i < image.size() && i < 4; ++i) {
     char hex[8];
     std::snprintf(hex, sizeof(hex), " 0x%02X", static_cast<uint8_t>(image[i]));
@@ -167,8 +170,8 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* slot, SampleFeatures* features) {
   }
 
   RETURN_IF_ERROR(parsed);
-  if (IsPng(image)) {
-    // No ROI decode for PNG: the whole image, then the crop from it (as from the cache).
+  if (IsPng(image) || IsWebp(image)) {
+    // No ROI decode for PNG or WebP: the whole image, then the crop from it (as from the cache).
     Status s = DecodeWhole(image, &gate);
     if (!s.ok()) {
       ReleaseLargeImage();
@@ -182,7 +185,7 @@ Status Augmenter::Decode(WorkItem* w, uint8_t* slot, SampleFeatures* features) {
     Finish(rng, slot);
     return Status::OK();
   }
-  if (SniffImageFormat(image) != "JPEG") return NotJpegOrPng(image);
+  if (SniffImageFormat(image) != "JPEG") return NotAnImage(image);
   stats_->jpeg_decodes.fetch_add(1, std::memory_order_relaxed);
   ASSIGN_OR_RETURN(JpegHeader header, roi_.ReadHeader(image, options_.max_pixels));
   const GeometryPlan plan = PlanGeometry(spec_.geometry, header.width, header.height,
@@ -206,7 +209,11 @@ Status Augmenter::DecodeWhole(std::string_view image, const DecodeMemoryGate* ga
     stats_->png_decodes.fetch_add(1, std::memory_order_relaxed);
     return png_.Decode(image, options_.alpha, &decoded_, options_.max_pixels, gate);
   }
-  if (SniffImageFormat(image) != "JPEG") return NotJpegOrPng(image);
+  if (IsWebp(image)) {
+    stats_->webp_decodes.fetch_add(1, std::memory_order_relaxed);
+    return DecodeWebp(image, options_.alpha, &decoded_, options_.max_pixels, gate);
+  }
+  if (SniffImageFormat(image) != "JPEG") return NotAnImage(image);
   stats_->jpeg_decodes.fetch_add(1, std::memory_order_relaxed);
   return full_.Decode(image, &decoded_, options_.max_pixels, gate);
 }

@@ -1,8 +1,8 @@
 // Turns one record into one training image in its batch slot: parse the Example, plan the
 // transform list's geometry (pipeline/geometry_plan.h: one crop window and one resampling), then
-// the fused ROI decode of a JPEG — or, for a PNG (told by its signature), a whole decode and the
-// crop from it; with the DECODED cache, the crop from the cached image — then the per-pixel ops
-// and the output conversion (dtype, layout, normalize) into the slot. A list with neither (the
+// the fused ROI decode of a JPEG — or, for a PNG or WebP (told by its signature), a whole decode
+// and the crop from it; with the DECODED cache, the crop from the cached image — then the per-pixel
+// ops and the output conversion (dtype, layout, normalize) into the slot. A list with neither (the
 // presets, uint8 NHWC) decodes straight into the slot. Randomness comes from (seed, epoch,
 // position), so the result does not depend on which thread ran it. With a feature schema the
 // record's features go into the slot's SampleFeatures, its boxes moved with the plan the image
@@ -20,6 +20,7 @@
 #include "formats/jpeg_roi_decoder.h"
 #include "formats/png_codec.h"
 #include "formats/sample_features.h"
+#include "formats/webp_codec.h"
 #include "pipeline/caches.h"
 #include "pipeline/decode_budget.h"
 #include "pipeline/geometry_plan.h"
@@ -50,7 +51,7 @@ class Augmenter final : public Transform {
   Status SetLabel(WorkItem* w, int64_t stored);
   // With boxes: moves features' boxes with plan into the output, counting the ones dropped.
   void PlaceBoxes(const GeometryPlan& plan, SampleFeatures* features);
-  // Decodes a whole JPEG or PNG into decoded_, counting it in stats.
+  // Decodes a whole JPEG, PNG or WebP into decoded_, counting it in stats.
   Status DecodeWhole(std::string_view image, const DecodeMemoryGate* gate);
   // Where the geometry renders: the slot itself, or frame_ when per-pixel ops or an output
   // conversion follow.

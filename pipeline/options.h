@@ -82,7 +82,7 @@ struct ResolvedOptions {
   int num_classes = 0;
   int64_t max_pixels = 0;
   bool fast_idct = true;
-  Alpha alpha = Alpha::kDrop;  // what becomes of a PNG's alpha (PipelineOptions.alpha)
+  Alpha alpha = Alpha::kDrop;  // what becomes of a PNG's or WebP's alpha (PipelineOptions.alpha)
   // Tune the decode parallelism between 1 and `threads` at run time (pipeline/autotuner.h).
   bool autotune = true;
   uint64_t seed = 0;

@@ -68,6 +68,7 @@ StatsSnapshot PipelineStats::Snapshot() const {
   s.padded_samples = padded_samples.load();
   s.jpeg_decodes = jpeg_decodes.load();
   s.png_decodes = png_decodes.load();
+  s.webp_decodes = webp_decodes.load();
   s.boxes_dropped = boxes_dropped.load();
   s.epochs_done = epochs_done.load();
   s.cache_full = cache_full.load();

@@ -94,6 +94,7 @@ struct StatsSnapshot {
   uint64_t padded_samples = 0;   // equal shares: repeated samples that filled an epoch's batches
   uint64_t jpeg_decodes = 0;
   uint64_t png_decodes = 0;
+  uint64_t webp_decodes = 0;
   uint64_t boxes_dropped = 0;
   uint64_t epochs_done = 0;
   bool cache_full = false;    // the cache stopped growing at its budget
@@ -126,6 +127,7 @@ class PipelineStats {
   std::atomic<uint64_t> padded_samples{0};
   std::atomic<uint64_t> jpeg_decodes{0};  // JPEGs decoded (decoded-cache hits are not)
   std::atomic<uint64_t> png_decodes{0};   // PNGs decoded (likewise)
+  std::atomic<uint64_t> webp_decodes{0};  // WebPs decoded (likewise)
   // Boxes the crops left too little of (BoxOptions min_overlap, min_size):
   // pipeline/box_transform.h.
   std::atomic<uint64_t> boxes_dropped{0};

@@ -4,8 +4,9 @@
 // trainers and tf.io.decode_jpeg(channels=3) expect); PNGs are stored as they are (image/format
 // "PNG", which tf.io.decode_image and Sluice read) or, with --png jpeg, re-encoded the same way for
 // consumers that call tf.io.decode_jpeg or decode_and_crop_jpeg (alpha dropped, as
-// ALPHA_DROP does); anything else that is not a decodable JPEG or PNG is skipped and listed with
-// the reason.
+// ALPHA_DROP does); WebPs likewise (image/format "WEBP", which Sluice reads and TensorFlow 2.18's
+// tf.io.decode_image does not), or with --webp jpeg re-encoded; anything else that is not a
+// decodable JPEG, PNG or still WebP is skipped and listed with the reason.
 #include <fmt/format.h>
 #include <tbb/enumerable_thread_specific.h>
 
@@ -19,6 +20,7 @@
 #include "formats/jpeg_codec.h"
 #include "formats/jpeg_header.h"
 #include "formats/png_codec.h"
+#include "formats/webp_codec.h"
 #include "server/commands.h"
 #include "server/tools/dataset_writer.h"
 
@@ -27,14 +29,15 @@ namespace {
 
 constexpr int kReencodeQuality = 95;
 
-// What becomes of a PNG (--png).
-enum class PngOutput { kKeep, kJpeg };
+// What becomes of a PNG (--png) or a WebP (--webp).
+enum class ImageOutput { kKeep, kJpeg };
 
 struct ConvertOptions {
   std::string from;
   DatasetLayoutOptions layout;
   int64_t max_pixels = kDefaultMaxPixels;
-  PngOutput png = PngOutput::kKeep;
+  ImageOutput png = ImageOutput::kKeep;
+  ImageOutput webp = ImageOutput::kKeep;
 };
 
 struct Codec {
@@ -56,9 +59,16 @@ Status MakeRecord(const ImageFolder& folder, const ImageFolderEntry& entry,
   if (format == "PNG") {
     Status decoded = codec->png.Decode(data, Alpha::kDrop, &codec->image, opt.max_pixels);
     if (!decoded.ok()) return decoded.WithContext("does not decode");
-    reencode = opt.png == PngOutput::kJpeg;
+    reencode = opt.png == ImageOutput::kJpeg;
+  } else if (format == "WebP") {
+    Status decoded = DecodeWebp(data, Alpha::kDrop, &codec->image, opt.max_pixels);
+    if (!decoded.ok()) return decoded.WithContext("does not decode");
+    format = "WEBP";
+    reencode = opt.webp == ImageOutput::kJpeg;
   } else {
-    if (format != "JPEG") return InvalidArgument(fmt::format("not a JPEG or PNG ({})", format));
+    if (format != "JPEG") {
+      return InvalidArgument(fmt::format("not a JPEG, PNG or WebP ({})", format));
+    }
     ASSIGN_OR_RETURN(JpegHeader header, ReadJpegHeader(data));
     Status decoded = codec->decoder.Decode(data, &codec->image, opt.max_pixels);
     if (!decoded.ok()) return decoded.WithContext("does not decode");
@@ -124,12 +134,17 @@ void RegisterConvertCommand(CLI::App& app, int* exit_code) {
   AddDatasetLayoutFlags(cmd, &opt->layout);
   cmd->add_option("--max-pixels", opt->max_pixels, "Skip images larger than this")
       ->capture_default_str();
-  const std::map<std::string, PngOutput> png_outputs = {{"keep", PngOutput::kKeep},
-                                                        {"jpeg", PngOutput::kJpeg}};
+  const std::map<std::string, ImageOutput> outputs = {{"keep", ImageOutput::kKeep},
+                                                      {"jpeg", ImageOutput::kJpeg}};
   cmd->add_option("--png", opt->png,
                   "keep (default): PNGs stored as they are, for tf.io.decode_image and Sluice; "
                   "jpeg: re-encoded as RGB JPEG quality 95, alpha dropped, for tf.io.decode_jpeg")
-      ->transform(CLI::CheckedTransformer(png_outputs));
+      ->transform(CLI::CheckedTransformer(outputs));
+  cmd->add_option("--webp", opt->webp,
+                  "keep (default): WebPs stored as they are (image/format WEBP), for Sluice; "
+                  "jpeg: re-encoded as RGB JPEG quality 95, alpha dropped, for TensorFlow's "
+                  "decoders, which do not read WebP")
+      ->transform(CLI::CheckedTransformer(outputs));
   cmd->callback([opt, exit_code] { *exit_code = RunConvert(*opt); });
 }
 

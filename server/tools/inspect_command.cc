@@ -1,11 +1,11 @@
 // `sluice inspect FILE...`: reads TFRecord shards end to end, verifying both CRCs of every record,
 // and summarizes what is in them: records, bytes and damage per file, the feature keys and kinds,
-// the label histogram and JPEG and PNG sizes (from headers only). Image files (given as files,
-// labelled by folder as the pipeline labels them, or by --file-list) are one record each: their
-// classes with their counts, and the paths of files that are neither JPEG nor PNG. WebDataset tar
-// shards are read sample by sample, every header checksum verified. --unlabeled reads the files as
-// the pipeline reads an unlabeled dataset's (no label; a --file-list of bare paths). A quoted
-// pattern is expanded as the pipeline expands it. Exit status 1 when anything is corrupt or not an
+// the label histogram and JPEG, PNG and WebP sizes (from headers only). Image files (given as
+// files, labelled by folder as the pipeline labels them, or by --file-list) are one record each:
+// their classes with their counts, and the paths of files that are neither JPEG, PNG nor WebP.
+// WebDataset tar shards are read sample by sample, every header checksum verified. --unlabeled
+// reads the files as the pipeline reads an unlabeled dataset's (no label; a --file-list of bare
+// paths). A quoted pattern is expanded as the pipeline expands it. Exit status 1 when anything is corrupt or not an
 // image, or a tar shard lacks its end-of-archive marker (it may be cut short) or has an index
 // (`.idx`) that is not its own (stale, or not a tar index).
 #include <fmt/format.h>
@@ -36,6 +36,7 @@
 #include "formats/tar_index.h"
 #include "formats/tar_sample_reader.h"
 #include "formats/tfrecord_reader.h"
+#include "formats/webp_codec.h"
 #include "pipeline/file_list.h"
 #include "pipeline/options.h"
 #include "server/commands.h"
@@ -107,12 +108,14 @@ struct FileReport {
   uint64_t records_without_label = 0;
   SizeStats width, height, pixels;
   uint64_t jpeg_progressive = 0;
-  uint64_t not_jpeg = 0;  // neither JPEG nor PNG (or a header that does not read)
-  std::vector<std::string> not_images;  // image files that are neither JPEG nor PNG
+  uint64_t not_jpeg = 0;  // neither JPEG, PNG nor WebP (or a header that does not read)
+  std::vector<std::string> not_images;  // image files that are neither JPEG, PNG nor WebP
   std::map<std::string, uint64_t> color_spaces;
   SizeStats png_width, png_height, png_pixels;
   uint64_t png_interlaced = 0;
   std::map<std::string, uint64_t> png_layouts;  // "RGBA 8-bit"
+  SizeStats webp_width, webp_height, webp_pixels;
+  uint64_t webp_lossless = 0, webp_alpha = 0, webp_animated = 0;
 
   void Problem(std::string message) {
     if (problems.size() < kMaxProblemsShownPerFile) {
@@ -171,6 +174,20 @@ void ScanRecord(std::string_view record, uint64_t offset, const InspectOptions& 
       if (png->interlaced) ++r->png_interlaced;
       ++r->png_layouts[fmt::format("{} {}-bit", PngColorTypeName(png->color_type),
                                    png->bit_depth)];
+      return;
+    }
+    if (IsWebp(*bytes)) {
+      Result<WebpHeader> webp = ReadWebpHeader(*bytes);
+      if (!webp.ok()) {
+        ++r->not_jpeg;
+        return;
+      }
+      r->webp_width.Add(webp->width);
+      r->webp_height.Add(webp->height);
+      r->webp_pixels.Add(int64_t{webp->width} * webp->height);
+      if (webp->coding == WebpCoding::kLossless) ++r->webp_lossless;
+      if (webp->has_alpha) ++r->webp_alpha;
+      if (webp->animated) ++r->webp_animated;
       return;
     }
     Result<JpegHeader> header = ReadJpegHeader(*bytes);
@@ -343,6 +360,12 @@ void MergeInto(const FileReport& r, Totals* t) {
   m.png_pixels.Merge(r.png_pixels);
   m.png_interlaced += r.png_interlaced;
   for (const auto& [layout, n] : r.png_layouts) m.png_layouts[layout] += n;
+  m.webp_width.Merge(r.webp_width);
+  m.webp_height.Merge(r.webp_height);
+  m.webp_pixels.Merge(r.webp_pixels);
+  m.webp_lossless += r.webp_lossless;
+  m.webp_alpha += r.webp_alpha;
+  m.webp_animated += r.webp_animated;
 }
 
 void MergeInto(const Totals& o, Totals* t) {
@@ -405,6 +428,17 @@ nlohmann::json ToJson(const std::vector<FileReport>& reports, const Totals& t, d
         {"min", m.png_height.min}, {"mean", m.png_height.mean()}, {"max", m.png_height.max}};
     png["mean_pixels"] = m.png_pixels.mean();
   }
+  json webp = {{"count", m.webp_width.count},
+               {"lossless", m.webp_lossless},
+               {"alpha", m.webp_alpha},
+               {"animated", m.webp_animated}};
+  if (m.webp_width.count) {
+    webp["width"] = {
+        {"min", m.webp_width.min}, {"mean", m.webp_width.mean()}, {"max", m.webp_width.max}};
+    webp["height"] = {
+        {"min", m.webp_height.min}, {"mean", m.webp_height.mean()}, {"max", m.webp_height.max}};
+    webp["mean_pixels"] = m.webp_pixels.mean();
+  }
   return json{{"files", files},
               {"classes", class_list},
               {"not_images", m.not_images},
@@ -420,6 +454,7 @@ nlohmann::json ToJson(const std::vector<FileReport>& reports, const Totals& t, d
               {"records_without_label", m.records_without_label},
               {"jpeg", jpeg},
               {"png", png},
+              {"webp", webp},
               {"seconds", seconds},
               {"bytes_per_sec", seconds > 0 ? t.bytes / seconds : 0.0}};
 }
@@ -497,8 +532,17 @@ void PrintHuman(const std::vector<FileReport>& reports, const Totals& t, double 
     for (const auto& [layout, n] : m.png_layouts) layouts += fmt::format(" {}={}", layout, n);
     fmt::print("  layouts:{}\n", layouts);
   }
+  if (m.webp_width.count) {
+    fmt::print(
+        "\nWebP ({}): {} images, width {}..{} (mean {:.0f}), height {}..{} (mean {:.0f}), "
+        "mean {:.0f} kpx, {} lossless, {} with alpha, {} animated{}\n",
+        opt.image_key, m.webp_width.count, m.webp_width.min, m.webp_width.max, m.webp_width.mean(),
+        m.webp_height.min, m.webp_height.max, m.webp_height.mean(), m.webp_pixels.mean() / 1000,
+        m.webp_lossless, m.webp_alpha, m.webp_animated,
+        m.webp_animated ? " (the pipeline refuses animations)" : "");
+  }
   if (m.not_jpeg) {
-    fmt::print("'{}' values that are neither JPEG nor PNG: {}\n", opt.image_key, m.not_jpeg);
+    fmt::print("'{}' values that are neither JPEG, PNG nor WebP: {}\n", opt.image_key, m.not_jpeg);
   }
   if (!classes.empty()) {
     fmt::print("\nclasses (folder names in byte order): {}\n", classes.size());
@@ -508,7 +552,8 @@ void PrintHuman(const std::vector<FileReport>& reports, const Totals& t, double 
     }
   }
   if (!m.not_images.empty()) {
-    fmt::print("\nfiles that are not images (neither JPEG nor PNG): {}\n", m.not_images.size());
+    fmt::print("\nfiles that are not images (neither JPEG, PNG nor WebP): {}\n",
+               m.not_images.size());
     for (const std::string& path : m.not_images) fmt::print("  {}\n", path);
   }
   fmt::print("\nread {} in {:.3f} s ({}/s)\n", HumanBytes(static_cast<double>(t.bytes)), seconds,
@@ -653,7 +698,7 @@ void RegisterInspectCommand(CLI::App& app, int* exit_code) {
   auto* files = cmd->add_option(
       "files", opt->files,
       "TFRecord files (plain, GZIP or ZLIB), WebDataset tar shards (.tar, .tar.gz, .tgz) or image "
-      "files (.jpg/.jpeg/.png, labelled by folder); a quoted pattern ('train/*/*.jpg') is "
+      "files (.jpg/.jpeg/.png/.webp, labelled by folder); a quoted pattern ('train/*/*.jpg') is "
       "expanded as the pipeline expands it");
   auto* list = cmd->add_option("--file-list", opt->file_list,
                                "A CSV or JSON-lines list of image files and labels (with "

@@ -181,6 +181,24 @@ TEST_CASE("ImageKeyTakesJpgThenJpegThenPngAndTheOthersRideAlongUnderTheirExtensi
   CHECK(got[1].bytes.at("seg.png") == "S");
 }
 
+// webp comes after jpg, jpeg and png: the image only of a sample that has none of them.
+TEST_CASE("ImageKeyTakesWebpOnlyWithoutJpgJpegOrPng") {
+  RecordReaderOptions o;
+  o.image_key = "img";
+  const std::string tar = Member("a.webp", "W") + Member("a.png", "P") + Member("b.WebP", "W2") +
+                          Member("b.cls", "3") + Member("c.jpg", "J") + Member("c.webp", "W3") +
+                          EndBlocks();
+  auto reader = MemoryReader(tar, o);
+  const std::vector<Sample> got = ReadAll(reader.get());
+  REQUIRE(got.size() == 3);
+  CHECK(got[0].bytes.at("img") == "P");
+  CHECK(got[0].bytes.at("webp") == "W");
+  CHECK(got[1].bytes.at("img") == "W2");  // extensions compared lower-cased
+  CHECK(got[1].bytes.count("webp") == 0);
+  CHECK(got[2].bytes.at("img") == "J");
+  CHECK(got[2].bytes.at("webp") == "W3");
+}
+
 // An unlabeled dataset (PipelineOptions.unlabeled) scans with no label key: a sample without a
 // cls is a whole sample, read as label 0; with a label key the same sample is refused.
 TEST_CASE("SampleWithoutClsIsAnUnlabeledSample") {

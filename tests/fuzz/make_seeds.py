@@ -125,6 +125,35 @@ def png_decode_seeds():
     write("png_decode", "truncated.png", bytes([1]) + rgba[: len(rgba) * 2 // 3])
 
 
+def webp_decode_seeds():
+    rng = random.Random(17)
+
+    def image(mode, size):
+        channels = len(mode)
+        return Image.frombytes(mode, size, bytes(rng.randrange(256)
+                                                 for _ in range(size[0] * size[1] * channels)))
+
+    def save(im, **params):
+        out = io.BytesIO()
+        im.save(out, "WEBP", **params)
+        return out.getvalue()
+
+    frames = [image("RGB", (8, 6)), image("RGB", (8, 6))]
+    files = {
+        "lossy-rgb.webp": save(image("RGB", (9, 7)), quality=80),
+        "lossy-rgba.webp": save(image("RGBA", (9, 7)), quality=80),
+        "lossless-rgb.webp": save(image("RGB", (9, 7)), lossless=True),
+        "lossless-rgba-exact.webp": save(image("RGBA", (9, 7)), lossless=True, exact=True),
+        "animated.webp": save(frames[0], save_all=True, append_images=frames[1:], lossless=True),
+    }
+    for i, (name, data) in enumerate(sorted(files.items())):
+        # Byte 0 picks the alpha policy (see webp_decode_fuzz.cc), then the file.
+        write("webp_decode", name, bytes([i % 3]) + data)
+    for name in ("lossy-rgba.webp", "lossless-rgb.webp"):
+        data = files[name]
+        write("webp_decode", "truncated-" + name, bytes([1]) + data[: len(data) * 2 // 3])
+
+
 def example(features):
     def feature(v):
         if isinstance(v, bytes):
@@ -185,6 +214,7 @@ def main():
         write("jpeg_decode", "crop-" + name, bytes([100, 60, 90, 200, 7, 3]) + data)
     write("jpeg_decode", "truncated.jpg", bytes([0, 0, 255, 255, 16, 0]) + small[: len(small) // 2])
     png_decode_seeds()
+    webp_decode_seeds()
 
     records = [
         example({"image/encoded": small, "image/class/label": 3, "image/format": b"JPEG"}),

@@ -153,6 +153,27 @@ TEST_CASE("ImageFilesAreLabelledByTheirFoldersNamesInByteOrder") {
   }
 }
 
+// .webp is an image file's extension in any case, beside .jpg, .jpeg and .png.
+TEST_CASE("WebpFilesAreImageFilesInAnyCase") {
+  TempDir dir;
+  for (const char* f : {"a/x.webp", "b/y.WEBP", "b/z.WebP", "c.tfrecord"}) {
+    std::filesystem::create_directories((dir.path() / f).parent_path());
+    testing::WriteAll((dir.path() / f).string(), "x");
+  }
+  v1::PipelineOptions o;
+  o.add_files(dir.file("*/*.*"));
+  o.add_files(dir.file("c.tfrecord"));
+  auto r = ResolveOptions(o);
+  REQUIRE(r.ok());
+  REQUIRE(r->files.size() == 4);
+  CHECK(r->classes == std::vector<std::string>{"a", "b"});
+  for (size_t i = 0; i < r->files.size(); ++i) {
+    INFO(r->files[i]);
+    CHECK(r->kinds[i] ==
+          (r->files[i].ends_with(".tfrecord") ? SourceKind::kTFRecord : SourceKind::kImage));
+  }
+}
+
 TEST_CASE("FileListGivesSortedFilesWithTheirListedLabels") {
   TempDir dir;
   testing::WriteAll(dir.file("b.jpg"), "x");

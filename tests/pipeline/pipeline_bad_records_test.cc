@@ -82,7 +82,8 @@ TEST_CASE("UndecodableImageIsSkippedUnderSkipAndFailsUnderFail") {
   CHECK(fail.status.code() == StatusCode::kInvalidArgument);
   CHECK(fail.status.message().find(shards.paths[0] + ":" + std::to_string(bad_offset) + ": ") ==
         0);
-  CHECK(fail.status.message().find("not a JPEG or PNG image (starts with 0x6E 0x6F 0x74 0x20)") !=
+  CHECK(fail.status.message().find(
+            "not a JPEG, PNG or WebP image (starts with 0x6E 0x6F 0x74 0x20)") !=
         std::string::npos);
 }
 
@@ -161,7 +162,7 @@ TEST_CASE("SkipReasonsGroupByCodeAndMessageWithoutPathsAndNumbers") {
   CHECK(reasons.find("other reasons") == std::string::npos);
   CHECK(reasons.find("x corrupted record at " + path + ":") != std::string::npos);
   CHECK(reasons.find("x image of ") != std::string::npos);
-  CHECK(reasons.find("x not a JPEG or PNG image (starts with 0x") != std::string::npos);
+  CHECK(reasons.find("x not a JPEG, PNG or WebP image (starts with 0x") != std::string::npos);
 }
 
 TEST_CASE("AlternatingBadRecordsNeitherExhaustBuffersNorLoseRecords") {

@@ -174,8 +174,8 @@ TEST_CASE("DamagedPngRecordIsSkippedOrFailsNamingFileAndOffset") {
     INFO(errors);
     CHECK(errors.find(path + ":" + std::to_string(offsets[2]) + ": PNG data ends at byte " +
                       std::to_string(cut.size())) != std::string::npos);
-    CHECK(errors.find(path + ":" + std::to_string(offsets[5]) + ": GIF image, not JPEG or PNG") !=
-          std::string::npos);
+    CHECK(errors.find(path + ":" + std::to_string(offsets[5]) +
+                      ": GIF image, not JPEG, PNG or WebP") != std::string::npos);
 
     o.set_error_policy(v1::ERROR_POLICY_FAIL);
     const testing::Collected fail = RunToEnd(o);

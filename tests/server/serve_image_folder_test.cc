@@ -171,7 +171,8 @@ TEST_CASE("FileInAnImageFolderThatIsNotAnImageIsACountedSkipOrAnErrorNamingItsPa
   strict.set_equal_shares(v1::EQUAL_SHARES_OFF);
   const Raw failed = ReadRaw(server.address(), strict);
   CHECK_FALSE(failed.status.ok());
-  CHECK_THAT(failed.status.error_message(), Catch::Contains(bad + ":0: not a JPEG or PNG image"));
+  CHECK_THAT(failed.status.error_message(),
+             Catch::Contains(bad + ":0: not a JPEG, PNG or WebP image"));
 }
 
 }  // namespace

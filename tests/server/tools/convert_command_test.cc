@@ -12,9 +12,11 @@
 #include "formats/png_codec.h"
 #include "formats/record_index.h"
 #include "formats/tfrecord_reader.h"
+#include "formats/webp_codec.h"
 #include "tests/jpeg_test_images.h"
 #include "tests/png_test_images.h"
 #include "tests/test_support.h"
+#include "tests/webp_test_images.h"
 
 namespace sluice {
 namespace {
@@ -220,6 +222,62 @@ TEST_CASE("ConvertWithPngJpegReencodesPngsAsRgbJpegWithAlphaDropped") {
       RunSluice("convert --from " + src.string() + " --out " + dir.file("out2") + " --png gif");
   CHECK(bad.exit_code != 0);
   CHECK(bad.err.find("--png") != std::string::npos);
+}
+
+// WebPs are kept byte for byte (image/format WEBP) or, with --webp jpeg, re-encoded as RGB JPEG
+// with the alpha dropped; an animated or cut one is skipped with the decoder's reason.
+TEST_CASE("ConvertKeepsWebpsOrReencodesThemWithWebpJpegAndSkipsAnimatedOnes") {
+  TempDir dir;
+  fs::path src = dir.path() / "images";
+  fs::create_directories(src / "a");
+  const std::vector<uint8_t> rgba = testing::SmoothPixels(40, 30, 5);
+  const std::string lossless =
+      testing::EncodeWebp(rgba.data(), 40, 30, 4, testing::WebpCodec::kLosslessExact);
+  testing::WriteAll((src / "a/alpha.webp").string(), lossless);
+  testing::WriteAll((src / "a/moving.webp").string(), testing::AnimatedWebp(12, 10));
+  testing::WriteAll((src / "a/cut.webp").string(), lossless.substr(0, lossless.size() / 2));
+
+  for (const char* webp : {"keep", "jpeg"}) {
+    INFO("--webp " << webp);
+    const fs::path out = dir.path() / (std::string("out-") + webp);
+    testing::CommandResult r = RunSluice("convert --from " + src.string() + " --out " +
+                                         out.string() + " --shards 1 --webp " + webp);
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.err.find("skipped 2 files") != std::string::npos);
+    CHECK(r.err.find("a/moving.webp: does not decode: animated WebP (12x10 canvas) is not "
+                     "decoded") != std::string::npos);
+    CHECK(r.err.find("a/cut.webp: does not decode: WebP data ends at byte") != std::string::npos);
+    auto records = ReadBack(out, "train");
+    REQUIRE(records.size() == 1);
+    const Converted& c = records["a/alpha.webp"];
+    CHECK(c.width == 40);
+    CHECK(c.height == 30);
+    if (std::string(webp) == "keep") {
+      CHECK(c.format == "WEBP");
+      CHECK(c.encoded == lossless);
+      continue;
+    }
+    CHECK(c.format == "JPEG");
+    CHECK(c.header.color_space == JpegColorSpace::kYCbCr);
+    JpegDecoder decoder;
+    Image image;
+    REQUIRE(decoder.Decode(c.encoded, &image).ok());
+    std::vector<uint8_t> dropped(size_t{40} * 30 * 3), white(dropped.size());
+    FlattenRgba(rgba.data(), size_t{40} * 30, Alpha::kDrop, dropped.data());
+    FlattenRgba(rgba.data(), size_t{40} * 30, Alpha::kCompositeWhite, white.data());
+    double drop_error = 0, white_error = 0;
+    for (size_t i = 0; i < dropped.size(); ++i) {
+      drop_error += std::abs(image.pixels[i] - dropped[i]);
+      white_error += std::abs(image.pixels[i] - white[i]);
+    }
+    drop_error /= dropped.size();
+    white_error /= dropped.size();
+    INFO("mean error against alpha dropped " << drop_error << ", composited on white "
+                                             << white_error);
+    CHECK(drop_error < 6.0);  // quality 95 of small noisy pixels, chroma subsampled
+    CHECK(white_error > 4 * drop_error);
+  }
 }
 
 TEST_CASE("ConvertSplitsEachClassIntoValidation") {

@@ -12,6 +12,7 @@
 #include "formats/tfrecord_writer.h"
 #include "tests/png_test_images.h"
 #include "tests/test_support.h"
+#include "tests/webp_test_images.h"
 
 namespace sluice {
 namespace {
@@ -104,7 +105,46 @@ TEST_CASE("InspectReportsPngsBesideJpegsFromTheirHeaders") {
   REQUIRE(human.exit_code == 0);
   CHECK(human.out.find("PNG (image/encoded): 3 images, width 50..70") != std::string::npos);
   CHECK(human.out.find("layouts: RGBA 16-bit=1 palette 4-bit=2") != std::string::npos);
-  CHECK(human.out.find("values that are neither JPEG nor PNG: 1") != std::string::npos);
+  CHECK(human.out.find("values that are neither JPEG, PNG nor WebP: 1") != std::string::npos);
+}
+
+// WebPs are counted from their headers (libwebp's WebPGetFeatures): sizes, lossless, alpha and
+// animated; one whose header does not read is not an image.
+TEST_CASE("InspectReportsWebpsFromTheirHeaders") {
+  TempDir dir;
+  using testing::EncodeWebp;
+  using testing::WebpCodec;
+  const std::vector<uint8_t> rgba = testing::SmoothPixels(60, 40, 1);
+  const std::map<std::string, std::string> files = {
+      {"a/lossy.webp", EncodeWebp(rgba.data(), 50, 20, 3, WebpCodec::kLossy)},
+      {"a/lossy-alpha.webp", EncodeWebp(rgba.data(), 60, 40, 4, WebpCodec::kLossy)},
+      {"b/lossless.webp", EncodeWebp(rgba.data(), 30, 40, 4, WebpCodec::kLossless)},
+      {"b/moving.webp", testing::AnimatedWebp(12, 10)},
+      {"b/broken.webp", std::string("RIFF\x10\0\0\0WEBPVP8 \x04\0\0\0xxxx", 24)},
+  };
+  for (const auto& [name, data] : files) {
+    std::filesystem::create_directories(std::filesystem::path(dir.file(name)).parent_path());
+    testing::WriteAll(dir.file(name), data);
+  }
+  testing::CommandResult r = RunSluice("inspect --json '" + dir.file("*/*.webp") + "'");
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);  // the broken one is not an image
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["records"] == 5);
+  CHECK(j["webp"]["count"] == 4);
+  CHECK(j["webp"]["lossless"] == 1);
+  CHECK(j["webp"]["alpha"] == 2);
+  CHECK(j["webp"]["animated"] == 1);
+  CHECK(j["webp"]["width"]["min"] == 12);
+  CHECK(j["webp"]["width"]["max"] == 60);
+  CHECK(j["webp"]["height"]["max"] == 40);
+  CHECK(j["not_images"] == nlohmann::json({dir.file("b/broken.webp")}));
+  CHECK(j["png"]["count"] == 0);
+
+  testing::CommandResult human = RunSluice("inspect '" + dir.file("*/*.webp") + "'");
+  CHECK(human.out.find("WebP (image/encoded): 4 images, width 12..60") != std::string::npos);
+  CHECK(human.out.find("1 lossless, 2 with alpha, 1 animated (the pipeline refuses animations)") !=
+        std::string::npos);
 }
 
 TEST_CASE("InspectJsonOnCorruptShardCountsAndNamesOffset") {
@@ -280,7 +320,7 @@ namespace sluice {
 namespace {
 
 // An image folder: classes by folder name in byte order with their counts; a PNG (by signature)
-// counted; a file that is neither JPEG nor PNG named, with exit status 1.
+// counted; a file that is neither JPEG, PNG nor WebP named, with exit status 1.
 TEST_CASE("InspectImageFolderReportsClassesPngsAndFilesThatAreNotImages") {
   TempDir dir;
   const std::string jpeg = SmallJpeg(40, 30);
@@ -318,8 +358,9 @@ TEST_CASE("InspectImageFolderReportsClassesPngsAndFilesThatAreNotImages") {
   CHECK(l["not_images"] == nlohmann::json({dir.file("b/notes.jpg")}));
   testing::CommandResult human = RunSluice("inspect --file-list " + dir.file("list.csv"));
   CHECK(human.exit_code == 1);
-  CHECK_THAT(human.out, Catch::Contains("files that are not images (neither JPEG nor PNG): 1\n  " +
-                                        dir.file("b/notes.jpg")));
+  CHECK_THAT(human.out,
+             Catch::Contains("files that are not images (neither JPEG, PNG nor WebP): 1\n  " +
+                             dir.file("b/notes.jpg")));
 }
 
 }  // namespace

@@ -1,0 +1,182 @@
+#include "formats/webp_codec.h"
+
+#include <webp/decode.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+namespace sluice {
+namespace {
+
+// libwebp's per-column state for a lossy image: its 16-row macroblock caches with the loop
+// filter's extra rows (~72 bytes), the coefficients of a row of macroblocks (~50), the top
+// samples, intra modes and the fancy upsampler's rows (~10): 132, rounded up.
+constexpr int64_t kLossyBytesPerColumn = 160;
+// A lossless image's per-column state: 16 cached ARGB rows and one top row, 4 bytes each (68),
+// rounded up.
+constexpr int64_t kLosslessBytesPerColumn = 128;
+
+std::string_view StatusName(VP8StatusCode code) {
+  switch (code) {
+    case VP8_STATUS_OK:
+      return "ok";
+    case VP8_STATUS_OUT_OF_MEMORY:
+      return "out of memory";
+    case VP8_STATUS_INVALID_PARAM:
+      return "invalid parameter";
+    case VP8_STATUS_BITSTREAM_ERROR:
+      return "bitstream error";
+    case VP8_STATUS_UNSUPPORTED_FEATURE:
+      return "unsupported feature";
+    case VP8_STATUS_SUSPENDED:
+      return "suspended";
+    case VP8_STATUS_USER_ABORT:
+      return "aborted";
+    case VP8_STATUS_NOT_ENOUGH_DATA:
+      return "not enough data";
+  }
+  return "unknown status";
+}
+
+Status LibwebpError(VP8StatusCode code, std::string_view during, size_t size) {
+  if (code == VP8_STATUS_NOT_ENOUGH_DATA) {
+    return DataLoss("WebP data ends at byte " + std::to_string(size) + ", before the " +
+                    std::string(during) + " is complete");
+  }
+  if (code == VP8_STATUS_OUT_OF_MEMORY) {
+    return ResourceExhausted("libwebp ran out of memory decoding the " + std::string(during));
+  }
+  return InvalidArgument("invalid WebP " + std::string(during) + ": " +
+                         std::string(StatusName(code)) + " (libwebp status " +
+                         std::to_string(static_cast<int>(code)) + ")");
+}
+
+// The decoder's output buffer; with external memory (ours) freeing it releases nothing of ours.
+class OutputBuffer {
+ public:
+  explicit OutputBuffer(WebPDecBuffer* buffer) : buffer_(buffer) {}
+  ~OutputBuffer() { WebPFreeDecBuffer(buffer_); }
+  OutputBuffer(const OutputBuffer&) = delete;
+  OutputBuffer& operator=(const OutputBuffer&) = delete;
+
+ private:
+  WebPDecBuffer* buffer_;
+};
+
+}  // namespace
+
+std::string_view WebpCodingName(WebpCoding c) {
+  switch (c) {
+    case WebpCoding::kLossy:
+      return "lossy";
+    case WebpCoding::kLossless:
+      return "lossless";
+    case WebpCoding::kMixed:
+      return "animated";
+  }
+  return "unknown";
+}
+
+Result<WebpHeader> ReadWebpHeader(std::string_view data) {
+  if (!IsWebp(data)) {
+    std::string m = "not a WebP image (no RIFF....WEBP at byte 0; starts with";
+    for (size_t i = 0; i < data.size() && i < 4; ++i) {
+      char hex[8];
+      std::snprintf(hex, sizeof(hex), " 0x%02X", static_cast<uint8_t>(data[i]));
+      m += hex;
+    }
+    return InvalidArgument(m + ")");
+  }
+  WebPBitstreamFeatures f;
+  const VP8StatusCode code =
+      WebPGetFeatures(reinterpret_cast<const uint8_t*>(data.data()), data.size(), &f);
+  if (code != VP8_STATUS_OK) return LibwebpError(code, "header", data.size());
+  if (f.width <= 0 || f.height <= 0) {
+    return InvalidArgument("WebP header size " + std::to_string(f.width) + "x" +
+                           std::to_string(f.height) + " is empty");
+  }
+  WebpHeader h;
+  h.width = f.width;
+  h.height = f.height;
+  h.has_alpha = f.has_alpha != 0;
+  h.animated = f.has_animation != 0;
+  h.coding = h.animated      ? WebpCoding::kMixed
+             : f.format == 2 ? WebpCoding::kLossless
+                             : WebpCoding::kLossy;
+  return h;
+}
+
+int64_t EstimateWebpDecodeBytes(const WebpHeader& header, Alpha alpha) {
+  const int64_t w = header.width;
+  const int64_t h = header.height;
+  const bool rgba = header.has_alpha && alpha != Alpha::kDrop;
+  int64_t bytes = w * h * (rgba ? 4 : 3) + kWebpFixedBytes;
+  // A lossless image (or a lossy one's alpha, which may be coded losslessly): the ARGB image,
+  // 4 bytes a pixel; its transforms' and entropy image's sub-images, each at most a 4x4
+  // subsample of 4-byte pixels (a quarter byte a pixel, three of them); its Huffman tables.
+  const bool lossless_argb = header.coding != WebpCoding::kLossy || header.has_alpha;
+  if (lossless_argb) {
+    bytes += w * h * 4 + w * h * 3 / 4 + w * kLosslessBytesPerColumn +
+             std::min(w * h * 4, kWebpMaxTablesBytes);
+  }
+  if (header.coding != WebpCoding::kLossless) {
+    bytes += w * kLossyBytesPerColumn;
+    if (header.has_alpha) bytes += w * h;  // the decoded alpha plane
+  }
+  return bytes;
+}
+
+Status DecodeWebp(std::string_view data, Alpha alpha, Image* out, int64_t max_pixels,
+                  const DecodeMemoryGate* gate) {
+  ASSIGN_OR_RETURN(const WebpHeader header, ReadWebpHeader(data));
+  if (header.animated) {
+    return InvalidArgument("animated WebP (" + std::to_string(header.width) + "x" +
+                           std::to_string(header.height) +
+                           " canvas) is not decoded: Sluice reads still images only");
+  }
+  const int64_t pixels = int64_t{header.width} * header.height;
+  if (pixels > max_pixels) {
+    return InvalidArgument("WebP of " + std::to_string(header.width) + "x" +
+                           std::to_string(header.height) + " = " + std::to_string(pixels) +
+                           " pixels exceeds max_pixels " + std::to_string(max_pixels));
+  }
+  if (gate != nullptr) RETURN_IF_ERROR((*gate)(EstimateWebpDecodeBytes(header, alpha)));
+
+  WebPDecoderConfig config;
+  if (!WebPInitDecoderConfig(&config)) {
+    return Internal("libwebp's decoder ABI does not match the headers Sluice was built with");
+  }
+  OutputBuffer release(&config.output);
+  const int w = header.width;
+  const int h = header.height;
+  // RGBA only when compositing: the estimate counts on it.
+  const bool rgba = header.has_alpha && alpha != Alpha::kDrop;
+  const size_t stride = static_cast<size_t>(w) * (rgba ? 4 : 3);
+  if (rgba) {
+    // Room for the RGBA image, exactly (growing from RGB could double the capacity).
+    out->pixels.clear();
+    out->pixels.reserve(stride * h);
+    out->pixels.resize(stride * h);
+  } else {
+    out->Resize(w, h);
+  }
+  config.output.colorspace = rgba ? MODE_RGBA : MODE_RGB;
+  config.output.is_external_memory = 1;
+  config.output.u.RGBA.rgba = out->pixels.data();
+  config.output.u.RGBA.stride = static_cast<int>(stride);
+  config.output.u.RGBA.size = stride * h;
+  const VP8StatusCode code =
+      WebPDecode(reinterpret_cast<const uint8_t*>(data.data()), data.size(), &config);
+  if (code != VP8_STATUS_OK) return LibwebpError(code, "image", data.size());
+  if (config.output.width != w || config.output.height != h) {
+    return Internal("libwebp decoded " + std::to_string(config.output.width) + "x" +
+                    std::to_string(config.output.height) + " where the header said " +
+                    std::to_string(w) + "x" + std::to_string(h));
+  }
+  if (rgba) FlattenRgba(out->pixels.data(), static_cast<size_t>(w) * h, alpha, out->pixels.data());
+  out->Resize(w, h);
+  return Status::OK();
+}
+
+}  // namespace sluice

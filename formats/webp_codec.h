@@ -1,0 +1,74 @@
+// WebP decode to packed RGB with libwebp (Debian's, the decoder Pillow links): lossy (VP8) and
+// lossless (VP8L) still images, with or without alpha. libwebp reports every error as a status
+// code; they become Status here, and nothing calls abort() or exit().
+//
+// What the pixels are (PIL is the reference, tests/python/test_pil_webp.py, byte for byte):
+// - PIL's Image.open(f).convert("RGB"): libwebp's RGB with its default options (fancy upsampling
+//   of lossy chroma, no dithering), the alpha dropped.
+// - Alpha per Alpha (formats/alpha.h): dropped, or composited onto an opaque white or black
+//   background exactly as a PNG's is, which equals PIL's Image.alpha_composite.
+// - An animated WebP is refused (InvalidArgument saying so): PIL's Image.open gives its first
+//   frame, composited on its canvas; a training image is a still, and a silently partial one is
+//   worse than a clear refusal.
+// - Data cut short is refused (DataLoss naming where it ends), as PIL refuses it.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "formats/alpha.h"
+#include "formats/image_ops.h"
+#include "formats/jpeg_codec.h"
+#include "formats/status.h"
+
+namespace sluice {
+
+// A RIFF container ("RIFF", 4 size bytes, "WEBP") at byte 0.
+inline bool IsWebp(std::string_view data) {
+  return data.size() >= 12 && data.substr(0, 4) == "RIFF" && data.substr(8, 4) == "WEBP";
+}
+
+// How the image is coded: WebPBitstreamFeatures::format, with an animation of any frames kMixed.
+enum class WebpCoding { kLossy, kLossless, kMixed };
+std::string_view WebpCodingName(WebpCoding c);  // "lossy", "lossless", "animated"
+
+struct WebpHeader {
+  int width = 0;  // the canvas, for an animation
+  int height = 0;
+  bool has_alpha = false;
+  bool animated = false;
+  WebpCoding coding = WebpCoding::kLossy;
+};
+
+// Reads the RIFF header and the chunks up to the bitstream's own header (libwebp's
+// WebPGetFeatures: nothing is decoded). InvalidArgument when data is not a WebP (naming what it
+// starts with) or the headers are malformed; DataLoss when data ends inside them.
+Result<WebpHeader> ReadWebpHeader(std::string_view data);
+
+// Bytes a decode of an image with this header holds at once, for DecodeMemoryGate: the RGB
+// pixels (RGBA while alpha to composite is decoded), libwebp's per-column row caches and fixed
+// state (kWebpFixedBytes), and for lossless pixels (or alpha, which may be coded losslessly) its
+// whole ARGB image, its transforms' sub-images and its Huffman tables, counted as 4 bytes a pixel
+// up to kWebpMaxTablesBytes. Measured with every allocation counted
+// (tests/formats/webp_codec_test.cc): photographs take 7.2 bytes a pixel lossless (the estimate
+// counts 11.75) and 3.1 lossy (3, plus the per-column rows and kWebpFixedBytes); noisy or blocky
+// content, whose entropy coding uses hundreds of Huffman groups, stays within it too. A file coded
+// with more groups than 4 bytes a pixel pays for (a crafted one can have thousands, 16 KiB each)
+// can take more: no header says how many before the decode.
+int64_t EstimateWebpDecodeBytes(const WebpHeader& header, Alpha alpha);
+
+// libwebp's decoder structs and the Huffman tables of a few dozen groups, whatever the size.
+inline constexpr int64_t kWebpFixedBytes = int64_t{2} << 20;
+// The Huffman tables of libwebp's encoder's most groups: 2600 entropy tiles (its
+// MAX_HUFF_IMAGE_SIZE), 16 KiB each at the largest colour cache.
+inline constexpr int64_t kWebpMaxTablesBytes = int64_t{2600} * 16 * 1024;
+
+// Decodes a still WebP into packed RGB (see the top of this file for what the pixels are). A
+// header over max_pixels is refused before anything is allocated, naming the size; then the gate,
+// if any, is asked once for EstimateWebpDecodeBytes. An animation is InvalidArgument; damage is
+// InvalidArgument with libwebp's status; data that ends before the image does is DataLoss naming
+// the byte where it ends. out's buffer is reused: it grows to exactly what this image needs.
+Status DecodeWebp(std::string_view data, Alpha alpha, Image* out,
+                  int64_t max_pixels = kDefaultMaxPixels, const DecodeMemoryGate* gate = nullptr);
+
+}  // namespace sluice

@@ -1,0 +1,60 @@
+// The WebP decode the pipeline runs on every WebP record, over arbitrary bytes: the header reader
+// and libwebp's decode under each alpha policy. They must agree on the size, ask the memory gate
+// once for the estimate of the header they read, allocate no more pixels than it counts, and turn
+// every bad file into InvalidArgument (or DataLoss when it ends early), never a crash or an abort.
+//
+// Input: byte 0 picks the alpha policy (mod 3); the rest is the file.
+#include <cstdint>
+#include <string_view>
+
+#include "formats/webp_codec.h"
+#include "tests/fuzz/fuzz_check.h"
+
+namespace {
+
+// Keeps decodes small: the fuzzer's time goes into the parsers, not into big images.
+constexpr int64_t kMaxPixels = 1 << 20;
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace sluice;
+  if (size < 1) return 0;
+  const Alpha alpha = static_cast<Alpha>(data[0] % 3);
+  const std::string_view webp(reinterpret_cast<const char*>(data) + 1, size - 1);
+
+  const Result<WebpHeader> header = ReadWebpHeader(webp);
+  FUZZ_CHECK(header.ok() || header.status().code() == StatusCode::kInvalidArgument ||
+                 header.status().code() == StatusCode::kDataLoss,
+             "%s", header.status().ToString().c_str());
+  int asked = 0;
+  int64_t estimate = 0;
+  const DecodeMemoryGate gate = [&](int64_t bytes) {
+    ++asked;
+    estimate = bytes;
+    return Status::OK();
+  };
+  // One image per process, as the pipeline keeps one per thread: reuse must survive errors.
+  static Image image;
+  const Status s = DecodeWebp(webp, alpha, &image, kMaxPixels, &gate);
+  FUZZ_CHECK(
+      s.ok() || s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kDataLoss, "%s",
+      s.ToString().c_str());
+  FUZZ_CHECK(asked <= 1, "the gate was asked %d times", asked);
+  if (asked == 1) {
+    FUZZ_CHECK(header.ok() && !header->animated, "the gate was asked for a file it refuses");
+    FUZZ_CHECK(estimate == EstimateWebpDecodeBytes(*header, alpha), "estimate %lld",
+               static_cast<long long>(estimate));
+    const int64_t pixels = int64_t{header->width} * header->height;
+    FUZZ_CHECK(static_cast<int64_t>(image.pixels.size()) <= estimate &&
+                   static_cast<int64_t>(image.pixels.size()) <= pixels * 4,
+               "%zu bytes of pixels over the estimate of %lld", image.pixels.size(),
+               static_cast<long long>(estimate));
+  }
+  if (s.ok()) {
+    FUZZ_CHECK(header.ok() && image.width == header->width && image.height == header->height &&
+                   image.pixels.size() == static_cast<size_t>(image.width) * image.height * 3,
+               "decoded %dx%d", image.width, image.height);
+  }
+  return 0;
+}

@@ -1,0 +1,270 @@
+"""WebP decode (formats/webp_codec.h) against PIL, through webp_decode_probe, on files PIL writes:
+lossy and lossless, RGB and RGBA (alpha exact or not), gray-looking content, odd sizes. Debian's
+Pillow links the same system libwebp (1.2.4) as Sluice; the test checks that it does.
+
+- Every still file: the probe's bytes equal np.asarray(Image.open(f).convert("RGB")).
+- Alpha composited onto white or black equals PIL's Image.alpha_composite of
+  Image.open(f).convert("RGBA") onto an opaque background, byte for byte (the PNG rule).
+- An animated WebP is refused ("animated WebP ... is not decoded"); PIL opens its first frame.
+- A file cut short is refused, as PIL refuses it.
+- A folder of WebP files, the same folder converted by `sluice convert`, and a WebDataset tar of
+  them written by the webdataset package, served by a real `sluice serve` under each alpha policy:
+  every image is PIL's pixels centre-cropped.
+"""
+import io
+import os
+import subprocess
+import zlib
+
+import numpy as np
+import pytest
+from PIL import Image, features
+
+PROBE = os.environ.get("WEBP_DECODE_PROBE")
+WIDTH, HEIGHT = 37, 23  # odd: lossy chroma is subsampled 2x2, the last column and row alone
+
+
+@pytest.fixture(scope="module")
+def probe_bin():
+    if not PROBE or not os.path.exists(PROBE):
+        pytest.fail("WEBP_DECODE_PROBE must point at the built webp_decode_probe")
+    return PROBE
+
+
+def test_pil_links_the_libwebp_sluice_links():
+    assert features.version("webp") == "1.2.4"
+
+
+def run_probe(probe_bin, tmp_path, data, alpha="drop"):
+    src = tmp_path / "in.webp"
+    out = tmp_path / "out.rgb"
+    src.write_bytes(data)
+    return subprocess.run([probe_bin, str(src), str(out), alpha], capture_output=True, text=True,
+                          timeout=60), out
+
+
+def decode(probe_bin, tmp_path, data, alpha="drop"):
+    proc, out = run_probe(probe_bin, tmp_path, data, alpha)
+    assert proc.returncode == 0, proc.stderr
+    width, height = map(int, proc.stdout.split())
+    return np.frombuffer(out.read_bytes(), np.uint8).reshape(height, width, 3)
+
+
+def decode_error(probe_bin, tmp_path, data):
+    """The probe's message for data it refuses (it must refuse it)."""
+    proc, _ = run_probe(probe_bin, tmp_path, data)
+    assert proc.returncode == 2, "decoded, but should be refused"
+    return proc.stderr
+
+
+def pil_rgb(data):
+    return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+
+
+def pil_composite(data, background):
+    im = Image.open(io.BytesIO(data)).convert("RGBA")
+    back = Image.new("RGBA", im.size, (background,) * 3 + (255,))
+    return np.asarray(Image.alpha_composite(back, im).convert("RGB"))
+
+
+def pil_save(im, **params):
+    buf = io.BytesIO()
+    im.save(buf, "WEBP", **params)
+    return buf.getvalue()
+
+
+def rng_for(name):
+    return np.random.default_rng(zlib.crc32(name.encode()))
+
+
+def smooth(r, height, width, channels):
+    """A photograph-like image: a smooth gradient and noise (pure noise is no test of lossy)."""
+    y, x = np.mgrid[0:height, 0:width]
+    base = np.stack([(x * 255 // max(width - 1, 1)), (y * 255 // max(height - 1, 1)),
+                     ((x + y) * 127 // max(width + height - 2, 1))] + [x * 0 + 200] * 3, -1)
+    noisy = base[..., :channels] + r.integers(-40, 41, (height, width, channels))
+    return np.clip(noisy, 0, 255).astype(np.uint8)
+
+
+def pil_files():
+    """(name, WebP bytes, has alpha) for what PIL writes."""
+    files = []
+    r = rng_for("pil")
+    rgb = smooth(r, HEIGHT, WIDTH, 3)
+    rgba = smooth(r, HEIGHT, WIDTH, 4)
+    rgba[..., 3] = r.integers(0, 256, (HEIGHT, WIDTH))
+    rgba[0, :, 3] = 0
+    rgba[1, :, 3] = 255
+    gray = smooth(r, HEIGHT, WIDTH, 1)[..., 0]
+    for quality in (50, 90):
+        files.append((f"lossy RGB q{quality}",
+                      pil_save(Image.fromarray(rgb, "RGB"), quality=quality), False))
+    files.append(("lossy RGB noise", pil_save(Image.fromarray(
+        r.integers(0, 256, (HEIGHT, WIDTH, 3), np.uint8), "RGB"), quality=80), False))
+    files.append(("lossy RGBA", pil_save(Image.fromarray(rgba, "RGBA"), quality=80), True))
+    files.append(("lossy RGBA alpha_quality 50",
+                  pil_save(Image.fromarray(rgba, "RGBA"), quality=80, alpha_quality=50), True))
+    files.append(("lossy gray-looking", pil_save(Image.fromarray(gray, "L").convert("RGB"),
+                                                 quality=80), False))
+    files.append(("lossy from L", pil_save(Image.fromarray(gray, "L"), quality=80), False))
+    files.append(("lossless RGB", pil_save(Image.fromarray(rgb, "RGB"), lossless=True), False))
+    files.append(("lossless RGBA", pil_save(Image.fromarray(rgba, "RGBA"), lossless=True), True))
+    files.append(("lossless RGBA exact",
+                  pil_save(Image.fromarray(rgba, "RGBA"), lossless=True, exact=True), True))
+    files.append(("lossless gray-looking", pil_save(Image.fromarray(gray, "L").convert("RGB"),
+                                                    lossless=True), False))
+    files.append(("lossless 1x1", pil_save(Image.new("RGB", (1, 1), (1, 2, 3)), lossless=True),
+                  False))
+    files.append(("lossy 1x1", pil_save(Image.new("RGB", (1, 1), (1, 2, 3))), False))
+    return files
+
+
+PIL_FILES = pil_files()
+
+
+@pytest.mark.parametrize("name,data,_", PIL_FILES, ids=[f[0] for f in PIL_FILES])
+def test_pil_written_webp_decodes_as_pil_converts_it(probe_bin, tmp_path, name, data, _):
+    np.testing.assert_array_equal(decode(probe_bin, tmp_path, data), pil_rgb(data))
+
+
+WITH_ALPHA = [f for f in PIL_FILES if f[2]]
+
+
+@pytest.mark.parametrize("alpha,background", [("white", 255), ("black", 0)])
+@pytest.mark.parametrize("name,data,_", WITH_ALPHA, ids=[f[0] for f in WITH_ALPHA])
+def test_alpha_composites_as_pil_alpha_composite(probe_bin, tmp_path, name, data, _, alpha,
+                                                  background):
+    assert Image.open(io.BytesIO(data)).mode == "RGBA"
+    ours = decode(probe_bin, tmp_path, data, alpha)
+    np.testing.assert_array_equal(ours, pil_composite(data, background))
+    assert not np.array_equal(ours, pil_rgb(data))  # the alpha did change something
+
+
+@pytest.mark.parametrize("name,data,_", [f for f in PIL_FILES if not f[2]][:3],
+                         ids=[f[0] for f in PIL_FILES if not f[2]][:3])
+def test_opaque_webp_is_the_same_under_every_alpha_policy(probe_bin, tmp_path, name, data, _):
+    rgb = decode(probe_bin, tmp_path, data)
+    for alpha in ("white", "black"):
+        np.testing.assert_array_equal(decode(probe_bin, tmp_path, data, alpha), rgb)
+
+
+@pytest.mark.parametrize("lossless", [False, True], ids=["lossy", "lossless"])
+def test_animated_webp_is_refused_where_pil_opens_its_first_frame(probe_bin, tmp_path, lossless):
+    r = rng_for(f"animated/{lossless}")
+    frames = [Image.fromarray(smooth(r, HEIGHT, WIDTH, 3), "RGB") for _ in range(3)]
+    data = pil_save(frames[0], save_all=True, append_images=frames[1:], lossless=lossless,
+                    duration=100)
+    im = Image.open(io.BytesIO(data))
+    assert im.is_animated and im.n_frames == 3
+    assert im.convert("RGB").size == (WIDTH, HEIGHT)
+    message = decode_error(probe_bin, tmp_path, data)
+    assert f"animated WebP ({WIDTH}x{HEIGHT} canvas) is not decoded" in message
+
+
+def pil_refuses(data):
+    try:
+        pil_rgb(data)
+    except (OSError, SyntaxError, ValueError):
+        return True
+    return False
+
+
+@pytest.mark.parametrize("name", ["lossy RGBA", "lossless RGBA"])
+def test_cut_file_is_refused_as_pil_refuses_it(probe_bin, tmp_path, name):
+    data = dict((f[0], f[1]) for f in PIL_FILES)[name]
+    # Every 7th byte and the last 16 (every cut point is in tests/formats/webp_codec_test.cc).
+    for cut in sorted(set(range(0, len(data), 7)) | set(range(len(data) - 16, len(data)))):
+        head = data[:cut]
+        assert pil_refuses(head), cut
+        message = decode_error(probe_bin, tmp_path, head)
+        if cut >= 30:  # past the RIFF, VP8X/VP8L headers: libwebp says the data ends
+            assert f"WebP data ends at byte {cut}" in message or "invalid WebP" in message, \
+                (cut, message)
+
+
+def test_not_a_webp_names_what_it_starts_with(probe_bin, tmp_path):
+    assert "not a WebP image (no RIFF....WEBP at byte 0; starts with 0x89 0x50 0x4E 0x47)" in \
+        decode_error(probe_bin, tmp_path, b"\x89PNG\r\n\x1a\n")
+
+
+# ---- Through a real server: a folder, `sluice convert` of it, a webdataset tar ----
+
+SERVED = 256  # the served images' size: EVAL at 224 resizes 256 to 256 (a copy), then crops 224
+
+
+def served_images():
+    """One WebP per class (the label says which): lossy and lossless, with and without alpha."""
+    r = rng_for("served")
+    rgba = smooth(r, SERVED, SERVED, 4)
+    rgba[..., 3] = r.integers(0, 256, (SERVED, SERVED))
+    rgb = smooth(r, SERVED, SERVED, 3)
+    return {
+        "a_lossy_rgba": pil_save(Image.fromarray(rgba, "RGBA"), quality=85),
+        "b_lossless_rgba": pil_save(Image.fromarray(rgba, "RGBA"), lossless=True),
+        "c_lossy_rgb": pil_save(Image.fromarray(rgb, "RGB"), quality=85),
+        "d_lossless_rgb": pil_save(Image.fromarray(rgb, "RGB"), lossless=True),
+    }
+
+
+@pytest.fixture(scope="module")
+def webp_server(sluice_bin, tmp_path_factory):
+    import webdataset as wds
+    from client_support import Server
+
+    root = tmp_path_factory.mktemp("webp-served")
+    images = served_images()
+    for name, data in images.items():
+        (root / "images" / name).mkdir(parents=True)
+        (root / "images" / name / "0.webp").write_bytes(data)
+    shards = root / "shards"
+    subprocess.run([sluice_bin, "convert", "--from", str(root / "images"), "--out", str(shards),
+                    "--shards", "1"], check=True, capture_output=True, timeout=120)
+    with wds.TarWriter(str(root / "webp.tar")) as w:
+        for label, name in enumerate(sorted(images)):
+            w.write({"__key__": name, "webp": images[name], "cls": str(label).encode()})
+
+    sources = {
+        "folder": f'files: "{root}/images/*/*.webp"',
+        "converted": f'files: "{shards}/train-*.tfrecord"',
+        "tar": f'files: "{root}/webp.tar"',
+    }
+
+    class WebpServer(Server):
+        def datasets(self):
+            text = ""
+            for source, files in sources.items():
+                for name, alpha in (("drop", "ALPHA_DROP"), ("white", "ALPHA_COMPOSITE_WHITE"),
+                                    ("black", "ALPHA_COMPOSITE_BLACK")):
+                    text += f"""datasets {{
+  name: "{source}-{name}"
+  pipeline {{ {files} mode: MODE_EVAL batch_size: 4 image_height: 224 epochs: 1
+    alpha: {alpha} }}
+}}
+"""
+            return text
+
+    server = WebpServer(sluice_bin, root, shards)
+    yield server, [images[k] for k in sorted(images)]
+    server.stop()
+
+
+@pytest.mark.parametrize("alpha", ["drop", "white", "black"])
+@pytest.mark.parametrize("source", ["folder", "converted", "tar"])
+def test_served_webp_batches_are_pils_pixels_centre_cropped(webp_server, source, alpha):
+    import sluice  # here, not at the top: this venv's client is imported only where it runs
+
+    server, files = webp_server
+    with sluice.Client(server.target) as client:
+        batches = list(client.stream(f"{source}-{alpha}"))
+    images = np.concatenate([b.images for b in batches])
+    labels = np.concatenate([b.labels for b in batches])
+    assert sorted(labels.tolist()) == list(range(len(files)))
+    for image, label in zip(images, labels):
+        data = files[label]
+        if alpha == "drop":
+            expected = pil_rgb(data)
+        else:
+            expected = pil_composite(data, 255 if alpha == "white" else 0)
+        margin = (SERVED - 224) // 2
+        np.testing.assert_array_equal(image, expected[margin:margin + 224, margin:margin + 224],
+                                      err_msg=f"label {label}")

@@ -5,9 +5,9 @@
 // their classes with their counts, and the paths of files that are neither JPEG, PNG nor WebP.
 // WebDataset tar shards are read sample by sample, every header checksum verified. --unlabeled
 // reads the files as the pipeline reads an unlabeled dataset's (no label; a --file-list of bare
-// paths). A quoted pattern is expanded as the pipeline expands it. Exit status 1 when anything is corrupt or not an
-// image, or a tar shard lacks its end-of-archive marker (it may be cut short) or has an index
-// (`.idx`) that is not its own (stale, or not a tar index).
+// paths). A quoted pattern is expanded as the pipeline expands it. Exit status 1 when anything is
+// corrupt or not an image, or a tar shard lacks its end-of-archive marker (it may be cut short) or
+// has an index (`.idx`) that is not its own (stale, or not a tar index).
 #include <fmt/format.h>
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/global_control.h>

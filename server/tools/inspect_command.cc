@@ -88,11 +88,11 @@ struct FileReport {
   std::string path;
   std::string kind;  // SourceKindName
   std::string compression;
-  uint64_t records = 0;    // a tar's samples
-  uint64_t corrupt = 0;    // framing damage: CRC mismatch, truncation, unreadable
-  uint64_t malformed = 0;  // records whose bytes are not a tf.train.Example
-  uint64_t bytes = 0;      // size on disk
-  uint64_t data_bytes = 0; // sum of record lengths (uncompressed)
+  uint64_t records = 0;     // a tar's samples
+  uint64_t corrupt = 0;     // framing damage: CRC mismatch, truncation, unreadable
+  uint64_t malformed = 0;   // records whose bytes are not a tf.train.Example
+  uint64_t bytes = 0;       // size on disk
+  uint64_t data_bytes = 0;  // sum of record lengths (uncompressed)
   // Doubts about a file read to its end without a bad record (a tar shard without its
   // end-of-archive marker, maybe cut short); in problems too.
   std::vector<std::string> warnings;
@@ -172,8 +172,7 @@ void ScanRecord(std::string_view record, uint64_t offset, const InspectOptions& 
       r->png_height.Add(png->height);
       r->png_pixels.Add(int64_t{png->width} * png->height);
       if (png->interlaced) ++r->png_interlaced;
-      ++r->png_layouts[fmt::format("{} {}-bit", PngColorTypeName(png->color_type),
-                                   png->bit_depth)];
+      ++r->png_layouts[fmt::format("{} {}-bit", PngColorTypeName(png->color_type), png->bit_depth)];
       return;
     }
     if (IsWebp(*bytes)) {
@@ -267,15 +266,15 @@ FileReport InspectFile(const std::string& path, SourceKind kind, std::optional<i
   ro.label_key = opt.unlabeled ? std::string() : opt.label_key;
   ro.label = label;
   if (opt.compression != "auto") ro.stream.compression = ParseCompression(opt.compression).value();
+  // An image file is one, opened or not (PrintHuman summarises image files by it).
+  if (image) r.compression = "image";
   Result<std::unique_ptr<RecordReader>> reader = OpenRecordReader(path, kind, ro);
   if (!reader.ok()) {
     ++r.corrupt;
     r.stopped = reader.status().message();
     return r;
   }
-  if (image) {
-    r.compression = "image";
-  } else {
+  if (!image) {
     Result<Compression> detected = ro.stream.compression
                                        ? Result<Compression>(*ro.stream.compression)
                                    : kind == SourceKind::kTar ? DetectTarCompression(path)
@@ -418,9 +417,8 @@ nlohmann::json ToJson(const std::vector<FileReport>& reports, const Totals& t, d
     class_list.push_back(
         {{"name", classes[k]}, {"label", k}, {"files", n == m.labels.end() ? 0 : n->second}});
   }
-  json png = {{"count", m.png_width.count},
-              {"interlaced", m.png_interlaced},
-              {"layouts", m.png_layouts}};
+  json png = {
+      {"count", m.png_width.count}, {"interlaced", m.png_interlaced}, {"layouts", m.png_layouts}};
   if (m.png_width.count) {
     png["width"] = {
         {"min", m.png_width.min}, {"mean", m.png_width.mean()}, {"max", m.png_width.max}};
@@ -494,7 +492,8 @@ void PrintHuman(const std::vector<FileReport>& reports, const Totals& t, double 
   const FileReport& m = t.merged;
   if (!m.features.empty()) {
     fmt::print("\nfeatures:\n");
-    for (const auto& [key, kind] : m.features) fmt::print("  {:<28} {}\n", key, KindOf(m, key, kind));
+    for (const auto& [key, kind] : m.features)
+      fmt::print("  {:<28} {}\n", key, KindOf(m, key, kind));
   }
   if (!m.labels.empty()) {
     uint64_t lo = std::numeric_limits<uint64_t>::max(), hi = 0;
@@ -513,21 +512,22 @@ void PrintHuman(const std::vector<FileReport>& reports, const Totals& t, double 
   }
   if (opt.unlabeled) fmt::print("\nlabels: none read (--unlabeled)\n");
   if (m.width.count) {
-    fmt::print("\nJPEG ({}): {} images, width {}..{} (mean {:.0f}), height {}..{} (mean {:.0f}), "
-               "mean {:.0f} kpx, {} progressive\n",
-               opt.image_key, m.width.count, m.width.min, m.width.max, m.width.mean(),
-               m.height.min, m.height.max, m.height.mean(), m.pixels.mean() / 1000,
-               m.jpeg_progressive);
+    fmt::print(
+        "\nJPEG ({}): {} images, width {}..{} (mean {:.0f}), height {}..{} (mean {:.0f}), "
+        "mean {:.0f} kpx, {} progressive\n",
+        opt.image_key, m.width.count, m.width.min, m.width.max, m.width.mean(), m.height.min,
+        m.height.max, m.height.mean(), m.pixels.mean() / 1000, m.jpeg_progressive);
     std::string spaces;
     for (const auto& [cs, n] : m.color_spaces) spaces += fmt::format(" {}={}", cs, n);
     fmt::print("  colour spaces:{}\n", spaces);
   }
   if (m.png_width.count) {
-    fmt::print("\nPNG ({}): {} images, width {}..{} (mean {:.0f}), height {}..{} (mean {:.0f}), "
-               "mean {:.0f} kpx, {} interlaced\n",
-               opt.image_key, m.png_width.count, m.png_width.min, m.png_width.max,
-               m.png_width.mean(), m.png_height.min, m.png_height.max, m.png_height.mean(),
-               m.png_pixels.mean() / 1000, m.png_interlaced);
+    fmt::print(
+        "\nPNG ({}): {} images, width {}..{} (mean {:.0f}), height {}..{} (mean {:.0f}), "
+        "mean {:.0f} kpx, {} interlaced\n",
+        opt.image_key, m.png_width.count, m.png_width.min, m.png_width.max, m.png_width.mean(),
+        m.png_height.min, m.png_height.max, m.png_height.mean(), m.png_pixels.mean() / 1000,
+        m.png_interlaced);
     std::string layouts;
     for (const auto& [layout, n] : m.png_layouts) layouts += fmt::format(" {}={}", layout, n);
     fmt::print("  layouts:{}\n", layouts);
@@ -587,8 +587,13 @@ Result<ResolvedOptions> ResolveInspected(const InspectOptions& opt) {
   Result<std::vector<ListedFile>> listed =
       ReadFileList(opt.file_list, opt.unlabeled ? ListLabels::kIgnore : ListLabels::kRead);
   if (!listed.ok()) {
-    // The server's error for the list (a dataset without unlabeled: true), and what to say here.
-    if (!opt.unlabeled && ReadFileList(opt.file_list, ListLabels::kIgnore).ok()) {
+    // The server's error for the list (a dataset without unlabeled: true), and, when the line
+    // lacks its label (not when its label is bad) in a list that reads as bare paths, what to
+    // say here.
+    const std::string& m = listed.status().message();
+    const bool no_label = m.ends_with(": label: missing") ||
+                          m.ends_with(": label: expected 2 fields \"path,label\", found 1");
+    if (!opt.unlabeled && no_label && ReadFileList(opt.file_list, ListLabels::kIgnore).ok()) {
       return InvalidArgument(listed.status().message() +
                              " (a list of unlabeled files: give --unlabeled)");
     }

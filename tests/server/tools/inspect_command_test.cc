@@ -237,8 +237,8 @@ TEST_CASE("InspectJsonCountsTarSamplesAndNamesADamagedHeader") {
   auto j = nlohmann::json::parse(r.out);
   CHECK(j["records"] == 1);
   CHECK(j["corrupt"] == 1);
-  CHECK(j["files"][0]["stopped"].get<std::string>().find(
-            path + ":" + std::to_string(damaged) + ": bad tar header checksum") == 0);
+  CHECK(j["files"][0]["stopped"].get<std::string>().find(path + ":" + std::to_string(damaged) +
+                                                         ": bad tar header checksum") == 0);
 }
 
 // `sluice index` writes each shard's index by its kind (a tar's in wds2idx's "v1.2" format, a
@@ -491,11 +491,34 @@ TEST_CASE("InspectUnlabeledTakesBarePathListsAndWithoutItRefusesThemAsServeDoes"
   CHECK(t["features"]["cls"] == "bytes_list");
   CHECK(t["labels"].empty());
 
+  // A label that is there but bad is the list's error alone: --unlabeled would not mend it.
+  testing::WriteAll(dir.file("words.csv"), "A/1.jpg,dog\n");
+  testing::CommandResult words = RunSluice("inspect --file-list " + dir.file("words.csv"));
+  CHECK(words.exit_code == 2);
+  CHECK_THAT(words.err,
+             Catch::Contains(dir.file("words.csv") + ":1: label: 'dog' is not an integer") &&
+                 !Catch::Contains("--unlabeled"));
+
   // A label key names what --unlabeled says is not there.
   testing::CommandResult both =
       RunSluice("inspect --unlabeled --label-key x --file-list " + dir.file("bare.csv"));
   CHECK(both.exit_code != 0);
   CHECK_THAT(both.err, Catch::Contains("--unlabeled") && Catch::Contains("--label-key"));
+}
+
+// A listed image file that cannot be opened is still an image file in the report (kind and
+// compression "image"), its error in "stopped", and the run fails.
+TEST_CASE("AListedImageThatCannotBeOpenedIsStillReportedAsAnImage") {
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("A"));
+  testing::WriteAll(dir.file("A/1.jpg"), SmallJpeg(40, 30));
+  testing::WriteAll(dir.file("list.csv"), "A/1.jpg,0\nA/2.jpg,0\n");
+  testing::CommandResult r = RunSluice("inspect --json --file-list " + dir.file("list.csv"));
+  CHECK(r.exit_code == 1);
+  auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j["files"].size() == 2);
+  for (const auto& f : j["files"]) CHECK(f["compression"] == "image");
+  CHECK_THAT(j["files"][1]["stopped"].get<std::string>(), Catch::Contains("A/2.jpg"));
 }
 
 }  // namespace

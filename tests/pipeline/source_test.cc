@@ -11,9 +11,9 @@
 
 #include "formats/tar_index.h"
 #include "formats/tfrecord_writer.h"
-#include "pipeline/io_pool.h"
 #include "pipeline/cache_sources.h"
 #include "pipeline/file_reader_source.h"
+#include "pipeline/io_pool.h"
 #include "pipeline/record_index_source.h"
 #include "pipeline/record_source.h"
 #include "tests/pipeline/pipeline_test_data.h"
@@ -283,8 +283,9 @@ std::string WriteTarShard(const TempDir& dir, int n, int grow_sample = -1,
   std::string members;
   for (int i = 0; i < n; ++i) {
     const std::string key = "s" + std::to_string(100 + i);
-    testing::WriteAll(dir.file("src/" + key + ".jpg"),
-                      std::string(image_bytes + i + (i == grow_sample ? 700 : 0), static_cast<char>(i)));
+    testing::WriteAll(
+        dir.file("src/" + key + ".jpg"),
+        std::string(image_bytes + i + (i == grow_sample ? 700 : 0), static_cast<char>(i)));
     testing::WriteAll(dir.file("src/" + key + ".cls"), std::to_string(i));
     members += " " + key + ".jpg " + key + ".cls";
   }
@@ -292,6 +293,13 @@ std::string WriteTarShard(const TempDir& dir, int n, int grow_sample = -1,
   REQUIRE(testing::RunCommand("tar", "-C " + dir.file("src") + " -cf " + tar + members).exit_code ==
           0);
   return tar;
+}
+
+// Writes tar's index (`sluice index` would write the same).
+void IndexTarShard(const std::string& tar) {
+  auto built = BuildTarIndex(tar);
+  REQUIRE(built.ok());
+  REQUIRE(WriteTarIndex(IndexPathFor(tar), *built).ok());
 }
 
 ResolvedOptions TarOptions(const TempDir& dir) {
@@ -336,9 +344,7 @@ std::vector<Given> ReadThroughIndex(const SourceContext& ctx, RecordSource& mate
 TEST_CASE("ATarIndexGivesLazySamplesUntilTheWindowClosesThenReadsTheRest") {
   TempDir dir;
   const std::string tar = WriteTarShard(dir, 12);
-  auto built = BuildTarIndex(tar);
-  REQUIRE(built.ok());
-  REQUIRE(WriteTarIndex(IndexPathFor(tar), *built).ok());
+  IndexTarShard(tar);
   const ResolvedOptions options = TarOptions(dir);
   PipelineStats stats;
   RecordSource materializer(options, &stats, nullptr, nullptr, nullptr);
@@ -359,9 +365,7 @@ TEST_CASE("ATarIndexGivesLazySamplesUntilTheWindowClosesThenReadsTheRest") {
 TEST_CASE("AStaleTarIndexFallsBackToReadingAtTheFirstSampleThatDiffers") {
   TempDir dir;
   const std::string tar = WriteTarShard(dir, 12);
-  auto built = BuildTarIndex(tar);
-  REQUIRE(built.ok());
-  REQUIRE(WriteTarIndex(IndexPathFor(tar), *built).ok());
+  IndexTarShard(tar);
   WriteTarShard(dir, 12, /*grow_sample=*/4);
   const ResolvedOptions options = TarOptions(dir);
   PipelineStats stats;
@@ -382,9 +386,7 @@ TEST_CASE("AStaleTarIndexFallsBackToReadingAtTheFirstSampleThatDiffers") {
 TEST_CASE("ATarSampleOverTheLimitIsTheSameBadRecordFromTheReaderAndTheIndex") {
   TempDir dir;
   const std::string tar = WriteTarShard(dir, 12, /*grow_sample=*/4);
-  auto built = BuildTarIndex(tar);
-  REQUIRE(built.ok());
-  REQUIRE(WriteTarIndex(IndexPathFor(tar), *built).ok());
+  IndexTarShard(tar);
   ResolvedOptions options = TarOptions(dir);
   options.max_held_record_bytes = 1500;
   PipelineStats stats;
@@ -440,6 +442,50 @@ std::vector<Given> ReadGivenCounting(Source& source, uint64_t* bytes_read) {
   return given;
 }
 
+// A TFRecord file of n records (record i is bytes + i bytes of one letter) and its index, which
+// is returned.
+std::vector<IndexEntry> WriteIndexedTFRecord(const std::string& path, int n, size_t bytes) {
+  auto writer = TFRecordWriter::Create(path);
+  REQUIRE(writer.ok());
+  for (int i = 0; i < n; ++i) {
+    REQUIRE((*writer)->Write(std::string(bytes + i, static_cast<char>('a' + i % 26))).ok());
+  }
+  std::vector<IndexEntry> entries = (*writer)->index();
+  REQUIRE(WriteRecordIndex(IndexPathFor(path), entries).ok());
+  REQUIRE((*writer)->Close().ok());
+  return entries;
+}
+
+// One of `ranks` ranks sharing file 0 (record-level sharding): what reading the whole file gives
+// it, what the file's index gives it, and what each cost.
+struct RankRead {
+  std::vector<Given> want;  // FileReaderSource's
+  std::vector<Given> got;   // RecordIndexSource's, its lazy window closed
+  uint64_t want_bytes = 0;  // read for want
+  uint64_t got_bytes = 0;   // read for got
+  uint64_t fallbacks = 0;
+  int64_t read_buffers_after = 0;  // Pool::kReadBuffers once both sources are gone
+};
+
+RankRead ReadAsRank(const ResolvedOptions& options, IoPool* io, int rank, int ranks) {
+  RankRead r;
+  PipelineStats stats;
+  SourceContext ctx{&options, &stats, io, nullptr, nullptr, RecordShard{rank, ranks}};
+  {
+    FileReaderSource reader(ctx, 0, /*fill_cache=*/false);
+    r.want = ReadGivenCounting(reader, &r.want_bytes);
+  }
+  {
+    const LazyWindow closed;
+    auto index = RecordIndexSource::Open(ctx, 0, &closed);
+    REQUIRE(index != nullptr);
+    r.got = ReadGivenCounting(*index, &r.got_bytes);
+  }
+  r.fallbacks = stats.index_fallbacks;
+  r.read_buffers_after = stats.pool(Pool::kReadBuffers).bytes;
+  return r;
+}
+
 // Three ranks share one indexed tar shard: each reads the others' samples' headers only (to
 // number the samples as they do) and only its own samples' bytes, read ahead on the pool or not,
 // and gets item for item what reading the whole file gives it. Reading the file with read-ahead
@@ -447,9 +493,7 @@ std::vector<Given> ReadGivenCounting(Source& source, uint64_t* bytes_read) {
 TEST_CASE("RanksSharingAnIndexedTarShardReadOnlyTheirOwnSamples") {
   TempDir dir;
   const std::string tar = WriteTarShard(dir, 24, -1, 64 << 10);
-  auto built = BuildTarIndex(tar);
-  REQUIRE(built.ok());
-  REQUIRE(WriteTarIndex(IndexPathFor(tar), *built).ok());
+  IndexTarShard(tar);
   auto size = GetFileSize(tar);
   REQUIRE(size.ok());
   const ResolvedOptions options = TarOptions(dir);
@@ -457,22 +501,14 @@ TEST_CASE("RanksSharingAnIndexedTarShardReadOnlyTheirOwnSamples") {
   for (IoPool* io : {static_cast<IoPool*>(nullptr), &pool}) {
     for (int rank = 0; rank < 3; ++rank) {
       INFO("rank " << rank << (io ? " read ahead" : ""));
-      PipelineStats stats;
-      SourceContext ctx{&options, &stats, io, nullptr, nullptr, RecordShard{rank, 3}};
-      FileReaderSource reader(ctx, 0, /*fill_cache=*/false);
-      uint64_t whole = 0;
-      const std::vector<Given> want = ReadGivenCounting(reader, &whole);
-      REQUIRE(want.size() == 8);
-      if (io != nullptr) CHECK(whole >= *size);
-      const LazyWindow closed;
-      auto index = RecordIndexSource::Open(ctx, 0, &closed);
-      REQUIRE(index != nullptr);
-      uint64_t own = 0;
-      CHECK(ReadGivenCounting(*index, &own) == want);
+      const RankRead r = ReadAsRank(options, io, rank, 3);
+      REQUIRE(r.want.size() == 8);
+      CHECK(r.got == r.want);
+      if (io != nullptr) CHECK(r.want_bytes >= *size);
       // A third of the payloads, the headers, the index and the end of the archive.
-      CHECK(own < *size / 2);
-      CHECK(stats.index_fallbacks == 0);
-      CHECK(stats.pool(Pool::kReadBuffers).bytes == 0);
+      CHECK(r.got_bytes < *size / 2);
+      CHECK(r.fallbacks == 0);
+      CHECK(r.read_buffers_after == 0);
     }
   }
 }
@@ -482,35 +518,19 @@ TEST_CASE("RanksSharingAnIndexedTarShardReadOnlyTheirOwnSamples") {
 TEST_CASE("RanksSharingAnIndexedTFRecordFileReadOnlyTheirOwnRecords") {
   TempDir dir;
   const std::string path = dir.file("shard-0.tfrecord");
-  {
-    auto writer = TFRecordWriter::Create(path);
-    REQUIRE(writer.ok());
-    for (int i = 0; i < 24; ++i) {
-      REQUIRE((*writer)->Write(std::string((100 << 10) + i, static_cast<char>('a' + i))).ok());
-    }
-    REQUIRE(WriteRecordIndex(IndexPathFor(path), (*writer)->index()).ok());
-    REQUIRE((*writer)->Close().ok());
-  }
+  WriteIndexedTFRecord(path, 24, 100 << 10);
   auto size = GetFileSize(path);
   REQUIRE(size.ok());
   const ResolvedOptions options = Resolved(dir);
   IoPool pool(2);
   for (int rank = 0; rank < 3; ++rank) {
     INFO("rank " << rank);
-    PipelineStats stats;
-    SourceContext ctx{&options, &stats, &pool, nullptr, nullptr, RecordShard{rank, 3}};
-    FileReaderSource reader(ctx, 0, /*fill_cache=*/false);
-    uint64_t whole = 0;
-    const std::vector<Given> want = ReadGivenCounting(reader, &whole);
-    REQUIRE(want.size() == 8);
-    CHECK(whole >= *size);
-    const LazyWindow closed;
-    auto index = RecordIndexSource::Open(ctx, 0, &closed);
-    REQUIRE(index != nullptr);
-    uint64_t own = 0;
-    CHECK(ReadGivenCounting(*index, &own) == want);
-    CHECK(own < *size / 2);
-    CHECK(stats.pool(Pool::kReadBuffers).bytes == 0);
+    const RankRead r = ReadAsRank(options, &pool, rank, 3);
+    REQUIRE(r.want.size() == 8);
+    CHECK(r.got == r.want);
+    CHECK(r.want_bytes >= *size);
+    CHECK(r.got_bytes < *size / 2);
+    CHECK(r.read_buffers_after == 0);
   }
 }
 
@@ -520,15 +540,7 @@ TEST_CASE("RanksSharingAnIndexedTFRecordFileReadOnlyTheirOwnRecords") {
 TEST_CASE("ADamagedRecordReadThroughTheIndexIsTheBadRecordTheReaderReports") {
   TempDir dir;
   const std::string path = dir.file("shard-0.tfrecord");
-  std::vector<IndexEntry> entries;
-  {
-    auto writer = TFRecordWriter::Create(path);
-    REQUIRE(writer.ok());
-    for (int i = 0; i < 12; ++i) REQUIRE((*writer)->Write(std::string(3000 + i, 'r')).ok());
-    entries = (*writer)->index();
-    REQUIRE(WriteRecordIndex(IndexPathFor(path), entries).ok());
-    REQUIRE((*writer)->Close().ok());
-  }
+  const std::vector<IndexEntry> entries = WriteIndexedTFRecord(path, 12, 3000);
   std::string bytes = testing::ReadAll(path);
   bytes[entries[4].offset + kTFRecordHeaderBytes + 10] ^= 0x40;
   testing::WriteAll(path, bytes);
@@ -536,20 +548,13 @@ TEST_CASE("ADamagedRecordReadThroughTheIndexIsTheBadRecordTheReaderReports") {
   IoPool pool(1);
   for (int rank = 0; rank < 3; ++rank) {
     INFO("rank " << rank);
-    PipelineStats stats;
-    SourceContext ctx{&options, &stats, &pool, nullptr, nullptr, RecordShard{rank, 3}};
-    FileReaderSource reader(ctx, 0, /*fill_cache=*/false);
-    const std::vector<Given> want = ReadGiven(reader);
-    REQUIRE(want.size() == 4);
-    const LazyWindow closed;
-    auto index = RecordIndexSource::Open(ctx, 0, &closed);
-    REQUIRE(index != nullptr);
-    const std::vector<Given> got = ReadGiven(*index);
-    CHECK(got == want);
+    const RankRead r = ReadAsRank(options, &pool, rank, 3);
+    REQUIRE(r.want.size() == 4);
+    CHECK(r.got == r.want);
     if (rank == 1) {
-      REQUIRE(got[1].kind == WorkKind::kBadRecord);
-      CHECK_THAT(got[1].message, Catch::Contains("data checksum mismatch"));
-      CHECK(got[1].offset == entries[4].offset);
+      REQUIRE(r.got[1].kind == WorkKind::kBadRecord);
+      CHECK_THAT(r.got[1].message, Catch::Contains("data checksum mismatch"));
+      CHECK(r.got[1].offset == entries[4].offset);
     }
   }
 }
@@ -560,25 +565,17 @@ TEST_CASE("ADamagedRecordReadThroughTheIndexIsTheBadRecordTheReaderReports") {
 TEST_CASE("RanksSharingAStaleTarIndexAllFallBackAtTheSameSample") {
   TempDir dir;
   const std::string tar = WriteTarShard(dir, 12);
-  auto built = BuildTarIndex(tar);
-  REQUIRE(built.ok());
-  REQUIRE(WriteTarIndex(IndexPathFor(tar), *built).ok());
+  IndexTarShard(tar);
   WriteTarShard(dir, 12, /*grow_sample=*/4);
   const ResolvedOptions options = TarOptions(dir);
   IoPool pool(1);
   for (int rank = 0; rank < 3; ++rank) {
     INFO("rank " << rank);
-    PipelineStats stats;
-    SourceContext ctx{&options, &stats, &pool, nullptr, nullptr, RecordShard{rank, 3}};
-    FileReaderSource reader(ctx, 0, /*fill_cache=*/false);
-    const std::vector<Given> want = ReadGiven(reader);
-    REQUIRE(want.size() == 4);
-    const LazyWindow closed;
-    auto index = RecordIndexSource::Open(ctx, 0, &closed);
-    REQUIRE(index != nullptr);
-    CHECK(ReadGiven(*index) == want);
-    CHECK(stats.index_fallbacks == 1);
-    CHECK(stats.pool(Pool::kReadBuffers).bytes == 0);
+    const RankRead r = ReadAsRank(options, &pool, rank, 3);
+    REQUIRE(r.want.size() == 4);
+    CHECK(r.got == r.want);
+    CHECK(r.fallbacks == 1);
+    CHECK(r.read_buffers_after == 0);
   }
 }
 
@@ -586,9 +583,7 @@ TEST_CASE("RanksSharingAStaleTarIndexAllFallBackAtTheSameSample") {
 TEST_CASE("ARankLeavingAnIndexedShardEarlyGivesBackItsReadBuffers") {
   TempDir dir;
   const std::string tar = WriteTarShard(dir, 12);
-  auto built = BuildTarIndex(tar);
-  REQUIRE(built.ok());
-  REQUIRE(WriteTarIndex(IndexPathFor(tar), *built).ok());
+  IndexTarShard(tar);
   const ResolvedOptions options = TarOptions(dir);
   IoPool pool(1);
   PipelineStats stats;
@@ -615,9 +610,7 @@ size_t OpenDescriptors() {
 TEST_CASE("ReadingTheRestOfATarShardClosesTheIndexChecker") {
   TempDir dir;
   const std::string tar = WriteTarShard(dir, 12);
-  auto built = BuildTarIndex(tar);
-  REQUIRE(built.ok());
-  REQUIRE(WriteTarIndex(IndexPathFor(tar), *built).ok());
+  IndexTarShard(tar);
   const ResolvedOptions options = TarOptions(dir);
   PipelineStats stats;
   SourceContext ctx{&options, &stats, nullptr, nullptr, nullptr, RecordShard{}};

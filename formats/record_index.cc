@@ -91,10 +91,12 @@ Result<std::vector<IndexEntry>> ReadRecordIndex(const std::string& path) {
   return ParseRecordIndex(text, path);
 }
 
-Result<IndexedFrameChecker> IndexedFrameChecker::Open(const std::string& shard_path) {
+Result<IndexedFrameChecker> IndexedFrameChecker::Open(const std::string& shard_path,
+                                                      bool headers_only) {
   ASSIGN_OR_RETURN(uint64_t size, GetFileSize(shard_path));
   ASSIGN_OR_RETURN(UniqueFd fd, OpenForPositionalReads(shard_path));
-  return IndexedFrameChecker(shard_path, std::move(fd), size);
+  return IndexedFrameChecker(shard_path, std::move(fd), size,
+                             headers_only ? kTFRecordHeaderBytes : kWindowBytes);
 }
 
 Status IndexedFrameChecker::Check(const std::vector<IndexEntry>& index, size_t i) {
@@ -103,7 +105,7 @@ Status IndexedFrameChecker::Check(const std::vector<IndexEntry>& index, size_t i
     for (size_t j = std::max(advised_until_, i + 1); j < end; ++j) {
       // Small frames' headers come in windows read whole; hinting them would be one syscall each
       // for pages the next window reads anyway.
-      if (index[j].length < kWindowBytes) continue;
+      if (index[j].length < window_bytes_) continue;
       ::posix_fadvise(fd_.get(), static_cast<off_t>(index[j].offset), kTFRecordHeaderBytes,
                       POSIX_FADV_WILLNEED);
     }
@@ -126,8 +128,8 @@ Status IndexedFrameChecker::Check(const IndexEntry& entry, size_t line) {
     // A small frame: the window holds the headers of the frames after it too. A large one: the
     // next header is past any window, so only this one is read.
     size_t n = kTFRecordHeaderBytes;
-    if (entry.length < kWindowBytes && entry.offset < file_size_) {
-      n = static_cast<size_t>(std::min<uint64_t>(kWindowBytes, file_size_ - entry.offset));
+    if (entry.length < window_bytes_ && entry.offset < file_size_) {
+      n = static_cast<size_t>(std::min<uint64_t>(window_bytes_, file_size_ - entry.offset));
       n = std::max(n, kTFRecordHeaderBytes);
     }
     window_.resize(n);
@@ -149,6 +151,10 @@ Status IndexedFrameChecker::Check(const IndexEntry& entry, size_t line) {
   if (length != entry.length - kMinFrameBytes) {
     return DataLoss("record index " + where() + ": the frame there is " +
                     std::to_string(length + kMinFrameBytes) + " bytes");
+  }
+  if (length > TFRecordReaderOptions().max_record_bytes) {
+    return DataLoss("record index " + where() + ": a record of " + std::to_string(length) +
+                    " bytes is over the reader's limit");
   }
   return Status::OK();
 }

@@ -40,13 +40,17 @@ Result<std::vector<IndexEntry>> ReadRecordIndex(const std::string& path);
 // than kWindowBytes are checked from one read of kWindowBytes covering many of them; for larger
 // ones each header is its own small read, and Check(index, i) asks the kernel ahead of time for
 // the next kAdviseAhead of them (posix_fadvise WILLNEED) so the device reads them in parallel
-// rather than one synchronous read after another. Not thread-safe.
+// rather than one synchronous read after another. With headers_only every header is its own small
+// read, whatever the frame's size: for a reader that uses few of the frames it checks (a rank
+// passing over the other ranks' records), where windows would read the whole file. A frame longer
+// than a reader takes (TFRecordReaderOptions::max_record_bytes) fails the check, as it fails the
+// reader. Not thread-safe.
 class IndexedFrameChecker {
  public:
   static constexpr size_t kWindowBytes = 64 << 10;
   static constexpr size_t kAdviseAhead = 64;
 
-  static Result<IndexedFrameChecker> Open(const std::string& shard_path);
+  static Result<IndexedFrameChecker> Open(const std::string& shard_path, bool headers_only = false);
   // Checks index[i], the index's line i + 1, after hinting the headers of the entries after it.
   // DataLoss naming the index path, the line and what the frame holds instead.
   // REQUIRES: i < index.size(); the same index on every call.
@@ -55,12 +59,16 @@ class IndexedFrameChecker {
   Status Check(const IndexEntry& entry, size_t line);
 
  private:
-  IndexedFrameChecker(std::string path, UniqueFd fd, uint64_t file_size)
-      : path_(std::move(path)), fd_(std::move(fd)), file_size_(file_size) {}
+  IndexedFrameChecker(std::string path, UniqueFd fd, uint64_t file_size, size_t window_bytes)
+      : path_(std::move(path)),
+        fd_(std::move(fd)),
+        file_size_(file_size),
+        window_bytes_(window_bytes) {}
   std::string path_;
   UniqueFd fd_;
   uint64_t file_size_;
-  std::string window_;  // the file's bytes from window_offset_ on, as last read
+  size_t window_bytes_;  // kWindowBytes, or a header's bytes alone
+  std::string window_;   // the file's bytes from window_offset_ on, as last read
   uint64_t window_offset_ = 0;
   size_t advised_until_ = 0;  // entries before it have had their headers hinted
 };

@@ -117,6 +117,7 @@ std::unique_ptr<RecordIndexSource> RecordIndexSource::Open(const SourceContext& 
         new RecordIndexSource(ctx, file, window, std::move(index)));
     source->samples_ = std::move(*samples);
     source->tar_checker_.emplace(std::move(*checker));
+    source->AccountIndex();
     return source;
   }
   Result<std::vector<IndexEntry>> index = ReadRecordIndex(IndexPathFor(path));
@@ -129,11 +130,14 @@ std::unique_ptr<RecordIndexSource> RecordIndexSource::Open(const SourceContext& 
         ReadFileRange(path, 0, std::min<uint64_t>(*size, kTFRecordHeaderBytes));
     if (!head.ok() || DetectCompression(*head) != Compression::kNone) return nullptr;
   }
-  Result<IndexedFrameChecker> checker = IndexedFrameChecker::Open(path);
+  // A rank sharing the file checks the other ranks' frames from their headers alone.
+  Result<IndexedFrameChecker> checker =
+      IndexedFrameChecker::Open(path, /*headers_only=*/ctx.shard.count > 1);
   if (!checker.ok()) return nullptr;
   auto source = std::unique_ptr<RecordIndexSource>(
       new RecordIndexSource(ctx, file, window, std::move(*index)));
   source->frame_checker_.emplace(std::move(*checker));
+  source->AccountIndex();
   return source;
 }
 
@@ -154,8 +158,9 @@ bool RecordIndexSource::Read(WorkItem* w) {
       Status s = Check(index_pos_);
       if (!s.ok()) {
         ctx_.stats->index_fallbacks.fetch_add(1, std::memory_order_relaxed);
-        ctx_.stats->Warn(s.message() + "; reading " + ctx_.options->files[file_] + " from offset " +
-                         std::to_string(e.offset) + " on instead");
+        // Once a stream: ranks sharing the file meet the same stale entry every epoch.
+        ctx_.stats->WarnOnce(s.message() + "; reading " + ctx_.options->files[file_] +
+                             " from offset " + std::to_string(e.offset) + " on instead");
         return ReadRest(w);
       }
       // Checking the next entry needs only where this one ends: its names are not kept.
@@ -255,7 +260,21 @@ bool RecordIndexSource::ReadRest(WorkItem* w) {
   return rest_->Read(w);
 }
 
+void RecordIndexSource::AccountIndex() {
+  index_bytes_ = static_cast<int64_t>(index_.capacity() * sizeof(IndexEntry) +
+                                      samples_.capacity() * sizeof(TarIndexSample));
+  for (const TarIndexSample& sample : samples_) {
+    index_bytes_ += static_cast<int64_t>(sample.members.capacity() * sizeof(TarIndexMember));
+    for (const TarIndexMember& m : sample.members) {
+      index_bytes_ += static_cast<int64_t>(m.ext.capacity() + m.name.capacity());
+    }
+  }
+  ctx_.stats->pool(Pool::kReadBuffers).Add(index_bytes_, 0);
+}
+
 void RecordIndexSource::Release() {
+  ctx_.stats->pool(Pool::kReadBuffers).Remove(index_bytes_, 0);
+  index_bytes_ = 0;
   if (ranges_) {
     ranges_.reset();
     ctx_.stats->pool(Pool::kReadBuffers).Remove(kReadBufferBytes);

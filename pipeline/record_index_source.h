@@ -65,7 +65,9 @@ class RecordIndexSource final : public Source {
   bool ReadOwn(WorkItem* w, const IndexEntry& e);
   // Ends the file: done_, and what it holds let go; clean: it read cleanly to its end.
   void Finish(bool clean);
-  // Lets go of the index, the checkers and ranges_ (and its accounting).
+  // Counts what the index holds in Pool::kReadBuffers (index_bytes_), for as long as it is held.
+  void AccountIndex();
+  // Lets go of the index, the checkers and ranges_ (and their accounting).
   void Release();
   // Reads the file from entry index_pos_ (or the end of the last entry) on, record next_record_,
   // as FileReaderSource would.
@@ -87,7 +89,8 @@ class RecordIndexSource final : public Source {
   size_t index_pos_ = 0;
   uint64_t next_record_ = 0;
   bool done_ = false;
-  bool clean_ = true;  // no record of this rank was damaged
+  bool clean_ = true;        // no record of this rank was damaged
+  int64_t index_bytes_ = 0;  // index_ and samples_, as accounted
   // Only this rank's records' bytes, read ahead (when there is an IoPool), from the first one read
   // after the lazy start; its reader's buffer is accounted while it is open.
   std::unique_ptr<SequentialFile> ranges_;

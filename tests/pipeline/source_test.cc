@@ -514,24 +514,57 @@ TEST_CASE("RanksSharingAnIndexedTarShardReadOnlyTheirOwnSamples") {
 }
 
 // The same for a TFRecord file with its index: the other ranks' frames are checked from their
-// headers, their data not read.
+// 12-byte headers, their data not read, whether frames are larger than the checker's window or
+// many fit in one (where reading windows would read the whole file).
 TEST_CASE("RanksSharingAnIndexedTFRecordFileReadOnlyTheirOwnRecords") {
-  TempDir dir;
-  const std::string path = dir.file("shard-0.tfrecord");
-  WriteIndexedTFRecord(path, 24, 100 << 10);
-  auto size = GetFileSize(path);
-  REQUIRE(size.ok());
-  const ResolvedOptions options = Resolved(dir);
-  IoPool pool(2);
-  for (int rank = 0; rank < 3; ++rank) {
-    INFO("rank " << rank);
-    const RankRead r = ReadAsRank(options, &pool, rank, 3);
-    REQUIRE(r.want.size() == 8);
-    CHECK(r.got == r.want);
-    CHECK(r.want_bytes >= *size);
-    CHECK(r.got_bytes < *size / 2);
-    CHECK(r.read_buffers_after == 0);
+  for (size_t bytes : {size_t{100} << 10, size_t{3000}}) {
+    TempDir dir;
+    const std::string path = dir.file("shard-0.tfrecord");
+    WriteIndexedTFRecord(path, 24, bytes);
+    auto size = GetFileSize(path);
+    REQUIRE(size.ok());
+    const ResolvedOptions options = Resolved(dir);
+    IoPool pool(2);
+    for (int rank = 0; rank < 3; ++rank) {
+      INFO("rank " << rank << ", records of " << bytes << " bytes");
+      const RankRead r = ReadAsRank(options, &pool, rank, 3);
+      REQUIRE(r.want.size() == 8);
+      CHECK(r.got == r.want);
+      CHECK(r.want_bytes >= *size);
+      CHECK(r.got_bytes < *size / 2);
+      CHECK(r.read_buffers_after == 0);
+    }
   }
+}
+
+// A sample over max_held_record_bytes is the same refusal (code, message, offset, length) read
+// through the index of a shard the ranks share as read from the file, and the decoded cache keeps
+// its tombstone either way.
+TEST_CASE("ASampleOverTheLimitIsRefusedAlikeThroughTheIndexOfASharedShard") {
+  TempDir dir;
+  const std::string tar = WriteTarShard(dir, 12, /*grow_sample=*/4);
+  IndexTarShard(tar);
+  ResolvedOptions options = TarOptions(dir);
+  options.max_held_record_bytes = 1500;
+  IoPool pool(1);
+  for (int rank = 0; rank < 2; ++rank) {
+    INFO("rank " << rank);
+    const RankRead r = ReadAsRank(options, &pool, rank, 2);
+    REQUIRE(r.want.size() == 6);
+    CHECK(r.got == r.want);
+    if (rank == 0) {
+      REQUIRE(r.got[2].kind == WorkKind::kBadRecord);
+      CHECK(r.got[2].code == StatusCode::kResourceExhausted);
+    }
+  }
+  PipelineStats stats;
+  DecodedCache decoded(1, 0, 2, 1 << 20, &stats);
+  SourceContext ctx{&options, &stats, &pool, nullptr, &decoded, RecordShard{0, 2}};
+  const LazyWindow closed;
+  auto index = RecordIndexSource::Open(ctx, 0, &closed);
+  REQUIRE(index != nullptr);
+  CHECK(ReadGiven(*index).size() == 6);
+  CHECK(decoded.Find(0, 4) != nullptr);
 }
 
 // A record of this rank damaged after the index was written (its data, not its frame header) is

@@ -223,10 +223,10 @@ bool RecordIndexSource::ReadOwn(WorkItem* w, const IndexEntry& e) {
       ranges_ = NewReadAheadFile(std::move(ranges_), ctx_.io_pool, ra);
     }
     ctx_.stats->pool(Pool::kReadBuffers).Add(kReadBufferBytes);
+    ranges_options_ = RecordReaderOptionsFor(*ctx_.options, file_);
   }
-  RecordReaderOptions options = RecordReaderOptionsFor(*ctx_.options, file_);
   const IndexedRead r = ReadIndexedRecord(kind, path, NewRangeOfStream(ranges_.get(), e.length),
-                                          options, e.offset, e.length, &w->owned);
+                                          ranges_options_, e.offset, e.length, &w->owned);
   if (r.status.ok()) {
     w->offset = r.offset;
     w->length = w->owned.size();

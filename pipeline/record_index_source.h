@@ -94,6 +94,7 @@ class RecordIndexSource final : public Source {
   // Only this rank's records' bytes, read ahead (when there is an IoPool), from the first one read
   // after the lazy start; its reader's buffer is accounted while it is open.
   std::unique_ptr<SequentialFile> ranges_;
+  RecordReaderOptions ranges_options_;  // the file's reader's, for the records read from ranges_
   std::unique_ptr<FileReaderSource> rest_;  // the file after the window closed
 };
 

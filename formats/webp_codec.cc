@@ -52,6 +52,10 @@ Status LibwebpError(VP8StatusCode code, std::string_view during, size_t size) {
                          std::to_string(static_cast<int>(code)) + ")");
 }
 
+// The VP8X chunk's flags byte (after RIFF, size, WEBP, its tag and size) and its alpha bit.
+constexpr size_t kVp8xFlagsAt = 20;
+constexpr uint8_t kVp8xAlphaFlag = 0x10;
+
 // The decoder's output buffer; with external memory (ours) freeing it releases nothing of ours.
 class OutputBuffer {
  public:
@@ -96,10 +100,20 @@ Result<WebpHeader> ReadWebpHeader(std::string_view data) {
     return InvalidArgument("WebP header size " + std::to_string(f.width) + "x" +
                            std::to_string(f.height) + " is empty");
   }
+  // A VP8X that ends before any image chunk: libwebp reads its canvas and says OK, format 0.
+  if (f.format == 0 && f.has_animation == 0) {
+    return DataLoss("WebP data ends at byte " + std::to_string(data.size()) +
+                    " with no VP8/VP8L image data");
+  }
   WebpHeader h;
   h.width = f.width;
   h.height = f.height;
-  h.has_alpha = f.has_alpha != 0;
+  h.alpha_decoded = f.has_alpha != 0;
+  // An extended file's alpha is what its VP8X flags say, as Pillow (its WebPDemux) takes it;
+  // libwebp also counts an ALPH chunk (or a VP8L alpha bit) the flags leave out.
+  const bool extended = data.size() > kVp8xFlagsAt && data.substr(12, 4) == "VP8X";
+  h.has_alpha =
+      extended ? (static_cast<uint8_t>(data[kVp8xFlagsAt]) & kVp8xAlphaFlag) != 0 : h.alpha_decoded;
   h.animated = f.has_animation != 0;
   h.coding = h.animated      ? WebpCoding::kMixed
              : f.format == 2 ? WebpCoding::kLossless
@@ -115,14 +129,14 @@ int64_t EstimateWebpDecodeBytes(const WebpHeader& header, Alpha alpha) {
   // A lossless image (or a lossy one's alpha, which may be coded losslessly): the ARGB image,
   // 4 bytes a pixel; its transforms' and entropy image's sub-images, each at most a 4x4
   // subsample of 4-byte pixels (a quarter byte a pixel, three of them); its Huffman tables.
-  const bool lossless_argb = header.coding != WebpCoding::kLossy || header.has_alpha;
+  const bool lossless_argb = header.coding != WebpCoding::kLossy || header.alpha_decoded;
   if (lossless_argb) {
     bytes += w * h * 4 + w * h * 3 / 4 + w * kLosslessBytesPerColumn +
              std::min(w * h * 4, kWebpMaxTablesBytes);
   }
   if (header.coding != WebpCoding::kLossless) {
     bytes += w * kLossyBytesPerColumn;
-    if (header.has_alpha) bytes += w * h;  // the decoded alpha plane
+    if (header.alpha_decoded) bytes += w * h;  // the decoded alpha plane
   }
   return bytes;
 }

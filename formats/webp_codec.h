@@ -7,6 +7,8 @@
 //   of lossy chroma, no dithering), the alpha dropped.
 // - Alpha per Alpha (formats/alpha.h): dropped, or composited onto an opaque white or black
 //   background exactly as a PNG's is, which equals PIL's Image.alpha_composite.
+// - A VP8X file is opaque when its alpha flag is clear, as Pillow takes it, even with an ALPH
+//   chunk (which libwebp would apply).
 // - An animated WebP is refused (InvalidArgument saying so): PIL's Image.open gives its first
 //   frame, composited on its canvas; a training image is a still, and a silently partial one is
 //   worse than a clear refusal.
@@ -35,14 +37,20 @@ std::string_view WebpCodingName(WebpCoding c);  // "lossy", "lossless", "animate
 struct WebpHeader {
   int width = 0;  // the canvas, for an animation
   int height = 0;
+  // Whether the image has alpha as Pillow sees it (a VP8X file: its alpha flag); decoded as RGB
+  // without it.
   bool has_alpha = false;
+  // Whether libwebp decodes an alpha plane (an ALPH chunk, a VP8X alpha flag or a VP8L alpha
+  // bit), whatever has_alpha says: its memory is in the estimate.
+  bool alpha_decoded = false;
   bool animated = false;
   WebpCoding coding = WebpCoding::kLossy;
 };
 
 // Reads the RIFF header and the chunks up to the bitstream's own header (libwebp's
 // WebPGetFeatures: nothing is decoded). InvalidArgument when data is not a WebP (naming what it
-// starts with) or the headers are malformed; DataLoss when data ends inside them.
+// starts with) or the headers are malformed; DataLoss when data ends inside them or a still
+// image's chunks end before its VP8/VP8L data.
 Result<WebpHeader> ReadWebpHeader(std::string_view data);
 
 // Bytes a decode of an image with this header holds at once, for DecodeMemoryGate: the RGB

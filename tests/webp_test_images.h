@@ -127,4 +127,12 @@ inline std::string AnimatedWebp(int w, int h) {
   return "RIFF" + Le(static_cast<uint32_t>(body.size()), 4) + body;
 }
 
+// RIFF, WEBP and a VP8X chunk of a w x h canvas with these flags (0x10: alpha), nothing after.
+inline std::string Vp8xOnly(int w, int h, uint8_t flags) {
+  const std::string body =
+      "WEBP" + RiffChunk("VP8X", Le(flags, 1) + Le(0, 3) + Le(static_cast<uint32_t>(w - 1), 3) +
+                                     Le(static_cast<uint32_t>(h - 1), 3));
+  return "RIFF" + Le(static_cast<uint32_t>(body.size()), 4) + body;
+}
+
 }  // namespace sluice::testing

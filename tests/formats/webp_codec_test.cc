@@ -217,6 +217,48 @@ TEST_CASE("FlippedByteAnywhereIsAnErrorOrAnImageNeverACrash") {
   }
 }
 
+// libwebp's WebPGetFeatures reads the canvas of a VP8X with nothing after it and says OK.
+TEST_CASE("Vp8xWithNoImageDataIsDataLossBeforeTheGate") {
+  for (uint8_t flags : {uint8_t{0x10}, uint8_t{0x00}}) {
+    const std::string webp = testing::Vp8xOnly(10000, 10000, flags);
+    REQUIRE(webp.size() == 30);
+    const Result<WebpHeader> header = ReadWebpHeader(webp);
+    CHECK(header.status().code() == StatusCode::kDataLoss);
+    CHECK(header.status().message() == "WebP data ends at byte 30 with no VP8/VP8L image data");
+    int asked = 0;
+    const DecodeMemoryGate gate = [&](int64_t) {
+      ++asked;
+      return Status::OK();
+    };
+    Image out;
+    const Status s = DecodeWebp(webp, Alpha::kCompositeWhite, &out, kDefaultMaxPixels, &gate);
+    CHECK(s.code() == StatusCode::kDataLoss);
+    CHECK(asked == 0);
+    CHECK(out.pixels.capacity() == 0);
+  }
+}
+
+// Non-conforming: libwebp applies the ALPH chunk, Pillow goes by the flags (opaque).
+TEST_CASE("Vp8xAlphaFlagClearMeansOpaqueEvenWithAnAlphChunk") {
+  const int w = 32, h = 24;
+  const std::vector<uint8_t> rgba = SmoothPixels(w, h, 11);
+  std::string webp = EncodeWebp(rgba.data(), w, h, 4, WebpCodec::kLossy);
+  REQUIRE(webp.substr(12, 4) == "VP8X");
+  REQUIRE(webp.substr(30, 4) == "ALPH");
+  Image dropped;
+  REQUIRE(DecodeWebp(webp, Alpha::kDrop, &dropped).ok());
+  webp[20] = static_cast<char>(webp[20] & ~0x10);
+  Result<WebpHeader> header = ReadWebpHeader(webp);
+  REQUIRE(header.ok());
+  CHECK_FALSE(header->has_alpha);
+  CHECK(header->alpha_decoded);  // libwebp still decodes the ALPH chunk: the estimate counts it
+  for (Alpha alpha : kAlphas) {
+    Image out;
+    REQUIRE(DecodeWebp(webp, alpha, &out).ok());
+    CHECK(out.pixels == dropped.pixels);
+  }
+}
+
 TEST_CASE("ImageOverMaxPixelsIsRefusedNamingItsSizeBeforeTheGate") {
   const std::vector<uint8_t> rgba = SmoothPixels(40, 30, 6);
   const std::string webp = EncodeWebp(rgba.data(), 40, 30, 3, WebpCodec::kLossy);
@@ -273,7 +315,7 @@ TEST_CASE("DecodingIntoAKeptImageAllocatesOnlyTheNewSize") {
 // The most bytes the process holds at once during a decode (libwebp's every allocation and the
 // pixels) against EstimateWebpDecodeBytes, for each coding with and without alpha under each
 // policy: smooth photograph-like pixels, blocky content whose lossless coding takes hundreds of
-// Huffman groups, and a photograph (Debian's mate-backgrounds, when installed).
+// Huffman groups, and a photograph (Debian's mate-backgrounds, which the test requires).
 TEST_CASE("LibwebpStaysWithinTheEstimate") {
   struct Content {
     std::string name;
@@ -283,7 +325,10 @@ TEST_CASE("LibwebpStaysWithinTheEstimate") {
   std::vector<Content> contents = {{"smooth", 640, 480, SmoothPixels(640, 480, 9)},
                                    {"blocky", 1000, 750, testing::BlockyPixels(1000, 750, 10)}};
   const std::string photo_path = "/usr/share/backgrounds/mate/nature/Blinds.jpg";
-  if (std::ifstream photo{photo_path, std::ios::binary}) {
+  {
+    std::ifstream photo{photo_path, std::ios::binary};
+    INFO(photo_path << " is missing: deploy/install-deps.sh installs Debian's mate-backgrounds");
+    REQUIRE(photo);
     const std::string jpeg{std::istreambuf_iterator<char>(photo), {}};
     JpegDecoder decoder;
     Image rgb;

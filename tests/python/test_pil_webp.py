@@ -6,7 +6,8 @@ Pillow links the same system libwebp (1.2.4) as Sluice; the test checks that it 
 - Alpha composited onto white or black equals PIL's Image.alpha_composite of
   Image.open(f).convert("RGBA") onto an opaque background, byte for byte (the PNG rule).
 - An animated WebP is refused ("animated WebP ... is not decoded"); PIL opens its first frame.
-- A file cut short is refused, as PIL refuses it.
+- A file cut short is refused, as PIL refuses it; past its headers, naming the byte it ends at.
+- A VP8X file whose alpha flag is clear is opaque, ALPH chunk or not, as PIL opens it.
 - A folder of WebP files, the same folder converted by `sluice convert`, and a WebDataset tar of
   them written by the webdataset package, served by a real `sluice serve` under each alpha policy:
   every image is PIL's pixels centre-cropped.
@@ -177,9 +178,31 @@ def test_cut_file_is_refused_as_pil_refuses_it(probe_bin, tmp_path, name):
         head = data[:cut]
         assert pil_refuses(head), cut
         message = decode_error(probe_bin, tmp_path, head)
-        if cut >= 30:  # past the RIFF, VP8X/VP8L headers: libwebp says the data ends
-            assert f"WebP data ends at byte {cut}" in message or "invalid WebP" in message, \
-                (cut, message)
+        if cut >= 30:  # past the RIFF and the VP8X or VP8L header: where the data ends
+            assert f"DATA_LOSS: WebP data ends at byte {cut}" in message, (cut, message)
+
+
+@pytest.mark.parametrize("alpha,background", [("drop", None), ("white", 255), ("black", 0)])
+def test_alph_chunk_with_vp8x_alpha_flag_clear_is_opaque_as_pil_opens_it(probe_bin, tmp_path,
+                                                                        alpha, background):
+    data = bytearray(dict((f[0], f[1]) for f in PIL_FILES)["lossy RGBA"])
+    assert data[12:16] == b"VP8X" and data[30:34] == b"ALPH" and data[20] & 0x10
+    data[20] &= ~0x10  # non-conforming: the flags say no alpha, an ALPH chunk is there
+    data = bytes(data)
+    assert (np.asarray(Image.open(io.BytesIO(data)).convert("RGBA"))[..., 3] == 255).all()
+    ours = decode(probe_bin, tmp_path, data, alpha)
+    np.testing.assert_array_equal(ours, pil_rgb(data))
+    if background is not None:
+        np.testing.assert_array_equal(ours, pil_composite(data, background))
+
+
+def test_vp8x_with_no_image_data_is_refused_as_pil_refuses_it(probe_bin, tmp_path):
+    vp8x = b"VP8X" + (10).to_bytes(4, "little") + bytes([0x10, 0, 0, 0]) + \
+        (9999).to_bytes(3, "little") * 2
+    data = b"RIFF" + (4 + len(vp8x)).to_bytes(4, "little") + b"WEBP" + vp8x
+    assert len(data) == 30 and pil_refuses(data)
+    assert "WebP data ends at byte 30 with no VP8/VP8L image data" in \
+        decode_error(probe_bin, tmp_path, data)
 
 
 def test_not_a_webp_names_what_it_starts_with(probe_bin, tmp_path):

@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <string>
+
+#include "formats/webp_lossless_header.h"
 
 namespace sluice {
 namespace {
@@ -68,6 +71,54 @@ class OutputBuffer {
   WebPDecBuffer* buffer_;
 };
 
+uint32_t Le32(std::string_view data, size_t at) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(data[at + i]);
+  return v;
+}
+
+// The lossless bitstream libwebp decodes for a file: its VP8L chunk's payload, or a lossy
+// image's losslessly coded alpha (the last complete ALPH chunk before the VP8 chunk, as libwebp
+// takes it, after its 1-byte header).
+struct LosslessPart {
+  std::string_view stream;
+  LosslessStream kind;
+  size_t at;  // the stream's first byte in the file
+  bool cut;   // the file ends inside the chunk
+  const char* name;
+};
+
+std::optional<LosslessPart> FindLossless(std::string_view data) {
+  constexpr uint8_t kAlphaLossless = 1;  // the ALPH header's compression method
+  std::string_view alph;
+  size_t alph_at = 0;
+  size_t pos = 12;  // after RIFF, its size and WEBP
+  while (data.size() >= 8 && pos <= data.size() - 8) {
+    const std::string_view tag = data.substr(pos, 4);
+    const uint64_t size = Le32(data, pos + 4);
+    const size_t body = pos + 8;
+    const size_t avail = static_cast<size_t>(std::min<uint64_t>(size, data.size() - body));
+    if (tag == "VP8L") {
+      return LosslessPart{data.substr(body, avail), LosslessStream::kVp8l, body, avail < size,
+                          "VP8L"};
+    }
+    if (tag == "VP8 ") {
+      if (alph.size() < 2 || (static_cast<uint8_t>(alph[0]) & 3) != kAlphaLossless) {
+        return std::nullopt;
+      }
+      return LosslessPart{alph.substr(1), LosslessStream::kAlph, alph_at + 1, false, "ALPH"};
+    }
+    const uint64_t disk = (8 + size + 1) & ~uint64_t{1};
+    if (data.size() - pos < disk) return std::nullopt;
+    if (tag == "ALPH") {
+      alph = data.substr(body, size);
+      alph_at = body;
+    }
+    pos += disk;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::string_view WebpCodingName(WebpCoding c) {
@@ -121,6 +172,25 @@ Result<WebpHeader> ReadWebpHeader(std::string_view data) {
   return h;
 }
 
+Status ReadWebpHuffmanCodes(std::string_view data, WebpHeader* header) {
+  header->huffman_bytes = 0;
+  if (header->animated) return Status::OK();
+  const std::optional<LosslessPart> part = FindLossless(data);
+  if (!part) return Status::OK();
+  Result<LosslessCodes> codes =
+      ReadLosslessCodes(part->stream, header->width, header->height, part->kind);
+  if (codes.ok()) {
+    header->huffman_bytes = codes->huffman_bytes;
+    return Status::OK();
+  }
+  if (codes.status().code() == StatusCode::kDataLoss && part->cut) {
+    return DataLoss("WebP data ends at byte " + std::to_string(data.size()) +
+                    ", before the lossless header is complete");
+  }
+  return InvalidArgument("invalid WebP " + std::string(part->name) + " chunk at byte " +
+                         std::to_string(part->at) + ": " + codes.status().message());
+}
+
 int64_t EstimateWebpDecodeBytes(const WebpHeader& header, Alpha alpha) {
   const int64_t w = header.width;
   const int64_t h = header.height;
@@ -131,8 +201,7 @@ int64_t EstimateWebpDecodeBytes(const WebpHeader& header, Alpha alpha) {
   // subsample of 4-byte pixels (a quarter byte a pixel, three of them); its Huffman tables.
   const bool lossless_argb = header.coding != WebpCoding::kLossy || header.alpha_decoded;
   if (lossless_argb) {
-    bytes += w * h * 4 + w * h * 3 / 4 + w * kLosslessBytesPerColumn +
-             std::min(w * h * 4, kWebpMaxTablesBytes);
+    bytes += w * h * 4 + w * h * 3 / 4 + w * kLosslessBytesPerColumn + header.huffman_bytes;
   }
   if (header.coding != WebpCoding::kLossless) {
     bytes += w * kLossyBytesPerColumn;
@@ -143,7 +212,7 @@ int64_t EstimateWebpDecodeBytes(const WebpHeader& header, Alpha alpha) {
 
 Status DecodeWebp(std::string_view data, Alpha alpha, Image* out, int64_t max_pixels,
                   const DecodeMemoryGate* gate) {
-  ASSIGN_OR_RETURN(const WebpHeader header, ReadWebpHeader(data));
+  ASSIGN_OR_RETURN(WebpHeader header, ReadWebpHeader(data));
   if (header.animated) {
     return InvalidArgument("animated WebP (" + std::to_string(header.width) + "x" +
                            std::to_string(header.height) +
@@ -155,6 +224,7 @@ Status DecodeWebp(std::string_view data, Alpha alpha, Image* out, int64_t max_pi
                            std::to_string(header.height) + " = " + std::to_string(pixels) +
                            " pixels exceeds max_pixels " + std::to_string(max_pixels));
   }
+  RETURN_IF_ERROR(ReadWebpHuffmanCodes(data, &header));
   if (gate != nullptr) RETURN_IF_ERROR((*gate)(EstimateWebpDecodeBytes(header, alpha)));
 
   WebPDecoderConfig config;

@@ -138,7 +138,8 @@ inline std::string Vp8xOnly(int w, int h, uint8_t flags) {
 // Bits written least significant first, as a WebP lossless bitstream reads them.
 class LosslessBitWriter {
  public:
-  void Put(uint32_t value, int bits) {
+  // The low `bits` bits of value (bits <= 64).
+  void Put(uint64_t value, int bits) {
     for (int i = 0; i < bits; ++i) {
       if (count_ % 8 == 0) bytes_ += '\0';
       bytes_.back() = static_cast<char>(bytes_.back() | (((value >> i) & 1) << (count_ % 8)));

@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <string>
+
+#include "formats/webp_lossless_header.h"
 
 namespace sluice {
 namespace {
@@ -52,6 +55,10 @@ Status LibwebpError(VP8StatusCode code, std::string_view during, size_t size) {
                          std::to_string(static_cast<int>(code)) + ")");
 }
 
+// The VP8X chunk's flags byte (after RIFF, size, WEBP, its tag and size) and its alpha bit.
+constexpr size_t kVp8xFlagsAt = 20;
+constexpr uint8_t kVp8xAlphaFlag = 0x10;
+
 // The decoder's output buffer; with external memory (ours) freeing it releases nothing of ours.
 class OutputBuffer {
  public:
@@ -63,6 +70,54 @@ class OutputBuffer {
  private:
   WebPDecBuffer* buffer_;
 };
+
+uint32_t Le32(std::string_view data, size_t at) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(data[at + i]);
+  return v;
+}
+
+// The lossless bitstream libwebp decodes for a file: its VP8L chunk's payload, or a lossy
+// image's losslessly coded alpha (the last complete ALPH chunk before the VP8 chunk, as libwebp
+// takes it, after its 1-byte header).
+struct LosslessPart {
+  std::string_view stream;
+  LosslessStream kind;
+  size_t at;  // the stream's first byte in the file
+  bool cut;   // the file ends inside the chunk
+  const char* name;
+};
+
+std::optional<LosslessPart> FindLossless(std::string_view data) {
+  constexpr uint8_t kAlphaLossless = 1;  // the ALPH header's compression method
+  std::string_view alph;
+  size_t alph_at = 0;
+  size_t pos = 12;  // after RIFF, its size and WEBP
+  while (data.size() >= 8 && pos <= data.size() - 8) {
+    const std::string_view tag = data.substr(pos, 4);
+    const uint64_t size = Le32(data, pos + 4);
+    const size_t body = pos + 8;
+    const size_t avail = static_cast<size_t>(std::min<uint64_t>(size, data.size() - body));
+    if (tag == "VP8L") {
+      return LosslessPart{data.substr(body, avail), LosslessStream::kVp8l, body, avail < size,
+                          "VP8L"};
+    }
+    if (tag == "VP8 ") {
+      if (alph.size() < 2 || (static_cast<uint8_t>(alph[0]) & 3) != kAlphaLossless) {
+        return std::nullopt;
+      }
+      return LosslessPart{alph.substr(1), LosslessStream::kAlph, alph_at + 1, false, "ALPH"};
+    }
+    const uint64_t disk = (8 + size + 1) & ~uint64_t{1};
+    if (data.size() - pos < disk) return std::nullopt;
+    if (tag == "ALPH") {
+      alph = data.substr(body, size);
+      alph_at = body;
+    }
+    pos += disk;
+  }
+  return std::nullopt;
+}
 
 }  // namespace
 
@@ -96,15 +151,44 @@ Result<WebpHeader> ReadWebpHeader(std::string_view data) {
     return InvalidArgument("WebP header size " + std::to_string(f.width) + "x" +
                            std::to_string(f.height) + " is empty");
   }
+  // A VP8X that ends before any image chunk: libwebp reads its canvas and says OK, format 0.
+  if (f.format == 0 && f.has_animation == 0) {
+    return DataLoss("WebP data ends at byte " + std::to_string(data.size()) +
+                    " with no VP8/VP8L image data");
+  }
   WebpHeader h;
   h.width = f.width;
   h.height = f.height;
-  h.has_alpha = f.has_alpha != 0;
+  h.alpha_decoded = f.has_alpha != 0;
+  // An extended file's alpha is what its VP8X flags say, as Pillow (its WebPDemux) takes it;
+  // libwebp also counts an ALPH chunk (or a VP8L alpha bit) the flags leave out.
+  const bool extended = data.size() > kVp8xFlagsAt && data.substr(12, 4) == "VP8X";
+  h.has_alpha =
+      extended ? (static_cast<uint8_t>(data[kVp8xFlagsAt]) & kVp8xAlphaFlag) != 0 : h.alpha_decoded;
   h.animated = f.has_animation != 0;
   h.coding = h.animated      ? WebpCoding::kMixed
              : f.format == 2 ? WebpCoding::kLossless
                              : WebpCoding::kLossy;
   return h;
+}
+
+Status ReadWebpHuffmanCodes(std::string_view data, WebpHeader* header) {
+  header->huffman_bytes = 0;
+  if (header->animated) return Status::OK();
+  const std::optional<LosslessPart> part = FindLossless(data);
+  if (!part) return Status::OK();
+  Result<LosslessCodes> codes =
+      ReadLosslessCodes(part->stream, header->width, header->height, part->kind);
+  if (codes.ok()) {
+    header->huffman_bytes = codes->huffman_bytes;
+    return Status::OK();
+  }
+  if (codes.status().code() == StatusCode::kDataLoss && part->cut) {
+    return DataLoss("WebP data ends at byte " + std::to_string(data.size()) +
+                    ", before the lossless header is complete");
+  }
+  return InvalidArgument("invalid WebP " + std::string(part->name) + " chunk at byte " +
+                         std::to_string(part->at) + ": " + codes.status().message());
 }
 
 int64_t EstimateWebpDecodeBytes(const WebpHeader& header, Alpha alpha) {
@@ -115,21 +199,20 @@ int64_t EstimateWebpDecodeBytes(const WebpHeader& header, Alpha alpha) {
   // A lossless image (or a lossy one's alpha, which may be coded losslessly): the ARGB image,
   // 4 bytes a pixel; its transforms' and entropy image's sub-images, each at most a 4x4
   // subsample of 4-byte pixels (a quarter byte a pixel, three of them); its Huffman tables.
-  const bool lossless_argb = header.coding != WebpCoding::kLossy || header.has_alpha;
+  const bool lossless_argb = header.coding != WebpCoding::kLossy || header.alpha_decoded;
   if (lossless_argb) {
-    bytes += w * h * 4 + w * h * 3 / 4 + w * kLosslessBytesPerColumn +
-             std::min(w * h * 4, kWebpMaxTablesBytes);
+    bytes += w * h * 4 + w * h * 3 / 4 + w * kLosslessBytesPerColumn + header.huffman_bytes;
   }
   if (header.coding != WebpCoding::kLossless) {
     bytes += w * kLossyBytesPerColumn;
-    if (header.has_alpha) bytes += w * h;  // the decoded alpha plane
+    if (header.alpha_decoded) bytes += w * h;  // the decoded alpha plane
   }
   return bytes;
 }
 
 Status DecodeWebp(std::string_view data, Alpha alpha, Image* out, int64_t max_pixels,
                   const DecodeMemoryGate* gate) {
-  ASSIGN_OR_RETURN(const WebpHeader header, ReadWebpHeader(data));
+  ASSIGN_OR_RETURN(WebpHeader header, ReadWebpHeader(data));
   if (header.animated) {
     return InvalidArgument("animated WebP (" + std::to_string(header.width) + "x" +
                            std::to_string(header.height) +
@@ -141,6 +224,7 @@ Status DecodeWebp(std::string_view data, Alpha alpha, Image* out, int64_t max_pi
                            std::to_string(header.height) + " = " + std::to_string(pixels) +
                            " pixels exceeds max_pixels " + std::to_string(max_pixels));
   }
+  RETURN_IF_ERROR(ReadWebpHuffmanCodes(data, &header));
   if (gate != nullptr) RETURN_IF_ERROR((*gate)(EstimateWebpDecodeBytes(header, alpha)));
 
   WebPDecoderConfig config;

@@ -7,6 +7,8 @@
 //   of lossy chroma, no dithering), the alpha dropped.
 // - Alpha per Alpha (formats/alpha.h): dropped, or composited onto an opaque white or black
 //   background exactly as a PNG's is, which equals PIL's Image.alpha_composite.
+// - A VP8X file is opaque when its alpha flag is clear, as Pillow takes it, even with an ALPH
+//   chunk (which libwebp would apply).
 // - An animated WebP is refused (InvalidArgument saying so): PIL's Image.open gives its first
 //   frame, composited on its canvas; a training image is a still, and a silently partial one is
 //   worse than a clear refusal.
@@ -35,33 +37,46 @@ std::string_view WebpCodingName(WebpCoding c);  // "lossy", "lossless", "animate
 struct WebpHeader {
   int width = 0;  // the canvas, for an animation
   int height = 0;
+  // Whether the image has alpha as Pillow sees it (a VP8X file: its alpha flag); decoded as RGB
+  // without it.
   bool has_alpha = false;
+  // Whether libwebp decodes an alpha plane (an ALPH chunk, a VP8X alpha flag or a VP8L alpha
+  // bit), whatever has_alpha says: its memory is in the estimate.
+  bool alpha_decoded = false;
   bool animated = false;
   WebpCoding coding = WebpCoding::kLossy;
+  // What libwebp allocates at once for the Huffman tables of the lossless bitstream it decodes
+  // (the VP8L image, or a lossy image's lossless alpha): set by ReadWebpHuffmanCodes.
+  int64_t huffman_bytes = 0;
 };
 
 // Reads the RIFF header and the chunks up to the bitstream's own header (libwebp's
 // WebPGetFeatures: nothing is decoded). InvalidArgument when data is not a WebP (naming what it
-// starts with) or the headers are malformed; DataLoss when data ends inside them.
+// starts with) or the headers are malformed; DataLoss when data ends inside them or a still
+// image's chunks end before its VP8/VP8L data.
 Result<WebpHeader> ReadWebpHeader(std::string_view data);
+
+// Reads the lossless bitstream libwebp would decode for this file (its VP8L chunk, or the ALPH
+// chunk of a lossy image with losslessly coded alpha) as far as its Huffman codes
+// (formats/webp_lossless_header.h) and sets header->huffman_bytes; 0 for a lossy image without
+// one or an animation. DataLoss when the file ends first (naming the byte, as DecodeWebp does);
+// InvalidArgument naming the chunk when the bitstream is malformed. Holds up to a quarter byte
+// a pixel (the entropy image) while it runs. REQUIRES: header is ReadWebpHeader(data)'s.
+Status ReadWebpHuffmanCodes(std::string_view data, WebpHeader* header);
 
 // Bytes a decode of an image with this header holds at once, for DecodeMemoryGate: the RGB
 // pixels (RGBA while alpha to composite is decoded), libwebp's per-column row caches and fixed
 // state (kWebpFixedBytes), and for lossless pixels (or alpha, which may be coded losslessly) its
-// whole ARGB image, its transforms' sub-images and its Huffman tables, counted as 4 bytes a pixel
-// up to kWebpMaxTablesBytes. Measured with every allocation counted
-// (tests/formats/webp_codec_test.cc): photographs take 7.2 bytes a pixel lossless (the estimate
-// counts 11.75) and 3.1 lossy (3, plus the per-column rows and kWebpFixedBytes); noisy or blocky
-// content, whose entropy coding uses hundreds of Huffman groups, stays within it too. A file coded
-// with more groups than 4 bytes a pixel pays for (a crafted one can have thousands, 16 KiB each)
-// can take more: no header says how many before the decode.
+// whole ARGB image, its transforms' sub-images and the Huffman tables of every group its entropy
+// image names (header.huffman_bytes, from ReadWebpHuffmanCodes). Measured with every allocation
+// counted (tests/formats/webp_codec_test.cc): an 800x600 photograph takes 7.4 bytes a pixel
+// lossless (the estimate counts 7.75, the tables and kWebpFixedBytes) and 3.2 lossy (3, plus the
+// per-column rows and kWebpFixedBytes); a crafted file whose tiles each name their own group
+// (thousands of tables, 20 KB each) stays within it too.
 int64_t EstimateWebpDecodeBytes(const WebpHeader& header, Alpha alpha);
 
-// libwebp's decoder structs and the Huffman tables of a few dozen groups, whatever the size.
+// libwebp's decoder structs and the sub-images' Huffman tables, whatever the size.
 inline constexpr int64_t kWebpFixedBytes = int64_t{2} << 20;
-// The Huffman tables of libwebp's encoder's most groups: 2600 entropy tiles (its
-// MAX_HUFF_IMAGE_SIZE), 16 KiB each at the largest colour cache.
-inline constexpr int64_t kWebpMaxTablesBytes = int64_t{2600} * 16 * 1024;
 
 // Decodes a still WebP into packed RGB (see the top of this file for what the pixels are). A
 // header over max_pixels is refused before anything is allocated, naming the size; then the gate,

@@ -175,8 +175,10 @@ TEST_CASE("NotAWebpIsInvalidArgumentNamingWhatItStartsWith") {
 
 TEST_CASE("CutWebpIsRefusedAtEveryCutPoint") {
   const std::vector<uint8_t> rgba = SmoothPixels(21, 13, 4);
-  for (WebpCodec codec : {WebpCodec::kLossy, WebpCodec::kLosslessExact}) {
-    const std::string webp = EncodeWebp(rgba.data(), 21, 13, 4, codec);
+  for (const std::string& webp : {EncodeWebp(rgba.data(), 21, 13, 4, WebpCodec::kLossy),
+                                  EncodeWebp(rgba.data(), 21, 13, 4, WebpCodec::kLosslessExact),
+                                  testing::ManyGroupsWebp(21, 13, 11, 20, false),
+                                  testing::ManyGroupsWebp(21, 13, 0, 20, true)}) {
     int data_loss = 0;
     for (size_t cut = 0; cut < webp.size(); ++cut) {
       for (Alpha alpha : kAlphas) {
@@ -217,6 +219,76 @@ TEST_CASE("FlippedByteAnywhereIsAnErrorOrAnImageNeverACrash") {
   }
 }
 
+// libwebp's WebPGetFeatures reads the canvas of a VP8X with nothing after it and says OK.
+TEST_CASE("Vp8xWithNoImageDataIsDataLossBeforeTheGate") {
+  for (uint8_t flags : {uint8_t{0x10}, uint8_t{0x00}}) {
+    const std::string webp = testing::Vp8xOnly(10000, 10000, flags);
+    REQUIRE(webp.size() == 30);
+    const Result<WebpHeader> header = ReadWebpHeader(webp);
+    CHECK(header.status().code() == StatusCode::kDataLoss);
+    CHECK(header.status().message() == "WebP data ends at byte 30 with no VP8/VP8L image data");
+    int asked = 0;
+    const DecodeMemoryGate gate = [&](int64_t) {
+      ++asked;
+      return Status::OK();
+    };
+    Image out;
+    const Status s = DecodeWebp(webp, Alpha::kCompositeWhite, &out, kDefaultMaxPixels, &gate);
+    CHECK(s.code() == StatusCode::kDataLoss);
+    CHECK(asked == 0);
+    CHECK(out.pixels.capacity() == 0);
+  }
+}
+
+// Non-conforming: libwebp applies the ALPH chunk, Pillow goes by the flags (opaque).
+TEST_CASE("Vp8xAlphaFlagClearMeansOpaqueEvenWithAnAlphChunk") {
+  const int w = 32, h = 24;
+  const std::vector<uint8_t> rgba = SmoothPixels(w, h, 11);
+  std::string webp = EncodeWebp(rgba.data(), w, h, 4, WebpCodec::kLossy);
+  REQUIRE(webp.substr(12, 4) == "VP8X");
+  REQUIRE(webp.substr(30, 4) == "ALPH");
+  Image dropped;
+  REQUIRE(DecodeWebp(webp, Alpha::kDrop, &dropped).ok());
+  webp[20] = static_cast<char>(webp[20] & ~0x10);
+  Result<WebpHeader> header = ReadWebpHeader(webp);
+  REQUIRE(header.ok());
+  CHECK_FALSE(header->has_alpha);
+  CHECK(header->alpha_decoded);  // libwebp still decodes the ALPH chunk: the estimate counts it
+  for (Alpha alpha : kAlphas) {
+    Image out;
+    REQUIRE(DecodeWebp(webp, alpha, &out).ok());
+    CHECK(out.pixels == dropped.pixels);
+  }
+}
+
+// The review's crafted file: 295 KB whose 65,536 Huffman groups make libwebp 1.2.4 allocate
+// 1.3 GB of tables before it decodes a pixel. The gate hears of them from the header.
+TEST_CASE("ManyGroupsFileIsRefusedByTheGateFromItsHeader") {
+  for (bool as_alpha : {false, true}) {
+    const std::string webp = testing::ManyGroupsWebp(1024, 1024, 11, 65536, as_alpha);
+    Result<WebpHeader> header = ReadWebpHeader(webp);
+    REQUIRE(header.ok());
+    REQUIRE(ReadWebpHuffmanCodes(webp, &*header).ok());
+    CHECK(header->huffman_bytes > 1'300'000'000);  // 1.3 GB
+    std::vector<int64_t> asked;
+    const DecodeMemoryGate share = [&](int64_t bytes) {
+      asked.push_back(bytes);
+      return bytes > (int64_t{512} << 20) ? ResourceExhausted("over the decode share")
+                                          : Status::OK();
+    };
+    Image out;
+    StartCounting();
+    const Status s = DecodeWebp(webp, Alpha::kCompositeWhite, &out, kDefaultMaxPixels, &share);
+    const int64_t peak = StopCounting();
+    INFO((as_alpha ? "ALPH: " : "VP8L: ") << s.ToString());
+    CHECK(s.code() == StatusCode::kResourceExhausted);
+    REQUIRE(asked.size() == 1);
+    CHECK(asked[0] == EstimateWebpDecodeBytes(*header, Alpha::kCompositeWhite));
+    CHECK(out.pixels.capacity() == 0);
+    CHECK(peak < int64_t{1} << 20);  // the entropy image (256 KB) the count read, no more
+  }
+}
+
 TEST_CASE("ImageOverMaxPixelsIsRefusedNamingItsSizeBeforeTheGate") {
   const std::vector<uint8_t> rgba = SmoothPixels(40, 30, 6);
   const std::string webp = EncodeWebp(rgba.data(), 40, 30, 3, WebpCodec::kLossy);
@@ -240,6 +312,7 @@ TEST_CASE("MemoryGateIsAskedOnceForTheEstimateAndItsRefusalAllocatesNothing") {
   const std::string webp = EncodeWebp(rgba.data(), 40, 30, 4, WebpCodec::kLossy);
   Result<WebpHeader> header = ReadWebpHeader(webp);
   REQUIRE(header.ok());
+  REQUIRE(ReadWebpHuffmanCodes(webp, &*header).ok());
   for (Alpha alpha : kAlphas) {
     std::vector<int64_t> asked;
     const DecodeMemoryGate refuse = [&](int64_t bytes) {
@@ -273,7 +346,8 @@ TEST_CASE("DecodingIntoAKeptImageAllocatesOnlyTheNewSize") {
 // The most bytes the process holds at once during a decode (libwebp's every allocation and the
 // pixels) against EstimateWebpDecodeBytes, for each coding with and without alpha under each
 // policy: smooth photograph-like pixels, blocky content whose lossless coding takes hundreds of
-// Huffman groups, and a photograph (Debian's mate-backgrounds, when installed).
+// Huffman groups, a photograph (Debian's mate-backgrounds, which the test requires), and crafted
+// files whose entropy image names thousands of groups, as the image or as a lossy image's alpha.
 TEST_CASE("LibwebpStaysWithinTheEstimate") {
   struct Content {
     std::string name;
@@ -283,7 +357,10 @@ TEST_CASE("LibwebpStaysWithinTheEstimate") {
   std::vector<Content> contents = {{"smooth", 640, 480, SmoothPixels(640, 480, 9)},
                                    {"blocky", 1000, 750, testing::BlockyPixels(1000, 750, 10)}};
   const std::string photo_path = "/usr/share/backgrounds/mate/nature/Blinds.jpg";
-  if (std::ifstream photo{photo_path, std::ios::binary}) {
+  {
+    std::ifstream photo{photo_path, std::ios::binary};
+    INFO(photo_path << " is missing: deploy/install-deps.sh installs Debian's mate-backgrounds");
+    REQUIRE(photo);
     const std::string jpeg{std::istreambuf_iterator<char>(photo), {}};
     JpegDecoder decoder;
     Image rgb;
@@ -297,27 +374,55 @@ TEST_CASE("LibwebpStaysWithinTheEstimate") {
     }
     contents.push_back(std::move(c));
   }
+  struct File {
+    std::string name;
+    int w, h;
+    std::string webp;
+  };
+  std::vector<File> files;
   for (const Content& content : contents) {
     for (WebpCodec codec : {WebpCodec::kLossy, WebpCodec::kLossless}) {
       for (int channels : {3, 4}) {
-        const std::string webp =
-            EncodeWebp(content.rgba.data(), content.w, content.h, channels, codec);
-        Result<WebpHeader> header = ReadWebpHeader(webp);
-        REQUIRE(header.ok());
-        for (Alpha alpha : kAlphas) {
-          Image out;
-          StartCounting();
-          const Status s = DecodeWebp(webp, alpha, &out);
-          const int64_t peak = StopCounting();
-          REQUIRE(s.ok());
-          const int64_t estimate = EstimateWebpDecodeBytes(*header, alpha);
-          INFO(content.name << ", " << WebpCodingName(header->coding) << ", " << channels
-                            << " channels, alpha " << static_cast<int>(alpha) << ": peak " << peak
-                            << ", estimate " << estimate);
-          CHECK(peak > int64_t{content.w} * content.h * 3);
-          CHECK(peak <= estimate);
-        }
+        files.push_back({content.name + (codec == WebpCodec::kLossy ? " lossy " : " lossless ") +
+                             std::to_string(channels) + " channels",
+                         content.w, content.h,
+                         EncodeWebp(content.rgba.data(), content.w, content.h, channels, codec)});
       }
+    }
+  }
+  // Crafted: an entropy image naming a Huffman group for each 4x4 tile, all of whose tables
+  // libwebp allocates at once (remapped past 1000 groups), with and without a colour cache, as
+  // the image and as a lossy image's alpha.
+  struct Crafted {
+    int size, cache_bits, groups;
+    bool as_alpha;
+  };
+  for (const Crafted& c :
+       {Crafted{256, 11, 4096, false}, Crafted{256, 0, 4096, false}, Crafted{64, 11, 256, false},
+        Crafted{128, 4, 1001, false}, Crafted{256, 11, 4096, true}, Crafted{256, 0, 2000, true}}) {
+    files.push_back({"crafted " + std::to_string(c.groups) + " groups, cache " +
+                         std::to_string(c.cache_bits) + (c.as_alpha ? " bits, in ALPH" : " bits"),
+                     c.size, c.size,
+                     testing::ManyGroupsWebp(c.size, c.size, c.cache_bits, c.groups, c.as_alpha)});
+  }
+  for (const File& file : files) {
+    Result<WebpHeader> header = ReadWebpHeader(file.webp);
+    REQUIRE(header.ok());
+    REQUIRE(ReadWebpHuffmanCodes(file.webp, &*header).ok());
+    for (Alpha alpha : kAlphas) {
+      Image out;
+      StartCounting();
+      const Status s = DecodeWebp(file.webp, alpha, &out);
+      const int64_t peak = StopCounting();
+      INFO(file.name << ", alpha " << static_cast<int>(alpha) << ": " << s.ToString() << ", peak "
+                     << peak << ", estimate " << EstimateWebpDecodeBytes(*header, alpha)
+                     << ", Huffman tables " << header->huffman_bytes);
+      REQUIRE(s.ok());
+      const int64_t estimate = EstimateWebpDecodeBytes(*header, alpha);
+      CHECK(peak > int64_t{file.w} * file.h * 3);
+      CHECK(peak <= estimate);
+      // An encoder's file is not charged for tables it does not have.
+      if (file.name.rfind("crafted", 0) != 0) CHECK(estimate <= 2 * peak + kWebpFixedBytes);
     }
   }
 }

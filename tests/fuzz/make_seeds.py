@@ -152,6 +152,72 @@ def webp_decode_seeds():
     for name in ("lossy-rgba.webp", "lossless-rgb.webp"):
         data = files[name]
         write("webp_decode", "truncated-" + name, bytes([1]) + data[: len(data) * 2 // 3])
+    # An entropy image naming a Huffman group per tile: as the image (colour cache 11 bits) and
+    # as a lossy image's lossless alpha; then bare streams, of the size byte 0 gives them.
+    write("webp_decode", "many-groups.webp",
+          bytes([0]) + riff_webp([riff_chunk(b"VP8L", many_groups_stream(32, 32, 11, 64, True))]))
+    lossy = save(image("RGB", (32, 32)), quality=80)
+    assert lossy[12:16] == b"VP8 "
+    vp8x = riff_chunk(b"VP8X", bytes([0x10, 0, 0, 0]) + (31).to_bytes(3, "little") * 2)
+    alph = riff_chunk(b"ALPH", b"\x01" + many_groups_stream(32, 32, 0, 64, False))
+    write("webp_decode", "many-groups-alpha.webp",
+          bytes([2]) + riff_webp([vp8x, alph, lossy[12:]]))
+    # Byte 0 of 15: a 16x16 VP8L stream; of 128: an 18x14 ALPH stream.
+    write("webp_decode", "bare-vp8l", bytes([15]) + many_groups_stream(16, 16, 3, 16, True))
+    write("webp_decode", "bare-alph", bytes([128]) + many_groups_stream(18, 14, 0, 20, False))
+
+
+def many_groups_stream(width, height, cache_bits, groups, vp8l_header):
+    """A lossless image stream whose entropy image gives its 4x4 tiles `groups` Huffman groups
+    (tile i group i % groups), each of five one-symbol codes (tests/webp_test_images.h's
+    ManyGroupsLosslessStream): libwebp allocates every group's tables before a pixel."""
+    bits = []
+
+    def put(value, n):
+        bits.extend((value >> i) & 1 for i in range(n))
+
+    def one_symbol_code():
+        put(1, 1), put(0, 1), put(0, 1), put(0, 1)
+
+    def flat_256_code(alphabet_size):
+        put(0, 1), put(19 - 4, 4)
+        for c in (17, 18, 0, 1, 2, 3, 4, 5, 16, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15):
+            put(1 if c == 8 else 0, 3)
+        if alphabet_size > 256:
+            put(1, 1), put(3, 3), put(254, 8)
+        else:
+            put(0, 1)
+
+    def flat_symbol(symbol):
+        for i in range(7, -1, -1):
+            put((symbol >> i) & 1, 1)
+
+    if vp8l_header:
+        put(0x2F, 8), put(width - 1, 14), put(height - 1, 14), put(1, 1), put(0, 3)
+    put(0, 1)
+    if cache_bits:
+        put(1, 1), put(cache_bits, 4)
+    else:
+        put(0, 1)
+    put(1, 1), put(0, 3), put(0, 1)
+    flat_256_code(280), flat_256_code(256)
+    for _ in range(3):
+        one_symbol_code()
+    for i in range(((width + 3) // 4) * ((height + 3) // 4)):
+        flat_symbol((i % groups) & 255), flat_symbol((i % groups) >> 8)
+    for _ in range(groups * 5):
+        one_symbol_code()
+    put(0, 64)
+    return bytes(sum(b << j for j, b in enumerate(bits[i:i + 8])) for i in range(0, len(bits), 8))
+
+
+def riff_chunk(tag, body):
+    return tag + struct.pack("<I", len(body)) + body + (b"\0" if len(body) % 2 else b"")
+
+
+def riff_webp(chunks):
+    body = b"WEBP" + b"".join(chunks)
+    return b"RIFF" + struct.pack("<I", len(body)) + body
 
 
 def example(features):

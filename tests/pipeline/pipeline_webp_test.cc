@@ -195,5 +195,39 @@ TEST_CASE("WebpOverTheDecodeShareIsRefusedFromItsHeader") {
   CHECK(seen);
 }
 
+// A 256x256 lossless WebP whose entropy image names 4096 Huffman groups makes libwebp allocate
+// 85 MB of tables before a pixel (51 MB without a colour cache, as a lossy image's alpha): over
+// the ~10 MB decode share of a 64 MiB budget, refused from its header like a large image.
+TEST_CASE("WebpWhoseHuffmanTablesExceedTheDecodeShareIsRefusedFromItsHeader") {
+  TempDir dir;
+  const std::vector<Still> stills = MixedWebps();
+  std::vector<std::string> images;
+  for (const Still& s : stills) images.push_back(s.webp);
+  images.push_back(testing::ManyGroupsWebp(256, 256, 11, 4096, false));
+  images.push_back(testing::ManyGroupsWebp(256, 256, 0, 4096, true));
+  const std::string path = dir.file("shard-0.tfrecord");
+  const std::vector<uint64_t> offsets = WriteShard(path, images);
+
+  v1::PipelineOptions o = InOrder(dir);
+  o.set_memory_budget_bytes(64 << 20);
+  StatsSnapshot stats;
+  const testing::Collected got = RunToEnd(o, &stats, /*keep_images=*/false);
+  REQUIRE(got.status.ok());
+  CHECK(got.labels_by_epoch[0] == Iota(static_cast<int>(stills.size())));
+  CHECK(got.skipped == 2);
+  std::string errors;
+  for (const std::string& e : stats.recent_errors) errors += e + "\n";
+  INFO(errors);
+  for (size_t i = stills.size(); i < images.size(); ++i) {
+    CHECK(errors.find(path + ":" + std::to_string(offsets[i]) +
+                      ": decoding it needs an estimated ") != std::string::npos);
+  }
+  for (const auto& p : stats.pools) {
+    if (p.name != "decode") continue;
+    CHECK(p.peak_bytes <= p.limit_bytes);
+    CHECK(p.limit_bytes < int64_t{50} << 20);
+  }
+}
+
 }  // namespace
 }  // namespace sluice

@@ -6,15 +6,19 @@ Pillow links the same system libwebp (1.2.4) as Sluice; the test checks that it 
 - Alpha composited onto white or black equals PIL's Image.alpha_composite of
   Image.open(f).convert("RGBA") onto an opaque background, byte for byte (the PNG rule).
 - An animated WebP is refused ("animated WebP ... is not decoded"); PIL opens its first frame.
-- A file cut short is refused, as PIL refuses it.
+- A file cut short is refused, as PIL refuses it; past its headers, naming the byte it ends at.
+- A VP8X file whose alpha flag is clear is opaque, ALPH chunk or not, as PIL opens it.
 - A folder of WebP files, the same folder converted by `sluice convert`, and a WebDataset tar of
   them written by the webdataset package, served by a real `sluice serve` under each alpha policy:
   every image is PIL's pixels centre-cropped.
+- A crafted lossless file whose Huffman tables (1.3 GB in libwebp) exceed the decode share is
+  skipped by a real server from its header; its peak RSS stays small.
 """
 import io
 import os
 import subprocess
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -177,9 +181,31 @@ def test_cut_file_is_refused_as_pil_refuses_it(probe_bin, tmp_path, name):
         head = data[:cut]
         assert pil_refuses(head), cut
         message = decode_error(probe_bin, tmp_path, head)
-        if cut >= 30:  # past the RIFF, VP8X/VP8L headers: libwebp says the data ends
-            assert f"WebP data ends at byte {cut}" in message or "invalid WebP" in message, \
-                (cut, message)
+        if cut >= 30:  # past the RIFF and the VP8X or VP8L header: where the data ends
+            assert f"DATA_LOSS: WebP data ends at byte {cut}" in message, (cut, message)
+
+
+@pytest.mark.parametrize("alpha,background", [("drop", None), ("white", 255), ("black", 0)])
+def test_alph_chunk_with_vp8x_alpha_flag_clear_is_opaque_as_pil_opens_it(probe_bin, tmp_path,
+                                                                        alpha, background):
+    data = bytearray(dict((f[0], f[1]) for f in PIL_FILES)["lossy RGBA"])
+    assert data[12:16] == b"VP8X" and data[30:34] == b"ALPH" and data[20] & 0x10
+    data[20] &= ~0x10  # non-conforming: the flags say no alpha, an ALPH chunk is there
+    data = bytes(data)
+    assert (np.asarray(Image.open(io.BytesIO(data)).convert("RGBA"))[..., 3] == 255).all()
+    ours = decode(probe_bin, tmp_path, data, alpha)
+    np.testing.assert_array_equal(ours, pil_rgb(data))
+    if background is not None:
+        np.testing.assert_array_equal(ours, pil_composite(data, background))
+
+
+def test_vp8x_with_no_image_data_is_refused_as_pil_refuses_it(probe_bin, tmp_path):
+    vp8x = b"VP8X" + (10).to_bytes(4, "little") + bytes([0x10, 0, 0, 0]) + \
+        (9999).to_bytes(3, "little") * 2
+    data = b"RIFF" + (4 + len(vp8x)).to_bytes(4, "little") + b"WEBP" + vp8x
+    assert len(data) == 30 and pil_refuses(data)
+    assert "WebP data ends at byte 30 with no VP8/VP8L image data" in \
+        decode_error(probe_bin, tmp_path, data)
 
 
 def test_not_a_webp_names_what_it_starts_with(probe_bin, tmp_path):
@@ -268,3 +294,83 @@ def test_served_webp_batches_are_pils_pixels_centre_cropped(webp_server, source,
         margin = (SERVED - 224) // 2
         np.testing.assert_array_equal(image, expected[margin:margin + 224, margin:margin + 224],
                                       err_msg=f"label {label}")
+
+
+def many_groups_webp(size, cache_bits, groups):
+    """A size x size lossless WebP whose entropy image gives each 4x4 tile its own Huffman group
+    (tile i group i % groups), every group five one-symbol codes, every pixel 0
+    (tests/webp_test_images.h's ManyGroupsWebp): libwebp 1.2.4 allocates all groups' tables,
+    20 KB each at an 11-bit colour cache, before it decodes a pixel."""
+    bits = []
+
+    def put(value, n):
+        bits.extend((value >> i) & 1 for i in range(n))
+
+    def flat_256_code(alphabet_size):  # symbols 0..255 8 bits each
+        put(0, 1), put(19 - 4, 4)
+        for c in (17, 18, 0, 1, 2, 3, 4, 5, 16, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15):
+            put(1 if c == 8 else 0, 3)
+        if alphabet_size > 256:
+            put(1, 1), put(3, 3), put(254, 8)
+        else:
+            put(0, 1)
+
+    def flat_symbol(symbol):
+        for i in range(7, -1, -1):
+            put((symbol >> i) & 1, 1)
+
+    put(0x2F, 8), put(size - 1, 14), put(size - 1, 14), put(1, 1), put(0, 3)
+    put(0, 1), put(1, 1), put(cache_bits, 4)  # no transforms; the colour cache
+    put(1, 1), put(0, 3), put(0, 1)  # an entropy image of 4x4 tiles, without a cache
+    flat_256_code(280), flat_256_code(256)
+    for _ in range(3):
+        put(0b0001, 4)  # one-symbol codes of symbol 0
+    for i in range(((size + 3) // 4) ** 2):
+        flat_symbol((i % groups) & 255), flat_symbol((i % groups) >> 8)
+    for _ in range(groups * 5):
+        put(0b0001, 4)
+    put(0, 64)
+    stream = bytes(sum(b << j for j, b in enumerate(bits[i:i + 8]))
+                   for i in range(0, len(bits), 8))
+    chunk = b"VP8L" + len(stream).to_bytes(4, "little") + stream + b"\0" * (len(stream) % 2)
+    return b"RIFF" + (4 + len(chunk)).to_bytes(4, "little") + b"WEBP" + chunk
+
+
+def test_served_webp_whose_huffman_tables_exceed_the_decode_share_is_skipped(sluice_bin,
+                                                                            tmp_path):
+    """The review's crafted file: 295 KB that libwebp 1.2.4 decodes (all pixels 0) after
+    allocating 1.3 GB of Huffman tables. Under a 256 MiB budget the server refuses it from its
+    header and serves the others."""
+    import sluice
+    from client_support import Server
+
+    crafted = many_groups_webp(1024, 11, 65536)
+    assert 290_000 < len(crafted) < 300_000
+    images = served_images()
+    images["e_crafted"] = crafted
+    for name, data in images.items():
+        (tmp_path / "images" / name).mkdir(parents=True)
+        (tmp_path / "images" / name / "0.webp").write_bytes(data)
+
+    class BudgetServer(Server):
+        def datasets(self):
+            return f"""datasets {{
+  name: "budget"
+  pipeline {{ files: "{tmp_path}/images/*/*.webp" mode: MODE_EVAL batch_size: 4
+    image_height: 224 epochs: 1 memory_budget_bytes: {256 << 20} }}
+}}
+"""
+
+    server = BudgetServer(sluice_bin, tmp_path, tmp_path)
+    try:
+        with sluice.Client(server.target) as client:
+            labels = np.concatenate([b.labels for b in client.stream("budget")])
+        status = Path(f"/proc/{server.proc.pid}/status").read_text()
+        peak_kb = int(status.split("VmHWM:")[1].split()[0])
+        assert sorted(labels.tolist()) == [0, 1, 2, 3]  # not 4, the crafted one
+        log = (tmp_path / "serve.log").read_text()
+        assert "decoding it needs an estimated 1" in log, log
+        # Measured: 24 MB; 395 MB when libwebp built the tables (1.3 GB allocated).
+        assert peak_kb < 200 << 10, status
+    finally:
+        server.stop()

@@ -109,7 +109,7 @@ TEST_CASE("InspectReportsPngsBesideJpegsFromTheirHeaders") {
 }
 
 // WebPs are counted from their headers (libwebp's WebPGetFeatures): sizes, lossless, alpha and
-// animated; one whose header does not read is not an image.
+// animated; one whose header does not read, or whose chunks hold no image data, is not an image.
 TEST_CASE("InspectReportsWebpsFromTheirHeaders") {
   TempDir dir;
   using testing::EncodeWebp;
@@ -121,6 +121,8 @@ TEST_CASE("InspectReportsWebpsFromTheirHeaders") {
       {"b/lossless.webp", EncodeWebp(rgba.data(), 30, 40, 4, WebpCodec::kLossless)},
       {"b/moving.webp", testing::AnimatedWebp(12, 10)},
       {"b/broken.webp", std::string("RIFF\x10\0\0\0WEBPVP8 \x04\0\0\0xxxx", 24)},
+      // A canvas and no image data: libwebp's WebPGetFeatures says OK.
+      {"b/no-image.webp", testing::Vp8xOnly(10000, 10000, 0x10)},
   };
   for (const auto& [name, data] : files) {
     std::filesystem::create_directories(std::filesystem::path(dir.file(name)).parent_path());
@@ -128,9 +130,9 @@ TEST_CASE("InspectReportsWebpsFromTheirHeaders") {
   }
   testing::CommandResult r = RunSluice("inspect --json '" + dir.file("*/*.webp") + "'");
   INFO(r.out << r.err);
-  CHECK(r.exit_code == 1);  // the broken one is not an image
+  CHECK(r.exit_code == 1);  // the broken ones are not images
   auto j = nlohmann::json::parse(r.out);
-  CHECK(j["records"] == 5);
+  CHECK(j["records"] == 6);
   CHECK(j["webp"]["count"] == 4);
   CHECK(j["webp"]["lossless"] == 1);
   CHECK(j["webp"]["alpha"] == 2);
@@ -138,7 +140,8 @@ TEST_CASE("InspectReportsWebpsFromTheirHeaders") {
   CHECK(j["webp"]["width"]["min"] == 12);
   CHECK(j["webp"]["width"]["max"] == 60);
   CHECK(j["webp"]["height"]["max"] == 40);
-  CHECK(j["not_images"] == nlohmann::json({dir.file("b/broken.webp")}));
+  CHECK(j["not_images"] ==
+        nlohmann::json({dir.file("b/broken.webp"), dir.file("b/no-image.webp")}));
   CHECK(j["png"]["count"] == 0);
 
   testing::CommandResult human = RunSluice("inspect '" + dir.file("*/*.webp") + "'");

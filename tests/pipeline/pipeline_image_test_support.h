@@ -63,19 +63,44 @@ inline std::vector<ModeAndAlpha> EveryModeAndAlpha() {
           {v1::MODE_TRAIN, v1::ALPHA_DROP, Alpha::kDrop}};
 }
 
-// Checks that image k of got (one epoch, in order) is rgb (width x height, the pixels the record
-// holds) rendered by the same plan (same random draws) the pipeline made for it under r.
-inline void CheckRenderedByPlan(const Collected& got, const ResolvedOptions& r, size_t k,
-                                const std::vector<uint8_t>& rgb, int width, int height) {
-  const size_t image_bytes = r.image_bytes();
-  AugmentRng rng(MixSeed(r.seed, 0), k);
-  const GeometryPlan plan =
-      PlanGeometry(r.transforms.geometry, width, height, r.width, r.height, rng);
-  std::vector<uint8_t> expected(image_bytes);
-  RenderGeometry(ImageView{rgb.data(), width, height, static_cast<size_t>(width) * 3}, plan,
-                 r.width, r.height, expected.data());
-  CHECK(got.image_bytes.substr(k * image_bytes, image_bytes) ==
-        std::string(expected.begin(), expected.end()));
+// BaseOptions in order (InOrder) under c's mode and alpha policy.
+inline v1::PipelineOptions InOrderAs(const TempDir& dir, const ModeAndAlpha& c) {
+  v1::PipelineOptions o = InOrder(dir);
+  o.set_mode(c.mode);
+  o.set_alpha(c.alpha);
+  return o;
+}
+
+// The pixels a record holds, decoded: RGB, width x height.
+struct ExpectedImage {
+  std::vector<uint8_t> rgb;
+  int width = 0;
+  int height = 0;
+};
+
+// Checks that got, one epoch of count images in order run under o, holds each image k's pixels,
+// expected(k), rendered by the same plan (same random draws) the pipeline made for it.
+template <typename Expected>
+void CheckEveryImageRenderedByThePlan(const Collected& got, const v1::PipelineOptions& o,
+                                      size_t count, Expected expected) {
+  Result<ResolvedOptions> r = ResolveOptions(o);
+  REQUIRE(r.ok());
+  REQUIRE(r->transforms.writes_slot_directly());
+  const size_t image_bytes = r->image_bytes();
+  REQUIRE(got.image_bytes.size() == image_bytes * count);
+  for (size_t k = 0; k < count; ++k) {
+    INFO("image " << k);
+    const ExpectedImage image = expected(k);
+    AugmentRng rng(MixSeed(r->seed, 0), k);
+    const GeometryPlan plan =
+        PlanGeometry(r->transforms.geometry, image.width, image.height, r->width, r->height, rng);
+    std::vector<uint8_t> rendered(image_bytes);
+    RenderGeometry(ImageView{image.rgb.data(), image.width, image.height,
+                             static_cast<size_t>(image.width) * 3},
+                   plan, r->width, r->height, rendered.data());
+    CHECK(got.image_bytes.substr(k * image_bytes, image_bytes) ==
+          std::string(rendered.begin(), rendered.end()));
+  }
 }
 
 // The errors the pipeline kept (StatsSnapshot::recent_errors), one a line.
@@ -83,6 +108,33 @@ inline std::string RecentErrors(const StatsSnapshot& stats) {
   std::string errors;
   for (const std::string& e : stats.recent_errors) errors += e + "\n";
   return errors;
+}
+
+// Checks a shard with damaged records, read in order without a cache and with the DECODED cache:
+// under the skip policy the batches hold the labels `kept`, one record is skipped per expected
+// error and each of `errors` is among the errors kept; under ERROR_POLICY_FAIL the run fails
+// with DataLoss, its message starting with `fail_prefix` (the first damaged record's file:offset).
+inline void CheckDamageIsSkippedOrFails(const TempDir& dir, const std::vector<int32_t>& kept,
+                                        const std::vector<std::string>& errors_expected,
+                                        const std::string& fail_prefix) {
+  for (bool cached : {false, true}) {
+    INFO((cached ? "DECODED cache" : "no cache"));
+    v1::PipelineOptions o = InOrder(dir);
+    if (cached) o.mutable_cache()->set_mode(v1::CACHE_DECODED);
+    StatsSnapshot stats;
+    const Collected skip = RunToEnd(o, &stats);
+    REQUIRE(skip.status.ok());
+    CHECK(skip.labels_by_epoch[0] == kept);
+    CHECK(stats.skipped == errors_expected.size());
+    const std::string errors = RecentErrors(stats);
+    INFO(errors);
+    for (const std::string& e : errors_expected) CHECK(errors.find(e) != std::string::npos);
+
+    o.set_error_policy(v1::ERROR_POLICY_FAIL);
+    const Collected fail = RunToEnd(o);
+    CHECK(fail.status.code() == StatusCode::kDataLoss);
+    CHECK(fail.status.message().find(fail_prefix) == 0);
+  }
 }
 
 // Checks the decode pool: its limit under a 3000x3000 RGB image, used within it, empty at the end.

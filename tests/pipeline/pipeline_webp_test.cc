@@ -75,9 +75,7 @@ TEST_CASE("WebpRecordsBatchAsTheirPixelsRenderedByThePlanUnderEveryModeAndAlpha"
 
   for (const ModeAndAlpha& c : EveryModeAndAlpha()) {
     INFO("mode " << v1::Mode_Name(c.mode) << ", " << v1::Alpha_Name(c.alpha));
-    v1::PipelineOptions o = InOrder(dir);
-    o.set_mode(c.mode);
-    o.set_alpha(c.alpha);
+    const v1::PipelineOptions o = testing::InOrderAs(dir, c);
     StatsSnapshot stats;
     const testing::Collected got = RunToEnd(o, &stats);
     REQUIRE(got.status.ok());
@@ -88,15 +86,10 @@ TEST_CASE("WebpRecordsBatchAsTheirPixelsRenderedByThePlanUnderEveryModeAndAlpha"
     CHECK(stats.jpeg_decodes == 0);
 
     // The same plan (same random draws) rendered from the pixels the WebP holds.
-    Result<ResolvedOptions> r = ResolveOptions(o);
-    REQUIRE(r.ok());
-    REQUIRE(r->transforms.writes_slot_directly());
-    REQUIRE(got.image_bytes.size() == r->image_bytes() * stills.size());
-    for (size_t k = 0; k < stills.size(); ++k) {
-      INFO("image " << k);
+    testing::CheckEveryImageRenderedByThePlan(got, o, stills.size(), [&](size_t k) {
       const Still& s = stills[k];
-      testing::CheckRenderedByPlan(got, *r, k, ExpectedRgb(s, c.expected_alpha), s.width, s.height);
-    }
+      return testing::ExpectedImage{ExpectedRgb(s, c.expected_alpha), s.width, s.height};
+    });
   }
 }
 
@@ -111,27 +104,12 @@ TEST_CASE("DamagedOrAnimatedWebpRecordIsSkippedOrFailsNamingFileAndOffset") {
   const std::string path = dir.file("shard-0.tfrecord");
   const std::vector<uint64_t> offsets = WriteShard(path, images);
 
-  for (bool cached : {false, true}) {
-    INFO((cached ? "DECODED cache" : "no cache"));
-    v1::PipelineOptions o = InOrder(dir);
-    if (cached) o.mutable_cache()->set_mode(v1::CACHE_DECODED);
-    StatsSnapshot stats;
-    const testing::Collected skip = RunToEnd(o, &stats);
-    REQUIRE(skip.status.ok());
-    CHECK(skip.labels_by_epoch[0] == std::vector<int32_t>{0, 2, 3});
-    CHECK(stats.skipped == 2);
-    const std::string errors = RecentErrors(stats);
-    INFO(errors);
-    CHECK(errors.find(path + ":" + std::to_string(offsets[1]) + ": WebP data ends at byte " +
-                      std::to_string(cut.size())) != std::string::npos);
-    CHECK(errors.find(path + ":" + std::to_string(offsets[4]) +
-                      ": animated WebP (12x10 canvas) is not decoded") != std::string::npos);
-
-    o.set_error_policy(v1::ERROR_POLICY_FAIL);
-    const testing::Collected fail = RunToEnd(o);
-    CHECK(fail.status.code() == StatusCode::kDataLoss);
-    CHECK(fail.status.message().find(path + ":" + std::to_string(offsets[1]) + ": ") == 0);
-  }
+  const std::string at = path + ":";
+  testing::CheckDamageIsSkippedOrFails(
+      dir, {0, 2, 3},
+      {at + std::to_string(offsets[1]) + ": WebP data ends at byte " + std::to_string(cut.size()),
+       at + std::to_string(offsets[4]) + ": animated WebP (12x10 canvas) is not decoded"},
+      at + std::to_string(offsets[1]) + ": ");
 }
 
 // A 3000x3000 WebP (27 MB of pixels) is over the ~10 MB decode share of a 64 MiB budget: refused

@@ -71,6 +71,16 @@ inline v1::PipelineOptions InOrderAs(const TempDir& dir, const ModeAndAlpha& c) 
   return o;
 }
 
+// Runs o to its end and requires one epoch of all count records of the shard, in order.
+inline Collected RunOneEpochInOrder(const v1::PipelineOptions& o, size_t count,
+                                    StatsSnapshot* stats) {
+  Collected got = RunToEnd(o, stats);
+  REQUIRE(got.status.ok());
+  REQUIRE(got.labels_by_epoch.size() == 1);
+  REQUIRE(got.labels_by_epoch[0] == Iota(static_cast<int>(count)));
+  return got;
+}
+
 // The pixels a record holds, decoded: RGB, width x height.
 struct ExpectedImage {
   std::vector<uint8_t> rgb;

@@ -8,17 +8,12 @@
 #include <string_view>
 
 #include "formats/png_codec.h"
+#include "tests/fuzz/decode_fuzz_support.h"
 #include "tests/fuzz/fuzz_check.h"
-
-namespace {
-
-// Keeps decodes small: the fuzzer's time goes into the parsers, not into big images.
-constexpr int64_t kMaxPixels = 1 << 20;
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace sluice;
+  using fuzz::kMaxPixels;
   if (size < 1) return 0;
   const Alpha alpha = static_cast<Alpha>(data[0] % 3);
   const std::string_view png(reinterpret_cast<const char*>(data) + 1, size - 1);
@@ -28,31 +23,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Result<PngHeader> header = ReadPngHeader(png);
   FUZZ_CHECK(header.ok() || header.status().code() == StatusCode::kInvalidArgument, "%s",
              header.status().ToString().c_str());
-  int asked = 0;
-  int64_t estimate = 0;
-  const DecodeMemoryGate gate = [&](int64_t bytes) {
-    ++asked;
-    estimate = bytes;
-    return Status::OK();
-  };
+  fuzz::RecordingGate gate;
   Image image;
-  const Status s = decoder.Decode(png, alpha, &image, kMaxPixels, &gate);
+  const Status s = decoder.Decode(png, alpha, &image, kMaxPixels, &gate.gate());
   FUZZ_CHECK(s.ok() || s.code() == StatusCode::kInvalidArgument ||
                  s.code() == StatusCode::kDataLoss,
              "%s", s.ToString().c_str());
-  FUZZ_CHECK(asked <= 1, "the gate was asked %d times", asked);
-  if (asked == 1) {
+  FUZZ_CHECK(gate.asked() <= 1, "the gate was asked %d times", gate.asked());
+  if (gate.asked() == 1) {
     FUZZ_CHECK(header.ok(), "the gate was asked for a file whose IHDR does not read");
-    FUZZ_CHECK(estimate == EstimatePngDecodeBytes(*header, alpha), "estimate %lld",
-               static_cast<long long>(estimate));
-    FUZZ_CHECK(static_cast<int64_t>(image.pixels.capacity()) <= estimate,
+    FUZZ_CHECK(gate.estimate() == EstimatePngDecodeBytes(*header, alpha), "estimate %lld",
+               static_cast<long long>(gate.estimate()));
+    FUZZ_CHECK(static_cast<int64_t>(image.pixels.capacity()) <= gate.estimate(),
                "%zu bytes of pixels allocated over the estimate of %lld", image.pixels.capacity(),
-               static_cast<long long>(estimate));
+               static_cast<long long>(gate.estimate()));
   }
-  if (s.ok()) {
-    FUZZ_CHECK(header.ok() && image.width == header->width && image.height == header->height &&
-                   image.pixels.size() == static_cast<size_t>(image.width) * image.height * 3,
-               "decoded %dx%d", image.width, image.height);
-  }
+  fuzz::CheckDecodedAsTheHeaderSays(s, header, image);
   return 0;
 }

@@ -13,17 +13,12 @@
 
 #include "formats/webp_codec.h"
 #include "formats/webp_lossless_header.h"
+#include "tests/fuzz/decode_fuzz_support.h"
 #include "tests/fuzz/fuzz_check.h"
-
-namespace {
-
-// Keeps decodes small: the fuzzer's time goes into the parsers, not into big images.
-constexpr int64_t kMaxPixels = 1 << 20;
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace sluice;
+  using fuzz::kMaxPixels;
   if (size < 1) return 0;
   const Alpha alpha = static_cast<Alpha>(data[0] % 3);
   const std::string_view webp(reinterpret_cast<const char*>(data) + 1, size - 1);
@@ -53,35 +48,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                    codes.code() == StatusCode::kDataLoss,
                "%s", codes.ToString().c_str());
   }
-  int asked = 0;
-  int64_t estimate = 0;
-  const DecodeMemoryGate gate = [&](int64_t bytes) {
-    ++asked;
-    estimate = bytes;
-    return Status::OK();
-  };
+  fuzz::RecordingGate gate;
   // One image per process, as the pipeline keeps one per thread: reuse must survive errors.
   static Image image;
-  const Status s = DecodeWebp(webp, alpha, &image, kMaxPixels, &gate);
+  const Status s = DecodeWebp(webp, alpha, &image, kMaxPixels, &gate.gate());
   FUZZ_CHECK(
       s.ok() || s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kDataLoss, "%s",
       s.ToString().c_str());
-  FUZZ_CHECK(asked <= 1, "the gate was asked %d times", asked);
-  if (asked == 1) {
+  FUZZ_CHECK(gate.asked() <= 1, "the gate was asked %d times", gate.asked());
+  if (gate.asked() == 1) {
     FUZZ_CHECK(header.ok() && !header->animated && codes.ok(),
                "the gate was asked for a file it refuses");
-    FUZZ_CHECK(estimate == EstimateWebpDecodeBytes(counted, alpha), "estimate %lld",
-               static_cast<long long>(estimate));
+    FUZZ_CHECK(gate.estimate() == EstimateWebpDecodeBytes(counted, alpha), "estimate %lld",
+               static_cast<long long>(gate.estimate()));
     const int64_t pixels = int64_t{header->width} * header->height;
-    FUZZ_CHECK(static_cast<int64_t>(image.pixels.size()) <= estimate &&
+    FUZZ_CHECK(static_cast<int64_t>(image.pixels.size()) <= gate.estimate() &&
                    static_cast<int64_t>(image.pixels.size()) <= pixels * 4,
                "%zu bytes of pixels over the estimate of %lld", image.pixels.size(),
-               static_cast<long long>(estimate));
+               static_cast<long long>(gate.estimate()));
   }
-  if (s.ok()) {
-    FUZZ_CHECK(header.ok() && image.width == header->width && image.height == header->height &&
-                   image.pixels.size() == static_cast<size_t>(image.width) * image.height * 3,
-               "decoded %dx%d", image.width, image.height);
-  }
+  fuzz::CheckDecodedAsTheHeaderSays(s, header, image);
   return 0;
 }

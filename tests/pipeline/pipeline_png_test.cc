@@ -6,9 +6,7 @@
 #include <vector>
 
 #include "formats/png_codec.h"
-#include "formats/seed.h"
-#include "formats/tfrecord_reader.h"
-#include "pipeline/geometry_plan.h"
+#include "tests/pipeline/pipeline_image_test_support.h"
 #include "tests/pipeline/pipeline_test_data.h"
 #include "tests/png_test_images.h"
 
@@ -16,8 +14,13 @@ namespace sluice {
 namespace {
 
 using testing::BaseOptions;
+using testing::CheckDecodePoolHeldUnderItsLimit;
+using testing::EveryModeAndAlpha;
+using testing::InOrder;
 using testing::Iota;
+using testing::ModeAndAlpha;
 using testing::PngSpec;
+using testing::RecentErrors;
 using testing::RunToEnd;
 using testing::Sorted;
 using testing::TempDir;
@@ -55,25 +58,9 @@ std::vector<PngSpec> MixedPngs() {
 }
 
 // Writes each image as a record (label = its index) and returns each record's offset.
+// image/format says JPEG (EncodeImageExample's default): the decoder goes by the signature.
 std::vector<uint64_t> WriteShard(const std::string& path, const std::vector<std::string>& images) {
-  auto writer = TFRecordWriter::Create(path);
-  REQUIRE(writer.ok());
-  for (size_t i = 0; i < images.size(); ++i) {
-    // image/format says JPEG (EncodeImageExample's default): the decoder goes by the signature.
-    ImageRecord r{images[i], static_cast<int64_t>(i), "c", 0, 0, "x.png"};
-    REQUIRE((*writer)->Write(EncodeImageExample(r)).ok());
-  }
-  std::vector<uint64_t> offsets;
-  for (const IndexEntry& e : (*writer)->index()) offsets.push_back(e.offset);
-  REQUIRE((*writer)->Close().ok());
-  return offsets;
-}
-
-v1::PipelineOptions InOrder(const TempDir& dir) {
-  v1::PipelineOptions o = BaseOptions(dir);
-  o.mutable_shuffle()->set_buffer_size(0);
-  o.set_no_shuffle_files(true);
-  return o;
+  return testing::WriteImageShard(path, images, "x.png");
 }
 
 TEST_CASE("PngRecordsBatchAsTheirPixelsRenderedByThePlanUnderEveryModeAndAlpha") {
@@ -83,46 +70,19 @@ TEST_CASE("PngRecordsBatchAsTheirPixelsRenderedByThePlanUnderEveryModeAndAlpha")
   for (const PngSpec& s : specs) pngs.push_back(testing::WritePngWithLibpng(s));
   WriteShard(dir.file("shard-0.tfrecord"), pngs);
 
-  struct Case {
-    v1::Mode mode;
-    v1::Alpha alpha;
-    Alpha expected_alpha;
-  };
-  for (const Case& c : {Case{v1::MODE_EVAL, v1::ALPHA_DROP, Alpha::kDrop},
-                        Case{v1::MODE_EVAL, v1::ALPHA_COMPOSITE_WHITE, Alpha::kCompositeWhite},
-                        Case{v1::MODE_TRAIN, v1::ALPHA_COMPOSITE_BLACK, Alpha::kCompositeBlack},
-                        Case{v1::MODE_TRAIN, v1::ALPHA_DROP, Alpha::kDrop}}) {
+  for (const ModeAndAlpha& c : EveryModeAndAlpha()) {
     INFO("mode " << v1::Mode_Name(c.mode) << ", " << v1::Alpha_Name(c.alpha));
-    v1::PipelineOptions o = InOrder(dir);
-    o.set_mode(c.mode);
-    o.set_alpha(c.alpha);
+    const v1::PipelineOptions o = testing::InOrderAs(dir, c);
     StatsSnapshot stats;
-    const testing::Collected got = RunToEnd(o, &stats);
-    REQUIRE(got.status.ok());
-    REQUIRE(got.labels_by_epoch.size() == 1);
-    REQUIRE(got.labels_by_epoch[0] == Iota(static_cast<int>(specs.size())));
+    const testing::Collected got = testing::RunOneEpochInOrder(o, specs.size(), &stats);
     CHECK(stats.png_decodes == specs.size());
     CHECK(stats.jpeg_decodes == 0);
 
     // The same plan (same random draws) rendered from the pixels the PNG holds.
-    Result<ResolvedOptions> r = ResolveOptions(o);
-    REQUIRE(r.ok());
-    REQUIRE(r->transforms.writes_slot_directly());
-    const size_t image_bytes = r->image_bytes();
-    REQUIRE(got.image_bytes.size() == image_bytes * specs.size());
-    for (size_t k = 0; k < specs.size(); ++k) {
-      INFO("image " << k);
+    testing::CheckEveryImageRenderedByThePlan(got, o, specs.size(), [&](size_t k) {
       const PngSpec& s = specs[k];
-      const std::vector<uint8_t> rgb = testing::ExpectedRgb(s, c.expected_alpha);
-      AugmentRng rng(MixSeed(r->seed, 0), k);
-      const GeometryPlan plan =
-          PlanGeometry(r->transforms.geometry, s.width, s.height, r->width, r->height, rng);
-      std::vector<uint8_t> expected(image_bytes);
-      RenderGeometry(ImageView{rgb.data(), s.width, s.height, static_cast<size_t>(s.width) * 3},
-                     plan, r->width, r->height, expected.data());
-      CHECK(got.image_bytes.substr(k * image_bytes, image_bytes) ==
-            std::string(expected.begin(), expected.end()));
-    }
+      return testing::ExpectedImage{testing::ExpectedRgb(s, c.expected_alpha), s.width, s.height};
+    });
   }
 }
 
@@ -160,28 +120,12 @@ TEST_CASE("DamagedPngRecordIsSkippedOrFailsNamingFileAndOffset") {
   const std::string path = dir.file("shard-0.tfrecord");
   const std::vector<uint64_t> offsets = WriteShard(path, images);
 
-  for (bool cached : {false, true}) {
-    INFO((cached ? "DECODED cache" : "no cache"));
-    v1::PipelineOptions o = InOrder(dir);
-    if (cached) o.mutable_cache()->set_mode(v1::CACHE_DECODED);
-    StatsSnapshot stats;
-    const testing::Collected skip = RunToEnd(o, &stats);
-    REQUIRE(skip.status.ok());
-    CHECK(skip.labels_by_epoch[0] == std::vector<int32_t>{0, 1, 3, 4});
-    CHECK(stats.skipped == 2);
-    std::string errors;
-    for (const std::string& e : stats.recent_errors) errors += e + "\n";
-    INFO(errors);
-    CHECK(errors.find(path + ":" + std::to_string(offsets[2]) + ": PNG data ends at byte " +
-                      std::to_string(cut.size())) != std::string::npos);
-    CHECK(errors.find(path + ":" + std::to_string(offsets[5]) +
-                      ": GIF image, not JPEG, PNG or WebP") != std::string::npos);
-
-    o.set_error_policy(v1::ERROR_POLICY_FAIL);
-    const testing::Collected fail = RunToEnd(o);
-    CHECK(fail.status.code() == StatusCode::kDataLoss);
-    CHECK(fail.status.message().find(path + ":" + std::to_string(offsets[2]) + ": ") == 0);
-  }
+  const std::string at = path + ":";
+  testing::CheckDamageIsSkippedOrFails(
+      dir, {0, 1, 3, 4},
+      {at + std::to_string(offsets[2]) + ": PNG data ends at byte " + std::to_string(cut.size()),
+       at + std::to_string(offsets[5]) + ": GIF image, not JPEG, PNG or WebP"},
+      at + std::to_string(offsets[2]) + ": ");
 }
 
 // A 3000x3000 PNG (27 MB of pixels) is over the ~10 MB decode share of a 64 MiB budget: refused
@@ -199,26 +143,15 @@ TEST_CASE("PngOverTheDecodeShareIsRefusedFromItsHeader") {
   const std::string path = dir.file("shard-0.tfrecord");
   const std::vector<uint64_t> offsets = WriteShard(path, images);
 
-  v1::PipelineOptions o = InOrder(dir);
-  o.set_memory_budget_bytes(64 << 20);
   StatsSnapshot stats;
-  const testing::Collected got = RunToEnd(o, &stats, /*keep_images=*/false);
+  const testing::Collected got = testing::RunInOrderUnderBudget(dir, 64 << 20, &stats);
   REQUIRE(got.status.ok());
   CHECK(got.labels_by_epoch[0] == Iota(static_cast<int>(specs.size())));
   CHECK(got.skipped == 1);
   REQUIRE(stats.recent_errors.size() == 1);
   CHECK(stats.recent_errors[0].find(path + ":" + std::to_string(offsets.back()) +
                                     ": decoding it needs an estimated 27") != std::string::npos);
-  bool seen = false;
-  for (const auto& p : stats.pools) {
-    if (p.name != "decode") continue;
-    seen = true;
-    CHECK(p.limit_bytes < int64_t{3000} * 3000 * 3);
-    CHECK(p.peak_bytes > 0);
-    CHECK(p.peak_bytes <= p.limit_bytes);
-    CHECK(p.bytes == 0);
-  }
-  CHECK(seen);
+  CheckDecodePoolHeldUnderItsLimit(stats);
 }
 
 }  // namespace

@@ -6,19 +6,22 @@
 #include <string>
 #include <vector>
 
-#include "formats/seed.h"
-#include "formats/tfrecord_reader.h"
 #include "formats/webp_codec.h"
-#include "pipeline/geometry_plan.h"
+#include "tests/pipeline/pipeline_image_test_support.h"
 #include "tests/pipeline/pipeline_test_data.h"
 #include "tests/webp_test_images.h"
 
 namespace sluice {
 namespace {
 
-using testing::BaseOptions;
+using testing::CheckDecodePoolHeldUnderItsLimit;
 using testing::EncodeWebp;
+using testing::EveryModeAndAlpha;
+using testing::InOrder;
 using testing::Iota;
+using testing::ModeAndAlpha;
+using testing::RecentErrors;
+using testing::RunInOrderUnderBudget;
 using testing::RunToEnd;
 using testing::SmoothPixels;
 using testing::TempDir;
@@ -45,6 +48,13 @@ std::vector<Still> MixedWebps() {
   return stills;
 }
 
+// The stills' files, in order.
+std::vector<std::string> FilesOf(const std::vector<Still>& stills) {
+  std::vector<std::string> files;
+  for (const Still& s : stills) files.push_back(s.webp);
+  return files;
+}
+
 // The RGB a still decodes to under alpha.
 std::vector<uint8_t> ExpectedRgb(const Still& s, Alpha alpha) {
   std::vector<uint8_t> rgb(static_cast<size_t>(s.width) * s.height * 3);
@@ -55,73 +65,28 @@ std::vector<uint8_t> ExpectedRgb(const Still& s, Alpha alpha) {
 
 // Writes each image as a record (label = its index) and returns each record's offset.
 std::vector<uint64_t> WriteShard(const std::string& path, const std::vector<std::string>& images) {
-  auto writer = TFRecordWriter::Create(path);
-  REQUIRE(writer.ok());
-  for (size_t i = 0; i < images.size(); ++i) {
-    ImageRecord r{images[i], static_cast<int64_t>(i), "c", 0, 0, "x.webp", "WEBP"};
-    REQUIRE((*writer)->Write(EncodeImageExample(r)).ok());
-  }
-  std::vector<uint64_t> offsets;
-  for (const IndexEntry& e : (*writer)->index()) offsets.push_back(e.offset);
-  REQUIRE((*writer)->Close().ok());
-  return offsets;
-}
-
-v1::PipelineOptions InOrder(const TempDir& dir) {
-  v1::PipelineOptions o = BaseOptions(dir);
-  o.mutable_shuffle()->set_buffer_size(0);
-  o.set_no_shuffle_files(true);
-  return o;
+  return testing::WriteImageShard(path, images, "x.webp", "WEBP");
 }
 
 TEST_CASE("WebpRecordsBatchAsTheirPixelsRenderedByThePlanUnderEveryModeAndAlpha") {
   TempDir dir;
   const std::vector<Still> stills = MixedWebps();
-  std::vector<std::string> images;
-  for (const Still& s : stills) images.push_back(s.webp);
-  WriteShard(dir.file("shard-0.tfrecord"), images);
+  WriteShard(dir.file("shard-0.tfrecord"), FilesOf(stills));
 
-  struct Case {
-    v1::Mode mode;
-    v1::Alpha alpha;
-    Alpha expected_alpha;
-  };
-  for (const Case& c : {Case{v1::MODE_EVAL, v1::ALPHA_DROP, Alpha::kDrop},
-                        Case{v1::MODE_EVAL, v1::ALPHA_COMPOSITE_WHITE, Alpha::kCompositeWhite},
-                        Case{v1::MODE_TRAIN, v1::ALPHA_COMPOSITE_BLACK, Alpha::kCompositeBlack},
-                        Case{v1::MODE_TRAIN, v1::ALPHA_DROP, Alpha::kDrop}}) {
+  for (const ModeAndAlpha& c : EveryModeAndAlpha()) {
     INFO("mode " << v1::Mode_Name(c.mode) << ", " << v1::Alpha_Name(c.alpha));
-    v1::PipelineOptions o = InOrder(dir);
-    o.set_mode(c.mode);
-    o.set_alpha(c.alpha);
+    const v1::PipelineOptions o = testing::InOrderAs(dir, c);
     StatsSnapshot stats;
-    const testing::Collected got = RunToEnd(o, &stats);
-    REQUIRE(got.status.ok());
-    REQUIRE(got.labels_by_epoch.size() == 1);
-    REQUIRE(got.labels_by_epoch[0] == Iota(static_cast<int>(stills.size())));
+    const testing::Collected got = testing::RunOneEpochInOrder(o, stills.size(), &stats);
     CHECK(stats.webp_decodes == stills.size());
     CHECK(stats.png_decodes == 0);
     CHECK(stats.jpeg_decodes == 0);
 
     // The same plan (same random draws) rendered from the pixels the WebP holds.
-    Result<ResolvedOptions> r = ResolveOptions(o);
-    REQUIRE(r.ok());
-    REQUIRE(r->transforms.writes_slot_directly());
-    const size_t image_bytes = r->image_bytes();
-    REQUIRE(got.image_bytes.size() == image_bytes * stills.size());
-    for (size_t k = 0; k < stills.size(); ++k) {
-      INFO("image " << k);
+    testing::CheckEveryImageRenderedByThePlan(got, o, stills.size(), [&](size_t k) {
       const Still& s = stills[k];
-      const std::vector<uint8_t> rgb = ExpectedRgb(s, c.expected_alpha);
-      AugmentRng rng(MixSeed(r->seed, 0), k);
-      const GeometryPlan plan =
-          PlanGeometry(r->transforms.geometry, s.width, s.height, r->width, r->height, rng);
-      std::vector<uint8_t> expected(image_bytes);
-      RenderGeometry(ImageView{rgb.data(), s.width, s.height, static_cast<size_t>(s.width) * 3},
-                     plan, r->width, r->height, expected.data());
-      CHECK(got.image_bytes.substr(k * image_bytes, image_bytes) ==
-            std::string(expected.begin(), expected.end()));
-    }
+      return testing::ExpectedImage{ExpectedRgb(s, c.expected_alpha), s.width, s.height};
+    });
   }
 }
 
@@ -136,28 +101,12 @@ TEST_CASE("DamagedOrAnimatedWebpRecordIsSkippedOrFailsNamingFileAndOffset") {
   const std::string path = dir.file("shard-0.tfrecord");
   const std::vector<uint64_t> offsets = WriteShard(path, images);
 
-  for (bool cached : {false, true}) {
-    INFO((cached ? "DECODED cache" : "no cache"));
-    v1::PipelineOptions o = InOrder(dir);
-    if (cached) o.mutable_cache()->set_mode(v1::CACHE_DECODED);
-    StatsSnapshot stats;
-    const testing::Collected skip = RunToEnd(o, &stats);
-    REQUIRE(skip.status.ok());
-    CHECK(skip.labels_by_epoch[0] == std::vector<int32_t>{0, 2, 3});
-    CHECK(stats.skipped == 2);
-    std::string errors;
-    for (const std::string& e : stats.recent_errors) errors += e + "\n";
-    INFO(errors);
-    CHECK(errors.find(path + ":" + std::to_string(offsets[1]) + ": WebP data ends at byte " +
-                      std::to_string(cut.size())) != std::string::npos);
-    CHECK(errors.find(path + ":" + std::to_string(offsets[4]) +
-                      ": animated WebP (12x10 canvas) is not decoded") != std::string::npos);
-
-    o.set_error_policy(v1::ERROR_POLICY_FAIL);
-    const testing::Collected fail = RunToEnd(o);
-    CHECK(fail.status.code() == StatusCode::kDataLoss);
-    CHECK(fail.status.message().find(path + ":" + std::to_string(offsets[1]) + ": ") == 0);
-  }
+  const std::string at = path + ":";
+  testing::CheckDamageIsSkippedOrFails(
+      dir, {0, 2, 3},
+      {at + std::to_string(offsets[1]) + ": WebP data ends at byte " + std::to_string(cut.size()),
+       at + std::to_string(offsets[4]) + ": animated WebP (12x10 canvas) is not decoded"},
+      at + std::to_string(offsets[1]) + ": ");
 }
 
 // A 3000x3000 WebP (27 MB of pixels) is over the ~10 MB decode share of a 64 MiB budget: refused
@@ -165,17 +114,14 @@ TEST_CASE("DamagedOrAnimatedWebpRecordIsSkippedOrFailsNamingFileAndOffset") {
 TEST_CASE("WebpOverTheDecodeShareIsRefusedFromItsHeader") {
   TempDir dir;
   const std::vector<Still> stills = MixedWebps();
-  std::vector<std::string> images;
-  for (const Still& s : stills) images.push_back(s.webp);
+  std::vector<std::string> images = FilesOf(stills);
   const std::vector<uint8_t> flat(size_t{3000} * 3000 * 4, 128);
   images.push_back(EncodeWebp(flat.data(), 3000, 3000, 3, WebpCodec::kLossy));
   const std::string path = dir.file("shard-0.tfrecord");
   const std::vector<uint64_t> offsets = WriteShard(path, images);
 
-  v1::PipelineOptions o = InOrder(dir);
-  o.set_memory_budget_bytes(64 << 20);
   StatsSnapshot stats;
-  const testing::Collected got = RunToEnd(o, &stats, /*keep_images=*/false);
+  const testing::Collected got = RunInOrderUnderBudget(dir, 64 << 20, &stats);
   REQUIRE(got.status.ok());
   CHECK(got.labels_by_epoch[0] == Iota(static_cast<int>(stills.size())));
   CHECK(got.skipped == 1);
@@ -183,16 +129,7 @@ TEST_CASE("WebpOverTheDecodeShareIsRefusedFromItsHeader") {
   CHECK(stats.recent_errors[0].find(path + ":" + std::to_string(offsets.back()) +
                                     ": decoding it needs an estimated 29") != std::string::npos);
   CHECK(stats.webp_decodes == stills.size() + 1);  // counted as its decode starts, as a PNG's
-  bool seen = false;
-  for (const auto& p : stats.pools) {
-    if (p.name != "decode") continue;
-    seen = true;
-    CHECK(p.limit_bytes < int64_t{3000} * 3000 * 3);
-    CHECK(p.peak_bytes > 0);
-    CHECK(p.peak_bytes <= p.limit_bytes);
-    CHECK(p.bytes == 0);
-  }
-  CHECK(seen);
+  CheckDecodePoolHeldUnderItsLimit(stats);
 }
 
 // A 256x256 lossless WebP whose entropy image names 4096 Huffman groups makes libwebp allocate
@@ -201,22 +138,18 @@ TEST_CASE("WebpOverTheDecodeShareIsRefusedFromItsHeader") {
 TEST_CASE("WebpWhoseHuffmanTablesExceedTheDecodeShareIsRefusedFromItsHeader") {
   TempDir dir;
   const std::vector<Still> stills = MixedWebps();
-  std::vector<std::string> images;
-  for (const Still& s : stills) images.push_back(s.webp);
+  std::vector<std::string> images = FilesOf(stills);
   images.push_back(testing::ManyGroupsWebp(256, 256, 11, 4096, false));
   images.push_back(testing::ManyGroupsWebp(256, 256, 0, 4096, true));
   const std::string path = dir.file("shard-0.tfrecord");
   const std::vector<uint64_t> offsets = WriteShard(path, images);
 
-  v1::PipelineOptions o = InOrder(dir);
-  o.set_memory_budget_bytes(64 << 20);
   StatsSnapshot stats;
-  const testing::Collected got = RunToEnd(o, &stats, /*keep_images=*/false);
+  const testing::Collected got = RunInOrderUnderBudget(dir, 64 << 20, &stats);
   REQUIRE(got.status.ok());
   CHECK(got.labels_by_epoch[0] == Iota(static_cast<int>(stills.size())));
   CHECK(got.skipped == 2);
-  std::string errors;
-  for (const std::string& e : stats.recent_errors) errors += e + "\n";
+  const std::string errors = RecentErrors(stats);
   INFO(errors);
   for (size_t i = stills.size(); i < images.size(); ++i) {
     CHECK(errors.find(path + ":" + std::to_string(offsets[i]) +

@@ -27,68 +27,27 @@ tests/formats/png_codec_test.cc):
   CRCs.
 """
 import io
-import os
 import struct
-import subprocess
 import zlib
 
 import numpy as np
 import pytest
 from PIL import Image, ImageCms, PngImagePlugin
 
-PROBE = os.environ.get("PNG_DECODE_PROBE")
+from pil_decode_support import (SERVED, alpha_datasets, assert_served_as_pil_centre_cropped,
+                                convert, decode, decode_error, pil_composite, pil_encode, pil_rgb,
+                                probe_fixture, rng_for, write_class_folders)
+
 WIDTH, HEIGHT = 37, 23  # odd: partial bytes at 1/2/4 bits, every Adam7 pass uneven
 
-
-@pytest.fixture(scope="module")
-def probe_bin():
-    if not PROBE or not os.path.exists(PROBE):
-        pytest.fail("PNG_DECODE_PROBE must point at the built png_decode_probe")
-    return PROBE
-
-
-def decode(probe_bin, tmp_path, data, alpha="drop"):
-    src = tmp_path / "in.png"
-    out = tmp_path / "out.rgb"
-    src.write_bytes(data)
-    proc = subprocess.run([probe_bin, str(src), str(out), alpha], capture_output=True, text=True,
-                          timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    width, height = map(int, proc.stdout.split())
-    return np.frombuffer(out.read_bytes(), np.uint8).reshape(height, width, 3)
-
-
-def decode_error(probe_bin, tmp_path, data):
-    """The probe's message for data it refuses (it must refuse it)."""
-    src = tmp_path / "in.png"
-    src.write_bytes(data)
-    proc = subprocess.run([probe_bin, str(src), str(tmp_path / "out.rgb")], capture_output=True,
-                          text=True, timeout=60)
-    assert proc.returncode == 2, "decoded, but should be refused"
-    return proc.stderr
-
-
-def pil_rgb(data):
-    return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
-
-
-def pil_composite(data, background):
-    im = Image.open(io.BytesIO(data)).convert("RGBA")
-    back = Image.new("RGBA", im.size, (background,) * 3 + (255,))
-    return np.asarray(Image.alpha_composite(back, im).convert("RGB"))
+probe_bin = probe_fixture("PNG_DECODE_PROBE", "png_decode_probe")
 
 
 def pil_save(im, **params):
-    buf = io.BytesIO()
-    im.save(buf, "PNG", **params)
-    return buf.getvalue()
+    return pil_encode(im, "PNG", **params)
 
 
 # ---- Files PIL writes ----
-
-def rng_for(name):
-    return np.random.default_rng(zlib.crc32(name.encode()))
-
 
 def pil_files():
     """(name, PNG bytes, has transparency) for every mode PIL writes."""
@@ -310,9 +269,6 @@ def test_trns_longer_than_the_plte_composites_as_pil_does(probe_bin, tmp_path, i
 
 # ---- Through a real server: `sluice convert` of PIL's files, then `sluice serve` ----
 
-SERVED = 256  # the served images' size: EVAL at 224 resizes 256 to 256 (a copy), then crops 224
-
-
 def served_images():
     """One PNG per class (the label says which), every one with alpha or tRNS to composite."""
     r = rng_for("served")
@@ -336,25 +292,13 @@ def png_server(sluice_bin, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("png-served")
     images = served_images()
-    for name, data in images.items():
-        (root / "images" / name).mkdir(parents=True)
-        (root / "images" / name / "0.png").write_bytes(data)
+    write_class_folders(root, images, "png")
     shards = root / "shards"
-    subprocess.run([sluice_bin, "convert", "--from", str(root / "images"), "--out", str(shards),
-                    "--shards", "1"], check=True, capture_output=True, timeout=120)
+    convert(sluice_bin, root / "images", shards)
 
     class PngServer(Server):
         def datasets(self):
-            text = ""
-            for name, alpha in (("drop", "ALPHA_DROP"), ("white", "ALPHA_COMPOSITE_WHITE"),
-                                ("black", "ALPHA_COMPOSITE_BLACK")):
-                text += f"""datasets {{
-  name: "{name}"
-  pipeline {{ {self.files} mode: MODE_EVAL batch_size: 4 image_height: 224 epochs: 1
-    alpha: {alpha} }}
-}}
-"""
-            return text
+            return alpha_datasets(self.files)
 
     server = PngServer(sluice_bin, root, shards)
     yield server, [images[k] for k in sorted(images)]
@@ -363,20 +307,5 @@ def png_server(sluice_bin, tmp_path_factory):
 
 @pytest.mark.parametrize("alpha", ["drop", "white", "black"])
 def test_served_png_batches_are_pils_pixels_centre_cropped(png_server, alpha):
-    import sluice  # here, not at the top: this venv's client is imported only where it runs
-
     server, files = png_server
-    with sluice.Client(server.target) as client:
-        batches = list(client.stream(alpha))
-    images = np.concatenate([b.images for b in batches])
-    labels = np.concatenate([b.labels for b in batches])
-    assert sorted(labels.tolist()) == list(range(len(files)))
-    for image, label in zip(images, labels):
-        data = files[label]
-        if alpha == "drop":
-            expected = pil_rgb(data)
-        else:
-            expected = pil_composite(data, 255 if alpha == "white" else 0)
-        margin = (SERVED - 224) // 2
-        np.testing.assert_array_equal(image, expected[margin:margin + 224, margin:margin + 224],
-                                      err_msg=f"label {label}")
+    assert_served_as_pil_centre_cropped(server, alpha, files, alpha)

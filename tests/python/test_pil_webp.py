@@ -15,70 +15,27 @@ Pillow links the same system libwebp (1.2.4) as Sluice; the test checks that it 
   skipped by a real server from its header; its peak RSS stays small.
 """
 import io
-import os
-import subprocess
-import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image, features
 
-PROBE = os.environ.get("WEBP_DECODE_PROBE")
+from pil_decode_support import (SERVED, alpha_datasets, assert_served_as_pil_centre_cropped,
+                                convert, decode, decode_error, pil_composite, pil_encode, pil_rgb,
+                                probe_fixture, rng_for, write_class_folders)
+
 WIDTH, HEIGHT = 37, 23  # odd: lossy chroma is subsampled 2x2, the last column and row alone
 
-
-@pytest.fixture(scope="module")
-def probe_bin():
-    if not PROBE or not os.path.exists(PROBE):
-        pytest.fail("WEBP_DECODE_PROBE must point at the built webp_decode_probe")
-    return PROBE
+probe_bin = probe_fixture("WEBP_DECODE_PROBE", "webp_decode_probe")
 
 
 def test_pil_links_the_libwebp_sluice_links():
     assert features.version("webp") == "1.2.4"
 
 
-def run_probe(probe_bin, tmp_path, data, alpha="drop"):
-    src = tmp_path / "in.webp"
-    out = tmp_path / "out.rgb"
-    src.write_bytes(data)
-    return subprocess.run([probe_bin, str(src), str(out), alpha], capture_output=True, text=True,
-                          timeout=60), out
-
-
-def decode(probe_bin, tmp_path, data, alpha="drop"):
-    proc, out = run_probe(probe_bin, tmp_path, data, alpha)
-    assert proc.returncode == 0, proc.stderr
-    width, height = map(int, proc.stdout.split())
-    return np.frombuffer(out.read_bytes(), np.uint8).reshape(height, width, 3)
-
-
-def decode_error(probe_bin, tmp_path, data):
-    """The probe's message for data it refuses (it must refuse it)."""
-    proc, _ = run_probe(probe_bin, tmp_path, data)
-    assert proc.returncode == 2, "decoded, but should be refused"
-    return proc.stderr
-
-
-def pil_rgb(data):
-    return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
-
-
-def pil_composite(data, background):
-    im = Image.open(io.BytesIO(data)).convert("RGBA")
-    back = Image.new("RGBA", im.size, (background,) * 3 + (255,))
-    return np.asarray(Image.alpha_composite(back, im).convert("RGB"))
-
-
 def pil_save(im, **params):
-    buf = io.BytesIO()
-    im.save(buf, "WEBP", **params)
-    return buf.getvalue()
-
-
-def rng_for(name):
-    return np.random.default_rng(zlib.crc32(name.encode()))
+    return pil_encode(im, "WEBP", **params)
 
 
 def smooth(r, height, width, channels):
@@ -215,9 +172,6 @@ def test_not_a_webp_names_what_it_starts_with(probe_bin, tmp_path):
 
 # ---- Through a real server: a folder, `sluice convert` of it, a webdataset tar ----
 
-SERVED = 256  # the served images' size: EVAL at 224 resizes 256 to 256 (a copy), then crops 224
-
-
 def served_images():
     """One WebP per class (the label says which): lossy and lossless, with and without alpha."""
     r = rng_for("served")
@@ -239,12 +193,9 @@ def webp_server(sluice_bin, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("webp-served")
     images = served_images()
-    for name, data in images.items():
-        (root / "images" / name).mkdir(parents=True)
-        (root / "images" / name / "0.webp").write_bytes(data)
+    write_class_folders(root, images, "webp")
     shards = root / "shards"
-    subprocess.run([sluice_bin, "convert", "--from", str(root / "images"), "--out", str(shards),
-                    "--shards", "1"], check=True, capture_output=True, timeout=120)
+    convert(sluice_bin, root / "images", shards)
     with wds.TarWriter(str(root / "webp.tar")) as w:
         for label, name in enumerate(sorted(images)):
             w.write({"__key__": name, "webp": images[name], "cls": str(label).encode()})
@@ -257,17 +208,7 @@ def webp_server(sluice_bin, tmp_path_factory):
 
     class WebpServer(Server):
         def datasets(self):
-            text = ""
-            for source, files in sources.items():
-                for name, alpha in (("drop", "ALPHA_DROP"), ("white", "ALPHA_COMPOSITE_WHITE"),
-                                    ("black", "ALPHA_COMPOSITE_BLACK")):
-                    text += f"""datasets {{
-  name: "{source}-{name}"
-  pipeline {{ {files} mode: MODE_EVAL batch_size: 4 image_height: 224 epochs: 1
-    alpha: {alpha} }}
-}}
-"""
-            return text
+            return "".join(alpha_datasets(files, f"{source}-") for source, files in sources.items())
 
     server = WebpServer(sluice_bin, root, shards)
     yield server, [images[k] for k in sorted(images)]
@@ -277,23 +218,8 @@ def webp_server(sluice_bin, tmp_path_factory):
 @pytest.mark.parametrize("alpha", ["drop", "white", "black"])
 @pytest.mark.parametrize("source", ["folder", "converted", "tar"])
 def test_served_webp_batches_are_pils_pixels_centre_cropped(webp_server, source, alpha):
-    import sluice  # here, not at the top: this venv's client is imported only where it runs
-
     server, files = webp_server
-    with sluice.Client(server.target) as client:
-        batches = list(client.stream(f"{source}-{alpha}"))
-    images = np.concatenate([b.images for b in batches])
-    labels = np.concatenate([b.labels for b in batches])
-    assert sorted(labels.tolist()) == list(range(len(files)))
-    for image, label in zip(images, labels):
-        data = files[label]
-        if alpha == "drop":
-            expected = pil_rgb(data)
-        else:
-            expected = pil_composite(data, 255 if alpha == "white" else 0)
-        margin = (SERVED - 224) // 2
-        np.testing.assert_array_equal(image, expected[margin:margin + 224, margin:margin + 224],
-                                      err_msg=f"label {label}")
+    assert_served_as_pil_centre_cropped(server, f"{source}-{alpha}", files, alpha)
 
 
 def many_groups_webp(size, cache_bits, groups):
@@ -348,9 +274,7 @@ def test_served_webp_whose_huffman_tables_exceed_the_decode_share_is_skipped(slu
     assert 290_000 < len(crafted) < 300_000
     images = served_images()
     images["e_crafted"] = crafted
-    for name, data in images.items():
-        (tmp_path / "images" / name).mkdir(parents=True)
-        (tmp_path / "images" / name / "0.webp").write_bytes(data)
+    write_class_folders(tmp_path, images, "webp")
 
     class BudgetServer(Server):
         def datasets(self):

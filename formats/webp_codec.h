@@ -61,7 +61,11 @@ Result<WebpHeader> ReadWebpHeader(std::string_view data);
 // (formats/webp_lossless_header.h) and sets header->huffman_bytes; 0 for a lossy image without
 // one or an animation. DataLoss when the file ends first (naming the byte, as DecodeWebp does);
 // InvalidArgument naming the chunk when the bitstream is malformed. Holds up to a quarter byte
-// a pixel (the entropy image) while it runs. REQUIRES: header is ReadWebpHeader(data)'s.
+// a pixel (the entropy image; 25 MB at the default max_pixels) while it runs, before the gate is
+// asked: bounded by max_pixels, not by the decode share. The count is of the tables libwebp
+// writes: where every code of every group is at its largest size, Debian's libwebp 1.2.4 (with
+// the CVE-2023-4863 fix) also reserves a second segment as large, which it never touches (address
+// space, not memory). REQUIRES: header is ReadWebpHeader(data)'s.
 Status ReadWebpHuffmanCodes(std::string_view data, WebpHeader* header);
 
 // Bytes a decode of an image with this header holds at once, for DecodeMemoryGate: the RGB

@@ -22,15 +22,19 @@ RecordReaderOptions RecordReaderOptionsFor(const ResolvedOptions& options, uint3
 
 FileReaderSource::FileReaderSource(const SourceContext& ctx, uint32_t file, bool fill_cache,
                                    FileStart start)
+    : FileReaderSource(ctx, file, RecordCacheFill(fill_cache ? ctx.record_cache : nullptr, file),
+                       start) {}
+
+FileReaderSource::FileReaderSource(const SourceContext& ctx, uint32_t file, RecordCacheFill fill,
+                                   FileStart start)
     : ctx_(ctx),
       file_(file),
       start_offset_(start.offset),
       next_record_(start.record),
       clean_(start.clean),
-      caching_(fill_cache && ctx.record_cache != nullptr) {}
+      fill_(std::move(fill)) {}
 
 FileReaderSource::~FileReaderSource() {
-  if (caching_) ctx_.record_cache->Unreserve(pending_bytes_);
   if (reader_) ctx_.stats->pool(Pool::kReadBuffers).Remove(kReadBufferBytes);
 }
 
@@ -101,7 +105,10 @@ bool FileReaderSource::Read(WorkItem* w) {
       w->record = index;
       w->offset = offset;
       w->length = length;
-      if (refused) KeepRefused(*w);
+      if (refused) {
+        KeepRefusedDecoded(ctx_, file_, *w);
+        fill_.KeepRefused(*w);
+      }
       return true;
     }
     if (!mine) continue;
@@ -111,17 +118,8 @@ bool FileReaderSource::Read(WorkItem* w) {
     w->bytes = w->owned;
     ctx_.CountRead();
     ctx_.stats->stage(Stage::kRead).bytes.fetch_add(w->owned.size(), std::memory_order_relaxed);
-    if (caching_) Keep(index, w->offset, w->owned);
+    fill_.Keep(index, w->offset, w->owned);
     return true;
-  }
-}
-
-void FileReaderSource::Keep(uint64_t record, uint64_t offset, const std::string& bytes) {
-  if (ctx_.record_cache->Reserve(static_cast<int64_t>(bytes.size()))) {
-    pending_bytes_ += static_cast<int64_t>(bytes.size());
-    pending_.push_back({record, offset, bytes, Status::OK(), bytes.size()});
-  } else {
-    StopCaching();
   }
 }
 
@@ -136,40 +134,13 @@ void KeepRefusedDecoded(const SourceContext& ctx, uint32_t file, const WorkItem&
   ctx.decoded_cache->Insert(file, w.record, std::move(tombstone));
 }
 
-void FileReaderSource::KeepRefused(const WorkItem& w) {
-  KeepRefusedDecoded(ctx_, file_, w);
-  if (!caching_) return;
-  const auto bytes = static_cast<int64_t>(w.status.message().size());
-  if (ctx_.record_cache->Reserve(bytes)) {
-    pending_bytes_ += bytes;
-    pending_.push_back({w.record, w.offset, std::string(), w.status, w.length});
-  } else {
-    StopCaching();
-  }
-}
-
-void FileReaderSource::StopCaching() {
-  ctx_.record_cache->Unreserve(pending_bytes_);
-  std::vector<RecordCache::Record>().swap(pending_);
-  pending_bytes_ = 0;
-  caching_ = false;
-}
-
 void FileReaderSource::Finish() {
   done_ = true;
   if (reader_) {
     ctx_.stats->pool(Pool::kReadBuffers).Remove(kReadBufferBytes);
     reader_.reset();
   }
-  if (caching_) {
-    if (clean_) {
-      ctx_.record_cache->Commit(file_, std::move(pending_), pending_bytes_);
-      pending_bytes_ = 0;
-      caching_ = false;
-    } else {
-      StopCaching();
-    }
-  }
+  fill_.Finish(clean_);
   if (clean_) ctx_.FileReadCleanly(file_, next_record_);
 }
 

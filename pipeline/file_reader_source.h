@@ -1,5 +1,6 @@
 // A data set's file, of any kind (formats/record_reader_factory.h), read from disk (read ahead on
-// the IoPool when there is one), optionally filling the record cache with the whole file as it goes.
+// the IoPool when there is one), optionally filling the record cache with the whole file as it
+// goes.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "formats/record_reader_factory.h"
+#include "pipeline/record_cache_fill.h"
 #include "pipeline/source.h"
 
 namespace sluice {
@@ -32,6 +34,8 @@ class FileReaderSource final : public Source {
   // fill_cache: keep the file's records in ctx.record_cache if they fit (the whole file or none).
   // The file opens on the first Read, so its errors surface in stream order.
   FileReaderSource(const SourceContext& ctx, uint32_t file, bool fill_cache, FileStart start = {});
+  // Goes on filling the record cache with `fill` (the records before start already kept in it).
+  FileReaderSource(const SourceContext& ctx, uint32_t file, RecordCacheFill fill, FileStart start);
   // Gives back the read buffer and any cache reservation of a file not read to its end.
   ~FileReaderSource() override;
 
@@ -43,10 +47,6 @@ class FileReaderSource final : public Source {
  private:
   // Opens the reader; false (with w a kBadRecord) when the file cannot be opened.
   bool OpenReader(WorkItem* w);
-  void Keep(uint64_t record, uint64_t offset, const std::string& bytes);
-  // A refused record (w: the bad record with its status): a tombstone for each cache.
-  void KeepRefused(const WorkItem& w);
-  void StopCaching();
   void Finish();
 
   const SourceContext& ctx_;
@@ -55,10 +55,8 @@ class FileReaderSource final : public Source {
   std::unique_ptr<RecordReader> reader_;
   uint64_t next_record_;  // record number of the next record in the file
   bool done_ = false;
-  bool clean_ = true;  // read to the end without damage
-  bool caching_;       // filling the record cache
-  std::vector<RecordCache::Record> pending_;
-  int64_t pending_bytes_ = 0;
+  bool clean_ = true;     // read to the end without damage
+  RecordCacheFill fill_;  // of the record cache, when filling it
 };
 
 }  // namespace sluice

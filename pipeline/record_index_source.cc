@@ -86,7 +86,9 @@ IndexedRead ReadIndexedRecord(SourceKind kind, const std::string& path,
 }
 
 std::unique_ptr<RecordIndexSource> RecordIndexSource::Open(const SourceContext& ctx, uint32_t file,
-                                                           const LazyWindow* window) {
+                                                           const LazyWindow* window,
+                                                           bool fill_cache) {
+  RecordCache* fill = fill_cache && !window->open() ? ctx.record_cache : nullptr;
   const std::optional<Compression>& compression = ctx.options->compression;
   const std::string& path = ctx.options->files[file];
   const SourceKind kind = ctx.options->kinds[file];
@@ -114,7 +116,7 @@ std::unique_ptr<RecordIndexSource> RecordIndexSource::Open(const SourceContext& 
       index.push_back(IndexEntry{start, (*samples)[i].padded_end() - start});
     }
     auto source = std::unique_ptr<RecordIndexSource>(
-        new RecordIndexSource(ctx, file, window, std::move(index)));
+        new RecordIndexSource(ctx, file, window, std::move(index), fill));
     source->samples_ = std::move(*samples);
     source->tar_checker_.emplace(std::move(*checker));
     source->AccountIndex();
@@ -135,7 +137,7 @@ std::unique_ptr<RecordIndexSource> RecordIndexSource::Open(const SourceContext& 
       IndexedFrameChecker::Open(path, /*headers_only=*/ctx.shard.count > 1);
   if (!checker.ok()) return nullptr;
   auto source = std::unique_ptr<RecordIndexSource>(
-      new RecordIndexSource(ctx, file, window, std::move(*index)));
+      new RecordIndexSource(ctx, file, window, std::move(*index), fill));
   source->frame_checker_.emplace(std::move(*checker));
   source->AccountIndex();
   return source;
@@ -233,6 +235,7 @@ bool RecordIndexSource::ReadOwn(WorkItem* w, const IndexEntry& e) {
     w->bytes = w->owned;
     ctx_.CountRead();
     ctx_.stats->stage(Stage::kRead).bytes.fetch_add(w->owned.size(), std::memory_order_relaxed);
+    fill_.Keep(w->record, w->offset, w->owned);
     return true;
   }
   // As FileReaderSource reports it: a record over the per-record limit is refused the same way
@@ -245,7 +248,10 @@ bool RecordIndexSource::ReadOwn(WorkItem* w, const IndexEntry& e) {
   w->status = r.status;
   w->offset = r.offset;
   w->length = r.length;
-  if (refused) KeepRefusedDecoded(ctx_, file_, *w);
+  if (refused) {
+    KeepRefusedDecoded(ctx_, file_, *w);
+    fill_.KeepRefused(*w);
+  }
   if (r.final) Finish(/*clean=*/false);
   return true;
 }
@@ -254,7 +260,7 @@ bool RecordIndexSource::ReadRest(WorkItem* w) {
   const uint64_t start = index_pos_ < index_.size() ? index_[index_pos_].offset
                          : index_.empty()           ? 0
                                                     : index_.back().offset + index_.back().length;
-  rest_ = std::make_unique<FileReaderSource>(ctx_, file_, /*fill_cache=*/false,
+  rest_ = std::make_unique<FileReaderSource>(ctx_, file_, std::move(fill_),
                                              FileStart{start, next_record_, clean_});
   Release();
   return rest_->Read(w);
@@ -289,6 +295,7 @@ void RecordIndexSource::Release() {
 void RecordIndexSource::Finish(bool clean) {
   done_ = true;
   Release();
+  fill_.Finish(clean);
   if (clean) ctx_.FileReadCleanly(file_, next_record_);
 }
 

@@ -19,6 +19,7 @@
 #include "formats/record_index.h"
 #include "formats/tar_index.h"
 #include "pipeline/file_reader_source.h"
+#include "pipeline/record_cache_fill.h"
 #include "pipeline/source.h"
 
 namespace sluice {
@@ -43,8 +44,10 @@ class RecordIndexSource final : public Source {
   // A record of this rank read through the index is what FileReaderSource would make of it (the
   // same checks, errors and refusals, both naming file:offset); an error the file's reader could
   // not step past ends the file, as it would there.
+  // fill_cache (with the window closed: a lazy item holds no bytes): keep this rank's records in
+  // ctx.record_cache as they are read, the whole file or none, as FileReaderSource does.
   static std::unique_ptr<RecordIndexSource> Open(const SourceContext& ctx, uint32_t file,
-                                                 const LazyWindow* window);
+                                                 const LazyWindow* window, bool fill_cache = false);
 
   // Gives back ranges_'s accounting when the file is not read to its end.
   ~RecordIndexSource() override { Release(); }
@@ -56,8 +59,8 @@ class RecordIndexSource final : public Source {
 
  private:
   RecordIndexSource(const SourceContext& ctx, uint32_t file, const LazyWindow* window,
-                    std::vector<IndexEntry> index)
-      : ctx_(ctx), file_(file), window_(window), index_(std::move(index)) {}
+                    std::vector<IndexEntry> index, RecordCache* fill)
+      : ctx_(ctx), file_(file), window_(window), index_(std::move(index)), fill_(fill, file) {}
   // Checks entry i against the file, with the kind's checker.
   Status Check(size_t i);
   // Reads this rank's record at entry index_pos_ - 1 (record w->record) from ranges_, opened at
@@ -95,6 +98,7 @@ class RecordIndexSource final : public Source {
   // after the lazy start; its reader's buffer is accounted while it is open.
   std::unique_ptr<SequentialFile> ranges_;
   RecordReaderOptions ranges_options_;  // the file's reader's, for the records read from ranges_
+  RecordCacheFill fill_;                // handed on to rest_ with the records kept so far
   std::unique_ptr<FileReaderSource> rest_;  // the file after the window closed
 };
 

@@ -40,8 +40,14 @@ RecordSource::Slot RecordSource::Open(uint32_t file) const {
     if (const auto* records = ctx_.record_cache->Find(file)) {
       slot.source = std::make_unique<RecordCacheSource>(ctx_, records);
     } else {
-      // The cache is filled as the file is read; the reader opens on the first read.
-      slot.source = std::make_unique<FileReaderSource>(ctx_, file, /*fill_cache=*/true);
+      // A file the ranks share goes through its index when it has one; the cache is filled with
+      // this rank's records as they are read either way (a file reader opens on its first read).
+      if (plan_.records.count > 1 && !lazy_.open()) {
+        slot.source = RecordIndexSource::Open(ctx_, file, &lazy_, /*fill_cache=*/true);
+      }
+      if (!slot.source) {
+        slot.source = std::make_unique<FileReaderSource>(ctx_, file, /*fill_cache=*/true);
+      }
     }
   }
   return slot;

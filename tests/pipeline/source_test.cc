@@ -612,6 +612,60 @@ TEST_CASE("RanksSharingAStaleTarIndexAllFallBackAtTheSameSample") {
   }
 }
 
+// An epoch of RecordSource for rank `rank` of 3 (record-level sharding over one file): its items
+// and the bytes read for them.
+std::vector<Given> ReadEpochAsRank(RecordSource& source, int64_t epoch, uint64_t* bytes_read) {
+  const uint64_t before = BytesReadSoFar();
+  source.StartEpoch(epoch);
+  std::vector<Given> given;
+  for (;;) {
+    WorkItem w;
+    bool end = false;
+    source.Next(&w, &end);
+    if (end) break;
+    given.push_back({w.kind, w.status.code(), w.status.message(), w.record, w.offset, w.length,
+                     std::string(w.bytes)});
+  }
+  *bytes_read = BytesReadSoFar() - before;
+  return given;
+}
+
+// With a RECORDS cache, ranks sharing an indexed shard fill it with their own samples read
+// through the index in the first epoch (not reading the others' payloads) and serve the second
+// from it, reading nothing; both epochs give what reading the file gives. A stale index (the
+// shard rewritten) falls back mid-file and the cache still gets the whole file's samples.
+TEST_CASE("RanksSharingAnIndexedShardFillTheRecordCacheThroughTheIndex") {
+  for (bool stale : {false, true}) {
+    TempDir dir;
+    const std::string tar = WriteTarShard(dir, 24, -1, 64 << 10);
+    IndexTarShard(tar);
+    if (stale) WriteTarShard(dir, 24, /*grow_sample=*/13, 64 << 10);
+    auto size = GetFileSize(tar);
+    REQUIRE(size.ok());
+    ResolvedOptions options = TarOptions(dir);
+    options.shard_count = 3;
+    IoPool pool(2);
+    for (int rank = 0; rank < 3; ++rank) {
+      INFO("rank " << rank << (stale ? ", stale index" : ""));
+      options.shard_index = rank;
+      const std::vector<Given> want = ReadAsRank(options, &pool, rank, 3).want;
+      REQUIRE(want.size() == 8);
+      PipelineStats stats;
+      RecordCache cache(1, 1 << 30, &stats);
+      RecordSource source(options, &stats, &cache, nullptr, &pool);
+      uint64_t first = 0;
+      uint64_t second = 0;
+      CHECK(ReadEpochAsRank(source, 0, &first) == want);
+      REQUIRE(cache.Find(0) != nullptr);
+      CHECK(cache.Find(0)->size() == 8);
+      CHECK(ReadEpochAsRank(source, 1, &second) == want);
+      if (!stale) CHECK(first < *size / 2);
+      CHECK(second < 4096);
+      CHECK(stats.index_fallbacks == (stale ? 1u : 0u));
+    }
+  }
+}
+
 // A rank's source left before the end of its file gives back its ranges' read-ahead and buffer.
 TEST_CASE("ARankLeavingAnIndexedShardEarlyGivesBackItsReadBuffers") {
   TempDir dir;

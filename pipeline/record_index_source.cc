@@ -89,6 +89,9 @@ std::unique_ptr<RecordIndexSource> RecordIndexSource::Open(const SourceContext& 
                                                            const LazyWindow* window,
                                                            bool fill_cache) {
   RecordCache* fill = fill_cache && !window->open() ? ctx.record_cache : nullptr;
+  // A source filling the cache never gives lazy records, whatever the window does later.
+  static const LazyWindow kClosed;
+  if (fill != nullptr) window = &kClosed;
   const std::optional<Compression>& compression = ctx.options->compression;
   const std::string& path = ctx.options->files[file];
   const SourceKind kind = ctx.options->kinds[file];

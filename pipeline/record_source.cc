@@ -39,27 +39,22 @@ RecordSource::Slot RecordSource::Open(uint32_t file) const {
   } else if (ctx_.record_cache != nullptr) {
     if (const auto* records = ctx_.record_cache->Find(file)) {
       slot.source = std::make_unique<RecordCacheSource>(ctx_, records);
-    } else {
-      // A file the ranks share goes through its index when it has one; the cache is filled with
-      // this rank's records as they are read either way (a file reader opens on its first read).
-      if (plan_.records.count > 1 && !lazy_.open()) {
-        slot.source = RecordIndexSource::Open(ctx_, file, &lazy_, /*fill_cache=*/true);
-      }
-      if (!slot.source) {
-        slot.source = std::make_unique<FileReaderSource>(ctx_, file, /*fill_cache=*/true);
-      }
     }
+    // Otherwise read from disk on its first turn, filling the cache.
   }
   return slot;
 }
 
 std::unique_ptr<Source> RecordSource::OpenFromDisk(uint32_t file) const {
-  // The index stands in for reading what this stream will not use: the records a resumed stream
-  // passes over, and the other ranks' records of a file the ranks share.
-  if ((lazy_.open() || plan_.records.count > 1) && ctx_.record_cache == nullptr) {
-    if (auto index = RecordIndexSource::Open(ctx_, file, &lazy_)) return index;
+  // The index stands in for reading what this stream will not use: the other ranks' records of a
+  // file the ranks share, and the records a resumed stream passes over (not while filling the
+  // record cache: a lazy record holds no bytes to keep).
+  const bool fill = ctx_.record_cache != nullptr;
+  if (fill ? plan_.records.count > 1 && !lazy_.open() : plan_.records.count > 1 || lazy_.open()) {
+    if (auto index = RecordIndexSource::Open(ctx_, file, &lazy_, fill)) return index;
   }
-  return std::make_unique<FileReaderSource>(ctx_, file, /*fill_cache=*/false);
+  // The cache is filled as the file is read; the reader opens on the first read.
+  return std::make_unique<FileReaderSource>(ctx_, file, fill);
 }
 
 bool RecordSource::Read(Slot& slot, WorkItem* w) {

@@ -666,6 +666,48 @@ TEST_CASE("RanksSharingAnIndexedShardFillTheRecordCacheThroughTheIndex") {
   }
 }
 
+// A rank filling the RECORDS cache through a TFRecord file's index keeps its refusals (records
+// over the per-record limit), replayed from the cache the next epoch; one of its records damaged
+// keeps the file out of the cache, its reservation given back, and the next epoch reads it again.
+TEST_CASE("ARankFillingTheRecordCacheThroughTheIndexKeepsRefusalsAndDropsADamagedFile") {
+  for (bool damaged : {false, true}) {
+    INFO((damaged ? "damaged" : "refused"));
+    TempDir dir;
+    const std::string path = dir.file("shard-0.tfrecord");
+    const std::vector<IndexEntry> entries = WriteIndexedTFRecord(path, 12, 3000);
+    ResolvedOptions options = Resolved(dir);
+    options.shard_count = 3;
+    options.shard_index = 1;
+    if (damaged) {
+      std::string bytes = testing::ReadAll(path);
+      bytes[entries[4].offset + kTFRecordHeaderBytes + 10] ^= 0x40;
+      testing::WriteAll(path, bytes);
+    } else {
+      options.max_held_record_bytes = 3003;  // rank 1's records 4, 7 and 10
+    }
+    IoPool pool(1);
+    const std::vector<Given> want = ReadAsRank(options, &pool, 1, 3).want;
+    REQUIRE(want.size() == 4);
+    REQUIRE(want[1].kind == WorkKind::kBadRecord);
+    PipelineStats stats;
+    RecordCache cache(1, 1 << 30, &stats);
+    RecordSource source(options, &stats, &cache, nullptr, &pool);
+    uint64_t first = 0;
+    uint64_t second = 0;
+    CHECK(ReadEpochAsRank(source, 0, &first) == want);
+    CHECK(ReadEpochAsRank(source, 1, &second) == want);
+    if (damaged) {
+      CHECK(cache.Find(0) == nullptr);
+      CHECK(stats.pool(Pool::kRecordCache).bytes == 0);
+      CHECK(second > 0);
+    } else {
+      REQUIRE(cache.Find(0) != nullptr);
+      CHECK(cache.Find(0)->size() == 4);
+      CHECK(second < 4096);
+    }
+  }
+}
+
 // A rank's source left before the end of its file gives back its ranges' read-ahead and buffer.
 TEST_CASE("ARankLeavingAnIndexedShardEarlyGivesBackItsReadBuffers") {
   TempDir dir;

@@ -1,8 +1,9 @@
 // The Source seam (DESIGN.md "Seams"): the records of one file of the interleave cycle, served by
 // one implementation per kind — FileReaderSource (a file of any kind, read through),
 // RecordIndexSource (TFRecord frames or tar samples found through the file's `.idx`: a resumed
-// stream's lazy start, and ranks sharing a file), RecordCacheSource and DecodedCacheSource. A new input format plugs in here; the epoch's file order, interleave,
-// sharding, exactly-once and resume are written once above it (RecordSource).
+// stream's lazy start, and ranks sharing a file), RecordCacheSource and DecodedCacheSource. A new
+// input format plugs in here; the epoch's file order, interleave, sharding, exactly-once and resume
+// are written once above it (RecordSource).
 #pragma once
 
 #include <cstdint>

@@ -312,6 +312,15 @@ ResolvedOptions TarOptions(const TempDir& dir) {
   return *options;
 }
 
+// dir/shard.tar (12 samples) with its index, read with a per-record limit that refuses sample 4
+// alone.
+ResolvedOptions IndexedTarWithARefusedSample(const TempDir& dir) {
+  IndexTarShard(WriteTarShard(dir, 12, /*grow_sample=*/4));
+  ResolvedOptions options = TarOptions(dir);
+  options.max_held_record_bytes = 1500;
+  return options;
+}
+
 // The items a lazy start over the file gives with `window` records passed over, each lazy one
 // materialized as the pipeline would.
 std::vector<Given> ReadThroughIndex(const SourceContext& ctx, RecordSource& materializer,
@@ -385,10 +394,7 @@ TEST_CASE("AStaleTarIndexFallsBackToReadingAtTheFirstSampleThatDiffers") {
 // measures it as the reader does.
 TEST_CASE("ATarSampleOverTheLimitIsTheSameBadRecordFromTheReaderAndTheIndex") {
   TempDir dir;
-  const std::string tar = WriteTarShard(dir, 12, /*grow_sample=*/4);
-  IndexTarShard(tar);
-  ResolvedOptions options = TarOptions(dir);
-  options.max_held_record_bytes = 1500;
+  const ResolvedOptions options = IndexedTarWithARefusedSample(dir);
   PipelineStats stats;
   RecordSource materializer(options, &stats, nullptr, nullptr, nullptr);
   SourceContext ctx{&options, &stats, nullptr, nullptr, nullptr, RecordShard{}};
@@ -542,10 +548,7 @@ TEST_CASE("RanksSharingAnIndexedTFRecordFileReadOnlyTheirOwnRecords") {
 // its tombstone either way.
 TEST_CASE("ASampleOverTheLimitIsRefusedAlikeThroughTheIndexOfASharedShard") {
   TempDir dir;
-  const std::string tar = WriteTarShard(dir, 12, /*grow_sample=*/4);
-  IndexTarShard(tar);
-  ResolvedOptions options = TarOptions(dir);
-  options.max_held_record_bytes = 1500;
+  const ResolvedOptions options = IndexedTarWithARefusedSample(dir);
   IoPool pool(1);
   for (int rank = 0; rank < 2; ++rank) {
     INFO("rank " << rank);

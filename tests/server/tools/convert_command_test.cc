@@ -26,6 +26,14 @@ using testing::RunSluice;
 using testing::TempDir;
 using testing::TestJpegKind;
 
+// Mean absolute difference between two images of the same size, per byte.
+double MeanAbsoluteError(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want) {
+  REQUIRE(got.size() == want.size());
+  double sum = 0;
+  for (size_t i = 0; i < want.size(); ++i) sum += std::abs(got[i] - want[i]);
+  return sum / static_cast<double>(want.size());
+}
+
 struct Converted {
   int64_t label = -1;
   std::string class_text;
@@ -205,13 +213,8 @@ TEST_CASE("ConvertWithPngJpegReencodesPngsAsRgbJpegWithAlphaDropped") {
     REQUIRE(image.width == spec->width);
     const std::vector<uint8_t> dropped = testing::ExpectedRgb(*spec, Alpha::kDrop);
     const std::vector<uint8_t> white = testing::ExpectedRgb(*spec, Alpha::kCompositeWhite);
-    double drop_error = 0, white_error = 0;
-    for (size_t i = 0; i < dropped.size(); ++i) {
-      drop_error += std::abs(image.pixels[i] - dropped[i]);
-      white_error += std::abs(image.pixels[i] - white[i]);
-    }
-    drop_error /= dropped.size();
-    white_error /= dropped.size();
+    const double drop_error = MeanAbsoluteError(image.pixels, dropped);
+    const double white_error = MeanAbsoluteError(image.pixels, white);
     INFO("mean error against alpha dropped " << drop_error << ", composited on white "
                                              << white_error);
     CHECK(drop_error < 2.0);  // quality 95
@@ -266,13 +269,8 @@ TEST_CASE("ConvertKeepsWebpsOrReencodesThemWithWebpJpegAndSkipsAnimatedOnes") {
     std::vector<uint8_t> dropped(size_t{40} * 30 * 3), white(dropped.size());
     FlattenRgba(rgba.data(), size_t{40} * 30, Alpha::kDrop, dropped.data());
     FlattenRgba(rgba.data(), size_t{40} * 30, Alpha::kCompositeWhite, white.data());
-    double drop_error = 0, white_error = 0;
-    for (size_t i = 0; i < dropped.size(); ++i) {
-      drop_error += std::abs(image.pixels[i] - dropped[i]);
-      white_error += std::abs(image.pixels[i] - white[i]);
-    }
-    drop_error /= dropped.size();
-    white_error /= dropped.size();
+    const double drop_error = MeanAbsoluteError(image.pixels, dropped);
+    const double white_error = MeanAbsoluteError(image.pixels, white);
     INFO("mean error against alpha dropped " << drop_error << ", composited on white "
                                              << white_error);
     CHECK(drop_error < 6.0);  // quality 95 of small noisy pixels, chroma subsampled

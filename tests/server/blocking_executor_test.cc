@@ -112,12 +112,14 @@ TEST_CASE("WithdrawnQueuedTaskNeverRunsAndFreesItsSlotAtOnce") {
 
 TEST_CASE("OneKeysBlockedTasksLeaveAThreadToTheOtherKeys") {
   // Four threads, at most three running tasks of one key. Four tasks of "slow" wait until a
-  // task of "fast" runs: three of them run, the fourth queues, and "fast" takes the free thread.
-  // Were all four threads given to "slow", nothing would release them (the deadline below only
-  // turns that deadlock into a failure).
+  // task of "fast" has run, and it waits until three of them run: the fourth queues, and "fast"
+  // takes the free thread. Were all four threads given to "slow", nothing would release them
+  // (the deadline below only turns that deadlock into a failure). "fast" waits for the three, not
+  // only for its thread: a thread that has taken a slow task may not have started it yet.
   constexpr int kThreads = 4;
   Notification fast_ran;
   std::mutex mu;
+  std::condition_variable slow_started;
   int slow_running = 0, slow_most = 0;  // guarded by mu
   BlockingExecutor executor(kThreads, /*max_tasks=*/16, /*max_running_per_key=*/kThreads - 1);
   for (int i = 0; i < kThreads; ++i) {
@@ -126,12 +128,21 @@ TEST_CASE("OneKeysBlockedTasksLeaveAThreadToTheOtherKeys") {
         std::lock_guard<std::mutex> lock(mu);
         slow_most = std::max(slow_most, ++slow_running);
       }
+      slow_started.notify_all();
       fast_ran.WaitForNotification();
       std::lock_guard<std::mutex> lock(mu);
       --slow_running;
     }));
   }
-  REQUIRE(executor.TrySubmit("fast", nullptr, [&] { fast_ran.Notify(); }));
+  REQUIRE(executor.TrySubmit("fast", nullptr, [&] {
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      // Bounded as the executor's wait below is: a failure, not a hang.
+      slow_started.wait_for(lock, std::chrono::seconds(60),
+                            [&] { return slow_running == kThreads - 1; });
+    }
+    fast_ran.Notify();
+  }));
   const bool idle = executor.WaitIdle(std::chrono::steady_clock::now() + std::chrono::seconds(60));
   fast_ran.Notify();
   CHECK(idle);

@@ -91,11 +91,40 @@ Result<std::vector<IndexEntry>> ReadRecordIndex(const std::string& path) {
   return ParseRecordIndex(text, path);
 }
 
+Result<const char*> FrameHeaderWindow::Header(int fd, const std::string& path, uint64_t file_size,
+                                              uint64_t offset, size_t read) {
+  if (offset >= offset_ && offset - offset_ + kTFRecordHeaderBytes <= bytes_.size()) {
+    return bytes_.data() + (offset - offset_);
+  }
+  // Never less than the header: one the file ends before fails its read.
+  const uint64_t left = offset < file_size ? file_size - offset : 0;
+  const size_t n =
+      static_cast<size_t>(std::max<uint64_t>(std::min<uint64_t>(read, left), kTFRecordHeaderBytes));
+  bytes_.resize(n);
+  offset_ = offset;
+  Status s = ReadFully(fd, path, offset, n, bytes_.data());
+  if (!s.ok()) {
+    bytes_.clear();
+    return s;
+  }
+  return bytes_.data();
+}
+
+std::optional<uint64_t> FrameLength(const char* header) {
+  uint64_t length;
+  uint32_t masked_crc;
+  std::memcpy(&length, header, sizeof(length));  // little-endian, as the frame stores it
+  std::memcpy(&masked_crc, header + sizeof(length), sizeof(masked_crc));
+  if (crc32c::Unmask(masked_crc) != crc32c::Value(header, sizeof(length))) return std::nullopt;
+  return length;
+}
+
 Result<IndexedFrameChecker> IndexedFrameChecker::Open(const std::string& shard_path,
-                                                      bool headers_only) {
+                                                      bool headers_only, std::string index_name) {
   ASSIGN_OR_RETURN(uint64_t size, GetFileSize(shard_path));
   ASSIGN_OR_RETURN(UniqueFd fd, OpenForPositionalReads(shard_path));
-  return IndexedFrameChecker(shard_path, std::move(fd), size,
+  if (index_name.empty()) index_name = IndexPathFor(shard_path);
+  return IndexedFrameChecker(shard_path, std::move(index_name), std::move(fd), size,
                              headers_only ? kTFRecordHeaderBytes : kWindowBytes);
 }
 
@@ -117,46 +146,57 @@ Status IndexedFrameChecker::Check(const std::vector<IndexEntry>& index, size_t i
 Status IndexedFrameChecker::Check(const IndexEntry& entry, size_t line) {
   // Only on failure: a resumed stream checks every record it passes over.
   auto where = [&] {
-    return IndexPathFor(path_) + ":" + std::to_string(line) + " (record at " +
+    return index_name_ + ":" + std::to_string(line) + " (record at " +
            std::to_string(entry.offset) + ", " + std::to_string(entry.length) + " bytes)";
   };
-  const char* header;
-  if (entry.offset >= window_offset_ &&
-      entry.offset - window_offset_ + kTFRecordHeaderBytes <= window_.size()) {
-    header = window_.data() + (entry.offset - window_offset_);
-  } else {
-    // A small frame: the window holds the headers of the frames after it too. A large one: the
-    // next header is past any window, so only this one is read.
-    size_t n = kTFRecordHeaderBytes;
-    if (entry.length < window_bytes_ && entry.offset < file_size_) {
-      n = static_cast<size_t>(std::min<uint64_t>(window_bytes_, file_size_ - entry.offset));
-      n = std::max(n, kTFRecordHeaderBytes);
-    }
-    window_.resize(n);
-    window_offset_ = entry.offset;
-    Status read = ReadFully(fd_.get(), path_, entry.offset, n, window_.data());
-    if (!read.ok()) {
-      window_.clear();
-      return DataLoss("record index " + where() + ": " + read.message());
-    }
-    header = window_.data();
-  }
-  uint64_t length;
-  uint32_t masked_crc;
-  std::memcpy(&length, header, sizeof(length));  // little-endian, as the frame stores it
-  std::memcpy(&masked_crc, header + sizeof(length), sizeof(masked_crc));
-  if (crc32c::Unmask(masked_crc) != crc32c::Value(header, sizeof(length))) {
-    return DataLoss("record index " + where() + ": no intact frame header there");
-  }
-  if (length != entry.length - kMinFrameBytes) {
+  // A small frame: the read holds the headers of the frames after it too. A large one: the next
+  // header is past any window, so only this one is read.
+  const size_t read = entry.length < window_bytes_ ? window_bytes_ : kTFRecordHeaderBytes;
+  Result<const char*> header = window_.Header(fd_.get(), path_, file_size_, entry.offset, read);
+  if (!header.ok()) return DataLoss("record index " + where() + ": " + header.status().message());
+  const std::optional<uint64_t> length = FrameLength(*header);
+  if (!length) return DataLoss("record index " + where() + ": no intact frame header there");
+  if (*length != entry.length - kMinFrameBytes) {
     return DataLoss("record index " + where() + ": the frame there is " +
-                    std::to_string(length + kMinFrameBytes) + " bytes");
+                    std::to_string(*length + kMinFrameBytes) + " bytes");
   }
-  if (length > TFRecordReaderOptions().max_record_bytes) {
-    return DataLoss("record index " + where() + ": a record of " + std::to_string(length) +
+  if (*length > TFRecordReaderOptions().max_record_bytes) {
+    return DataLoss("record index " + where() + ": a record of " + std::to_string(*length) +
                     " bytes is over the reader's limit");
   }
   return Status::OK();
+}
+
+bool FrameHeaderWalker::Next(IndexEntry* frame) {
+  if (!status_.ok() || offset_ >= file_size_) return false;
+  auto damage = [&](const std::string& what) {
+    status_ = DataLoss(path_ + ":" + std::to_string(offset_) + ": " + what);
+    return false;
+  };
+  if (file_size_ - offset_ < kTFRecordHeaderBytes) {
+    return damage("the file ends inside a record header");
+  }
+  const size_t read =
+      small_ && !headers_only_ ? IndexedFrameChecker::kWindowBytes : kTFRecordHeaderBytes;
+  Result<const char*> header = window_.Header(fd_, path_, file_size_, offset_, read);
+  if (!header.ok()) {
+    status_ = header.status();
+    return false;
+  }
+  const std::optional<uint64_t> length = FrameLength(*header);
+  if (!length) return damage("corrupted record length (its checksum does not match)");
+  if (*length > TFRecordReaderOptions().max_record_bytes) {
+    return damage("a record of " + std::to_string(*length) + " bytes is over the reader's limit");
+  }
+  const uint64_t bytes = *length + kMinFrameBytes;
+  if (bytes > file_size_ - offset_) {
+    return damage("a record of " + std::to_string(*length) +
+                  " bytes runs past the end of the file");
+  }
+  *frame = IndexEntry{offset_, bytes};
+  offset_ += bytes;
+  small_ = bytes < IndexedFrameChecker::kWindowBytes;
+  return true;
 }
 
 Result<std::vector<IndexEntry>> BuildRecordIndex(const std::string& shard_path) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,6 +32,24 @@ Result<std::vector<IndexEntry>> ParseRecordIndex(std::string_view text, const st
 Status WriteRecordIndex(const std::string& path, const std::vector<IndexEntry>& entries);
 Result<std::vector<IndexEntry>> ReadRecordIndex(const std::string& path);
 
+// The bytes of a file from some offset on, read in one go, so that the 12-byte headers of frames
+// smaller than a read come from one read of many of them. Not thread-safe.
+class FrameHeaderWindow {
+ public:
+  // The header at offset: from the bytes held, or else read with the bytes after it, `read` in
+  // all (at least the header's, at most to the end of the file). A failed read leaves nothing
+  // held.
+  Result<const char*> Header(int fd, const std::string& path, uint64_t file_size, uint64_t offset,
+                             size_t read);
+
+ private:
+  std::string bytes_;
+  uint64_t offset_ = 0;
+};
+
+// A frame header's data length, if its CRC matches (a header that does not is corrupt).
+std::optional<uint64_t> FrameLength(const char* header);
+
 // Checks, one entry at a time as a reader trusts them, that an uncompressed shard's frames are
 // where its index says: the frame header at the entry's offset (the data length and its masked
 // CRC32C) must be intact and describe a frame of exactly the entry's length. An index can tile
@@ -50,27 +69,61 @@ class IndexedFrameChecker {
   static constexpr size_t kWindowBytes = 64 << 10;
   static constexpr size_t kAdviseAhead = 64;
 
-  static Result<IndexedFrameChecker> Open(const std::string& shard_path, bool headers_only = false);
+  // index_name: what errors call the index (its path, when empty).
+  static Result<IndexedFrameChecker> Open(const std::string& shard_path, bool headers_only = false,
+                                          std::string index_name = "");
   // Checks index[i], the index's line i + 1, after hinting the headers of the entries after it.
-  // DataLoss naming the index path, the line and what the frame holds instead.
+  // DataLoss naming the index, the line and what the frame holds instead.
   // REQUIRES: i < index.size(); the same index on every call.
   Status Check(const std::vector<IndexEntry>& index, size_t i);
   // The same for one entry, without looking ahead.
   Status Check(const IndexEntry& entry, size_t line);
 
  private:
-  IndexedFrameChecker(std::string path, UniqueFd fd, uint64_t file_size, size_t window_bytes)
+  IndexedFrameChecker(std::string path, std::string index_name, UniqueFd fd, uint64_t file_size,
+                      size_t window_bytes)
       : path_(std::move(path)),
+        index_name_(std::move(index_name)),
         fd_(std::move(fd)),
         file_size_(file_size),
         window_bytes_(window_bytes) {}
   std::string path_;
+  std::string index_name_;
   UniqueFd fd_;
   uint64_t file_size_;
   size_t window_bytes_;  // kWindowBytes, or a header's bytes alone
-  std::string window_;   // the file's bytes from window_offset_ on, as last read
-  uint64_t window_offset_ = 0;
+  FrameHeaderWindow window_;
   size_t advised_until_ = 0;  // entries before it have had their headers hinted
+};
+
+// Walks an uncompressed TFRecord file's frames from their headers alone, payloads seeked over, by
+// TFRecordReader's rules: a header cut short or unreadable, a length that fails its CRC or is over
+// max_record_bytes, or a payload running past the end of the file is damage the reader cannot step
+// past, and ends the walk. After a frame smaller than IndexedFrameChecker::kWindowBytes the next
+// headers come from one read of that many bytes; after a larger one each header is its own read.
+// With headers_only every header is its own read: for a reader that uses few of the frames (a
+// rank passing over the others'), where windows would read the whole file. What `sluice index`
+// would write, without reading a payload: how a file without its `.idx` gets one on open
+// (pipeline/record_index_source.cc), and how its records are counted. Not thread-safe; fd
+// outlives it.
+class FrameHeaderWalker {
+ public:
+  FrameHeaderWalker(int fd, std::string path, uint64_t file_size, bool headers_only = false)
+      : fd_(fd), path_(std::move(path)), file_size_(file_size), headers_only_(headers_only) {}
+  // The next frame. False at the end of the file, status() OK, or at damage, status() naming
+  // path:offset and what is wrong there.
+  bool Next(IndexEntry* frame);
+  const Status& status() const { return status_; }
+
+ private:
+  const int fd_;
+  const std::string path_;
+  const uint64_t file_size_;
+  const bool headers_only_;
+  uint64_t offset_ = 0;
+  bool small_ = true;  // the last frame was smaller than a window: read the next header with more
+  Status status_;
+  FrameHeaderWindow window_;
 };
 
 // Scans a shard (any compression) and returns its index. Any corrupt record is an error naming its

@@ -1,5 +1,6 @@
 #include "formats/tar_index.h"
 
+#include <algorithm>
 #include <charconv>
 #include <limits>
 #include <optional>
@@ -257,45 +258,60 @@ uint64_t TarSampleStart(const std::vector<TarIndexSample>& samples, size_t i) {
   return i == 0 ? 0 : samples[i - 1].padded_end();
 }
 
-Result<std::vector<TarIndexSample>> BuildTarIndex(const std::string& shard_path) {
+TarSamplesScan ScanTarSamples(const std::string& shard_path) {
   RecordReaderOptions options;
   options.stream.buffer_bytes = kCheckBufferBytes;
   // Every sample is indexed as it lies, however large.
   options.stream.max_held_record_bytes = std::numeric_limits<uint64_t>::max();
   options.keep_tar_members = true;
-  ASSIGN_OR_RETURN(std::unique_ptr<TarSampleReader> reader,
-                   TarSampleReader::Open(shard_path, options));
-  std::vector<TarIndexSample> samples;
+  TarSamplesScan scan;
+  Result<std::unique_ptr<TarSampleReader>> reader = TarSampleReader::Open(shard_path, options);
+  if (!reader.ok()) {
+    scan.damage = reader.status();
+    return scan;
+  }
   for (;;) {
     bool eof = false;
-    Status s = reader->SkipRecord(&eof);
-    if (!s.ok() && !reader->can_continue()) return s;
-    if (eof) return samples;
-    TarIndexSample sample;
-    for (const TarSampleMember& m : reader->members()) {
-      for (char c : m.name) {
-        if (IsSpace(c)) {
-          return InvalidArgument(shard_path + ":" + std::to_string(m.data_offset) +
-                                 ": tar member \"" + m.name +
-                                 "\" has whitespace in its name, which a tar index cannot hold");
-        }
-      }
+    Status s = (*reader)->SkipRecord(&eof);
+    if (!s.ok() && !(*reader)->can_continue()) {
+      scan.damage = s;
+      return scan;
+    }
+    if (eof) return scan;
+    TarIndexSample& sample = scan.samples.emplace_back();
+    for (const TarSampleMember& m : (*reader)->members()) {
       sample.members.push_back(
           TarIndexMember{std::string(m.extension()), m.data_offset, m.size, m.name});
     }
-    samples.push_back(std::move(sample));
   }
 }
 
+Result<std::vector<TarIndexSample>> BuildTarIndex(const std::string& shard_path) {
+  TarSamplesScan scan = ScanTarSamples(shard_path);
+  RETURN_IF_ERROR(scan.damage);
+  for (const TarIndexSample& sample : scan.samples) {
+    for (const TarIndexMember& m : sample.members) {
+      if (std::any_of(m.name.begin(), m.name.end(), [](char c) { return IsSpace(c); })) {
+        return InvalidArgument(shard_path + ":" + std::to_string(m.offset) + ": tar member \"" +
+                               m.name +
+                               "\" has whitespace in its name, which a tar index cannot hold");
+      }
+    }
+  }
+  return std::move(scan.samples);
+}
+
 Result<TarIndexChecker> TarIndexChecker::Open(const std::string& shard_path,
-                                              const RecordReaderOptions& options) {
+                                              const RecordReaderOptions& options,
+                                              std::string index_name) {
   ASSIGN_OR_RETURN(std::unique_ptr<TarSampleReader> reader,
                    TarSampleReader::Open(shard_path, CheckOptions(options, 0)));
-  return TarIndexChecker(shard_path, std::move(reader));
+  if (index_name.empty()) index_name = IndexPathFor(shard_path);
+  return TarIndexChecker(std::move(index_name), std::move(reader));
 }
 
 Status TarIndexChecker::Check(const std::vector<TarIndexSample>& samples, size_t i) {
-  const std::string where = IndexPathFor(path_) + ":" + std::to_string(i + 2) + " (sample at " +
+  const std::string where = index_name_ + ":" + std::to_string(i + 2) + " (sample at " +
                             std::to_string(TarSampleStart(samples, i)) + ")";
   bool eof = false;
   Status s = reader_->SkipRecord(&eof);

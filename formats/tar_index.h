@@ -75,6 +75,17 @@ Status CheckTarIndexGrouping(const std::vector<TarIndexSample>& samples,
 // sample's last member (members the reader skips, such as folders, may lie between).
 uint64_t TarSampleStart(const std::vector<TarIndexSample>& samples, size_t i);
 
+// The samples TarSampleReader makes of a shard (any compression), each with its members as they
+// lie (whatever their size or names), up to the first damage the reader cannot step past: damage
+// says what it was, naming the shard and offset (OK: the shard read to its end). Payloads are
+// skipped, except a `cls`. What `sluice index` writes, and how a shard without its `.idx` gets
+// one on open (pipeline/record_index_source.cc).
+struct TarSamplesScan {
+  std::vector<TarIndexSample> samples;
+  Status damage;
+};
+TarSamplesScan ScanTarSamples(const std::string& shard_path);
+
 // Reads a shard (any compression) and returns its index: the samples TarSampleReader makes of
 // it, each with its members. A shard whose headers do not read cleanly (DataLoss) gets none, nor
 // one with a member name the format cannot write (whitespace in it); a sample that is only wrong
@@ -104,10 +115,12 @@ Status CheckTarIndexEnds(const std::string& shard_path, const std::vector<TarInd
 class TarIndexChecker {
  public:
   // options: the pipeline's (keys, max_held_record_bytes), so the sizes it reports are the
-  // reading path's; its stream options are replaced.
+  // reading path's; its stream options are replaced. index_name: what errors call the index (its
+  // path, when empty).
   static Result<TarIndexChecker> Open(const std::string& shard_path,
-                                      const RecordReaderOptions& options);
-  // Checks samples[i]. DataLoss naming the index path, the line and what the shard holds instead.
+                                      const RecordReaderOptions& options,
+                                      std::string index_name = "");
+  // Checks samples[i]. DataLoss naming the index, the line and what the shard holds instead.
   // REQUIRES: called with i = 0, 1, 2... in turn, the same samples each time, until one fails.
   Status Check(const std::vector<TarIndexSample>& samples, size_t i);
   // After a Check that passed: where the sample's first header is (the reader's record_offset)
@@ -117,9 +130,9 @@ class TarIndexChecker {
   uint64_t record_length() const { return length_; }
 
  private:
-  TarIndexChecker(std::string path, std::unique_ptr<TarSampleReader> reader)
-      : path_(std::move(path)), reader_(std::move(reader)) {}
-  std::string path_;
+  TarIndexChecker(std::string index_name, std::unique_ptr<TarSampleReader> reader)
+      : index_name_(std::move(index_name)), reader_(std::move(reader)) {}
+  std::string index_name_;
   std::unique_ptr<TarSampleReader> reader_;
   uint64_t length_ = 0;
 };

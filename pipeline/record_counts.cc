@@ -10,7 +10,6 @@
 #include <mutex>
 #include <tuple>
 
-#include "formats/crc32c.h"
 #include "formats/file.h"
 #include "formats/record_index.h"
 #include "formats/record_reader_factory.h"
@@ -21,38 +20,15 @@
 namespace sluice {
 namespace {
 
-uint64_t Fixed64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
-  return v;
-}
-uint32_t Fixed32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
-  return v;
-}
-
-// An uncompressed file's frames, from their headers alone. TFRecordReader's rules: a frame whose
-// header is cut short, whose length fails its CRC or passes max_record_bytes, or whose payload
-// runs past the end is final damage, and FileReaderSource counts it as one more record before it
-// gives up on the file; a bad data CRC or an over-long record is a record like any other.
+// An uncompressed file's frames, each header its own read (FrameHeaderWalker): the damage that
+// ends the walk is one more record, as FileReaderSource counts it before it gives up on the file;
+// a bad data CRC or an over-long record is a record like any other.
 uint64_t ScanFrames(int fd, const std::string& path, uint64_t size) {
-  const uint64_t max_record = TFRecordReaderOptions{}.max_record_bytes;
+  FrameHeaderWalker walker(fd, path, size, /*headers_only=*/true);
   uint64_t records = 0;
-  uint64_t offset = 0;
-  char header[kTFRecordHeaderBytes];
-  while (offset < size) {
-    ++records;
-    if (size - offset < kTFRecordHeaderBytes) break;
-    if (!ReadFully(fd, path, offset, kTFRecordHeaderBytes, header).ok()) break;
-    const uint64_t length = Fixed64(header);
-    if (crc32c::Unmask(Fixed32(header + 8)) != crc32c::Value(header, 8)) break;
-    if (length > max_record) break;
-    const uint64_t frame = kTFRecordHeaderBytes + length + kTFRecordFooterBytes;
-    if (frame > size - offset) break;
-    offset += frame;
-  }
-  return records;
+  IndexEntry frame;
+  while (walker.Next(&frame)) ++records;
+  return walker.status().ok() ? records : records + 1;
 }
 
 // A file read as the source reads it, payloads streamed through the reader's buffer.

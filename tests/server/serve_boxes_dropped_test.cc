@@ -2,9 +2,7 @@
 // dataset's GetStats (running and finished jobs together) and /metrics agree on the count, and the
 // boxes that arrive are the rest.
 #include <catch2/catch.hpp>
-#include <chrono>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "formats/example_builder.h"
@@ -67,18 +65,6 @@ std::string MetricLine(uint64_t n) {
   return "sluice_boxes_dropped_total{dataset=\"det\"} " + std::to_string(n) + "\n";
 }
 
-// GetStats of "det" once no job of it is left (a private job goes soon after its stream).
-v1::Stats StatsWhenNoJobIsLeft(Client& client) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  for (;;) {
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    auto stats = client.GetStats("det");
-    REQUIRE(stats.ok());
-    if (stats->jobs_size() == 0) return *stats;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-}
-
 TEST_CASE("DroppedBoxesAreCountedAlikeInJobStatsGetStatsAndMetricsWhileAJobLingersAndAfterItEnds") {
   TempDir dir;
   WriteDetectionShard(dir);
@@ -94,7 +80,7 @@ TEST_CASE("DroppedBoxesAreCountedAlikeInJobStatsGetStatsAndMetricsWhileAJobLinge
   REQUIRE(got.status.ok());
   REQUIRE(got.labels.size() == kRecords);
   first->reset();
-  v1::Stats gone = StatsWhenNoJobIsLeft(*client);
+  v1::Stats gone = StatsWhen(*client, "det", [](const v1::Stats& s) { return s.jobs_size() == 0; });
   REQUIRE(gone.datasets_size() == 1);
   CHECK(gone.datasets(0).boxes_dropped() == kDroppedPerEpoch);
   CHECK(FetchMetrics(server).find(MetricLine(kDroppedPerEpoch)) != std::string::npos);

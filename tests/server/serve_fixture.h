@@ -2,15 +2,16 @@
 // what a stream delivered, and whether an epoch's labels came each once.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
-
-#include <catch2/catch.hpp>
-#include <grpcpp/grpcpp.h>
 
 #include "client/client.h"
 #include "formats/image_example.h"
@@ -53,12 +54,13 @@ struct Fixture {
     config = dir.file("sluice.textproto");
     testing::WriteAll(config, "listen: \"127.0.0.1:0\"\n" + extra +
                                   "datasets {\n  name: \"train\"\n  num_classes: 1000\n"
-                                  "  pipeline {\n    files: \"" + dir.file("shard-*.tfrecord") +
+                                  "  pipeline {\n    files: \"" +
+                                  dir.file("shard-*.tfrecord") +
                                   "\"\n    batch_size: 8\n    image_height: 32\n"
                                   "    image_width: 40\n    threads: 2\n    seed: 7\n"
                                   "    epochs: 1\n    memory_budget_bytes: 67108864\n"
-                                  "    shuffle { buffer_size: 16 }\n  }\n" + dataset_extra +
-                                  "}\n");
+                                  "    shuffle { buffer_size: 16 }\n  }\n" +
+                                  dataset_extra + "}\n");
   }
   std::vector<std::string> Args() const { return {"--config", config}; }
 
@@ -105,6 +107,22 @@ inline bool EachLabelOnce(std::vector<int32_t> labels, int n) {
 }
 
 // The generated stub on `address`, for the tests that read raw v1::Batch messages.
+// GetStats of `dataset` until `done` holds of them; fails after 20 s. A poll: what it waits for
+// happens in the server process (a stream attaching, the reaper's deadline passing, a finished
+// job destroyed), which tells this one nothing; the interval only paces the calls.
+template <typename Done>
+v1::Stats StatsWhen(Client& client, const std::string& dataset, Done done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (;;) {
+    auto stats = client.GetStats(dataset);
+    REQUIRE(stats.ok());
+    if (done(*stats)) return *stats;
+    INFO(stats->ShortDebugString());
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 inline std::unique_ptr<v1::DataService::Stub> Stub(const std::string& address) {
   return v1::DataService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
 }

@@ -33,6 +33,7 @@ using serve_testing::kIdShardFirstId;
 using serve_testing::kIdShardRecords;
 using serve_testing::kIdShardSizes;
 using serve_testing::Request;
+using serve_testing::StatsWhen;
 using serve_testing::WriteIdShards;
 using testing::ServerProcess;
 using testing::TempDir;
@@ -117,23 +118,6 @@ std::vector<v1::StreamRequest> AllOf(const std::string& job, int consumers,
   std::vector<v1::StreamRequest> out;
   for (int i = 0; i < consumers; ++i) out.push_back(Lockstep(job, i, consumers, mode));
   return out;
-}
-
-// GetStats of "train" until `done` holds of it; fails after 20 s. A poll: what it waits for
-// happens in the server process (a stream attaching, the reaper's deadline passing), which tells
-// this one nothing; the interval only paces the calls.
-template <typename Done>
-void StatsWhen(const std::string& address, Done done) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  auto client = Connect(address);
-  for (;;) {
-    auto stats = client->GetStats("train");
-    REQUIRE(stats.ok());
-    if (done(*stats)) return;
-    INFO(stats->ShortDebugString());
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
 }
 
 using Position = std::pair<int64_t, int64_t>;  // epoch, index
@@ -340,7 +324,7 @@ TEST_CASE("AStreamUnderAnIndexThatIsStreamingTakesItOverAndTheOldEndsAborted") {
   // three has left since the new one opened, which the old one (not reading, so index 0 stalls
   // the job) does only when the new one's Attach ended it at once (it was waiting), and the
   // other only when the new one has read on.
-  StatsWhen(server.address(), [](const v1::Stats& s) {
+  StatsWhen(*Connect(server.address()), "train", [](const v1::Stats& s) {
     const v1::DatasetStats& d = s.datasets(0);
     return (s.jobs_size() == 1 && s.jobs(0).consumers() == 3) ||
            (d.streams_started() == 3 && d.active_streams() < 3);
@@ -441,7 +425,8 @@ TEST_CASE("AConsumerAwayAtThePipelinesEndStillEndsTheJobAbortedForThoseNotYetEnd
   CHECK(Positions(done.batches) == Share(0, 3, 12));
   // Consumer 2's last batch waits for it, unseen, while consumer 1 is still to end: after
   // job_linger_seconds the job ends ABORTED and leaves the registry.
-  StatsWhen(server.address(), [](const v1::Stats& s) { return s.jobs_size() == 0; });
+  StatsWhen(*Connect(server.address()), "train",
+            [](const v1::Stats& s) { return s.jobs_size() == 0; });
   std::vector<v1::Batch> rest;
   while (waiting->Read(&b)) rest.push_back(b);
   const grpc::Status ended = waiting->Finish();

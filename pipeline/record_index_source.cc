@@ -100,6 +100,10 @@ std::unique_ptr<RecordIndexSource> RecordIndexSource::Open(const SourceContext& 
   if (compression && *compression != Compression::kNone) return nullptr;
   Result<uint64_t> size = GetFileSize(path);
   if (!size.ok()) return nullptr;
+  // Without a usable `.idx` beside the file, the index is built from its headers now: what
+  // `sluice index` would write, up to any damage the file's reader cannot step past (the rest of
+  // the file, from there, is read as the reader reads it).
+  const std::string built_name = path + " (its index built on open)";
   if (kind == SourceKind::kTar) {
     if (!compression) {
       Result<Compression> detected = DetectTarCompression(path);
@@ -107,40 +111,61 @@ std::unique_ptr<RecordIndexSource> RecordIndexSource::Open(const SourceContext& 
     }
     // An index of a larger version of the file, which would put samples past its end, does not
     // read.
-    Result<std::vector<TarIndexSample>> samples = ReadTarIndex(IndexPathFor(path), *size);
-    if (!samples.ok()) return nullptr;
+    std::vector<TarIndexSample> samples;
+    std::string index_name;
+    if (Result<std::vector<TarIndexSample>> read = ReadTarIndex(IndexPathFor(path), *size);
+        read.ok()) {
+      samples = std::move(*read);
+    } else {
+      TarSamplesScan scan = ScanTarSamples(path);
+      if (scan.samples.empty()) return nullptr;
+      samples = std::move(scan.samples);
+      index_name = built_name;
+    }
     Result<TarIndexChecker> checker =
-        TarIndexChecker::Open(path, RecordReaderOptionsFor(*ctx.options, file));
+        TarIndexChecker::Open(path, RecordReaderOptionsFor(*ctx.options, file), index_name);
     if (!checker.ok()) return nullptr;
     std::vector<IndexEntry> index;
-    index.reserve(samples->size());
-    for (size_t i = 0; i < samples->size(); ++i) {
-      const uint64_t start = TarSampleStart(*samples, i);
-      index.push_back(IndexEntry{start, (*samples)[i].padded_end() - start});
+    index.reserve(samples.size());
+    for (size_t i = 0; i < samples.size(); ++i) {
+      const uint64_t start = TarSampleStart(samples, i);
+      index.push_back(IndexEntry{start, samples[i].padded_end() - start});
     }
+    // A tar index is only known to describe the shard up to its last sample.
     auto source = std::unique_ptr<RecordIndexSource>(
-        new RecordIndexSource(ctx, file, window, std::move(index), fill));
-    source->samples_ = std::move(*samples);
+        new RecordIndexSource(ctx, file, window, std::move(index), /*tiles=*/false, fill));
+    source->samples_ = std::move(samples);
     source->tar_checker_.emplace(std::move(*checker));
     source->AccountIndex();
     return source;
   }
-  Result<std::vector<IndexEntry>> index = ReadRecordIndex(IndexPathFor(path));
-  if (!index.ok()) return nullptr;
-  // An index of another version of the file would put frames in the wrong places.
-  const uint64_t indexed = index->empty() ? 0 : index->back().offset + index->back().length;
-  if (indexed != *size) return nullptr;
   if (!compression && *size > 0) {
     Result<std::string> head =
         ReadFileRange(path, 0, std::min<uint64_t>(*size, kTFRecordHeaderBytes));
     if (!head.ok() || DetectCompression(*head) != Compression::kNone) return nullptr;
   }
+  // An index of another version of the file would put frames in the wrong places.
+  Result<std::vector<IndexEntry>> index = ReadRecordIndex(IndexPathFor(path));
+  bool tiles =
+      index.ok() && (index->empty() ? 0 : index->back().offset + index->back().length) == *size;
+  std::string index_name;
+  if (!tiles) {
+    Result<UniqueFd> fd = OpenForPositionalReads(path);
+    if (!fd.ok()) return nullptr;
+    FrameHeaderWalker walker(fd->get(), path, *size, /*headers_only=*/ctx.shard.count > 1);
+    index = std::vector<IndexEntry>();
+    IndexEntry frame;
+    while (walker.Next(&frame)) index->push_back(frame);
+    tiles = walker.status().ok();
+    if (index->empty() && !tiles) return nullptr;
+    index_name = built_name;
+  }
   // A rank sharing the file checks the other ranks' frames from their headers alone.
   Result<IndexedFrameChecker> checker =
-      IndexedFrameChecker::Open(path, /*headers_only=*/ctx.shard.count > 1);
+      IndexedFrameChecker::Open(path, /*headers_only=*/ctx.shard.count > 1, index_name);
   if (!checker.ok()) return nullptr;
   auto source = std::unique_ptr<RecordIndexSource>(
-      new RecordIndexSource(ctx, file, window, std::move(*index), fill));
+      new RecordIndexSource(ctx, file, window, std::move(*index), tiles, fill));
   source->frame_checker_.emplace(std::move(*checker));
   source->AccountIndex();
   return source;
@@ -192,10 +217,10 @@ bool RecordIndexSource::Read(WorkItem* w) {
     }
   }
   // Caught up with the start, or through the index: read the rest of the file from the next
-  // record's frame. A TFRecord index tiles the file, so nothing is left after its last entry; a
-  // tar index is only known to describe the shard up to its last sample, and what follows (the
-  // end of the archive, or samples the index does not list) is read as the file's reader reads it.
-  if (index_pos_ >= index_.size() && !tar_checker_) {
+  // record's frame. Nothing is left after the last entry of an index that tiles the file; what
+  // follows one that does not (a tar archive's end or samples its index does not list, the damage
+  // that ended a built index) is read as the file's reader reads it.
+  if (index_pos_ >= index_.size() && tiles_) {
     Finish(clean_);
     return false;
   }

@@ -1,5 +1,6 @@
-// A file's index (`.idx`: a TFRecord's record index, a tar shard's sample index) standing in for
-// reading the file, in two cases:
+// A file's index (its `.idx`: a TFRecord's record index, a tar shard's sample index; or, without
+// one that fits the file, the same built from the file's headers when it is opened) standing in
+// for reading the file, in two cases:
 //  - a resumed stream's lazy start: while the stream is still passing over records it will not
 //    use, records come out as lazy items (WorkItem::lazy_length) that cost no payload I/O
 //    (checking them reads a TFRecord's frame headers, a tar's member headers);
@@ -34,10 +35,12 @@ struct LazyWindow {
 
 class RecordIndexSource final : public Source {
  public:
-  // For TFRecord files and tar shards. Null when the index cannot stand in for the file:
-  // compressed, no index, an index in the other kind's format, or an index of another version of
-  // the file (a TFRecord index that does not end where the file does, a tar index whose last
-  // sample ends past it). window is read on every Read and outlives this. An entry that does not
+  // For uncompressed TFRecord files and tar shards: null for any other. The file's `.idx` is
+  // used when it is of this version of the file (a TFRecord index that ends where the file does,
+  // a tar index whose last sample ends within it) and in the file's kind's format; otherwise one
+  // is built now from the file's headers (FrameHeaderWalker, ScanTarSamples), up to any damage
+  // the reader cannot step past (null when that leaves no record). window is read on every Read
+  // and outlives this. An entry that does not
   // match the file (IndexedFrameChecker, TarIndexChecker) is logged with the index path and line,
   // counted (PipelineStats::index_fallbacks), and the file is read from that entry's offset on.
   // After a tar index's last entry the rest of the shard is read (samples it does not list).
@@ -59,8 +62,13 @@ class RecordIndexSource final : public Source {
 
  private:
   RecordIndexSource(const SourceContext& ctx, uint32_t file, const LazyWindow* window,
-                    std::vector<IndexEntry> index, RecordCache* fill)
-      : ctx_(ctx), file_(file), window_(window), index_(std::move(index)), fill_(fill, file) {}
+                    std::vector<IndexEntry> index, bool tiles, RecordCache* fill)
+      : ctx_(ctx),
+        file_(file),
+        window_(window),
+        index_(std::move(index)),
+        tiles_(tiles),
+        fill_(fill, file) {}
   // Checks entry i against the file, with the kind's checker.
   Status Check(size_t i);
   // Reads this rank's record at entry index_pos_ - 1 (record w->record) from ranges_, opened at
@@ -82,6 +90,9 @@ class RecordIndexSource final : public Source {
   // Where each record starts and how many bytes it spans: a TFRecord frame, or a tar sample from
   // just after the sample before it to the end of its last member's data.
   std::vector<IndexEntry> index_;
+  // The entries end where the file does (a TFRecord index of the whole file): nothing to read
+  // after the last.
+  const bool tiles_;
   // Every entry is checked against the file before it is trusted: a lying index falls back to
   // reading the file from the first entry that does not match, so no record is lost or doubled.
   // One of the two, by the file's kind: a TFRecord's frame headers, or a tar's samples (their

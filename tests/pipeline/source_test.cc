@@ -263,15 +263,33 @@ TEST_CASE("ARefusedRecordLeavesItsFileCachedAndTheCachesReplayTheRefusal") {
   CHECK(lengths == std::vector<uint64_t>{1, 5000, 1});
 }
 
-TEST_CASE("AnIndexOfAnotherVersionOfTheFileIsNotUsed") {
+// An index of another version of the file (here of one 16-byte frame) is not used: an index built
+// from the file's headers stands in for it, item for item what reading the file gives.
+TEST_CASE("AnIndexOfAnotherVersionOfTheFileGivesWayToOneBuiltFromItsHeaders") {
   TempDir dir;
-  auto shards = WriteTestShards(dir, 1, 10);
-  testing::WriteAll(IndexPathFor(shards.paths[0]), "0 16\n");
+  WriteTestShards(dir, 1, 10);
+  testing::WriteAll(IndexPathFor(dir.file("shard-0.tfrecord")), "0 16\n");
   const ResolvedOptions options = Resolved(dir);
   PipelineStats stats;
   SourceContext ctx{&options, &stats, nullptr, nullptr, nullptr, RecordShard{}};
+  FileReaderSource reader(ctx, 0, /*fill_cache=*/false);
+  const std::vector<Item> want = ReadAll(reader, 0);
+  REQUIRE(want.size() == 10);
   LazyWindow window{0, 5};
-  CHECK(RecordIndexSource::Open(ctx, 0, &window) == nullptr);
+  auto index = RecordIndexSource::Open(ctx, 0, &window);
+  REQUIRE(index != nullptr);
+  std::vector<Item> got;
+  for (;;) {
+    WorkItem w;
+    w.file = 0;
+    if (!index->Read(&w)) break;
+    ++window.produced;
+    CHECK((w.lazy_length > 0) == (got.size() < 5));
+    if (w.lazy_length > 0) MaterializeLazyRecord(options.files[0], UINT64_MAX, &stats, &w);
+    got.push_back({w.record, w.offset, w.lazy_length, std::string(w.bytes)});
+  }
+  CHECK(got == want);
+  CHECK(stats.index_fallbacks == 0);
 }
 
 // dir/shard.tar, written by GNU tar: n samples <key>.jpg (i + image_bytes bytes, so every sample is
@@ -482,64 +500,156 @@ RankRead ReadAsRank(const ResolvedOptions& options, IoPool* io, int rank, int ra
     r.want = ReadGivenCounting(reader, &r.want_bytes);
   }
   {
+    // Opening it reads the index, or builds one from the file's headers.
+    const uint64_t before = BytesReadSoFar();
     const LazyWindow closed;
     auto index = RecordIndexSource::Open(ctx, 0, &closed);
     REQUIRE(index != nullptr);
-    r.got = ReadGivenCounting(*index, &r.got_bytes);
+    r.got = ReadGiven(*index);
+    r.got_bytes = BytesReadSoFar() - before;
   }
   r.fallbacks = stats.index_fallbacks;
   r.read_buffers_after = stats.pool(Pool::kReadBuffers).bytes;
   return r;
 }
 
-// Three ranks share one indexed tar shard: each reads the others' samples' headers only (to
-// number the samples as they do) and only its own samples' bytes, read ahead on the pool or not,
-// and gets item for item what reading the whole file gives it. Reading the file with read-ahead
-// reads every payload.
-TEST_CASE("RanksSharingAnIndexedTarShardReadOnlyTheirOwnSamples") {
+// Three ranks share one tar shard: each reads the others' samples' headers only (to number the
+// samples as they do) and only its own samples' bytes, read ahead on the pool or not, and gets
+// item for item what reading the whole file gives it; with its `.idx`, or without, when opening
+// it builds the index from the shard's headers. Reading the file with read-ahead reads every
+// payload.
+TEST_CASE("RanksSharingATarShardReadOnlyTheirOwnSamplesWithItsIndexOrOneBuiltOnOpen") {
   TempDir dir;
   const std::string tar = WriteTarShard(dir, 24, -1, 64 << 10);
-  IndexTarShard(tar);
   auto size = GetFileSize(tar);
   REQUIRE(size.ok());
   const ResolvedOptions options = TarOptions(dir);
   IoPool pool(2);
-  for (IoPool* io : {static_cast<IoPool*>(nullptr), &pool}) {
-    for (int rank = 0; rank < 3; ++rank) {
-      INFO("rank " << rank << (io ? " read ahead" : ""));
-      const RankRead r = ReadAsRank(options, io, rank, 3);
-      REQUIRE(r.want.size() == 8);
-      CHECK(r.got == r.want);
-      if (io != nullptr) CHECK(r.want_bytes >= *size);
-      // A third of the payloads, the headers, the index and the end of the archive.
-      CHECK(r.got_bytes < *size / 2);
-      CHECK(r.fallbacks == 0);
-      CHECK(r.read_buffers_after == 0);
+  for (bool indexed : {false, true}) {
+    if (indexed) IndexTarShard(tar);
+    for (IoPool* io : {static_cast<IoPool*>(nullptr), &pool}) {
+      for (int rank = 0; rank < 3; ++rank) {
+        INFO("rank " << rank << (io ? " read ahead" : "") << (indexed ? ", indexed" : ""));
+        const RankRead r = ReadAsRank(options, io, rank, 3);
+        REQUIRE(r.want.size() == 8);
+        CHECK(r.got == r.want);
+        if (io != nullptr) CHECK(r.want_bytes >= *size);
+        // A third of the payloads, the headers (twice without the index: to build it, then to
+        // check it), the index and the end of the archive.
+        CHECK(r.got_bytes < *size / 2);
+        CHECK(r.fallbacks == 0);
+        CHECK(r.read_buffers_after == 0);
+      }
     }
   }
 }
 
-// The same for a TFRecord file with its index: the other ranks' frames are checked from their
-// 12-byte headers, their data not read, whether frames are larger than the checker's window or
-// many fit in one (where reading windows would read the whole file).
-TEST_CASE("RanksSharingAnIndexedTFRecordFileReadOnlyTheirOwnRecords") {
+// The same for a TFRecord file, with its index or without: the other ranks' frames are found and
+// checked from their 12-byte headers, their data not read, whether frames are larger than the
+// checker's window or many fit in one (where reading windows would read the whole file).
+TEST_CASE("RanksSharingATFRecordFileReadOnlyTheirOwnRecordsWithItsIndexOrOneBuiltOnOpen") {
   for (size_t bytes : {size_t{100} << 10, size_t{3000}}) {
-    TempDir dir;
-    const std::string path = dir.file("shard-0.tfrecord");
-    WriteIndexedTFRecord(path, 24, bytes);
-    auto size = GetFileSize(path);
+    for (bool indexed : {false, true}) {
+      TempDir dir;
+      const std::string path = dir.file("shard-0.tfrecord");
+      WriteIndexedTFRecord(path, 24, bytes);
+      if (!indexed) REQUIRE(std::filesystem::remove(IndexPathFor(path)));
+      auto size = GetFileSize(path);
+      REQUIRE(size.ok());
+      const ResolvedOptions options = Resolved(dir);
+      IoPool pool(2);
+      for (int rank = 0; rank < 3; ++rank) {
+        INFO("rank " << rank << ", records of " << bytes << " bytes"
+                     << (indexed ? ", indexed" : ""));
+        const RankRead r = ReadAsRank(options, &pool, rank, 3);
+        REQUIRE(r.want.size() == 8);
+        CHECK(r.got == r.want);
+        CHECK(r.want_bytes >= *size);
+        CHECK(r.got_bytes < *size / 2);
+        CHECK(r.read_buffers_after == 0);
+      }
+    }
+  }
+}
+
+// A resumed stream over a shard without its `.idx` passes over the samples before its start point
+// through an index built on open: they come lazy, their payloads unread, and the rest of the shard
+// is read as the reader reads it.
+TEST_CASE("AResumedStreamPassesOverAnUnindexedShardsSamplesWithoutReadingThem") {
+  TempDir dir;
+  const std::string tar = WriteTarShard(dir, 24, -1, 64 << 10);
+  auto size = GetFileSize(tar);
+  REQUIRE(size.ok());
+  const ResolvedOptions options = TarOptions(dir);
+  PipelineStats stats;
+  SourceContext ctx{&options, &stats, nullptr, nullptr, nullptr, RecordShard{}};
+  std::vector<Given> want;
+  {
+    FileReaderSource reader(ctx, 0, /*fill_cache=*/false);
+    want = ReadGiven(reader);
+  }
+  REQUIRE(want.size() == 24);
+  const uint64_t before = BytesReadSoFar();
+  LazyWindow window{0, 20};
+  auto index = RecordIndexSource::Open(ctx, 0, &window);
+  REQUIRE(index != nullptr);
+  size_t lazy = 0;
+  std::vector<Given> rest;
+  for (;;) {
+    WorkItem w;
+    w.file = 0;
+    if (!index->Read(&w)) break;
+    ++window.produced;
+    if (w.lazy_length > 0) {
+      ++lazy;
+      CHECK(w.offset == want[w.record].offset);
+      CHECK(w.length == want[w.record].length);
+      continue;
+    }
+    rest.push_back({w.kind, w.status.code(), w.status.message(), w.record, w.offset, w.length,
+                    std::string(w.bytes)});
+  }
+  const uint64_t read = BytesReadSoFar() - before;
+  CHECK(lazy == 20);
+  CHECK(rest == std::vector<Given>(want.begin() + 20, want.end()));
+  // Four payloads, and the headers twice (to build the index, then to check it).
+  CHECK(read < *size / 2);
+  CHECK(stats.index_fallbacks == 0);
+}
+
+// A file cut short (a writer killed mid-record) gets an index built up to the cut: ranks sharing it
+// pass over the others' records before it unread, and from the cut on the file is read as its
+// reader reads it, so the damage is the same bad record, in the same rank, as reading the file.
+TEST_CASE("AFileCutShortGetsAnIndexBuiltUpToTheCutAndTheDamageReportedAsTheReaderDoes") {
+  TempDir dir;
+  const std::string path = dir.file("shard-0.tfrecord");
+  const std::vector<IndexEntry> entries = WriteIndexedTFRecord(path, 12, 64 << 10);
+  REQUIRE(std::filesystem::remove(IndexPathFor(path)));
+  std::filesystem::resize_file(path, entries[9].offset + 100);
+  const std::string tar = WriteTarShard(dir, 12, -1, 64 << 10);
+  auto built = BuildTarIndex(tar);
+  REQUIRE(built.ok());
+  std::filesystem::resize_file(tar, (*built)[9].members[0].offset + 100);
+  IoPool pool(1);
+  for (const ResolvedOptions& options : {Resolved(dir), TarOptions(dir)}) {
+    auto size = GetFileSize(options.files[0]);
     REQUIRE(size.ok());
-    const ResolvedOptions options = Resolved(dir);
-    IoPool pool(2);
+    bool damage_seen = false;
     for (int rank = 0; rank < 3; ++rank) {
-      INFO("rank " << rank << ", records of " << bytes << " bytes");
+      INFO(options.files[0] << ", rank " << rank);
       const RankRead r = ReadAsRank(options, &pool, rank, 3);
-      REQUIRE(r.want.size() == 8);
       CHECK(r.got == r.want);
-      CHECK(r.want_bytes >= *size);
+      for (const Given& g : r.got) {
+        if (g.kind != WorkKind::kBadRecord) continue;
+        damage_seen = true;
+        CHECK(g.code == StatusCode::kDataLoss);
+        CHECK_THAT(g.message, Catch::Contains(options.files[0]));
+      }
       CHECK(r.got_bytes < *size / 2);
+      CHECK(r.fallbacks == 0);
       CHECK(r.read_buffers_after == 0);
     }
+    CHECK(damage_seen);
   }
 }
 
@@ -633,15 +743,16 @@ std::vector<Given> ReadEpochAsRank(RecordSource& source, int64_t epoch, uint64_t
   return given;
 }
 
-// With a RECORDS cache, ranks sharing an indexed shard fill it with their own samples read
-// through the index in the first epoch (not reading the others' payloads) and serve the second
-// from it, reading nothing; both epochs give what reading the file gives. A stale index (the
+// With a RECORDS cache, ranks sharing a shard fill it with their own samples read through its
+// index (or one built on open) in the first epoch (not reading the others' payloads) and serve the
+// second from it, reading nothing; both epochs give what reading the file gives. A stale index (the
 // shard rewritten) falls back mid-file and the cache still gets the whole file's samples.
-TEST_CASE("RanksSharingAnIndexedShardFillTheRecordCacheThroughTheIndex") {
-  for (bool stale : {false, true}) {
+TEST_CASE("RanksSharingAShardFillTheRecordCacheThroughItsIndexOrOneBuiltOnOpen") {
+  for (const std::string index : {"indexed", "stale", "built on open"}) {
+    const bool stale = index == "stale";
     TempDir dir;
     const std::string tar = WriteTarShard(dir, 24, -1, 64 << 10);
-    IndexTarShard(tar);
+    if (index != "built on open") IndexTarShard(tar);
     if (stale) WriteTarShard(dir, 24, /*grow_sample=*/13, 64 << 10);
     auto size = GetFileSize(tar);
     REQUIRE(size.ok());
@@ -649,7 +760,7 @@ TEST_CASE("RanksSharingAnIndexedShardFillTheRecordCacheThroughTheIndex") {
     options.shard_count = 3;
     IoPool pool(2);
     for (int rank = 0; rank < 3; ++rank) {
-      INFO("rank " << rank << (stale ? ", stale index" : ""));
+      INFO("rank " << rank << ", " << index);
       options.shard_index = rank;
       const std::vector<Given> want = ReadAsRank(options, &pool, rank, 3).want;
       REQUIRE(want.size() == 8);
@@ -764,24 +875,29 @@ TEST_CASE("ReadingTheRestOfATarShardClosesTheIndexChecker") {
 
 // Each kind reads its own index format: a TFRecord index beside a tar shard, or a tar index beside
 // a TFRecord file, is not an index of that file.
-TEST_CASE("AnIndexOfTheOtherKindIsNotUsed") {
+// An index in the other kind's format beside a file is not its index: one built from the file's
+// headers stands in for it, item for item what reading the file gives.
+TEST_CASE("AnIndexOfTheOtherKindGivesWayToOneBuiltFromTheHeaders") {
   TempDir dir;
   const std::string tar = WriteTarShard(dir, 4);
   testing::WriteAll(IndexPathFor(tar), FormatRecordIndex({{0, 1024}, {1024, 1024}}));
-  PipelineStats stats;
-  LazyWindow window{0, 3};
-  {
-    const ResolvedOptions options = TarOptions(dir);
-    SourceContext ctx{&options, &stats, nullptr, nullptr, nullptr, RecordShard{}};
-    CHECK(RecordIndexSource::Open(ctx, 0, &window) == nullptr);
-  }
   auto shards = WriteTestShards(dir, 1, 4);
   auto tar_index = BuildTarIndex(tar);
   REQUIRE(tar_index.ok());
   REQUIRE(WriteTarIndex(IndexPathFor(shards.paths[0]), *tar_index).ok());
-  const ResolvedOptions options = Resolved(dir);
-  SourceContext ctx{&options, &stats, nullptr, nullptr, nullptr, RecordShard{}};
-  CHECK(RecordIndexSource::Open(ctx, 0, &window) == nullptr);
+  for (const ResolvedOptions& options : {TarOptions(dir), Resolved(dir)}) {
+    INFO(options.files[0]);
+    PipelineStats stats;
+    RecordSource materializer(options, &stats, nullptr, nullptr, nullptr);
+    SourceContext ctx{&options, &stats, nullptr, nullptr, nullptr, RecordShard{}};
+    FileReaderSource reader(ctx, 0, /*fill_cache=*/false);
+    const std::vector<Given> want = ReadGiven(reader);
+    REQUIRE(want.size() == 4);
+    size_t lazy = 0;
+    CHECK(ReadThroughIndex(ctx, materializer, 3, &lazy) == want);
+    CHECK(lazy == 3);
+    CHECK(stats.index_fallbacks == 0);
+  }
 }
 
 }  // namespace

@@ -4,9 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cstring>
 
-#include "formats/crc32c.h"
 #include "formats/file.h"
 #include "formats/tfrecord_reader.h"
 
@@ -82,6 +80,10 @@ Result<std::vector<IndexEntry>> ParseRecordIndex(std::string_view text, const st
   return entries;
 }
 
+bool IndexEndsWithFile(const std::vector<IndexEntry>& entries, uint64_t file_size) {
+  return (entries.empty() ? 0 : entries.back().offset + entries.back().length) == file_size;
+}
+
 Status WriteRecordIndex(const std::string& path, const std::vector<IndexEntry>& entries) {
   return WriteFileAtomically(path, FormatRecordIndex(entries));
 }
@@ -91,32 +93,22 @@ Result<std::vector<IndexEntry>> ReadRecordIndex(const std::string& path) {
   return ParseRecordIndex(text, path);
 }
 
-Result<const char*> FrameHeaderWindow::Header(int fd, const std::string& path, uint64_t file_size,
-                                              uint64_t offset, size_t read) {
+Result<const char*> FrameHeaderWindow::Header(uint64_t offset, size_t read) {
   if (offset >= offset_ && offset - offset_ + kTFRecordHeaderBytes <= bytes_.size()) {
     return bytes_.data() + (offset - offset_);
   }
   // Never less than the header: one the file ends before fails its read.
-  const uint64_t left = offset < file_size ? file_size - offset : 0;
+  const uint64_t left = offset < file_size_ ? file_size_ - offset : 0;
   const size_t n =
       static_cast<size_t>(std::max<uint64_t>(std::min<uint64_t>(read, left), kTFRecordHeaderBytes));
   bytes_.resize(n);
   offset_ = offset;
-  Status s = ReadFully(fd, path, offset, n, bytes_.data());
+  Status s = ReadFully(fd_, path_, offset, n, bytes_.data());
   if (!s.ok()) {
     bytes_.clear();
     return s;
   }
   return bytes_.data();
-}
-
-std::optional<uint64_t> FrameLength(const char* header) {
-  uint64_t length;
-  uint32_t masked_crc;
-  std::memcpy(&length, header, sizeof(length));  // little-endian, as the frame stores it
-  std::memcpy(&masked_crc, header + sizeof(length), sizeof(masked_crc));
-  if (crc32c::Unmask(masked_crc) != crc32c::Value(header, sizeof(length))) return std::nullopt;
-  return length;
 }
 
 Result<IndexedFrameChecker> IndexedFrameChecker::Open(const std::string& shard_path,
@@ -125,7 +117,7 @@ Result<IndexedFrameChecker> IndexedFrameChecker::Open(const std::string& shard_p
   ASSIGN_OR_RETURN(UniqueFd fd, OpenForPositionalReads(shard_path));
   if (index_name.empty()) index_name = IndexPathFor(shard_path);
   return IndexedFrameChecker(shard_path, std::move(index_name), std::move(fd), size,
-                             headers_only ? kTFRecordHeaderBytes : kWindowBytes);
+                             headers_only ? kTFRecordHeaderBytes : FrameHeaderWindow::kBytes);
 }
 
 Status IndexedFrameChecker::Check(const std::vector<IndexEntry>& index, size_t i) {
@@ -152,7 +144,7 @@ Status IndexedFrameChecker::Check(const IndexEntry& entry, size_t line) {
   // A small frame: the read holds the headers of the frames after it too. A large one: the next
   // header is past any window, so only this one is read.
   const size_t read = entry.length < window_bytes_ ? window_bytes_ : kTFRecordHeaderBytes;
-  Result<const char*> header = window_.Header(fd_.get(), path_, file_size_, entry.offset, read);
+  Result<const char*> header = window_.Header(entry.offset, read);
   if (!header.ok()) return DataLoss("record index " + where() + ": " + header.status().message());
   const std::optional<uint64_t> length = FrameLength(*header);
   if (!length) return DataLoss("record index " + where() + ": no intact frame header there");
@@ -168,17 +160,17 @@ Status IndexedFrameChecker::Check(const IndexEntry& entry, size_t line) {
 }
 
 bool FrameHeaderWalker::Next(IndexEntry* frame) {
-  if (!status_.ok() || offset_ >= file_size_) return false;
+  const uint64_t file_size = window_.file_size();
+  if (!status_.ok() || offset_ >= file_size) return false;
   auto damage = [&](const std::string& what) {
-    status_ = DataLoss(path_ + ":" + std::to_string(offset_) + ": " + what);
+    status_ = DataLoss(window_.path() + ":" + std::to_string(offset_) + ": " + what);
     return false;
   };
-  if (file_size_ - offset_ < kTFRecordHeaderBytes) {
+  if (file_size - offset_ < kTFRecordHeaderBytes) {
     return damage("the file ends inside a record header");
   }
-  const size_t read =
-      small_ && !headers_only_ ? IndexedFrameChecker::kWindowBytes : kTFRecordHeaderBytes;
-  Result<const char*> header = window_.Header(fd_, path_, file_size_, offset_, read);
+  const size_t read = small_ && !headers_only_ ? FrameHeaderWindow::kBytes : kTFRecordHeaderBytes;
+  Result<const char*> header = window_.Header(offset_, read);
   if (!header.ok()) {
     status_ = header.status();
     return false;
@@ -189,13 +181,13 @@ bool FrameHeaderWalker::Next(IndexEntry* frame) {
     return damage("a record of " + std::to_string(*length) + " bytes is over the reader's limit");
   }
   const uint64_t bytes = *length + kMinFrameBytes;
-  if (bytes > file_size_ - offset_) {
+  if (bytes > file_size - offset_) {
     return damage("a record of " + std::to_string(*length) +
                   " bytes runs past the end of the file");
   }
   *frame = IndexEntry{offset_, bytes};
   offset_ += bytes;
-  small_ = bytes < IndexedFrameChecker::kWindowBytes;
+  small_ = bytes < FrameHeaderWindow::kBytes;
   return true;
 }
 

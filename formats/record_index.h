@@ -6,7 +6,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,26 +28,36 @@ std::string FormatRecordIndex(const std::vector<IndexEntry>& entries);
 // ended, each length is at least 16. Errors name the path and line.
 Result<std::vector<IndexEntry>> ParseRecordIndex(std::string_view text, const std::string& path);
 
+// Whether the entries end where a file of file_size bytes does (they tile it when they parsed).
+bool IndexEndsWithFile(const std::vector<IndexEntry>& entries, uint64_t file_size);
+
 Status WriteRecordIndex(const std::string& path, const std::vector<IndexEntry>& entries);
 Result<std::vector<IndexEntry>> ReadRecordIndex(const std::string& path);
 
-// The bytes of a file from some offset on, read in one go, so that the 12-byte headers of frames
-// smaller than a read come from one read of many of them. Not thread-safe.
+// The 12-byte frame headers of a file opened for positional reads, each read with the bytes after
+// it, so that the headers of frames smaller than a read come from one read of many of them. Not
+// thread-safe; fd outlives it.
 class FrameHeaderWindow {
  public:
+  // A read of this many bytes covers the headers of the frames smaller than it that follow.
+  static constexpr size_t kBytes = 64 << 10;
+
+  FrameHeaderWindow(int fd, std::string path, uint64_t file_size)
+      : fd_(fd), path_(std::move(path)), file_size_(file_size) {}
   // The header at offset: from the bytes held, or else read with the bytes after it, `read` in
   // all (at least the header's, at most to the end of the file). A failed read leaves nothing
   // held.
-  Result<const char*> Header(int fd, const std::string& path, uint64_t file_size, uint64_t offset,
-                             size_t read);
+  Result<const char*> Header(uint64_t offset, size_t read);
+  const std::string& path() const { return path_; }
+  uint64_t file_size() const { return file_size_; }
 
  private:
-  std::string bytes_;
+  int fd_;
+  std::string path_;
+  uint64_t file_size_;
+  std::string bytes_;  // the file's bytes from offset_ on, as last read
   uint64_t offset_ = 0;
 };
-
-// A frame header's data length, if its CRC matches (a header that does not is corrupt).
-std::optional<uint64_t> FrameLength(const char* header);
 
 // Checks, one entry at a time as a reader trusts them, that an uncompressed shard's frames are
 // where its index says: the frame header at the entry's offset (the data length and its masked
@@ -56,7 +65,7 @@ std::optional<uint64_t> FrameLength(const char* header);
 // the file and still lie (two entries merged into one, one split in two); this catches that at the
 // first entry it touches. Reading the 12-byte headers is the cost, paid for every entry checked
 // (a resumed stream checks every record it passes over before its first batch): frames smaller
-// than kWindowBytes are checked from one read of kWindowBytes covering many of them; for larger
+// than FrameHeaderWindow::kBytes are checked from one read of that many bytes; for larger
 // ones each header is its own small read, and Check(index, i) asks the kernel ahead of time for
 // the next kAdviseAhead of them (posix_fadvise WILLNEED) so the device reads them in parallel
 // rather than one synchronous read after another. With headers_only every header is its own small
@@ -66,7 +75,6 @@ std::optional<uint64_t> FrameLength(const char* header);
 // reader. Not thread-safe.
 class IndexedFrameChecker {
  public:
-  static constexpr size_t kWindowBytes = 64 << 10;
   static constexpr size_t kAdviseAhead = 64;
 
   // index_name: what errors call the index (its path, when empty).
@@ -82,48 +90,42 @@ class IndexedFrameChecker {
  private:
   IndexedFrameChecker(std::string path, std::string index_name, UniqueFd fd, uint64_t file_size,
                       size_t window_bytes)
-      : path_(std::move(path)),
-        index_name_(std::move(index_name)),
+      : index_name_(std::move(index_name)),
         fd_(std::move(fd)),
-        file_size_(file_size),
+        window_(fd_.get(), std::move(path), file_size),
         window_bytes_(window_bytes) {}
-  std::string path_;
   std::string index_name_;
   UniqueFd fd_;
-  uint64_t file_size_;
-  size_t window_bytes_;  // kWindowBytes, or a header's bytes alone
-  FrameHeaderWindow window_;
+  FrameHeaderWindow window_;  // reads fd_
+  size_t window_bytes_;       // FrameHeaderWindow::kBytes, or a header's bytes alone
   size_t advised_until_ = 0;  // entries before it have had their headers hinted
 };
 
 // Walks an uncompressed TFRecord file's frames from their headers alone, payloads seeked over, by
 // TFRecordReader's rules: a header cut short or unreadable, a length that fails its CRC or is over
 // max_record_bytes, or a payload running past the end of the file is damage the reader cannot step
-// past, and ends the walk. After a frame smaller than IndexedFrameChecker::kWindowBytes the next
-// headers come from one read of that many bytes; after a larger one each header is its own read.
-// With headers_only every header is its own read: for a reader that uses few of the frames (a
-// rank passing over the others'), where windows would read the whole file. What `sluice index`
-// would write, without reading a payload: how a file without its `.idx` gets one on open
-// (pipeline/record_index_source.cc), and how its records are counted. Not thread-safe; fd
-// outlives it.
+// past, and ends the walk. After a frame smaller than FrameHeaderWindow::kBytes the next headers
+// come from one read of that many bytes (which holds the small frames' payloads too); after a
+// larger one each header is its own read. With headers_only every header is its own read: for a
+// reader that uses few of the frames (a rank passing over the others'), where windows would read
+// the whole file. What `sluice index` would write, payloads seeked over: how a file without its
+// `.idx` gets one on open (pipeline/record_index_source.cc), and how its records are counted. Not
+// thread-safe; fd outlives it.
 class FrameHeaderWalker {
  public:
   FrameHeaderWalker(int fd, std::string path, uint64_t file_size, bool headers_only = false)
-      : fd_(fd), path_(std::move(path)), file_size_(file_size), headers_only_(headers_only) {}
+      : headers_only_(headers_only), window_(fd, std::move(path), file_size) {}
   // The next frame. False at the end of the file, status() OK, or at damage, status() naming
   // path:offset and what is wrong there.
   bool Next(IndexEntry* frame);
   const Status& status() const { return status_; }
 
  private:
-  const int fd_;
-  const std::string path_;
-  const uint64_t file_size_;
   const bool headers_only_;
+  FrameHeaderWindow window_;
   uint64_t offset_ = 0;
   bool small_ = true;  // the last frame was smaller than a window: read the next header with more
   Status status_;
-  FrameHeaderWindow window_;
 };
 
 // Scans a shard (any compression) and returns its index. Any corrupt record is an error naming its

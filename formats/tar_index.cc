@@ -258,7 +258,7 @@ uint64_t TarSampleStart(const std::vector<TarIndexSample>& samples, size_t i) {
   return i == 0 ? 0 : samples[i - 1].padded_end();
 }
 
-TarSamplesScan ScanTarSamples(const std::string& shard_path) {
+TarSamplesScan ScanTarSamples(const std::string& shard_path, size_t max_samples) {
   RecordReaderOptions options;
   options.stream.buffer_bytes = kCheckBufferBytes;
   // Every sample is indexed as it lies, however large.
@@ -270,7 +270,7 @@ TarSamplesScan ScanTarSamples(const std::string& shard_path) {
     scan.damage = reader.status();
     return scan;
   }
-  for (;;) {
+  while (scan.samples.size() < max_samples) {
     bool eof = false;
     Status s = (*reader)->SkipRecord(&eof);
     if (!s.ok() && !(*reader)->can_continue()) {
@@ -284,6 +284,7 @@ TarSamplesScan ScanTarSamples(const std::string& shard_path) {
           TarIndexMember{std::string(m.extension()), m.data_offset, m.size, m.name});
     }
   }
+  return scan;
 }
 
 Result<std::vector<TarIndexSample>> BuildTarIndex(const std::string& shard_path) {

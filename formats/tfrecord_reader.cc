@@ -26,6 +26,11 @@ inline uint32_t DecodeFixed32(const char* p) {
 
 }  // namespace
 
+std::optional<uint64_t> FrameLength(const char* header) {
+  if (crc32c::Unmask(DecodeFixed32(header + 8)) != crc32c::Value(header, 8)) return std::nullopt;
+  return DecodeFixed64(header);
+}
+
 Result<std::unique_ptr<TFRecordReader>> TFRecordReader::Open(const std::string& path,
                                                              const TFRecordReaderOptions& options) {
   TFRecordReaderOptions opts = options;
@@ -185,10 +190,11 @@ Status TFRecordReader::Next(std::string_view* record, std::string* copy, bool* e
   }
   if (*avail < kTFRecordHeaderBytes) return truncated(kTFRecordHeaderBytes, *avail);
 
-  uint64_t length = DecodeFixed64(header);
-  if (crc32c::Unmask(DecodeFixed32(header + 8)) != crc32c::Value(header, 8)) {
+  const std::optional<uint64_t> declared = FrameLength(header);
+  if (!declared) {
     return fail(DataLoss("corrupted record at " + where() + " (length checksum mismatch)"));
   }
+  const uint64_t length = *declared;
   if (length > options_.max_record_bytes ||
       length > SIZE_MAX - kTFRecordHeaderBytes - kTFRecordFooterBytes) {
     return fail(DataLoss("corrupted record at " + where() + " (length " + std::to_string(length) +

@@ -23,6 +23,10 @@ namespace sluice {
 inline constexpr size_t kTFRecordHeaderBytes = 12;  // length + its CRC
 inline constexpr size_t kTFRecordFooterBytes = 4;   // data CRC
 
+// The data length a frame header (kTFRecordHeaderBytes at `header`) declares, if its CRC matches:
+// a header whose CRC does not is corrupt.
+std::optional<uint64_t> FrameLength(const char* header);
+
 // A stream that can lend its bytes instead of copying them out (pipeline/read_ahead_file.h's
 // read-ahead is one). TFRecordReader parses records in place from such a stream, copying only the
 // records that straddle two loans.

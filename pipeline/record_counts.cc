@@ -154,10 +154,7 @@ FileRecords CountFileRecords(const std::string& path, std::optional<Compression>
   if (c != Compression::kNone) return ScanRecords(path, c, kind);
   // The index the lazy start would use (RecordIndexSource::Open): one that tiles the file.
   Result<std::vector<IndexEntry>> index = ReadRecordIndex(IndexPathFor(path));
-  if (index.ok()) {
-    const uint64_t indexed = index->empty() ? 0 : index->back().offset + index->back().length;
-    if (indexed == size) return FileRecords{index->size(), false};
-  }
+  if (index.ok() && IndexEndsWithFile(*index, size)) return FileRecords{index->size(), false};
   return FileRecords{ScanFrames(fd->get(), path, size), false};
 }
 

@@ -2,16 +2,16 @@
 // what a stream delivered, and whether an epoch's labels came each once.
 #pragma once
 
-#include <grpcpp/grpcpp.h>
-
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <catch2/catch.hpp>
+#include <grpcpp/grpcpp.h>
 
 #include "client/client.h"
 #include "formats/image_example.h"
@@ -54,13 +54,12 @@ struct Fixture {
     config = dir.file("sluice.textproto");
     testing::WriteAll(config, "listen: \"127.0.0.1:0\"\n" + extra +
                                   "datasets {\n  name: \"train\"\n  num_classes: 1000\n"
-                                  "  pipeline {\n    files: \"" +
-                                  dir.file("shard-*.tfrecord") +
+                                  "  pipeline {\n    files: \"" + dir.file("shard-*.tfrecord") +
                                   "\"\n    batch_size: 8\n    image_height: 32\n"
                                   "    image_width: 40\n    threads: 2\n    seed: 7\n"
                                   "    epochs: 1\n    memory_budget_bytes: 67108864\n"
-                                  "    shuffle { buffer_size: 16 }\n  }\n" +
-                                  dataset_extra + "}\n");
+                                  "    shuffle { buffer_size: 16 }\n  }\n" + dataset_extra +
+                                  "}\n");
   }
   std::vector<std::string> Args() const { return {"--config", config}; }
 
@@ -106,7 +105,6 @@ inline bool EachLabelOnce(std::vector<int32_t> labels, int n) {
   return testing::Sorted(std::move(labels)) == testing::Iota(n);
 }
 
-// The generated stub on `address`, for the tests that read raw v1::Batch messages.
 // GetStats of `dataset` until `done` holds of them; fails after 20 s. A poll: what it waits for
 // happens in the server process (a stream attaching, the reaper's deadline passing, a finished
 // job destroyed), which tells this one nothing; the interval only paces the calls.
@@ -123,6 +121,7 @@ v1::Stats StatsWhen(Client& client, const std::string& dataset, Done done) {
   }
 }
 
+// The generated stub on `address`, for the tests that read raw v1::Batch messages.
 inline std::unique_ptr<v1::DataService::Stub> Stub(const std::string& address) {
   return v1::DataService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
 }

@@ -302,8 +302,11 @@ struct Resumed {
 Resumed ResumeAfterHead(ServerProcess& server, Client& client, const Got& head) {
   Resumed r;
   // The streams before may leave a job reading ahead until the reaper ends it: its reads are not
-  // this stream's.
-  StatsWhen(client, "train", [](const v1::Stats& s) { return s.jobs_size() == 0; });
+  // this stream's. A job leaves the list before the reaper destroys it, which gives back its
+  // budget.
+  StatsWhen(client, "train", [](const v1::Stats& s) {
+    return s.jobs_size() == 0 && s.memory_reserved_bytes() == 0;
+  });
   const uint64_t before = ReadChars(server.pid());
   auto rest = client.Stream(serve_testing::ResumeAfter(head));
   REQUIRE(rest.ok());

@@ -1,6 +1,7 @@
 #include "pipeline/record_index_source.h"
 
 #include <algorithm>
+#include <limits>
 #include <string_view>
 #include <utility>
 
@@ -88,8 +89,9 @@ IndexedRead ReadIndexedRecord(SourceKind kind, const std::string& path,
 std::unique_ptr<RecordIndexSource> RecordIndexSource::Open(const SourceContext& ctx, uint32_t file,
                                                            const LazyWindow* window,
                                                            bool fill_cache) {
-  RecordCache* fill = fill_cache && !window->open() ? ctx.record_cache : nullptr;
-  // A source filling the cache never gives lazy records, whatever the window does later.
+  RecordCache* fill = fill_cache ? ctx.record_cache : nullptr;
+  // A source filling the cache never gives lazy records, whatever the window: a lazy record holds
+  // no bytes to keep.
   static const LazyWindow kClosed;
   if (fill != nullptr) window = &kClosed;
   const std::optional<Compression>& compression = ctx.options->compression;
@@ -102,8 +104,13 @@ std::unique_ptr<RecordIndexSource> RecordIndexSource::Open(const SourceContext& 
   if (!size.ok()) return nullptr;
   // Without a usable `.idx` beside the file, the index is built from its headers now: what
   // `sluice index` would write, up to any damage the file's reader cannot step past (the rest of
-  // the file, from there, is read as the reader reads it).
+  // the file, from there, is read as the reader reads it). A resumed stream's lazy start alone
+  // needs no more entries than the records it has still to pass over; ranks sharing the file
+  // number them all.
   const std::string built_name = path + " (its index built on open)";
+  const uint64_t build_limit = ctx.shard.count > 1 || fill != nullptr || !window->open()
+                                   ? std::numeric_limits<uint64_t>::max()
+                                   : window->until - window->produced;
   if (kind == SourceKind::kTar) {
     if (!compression) {
       Result<Compression> detected = DetectTarCompression(path);
@@ -117,7 +124,8 @@ std::unique_ptr<RecordIndexSource> RecordIndexSource::Open(const SourceContext& 
         read.ok()) {
       samples = std::move(*read);
     } else {
-      TarSamplesScan scan = ScanTarSamples(path);
+      TarSamplesScan scan =
+          ScanTarSamples(path, static_cast<size_t>(std::min<uint64_t>(build_limit, SIZE_MAX)));
       if (scan.samples.empty()) return nullptr;
       samples = std::move(scan.samples);
       index_name = built_name;
@@ -145,34 +153,36 @@ std::unique_ptr<RecordIndexSource> RecordIndexSource::Open(const SourceContext& 
     if (!head.ok() || DetectCompression(*head) != Compression::kNone) return nullptr;
   }
   // An index of another version of the file would put frames in the wrong places.
-  Result<std::vector<IndexEntry>> index = ReadRecordIndex(IndexPathFor(path));
-  bool tiles =
-      index.ok() && (index->empty() ? 0 : index->back().offset + index->back().length) == *size;
-  std::string index_name;
-  if (!tiles) {
-    Result<UniqueFd> fd = OpenForPositionalReads(path);
-    if (!fd.ok()) return nullptr;
-    FrameHeaderWalker walker(fd->get(), path, *size, /*headers_only=*/ctx.shard.count > 1);
-    index = std::vector<IndexEntry>();
-    IndexEntry frame;
-    while (walker.Next(&frame)) index->push_back(frame);
-    tiles = walker.status().ok();
-    if (index->empty() && !tiles) return nullptr;
-    index_name = built_name;
+  Result<std::vector<IndexEntry>> read = ReadRecordIndex(IndexPathFor(path));
+  if (read.ok() && IndexEndsWithFile(*read, *size)) {
+    // A rank sharing the file checks the other ranks' frames from their headers alone.
+    Result<IndexedFrameChecker> checker =
+        IndexedFrameChecker::Open(path, /*headers_only=*/ctx.shard.count > 1);
+    if (!checker.ok()) return nullptr;
+    auto source = std::unique_ptr<RecordIndexSource>(
+        new RecordIndexSource(ctx, file, window, std::move(*read), /*tiles=*/true, fill));
+    source->frame_checker_.emplace(std::move(*checker));
+    source->AccountIndex();
+    return source;
   }
-  // A rank sharing the file checks the other ranks' frames from their headers alone.
-  Result<IndexedFrameChecker> checker =
-      IndexedFrameChecker::Open(path, /*headers_only=*/ctx.shard.count > 1, index_name);
-  if (!checker.ok()) return nullptr;
+  // Built from the headers just read, the entries need no check against them.
+  Result<UniqueFd> fd = OpenForPositionalReads(path);
+  if (!fd.ok()) return nullptr;
+  FrameHeaderWalker walker(fd->get(), path, *size, /*headers_only=*/ctx.shard.count > 1);
+  std::vector<IndexEntry> index;
+  IndexEntry frame;
+  while (index.size() < build_limit && walker.Next(&frame)) index.push_back(frame);
+  const bool tiles = walker.status().ok() && IndexEndsWithFile(index, *size);
+  if (index.empty() && !tiles) return nullptr;
   auto source = std::unique_ptr<RecordIndexSource>(
-      new RecordIndexSource(ctx, file, window, std::move(*index), tiles, fill));
-  source->frame_checker_.emplace(std::move(*checker));
+      new RecordIndexSource(ctx, file, window, std::move(index), tiles, fill));
   source->AccountIndex();
   return source;
 }
 
 Status RecordIndexSource::Check(size_t i) {
-  return tar_checker_ ? tar_checker_->Check(samples_, i) : frame_checker_->Check(index_, i);
+  if (tar_checker_) return tar_checker_->Check(samples_, i);
+  return frame_checker_ ? frame_checker_->Check(index_, i) : Status::OK();
 }
 
 bool RecordIndexSource::Read(WorkItem* w) {

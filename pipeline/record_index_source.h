@@ -39,16 +39,21 @@ class RecordIndexSource final : public Source {
   // used when it is of this version of the file (a TFRecord index that ends where the file does,
   // a tar index whose last sample ends within it) and in the file's kind's format; otherwise one
   // is built now from the file's headers (FrameHeaderWalker, ScanTarSamples), up to any damage
-  // the reader cannot step past (null when that leaves no record). window is read on every Read
-  // and outlives this. An entry that does not
-  // match the file (IndexedFrameChecker, TarIndexChecker) is logged with the index path and line,
-  // counted (PipelineStats::index_fallbacks), and the file is read from that entry's offset on.
-  // After a tar index's last entry the rest of the shard is read (samples it does not list).
+  // the reader cannot step past (null when the damage leaves it no entry) and, for a lazy start
+  // alone (one rank, the window open), no further than the records the window has left. window
+  // is read on every Read and outlives this.
+  // An entry of a `.idx`, or of a tar index built here, that does not match the file
+  // (IndexedFrameChecker, TarIndexChecker) is logged with the index's name and line, counted
+  // (PipelineStats::index_fallbacks), and the file is read from that entry's offset on; a
+  // TFRecord index built here is the headers just read, and not checked again. After the last
+  // entry of an index that does not end where the file does (any tar index, a built one cut
+  // short), the rest of the file is read as its reader reads it.
   // A record of this rank read through the index is what FileReaderSource would make of it (the
   // same checks, errors and refusals, both naming file:offset); an error the file's reader could
   // not step past ends the file, as it would there.
-  // fill_cache (with the window closed: a lazy item holds no bytes): keep this rank's records in
-  // ctx.record_cache as they are read, the whole file or none, as FileReaderSource does.
+  // fill_cache: keep this rank's records in ctx.record_cache as they are read, the whole file or
+  // none, as FileReaderSource does; such a source gives no lazy records, whatever the window (a
+  // lazy item holds no bytes to keep).
   static std::unique_ptr<RecordIndexSource> Open(const SourceContext& ctx, uint32_t file,
                                                  const LazyWindow* window, bool fill_cache = false);
 
@@ -96,7 +101,8 @@ class RecordIndexSource final : public Source {
   // Every entry is checked against the file before it is trusted: a lying index falls back to
   // reading the file from the first entry that does not match, so no record is lost or doubled.
   // One of the two, by the file's kind: a TFRecord's frame headers, or a tar's samples (their
-  // members, from the tar headers, against samples_).
+  // members, from the tar headers, against samples_). Neither for a TFRecord index built from
+  // the headers on open.
   std::optional<IndexedFrameChecker> frame_checker_;
   std::optional<TarIndexChecker> tar_checker_;
   std::vector<TarIndexSample> samples_;

@@ -48,9 +48,9 @@ RecordSource::Slot RecordSource::Open(uint32_t file) const {
 std::unique_ptr<Source> RecordSource::OpenFromDisk(uint32_t file) const {
   // The index stands in for reading what this stream will not use: the other ranks' records of a
   // file the ranks share, and the records a resumed stream passes over (not while filling the
-  // record cache: a lazy record holds no bytes to keep).
+  // record cache, which keeps them all: a lazy record holds no bytes to keep).
   const bool fill = ctx_.record_cache != nullptr;
-  if (fill ? plan_.records.count > 1 && !lazy_.open() : plan_.records.count > 1 || lazy_.open()) {
+  if (fill ? plan_.records.count > 1 : plan_.records.count > 1 || lazy_.open()) {
     if (auto index = RecordIndexSource::Open(ctx_, file, &lazy_, fill)) return index;
   }
   // The cache is filled as the file is read; the reader opens on the first read.

@@ -612,9 +612,59 @@ TEST_CASE("AResumedStreamPassesOverAnUnindexedShardsSamplesWithoutReadingThem") 
   const uint64_t read = BytesReadSoFar() - before;
   CHECK(lazy == 20);
   CHECK(rest == std::vector<Given>(want.begin() + 20, want.end()));
-  // Four payloads, and the headers twice (to build the index, then to check it).
+  // Four payloads, and the passed-over samples' headers twice (to build the index, then to check
+  // it).
   CHECK(read < *size / 2);
   CHECK(stats.index_fallbacks == 0);
+}
+
+// A resumed stream that passes over a few records of a file without its `.idx` builds the index
+// only as far as those records: the rest is read once, as the reader reads it, not scanned for
+// headers first (which, for records smaller than a header read, reads the file twice).
+TEST_CASE("ALazyStartBuildsAnUnindexedFilesIndexOnlyAsFarAsItPassesOver") {
+  TempDir dir;
+  const std::string path = dir.file("shard-0.tfrecord");
+  WriteIndexedTFRecord(path, 300, 3000);
+  REQUIRE(std::filesystem::remove(IndexPathFor(path)));
+  WriteTarShard(dir, 300);
+  IoPool pool(1);
+  for (const ResolvedOptions& options : {Resolved(dir), TarOptions(dir)}) {
+    INFO(options.files[0]);
+    auto size = GetFileSize(options.files[0]);
+    REQUIRE(size.ok());
+    PipelineStats stats;
+    SourceContext ctx{&options, &stats, &pool, nullptr, nullptr, RecordShard{}};
+    std::vector<Given> want;
+    {
+      FileReaderSource reader(ctx, 0, /*fill_cache=*/false);
+      want = ReadGiven(reader);
+    }
+    REQUIRE(want.size() == 300);
+    const uint64_t before = BytesReadSoFar();
+    LazyWindow window{0, 5};
+    auto index = RecordIndexSource::Open(ctx, 0, &window);
+    REQUIRE(index != nullptr);
+    size_t lazy = 0;
+    std::vector<Given> rest;
+    for (;;) {
+      WorkItem w;
+      w.file = 0;
+      if (!index->Read(&w)) break;
+      ++window.produced;
+      if (w.lazy_length > 0) {
+        ++lazy;
+        CHECK(w.offset == want[w.record].offset);
+        continue;
+      }
+      rest.push_back({w.kind, w.status.code(), w.status.message(), w.record, w.offset, w.length,
+                      std::string(w.bytes)});
+    }
+    const uint64_t read = BytesReadSoFar() - before;
+    CHECK(lazy == 5);
+    CHECK(rest == std::vector<Given>(want.begin() + 5, want.end()));
+    INFO("read " << read << " of " << *size);
+    CHECK(read < *size + *size / 5);
+  }
 }
 
 // A file cut short (a writer killed mid-record) gets an index built up to the cut: ranks sharing it
@@ -726,10 +776,12 @@ TEST_CASE("RanksSharingAStaleTarIndexAllFallBackAtTheSameSample") {
 }
 
 // An epoch of RecordSource for rank `rank` of 3 (record-level sharding over one file): its items
-// and the bytes read for them.
-std::vector<Given> ReadEpochAsRank(RecordSource& source, int64_t epoch, uint64_t* bytes_read) {
+// and the bytes read for them. lazy: the records a resumed stream would pass over.
+std::vector<Given> ReadEpochAsRank(RecordSource& source, int64_t epoch, uint64_t* bytes_read,
+                                   uint64_t lazy = 0) {
   const uint64_t before = BytesReadSoFar();
   source.StartEpoch(epoch);
+  source.SetLazyRecords(lazy);
   std::vector<Given> given;
   for (;;) {
     WorkItem w;
@@ -746,38 +798,41 @@ std::vector<Given> ReadEpochAsRank(RecordSource& source, int64_t epoch, uint64_t
 // With a RECORDS cache, ranks sharing a shard fill it with their own samples read through its
 // index (or one built on open) in the first epoch (not reading the others' payloads) and serve the
 // second from it, reading nothing; both epochs give what reading the file gives. A stale index (the
-// shard rewritten) falls back mid-file and the cache still gets the whole file's samples.
+// shard rewritten) falls back mid-file and the cache still gets the whole file's samples. So does
+// a resumed stream's first epoch, whose records before its start point come whole, not lazy (the
+// cache keeps them), and still only this rank's.
 TEST_CASE("RanksSharingAShardFillTheRecordCacheThroughItsIndexOrOneBuiltOnOpen") {
-  for (const std::string index : {"indexed", "stale", "built on open"}) {
-    const bool stale = index == "stale";
-    TempDir dir;
-    const std::string tar = WriteTarShard(dir, 24, -1, 64 << 10);
-    if (index != "built on open") IndexTarShard(tar);
-    if (stale) WriteTarShard(dir, 24, /*grow_sample=*/13, 64 << 10);
-    auto size = GetFileSize(tar);
-    REQUIRE(size.ok());
-    ResolvedOptions options = TarOptions(dir);
-    options.shard_count = 3;
-    IoPool pool(2);
-    for (int rank = 0; rank < 3; ++rank) {
-      INFO("rank " << rank << ", " << index);
-      options.shard_index = rank;
-      const std::vector<Given> want = ReadAsRank(options, &pool, rank, 3).want;
-      REQUIRE(want.size() == 8);
-      PipelineStats stats;
-      RecordCache cache(1, 1 << 30, &stats);
-      RecordSource source(options, &stats, &cache, nullptr, &pool);
-      uint64_t first = 0;
-      uint64_t second = 0;
-      CHECK(ReadEpochAsRank(source, 0, &first) == want);
-      REQUIRE(cache.Find(0) != nullptr);
-      CHECK(cache.Find(0)->size() == 8);
-      CHECK(ReadEpochAsRank(source, 1, &second) == want);
-      if (!stale) CHECK(first < *size / 2);
-      CHECK(second < 4096);
-      CHECK(stats.index_fallbacks == (stale ? 1u : 0u));
+  for (const uint64_t lazy : {0, 10})
+    for (const std::string index : {"indexed", "stale", "built on open"}) {
+      const bool stale = index == "stale";
+      TempDir dir;
+      const std::string tar = WriteTarShard(dir, 24, -1, 64 << 10);
+      if (index != "built on open") IndexTarShard(tar);
+      if (stale) WriteTarShard(dir, 24, /*grow_sample=*/13, 64 << 10);
+      auto size = GetFileSize(tar);
+      REQUIRE(size.ok());
+      ResolvedOptions options = TarOptions(dir);
+      options.shard_count = 3;
+      IoPool pool(2);
+      for (int rank = 0; rank < 3; ++rank) {
+        INFO("rank " << rank << ", " << index << ", lazy " << lazy);
+        options.shard_index = rank;
+        const std::vector<Given> want = ReadAsRank(options, &pool, rank, 3).want;
+        REQUIRE(want.size() == 8);
+        PipelineStats stats;
+        RecordCache cache(1, 1 << 30, &stats);
+        RecordSource source(options, &stats, &cache, nullptr, &pool);
+        uint64_t first = 0;
+        uint64_t second = 0;
+        CHECK(ReadEpochAsRank(source, 0, &first, lazy) == want);
+        REQUIRE(cache.Find(0) != nullptr);
+        CHECK(cache.Find(0)->size() == 8);
+        CHECK(ReadEpochAsRank(source, 1, &second) == want);
+        if (!stale) CHECK(first < *size / 2);
+        CHECK(second < 4096);
+        CHECK(stats.index_fallbacks == (stale ? 1u : 0u));
+      }
     }
-  }
 }
 
 // A rank filling the RECORDS cache through a TFRecord file's index keeps its refusals (records

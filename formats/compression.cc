@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "formats/crc32c.h"
+#include "formats/tfrecord_reader.h"
 
 namespace sluice {
 namespace {
@@ -27,10 +27,7 @@ std::string ZlibMessage(const z_stream& z, int rc) {
 }
 
 bool LooksLikeTFRecordHeader(std::string_view head) {
-  if (head.size() < 12) return false;
-  uint32_t stored;
-  std::memcpy(&stored, head.data() + 8, 4);  // little-endian on every platform we build for
-  return crc32c::Unmask(stored) == crc32c::Value(head.data(), 8);
+  return head.size() >= kTFRecordHeaderBytes && FrameLength(head.data()).has_value();
 }
 
 std::optional<Compression> Detect(std::string_view head) {

@@ -258,9 +258,10 @@ uint64_t TarSampleStart(const std::vector<TarIndexSample>& samples, size_t i) {
   return i == 0 ? 0 : samples[i - 1].padded_end();
 }
 
-TarSamplesScan ScanTarSamples(const std::string& shard_path, size_t max_samples) {
+TarSamplesScan ScanTarSamples(const std::string& shard_path, size_t max_samples,
+                              bool headers_only) {
   RecordReaderOptions options;
-  options.stream.buffer_bytes = kCheckBufferBytes;
+  options.stream.buffer_bytes = headers_only ? kTarBlockBytes : kCheckBufferBytes;
   // Every sample is indexed as it lies, however large.
   options.stream.max_held_record_bytes = std::numeric_limits<uint64_t>::max();
   options.keep_tar_members = true;

@@ -78,14 +78,17 @@ uint64_t TarSampleStart(const std::vector<TarIndexSample>& samples, size_t i);
 // The samples TarSampleReader makes of a shard (any compression), each with its members as they
 // lie (whatever their size or names), up to the first damage the reader cannot step past: damage
 // says what it was, naming the shard and offset (OK: the shard read to its end, or max_samples
-// found). Payloads are skipped, except a `cls`. What `sluice index` writes, and how a shard
-// without its `.idx` gets one on open (pipeline/record_index_source.cc).
+// found). Payloads are skipped, except a `cls`: read through a 64 KiB buffer, which holds small
+// members' payloads too, or with headers_only from reads of a header block each, payloads seeked
+// over whatever their size. What `sluice index` writes, and how a shard without its `.idx` gets
+// one on open (pipeline/record_index_source.cc).
 struct TarSamplesScan {
   std::vector<TarIndexSample> samples;
   Status damage;
 };
 TarSamplesScan ScanTarSamples(const std::string& shard_path,
-                              size_t max_samples = std::numeric_limits<size_t>::max());
+                              size_t max_samples = std::numeric_limits<size_t>::max(),
+                              bool headers_only = false);
 
 // Reads a shard (any compression) and returns its index: the samples TarSampleReader makes of
 // it, each with its members. A shard whose headers do not read cleanly (DataLoss) gets none, nor

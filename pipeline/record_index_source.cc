@@ -104,11 +104,14 @@ std::unique_ptr<RecordIndexSource> RecordIndexSource::Open(const SourceContext& 
   if (!size.ok()) return nullptr;
   // Without a usable `.idx` beside the file, the index is built from its headers now: what
   // `sluice index` would write, up to any damage the file's reader cannot step past (the rest of
-  // the file, from there, is read as the reader reads it). A resumed stream's lazy start alone
-  // needs no more entries than the records it has still to pass over; ranks sharing the file
-  // number them all.
+  // the file, from there, is read as the reader reads it). Each header is its own read, payloads
+  // seeked over whatever their size: the entries a stream uses are read again, and the others
+  // (another rank's records; records past a lazy start's last, which is not known here) should
+  // cost only their headers. A lazy start alone needs no more entries than the window has records
+  // left (those of every file in the interleave cycle together); ranks sharing the file number
+  // them all.
   const std::string built_name = path + " (its index built on open)";
-  const uint64_t build_limit = ctx.shard.count > 1 || fill != nullptr || !window->open()
+  const uint64_t build_limit = ctx.shard.count > 1 || !window->open()
                                    ? std::numeric_limits<uint64_t>::max()
                                    : window->until - window->produced;
   if (kind == SourceKind::kTar) {
@@ -125,7 +128,8 @@ std::unique_ptr<RecordIndexSource> RecordIndexSource::Open(const SourceContext& 
       samples = std::move(*read);
     } else {
       TarSamplesScan scan =
-          ScanTarSamples(path, static_cast<size_t>(std::min<uint64_t>(build_limit, SIZE_MAX)));
+          ScanTarSamples(path, static_cast<size_t>(std::min<uint64_t>(build_limit, SIZE_MAX)),
+                         /*headers_only=*/true);
       if (scan.samples.empty()) return nullptr;
       samples = std::move(scan.samples);
       index_name = built_name;
@@ -168,7 +172,7 @@ std::unique_ptr<RecordIndexSource> RecordIndexSource::Open(const SourceContext& 
   // Built from the headers just read, the entries need no check against them.
   Result<UniqueFd> fd = OpenForPositionalReads(path);
   if (!fd.ok()) return nullptr;
-  FrameHeaderWalker walker(fd->get(), path, *size, /*headers_only=*/ctx.shard.count > 1);
+  FrameHeaderWalker walker(fd->get(), path, *size, /*headers_only=*/true);
   std::vector<IndexEntry> index;
   IndexEntry frame;
   while (index.size() < build_limit && walker.Next(&frame)) index.push_back(frame);

@@ -37,9 +37,10 @@ class RecordSource {
 
   // For the epoch just started: its first n records (in this source's order) may come back
   // unread, as lazy items (WorkItem::lazy_length), wherever a file's record index lets the
-  // source find its frames without reading them (uncompressed files with a `.idx` that matches
-  // the file, and no record cache). A resumed stream passes over them; Materialize reads those
-  // the shuffle buffer still holds when the stream starts.
+  // source find its frames without reading them (uncompressed TFRecord and tar files, through a
+  // `.idx` that matches the file or an index built from its headers on open; not with a record
+  // cache, which keeps every record read). A resumed stream passes over them; Materialize reads
+  // those the shuffle buffer still holds when the stream starts.
   void SetLazyRecords(uint64_t n) { lazy_.until = n; }
   // Reads a lazy item's record: afterwards w is what Next would have made of it (kRecord with
   // bytes, or kBadRecord naming file and offset).

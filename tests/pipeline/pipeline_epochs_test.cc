@@ -1,6 +1,7 @@
 // Which records each epoch yields, in which order, pinned on real shards of real JPEGs:
 // exactly-once, shuffling, determinism, sharding, remainders, finite epochs, eval mode, resuming.
 #include <catch2/catch.hpp>
+#include <filesystem>
 
 #include "formats/record_index.h"
 #include "formats/tfrecord_reader.h"
@@ -202,6 +203,58 @@ TEST_CASE("ResumingWithRecordIndexesReadsOnlyTheRecordsItUses") {
     const auto rest = resume_after(40, &stats);
     REQUIRE(rest.status.ok());
     CHECK(rest.image_bytes == full.image_bytes.substr(offsets[41]));
+  }
+  SECTION("without their indexes, each is built from the file's headers on open") {
+    for (const std::string& path : shards.paths)
+      REQUIRE(std::filesystem::remove(IndexPathFor(path)));
+    StatsSnapshot stats;
+    const auto rest = resume_after(40, &stats);
+    REQUIRE(rest.status.ok());
+    CHECK(rest.positions ==
+          std::vector<BatchPosition>(full.positions.begin() + 41, full.positions.end()));
+    CHECK(rest.image_bytes == full.image_bytes.substr(offsets[41]));
+    CHECK(ReadBytes(stats) < ReadBytes(full_stats) / 3);
+    CHECK(stats.index_fallbacks == 0);
+  }
+}
+
+// A rank of three sharing two files (record-level sharding) with a RECORDS cache, resumed in its
+// first epoch (which fills the cache through the files' indexes, or indexes built on open) and in
+// its second (served from the cache): exactly the batches, positions and image bytes the
+// unresumed run gives after the same batch.
+TEST_CASE("ARankSharingCachedFilesResumesExactlyWithTheFilesIndexesOrIndexesBuiltOnOpen") {
+  for (bool indexed : {true, false}) {
+    CAPTURE(indexed);
+    TempDir dir;
+    auto shards = WriteTestShards(dir, 2, 60);
+    if (!indexed) {
+      for (const std::string& path : shards.paths) {
+        REQUIRE(std::filesystem::remove(IndexPathFor(path)));
+      }
+    }
+    auto o = BaseOptions(dir);
+    o.set_epochs(2);
+    o.mutable_cache()->set_mode(v1::CACHE_RECORDS);
+    o.mutable_shard()->set_index(1);
+    o.mutable_shard()->set_count(3);
+    const auto full = RunToEnd(o);
+    REQUIRE(full.status.ok());
+    const size_t image_bytes = 32 * 40 * 3;
+    std::vector<size_t> offsets{0};
+    for (int size : full.sizes) offsets.push_back(offsets.back() + size * image_bytes);
+    REQUIRE(full.positions.size() > 8);
+    for (size_t k : {size_t{1}, size_t{3}, full.positions.size() / 2, full.positions.size() - 2}) {
+      CAPTURE(k);
+      const BatchPosition p = full.positions[k];
+      StatsSnapshot stats;
+      const auto rest =
+          RunToEnd(o, &stats, true, BatchPosition{p.epoch, p.index + 1, p.end_record});
+      REQUIRE(rest.status.ok());
+      CHECK(rest.positions ==
+            std::vector<BatchPosition>(full.positions.begin() + k + 1, full.positions.end()));
+      CHECK(rest.image_bytes == full.image_bytes.substr(offsets[k + 1]));
+      CHECK(stats.index_fallbacks == 0);
+    }
   }
 }
 

@@ -572,6 +572,46 @@ TEST_CASE("RanksSharingATFRecordFileReadOnlyTheirOwnRecordsWithItsIndexOrOneBuil
   }
 }
 
+// What reading file 0 whole gives.
+std::vector<Given> ReadWhole(const SourceContext& ctx) {
+  FileReaderSource reader(ctx, 0, /*fill_cache=*/false);
+  return ReadGiven(reader);
+}
+
+// A lazy start over file 0 that passes over window_until records, its lazy items left unread (each
+// where reading the file whole, `want`, places it): how many came lazy, the items after them, and
+// the bytes read, opening the index included.
+struct LazyStart {
+  size_t lazy = 0;
+  std::vector<Given> rest;
+  uint64_t bytes_read = 0;
+};
+
+LazyStart StartLazily(const SourceContext& ctx, const std::vector<Given>& want,
+                      uint64_t window_until) {
+  LazyStart r;
+  const uint64_t before = BytesReadSoFar();
+  LazyWindow window{0, window_until};
+  auto index = RecordIndexSource::Open(ctx, 0, &window);
+  REQUIRE(index != nullptr);
+  for (;;) {
+    WorkItem w;
+    w.file = 0;
+    if (!index->Read(&w)) break;
+    ++window.produced;
+    if (w.lazy_length > 0) {
+      ++r.lazy;
+      CHECK(w.offset == want[w.record].offset);
+      CHECK(w.length == want[w.record].length);
+      continue;
+    }
+    r.rest.push_back({w.kind, w.status.code(), w.status.message(), w.record, w.offset, w.length,
+                      std::string(w.bytes)});
+  }
+  r.bytes_read = BytesReadSoFar() - before;
+  return r;
+}
+
 // A resumed stream over a shard without its `.idx` passes over the samples before its start point
 // through an index built on open: they come lazy, their payloads unread, and the rest of the shard
 // is read as the reader reads it.
@@ -583,38 +623,14 @@ TEST_CASE("AResumedStreamPassesOverAnUnindexedShardsSamplesWithoutReadingThem") 
   const ResolvedOptions options = TarOptions(dir);
   PipelineStats stats;
   SourceContext ctx{&options, &stats, nullptr, nullptr, nullptr, RecordShard{}};
-  std::vector<Given> want;
-  {
-    FileReaderSource reader(ctx, 0, /*fill_cache=*/false);
-    want = ReadGiven(reader);
-  }
+  const std::vector<Given> want = ReadWhole(ctx);
   REQUIRE(want.size() == 24);
-  const uint64_t before = BytesReadSoFar();
-  LazyWindow window{0, 20};
-  auto index = RecordIndexSource::Open(ctx, 0, &window);
-  REQUIRE(index != nullptr);
-  size_t lazy = 0;
-  std::vector<Given> rest;
-  for (;;) {
-    WorkItem w;
-    w.file = 0;
-    if (!index->Read(&w)) break;
-    ++window.produced;
-    if (w.lazy_length > 0) {
-      ++lazy;
-      CHECK(w.offset == want[w.record].offset);
-      CHECK(w.length == want[w.record].length);
-      continue;
-    }
-    rest.push_back({w.kind, w.status.code(), w.status.message(), w.record, w.offset, w.length,
-                    std::string(w.bytes)});
-  }
-  const uint64_t read = BytesReadSoFar() - before;
-  CHECK(lazy == 20);
-  CHECK(rest == std::vector<Given>(want.begin() + 20, want.end()));
+  const LazyStart started = StartLazily(ctx, want, 20);
+  CHECK(started.lazy == 20);
+  CHECK(started.rest == std::vector<Given>(want.begin() + 20, want.end()));
   // Four payloads, and the passed-over samples' headers twice (to build the index, then to check
   // it).
-  CHECK(read < *size / 2);
+  CHECK(started.bytes_read < *size / 2);
   CHECK(stats.index_fallbacks == 0);
 }
 
@@ -634,36 +650,13 @@ TEST_CASE("ALazyStartBuildsAnUnindexedFilesIndexOnlyAsFarAsItPassesOver") {
     REQUIRE(size.ok());
     PipelineStats stats;
     SourceContext ctx{&options, &stats, &pool, nullptr, nullptr, RecordShard{}};
-    std::vector<Given> want;
-    {
-      FileReaderSource reader(ctx, 0, /*fill_cache=*/false);
-      want = ReadGiven(reader);
-    }
+    const std::vector<Given> want = ReadWhole(ctx);
     REQUIRE(want.size() == 300);
-    const uint64_t before = BytesReadSoFar();
-    LazyWindow window{0, 5};
-    auto index = RecordIndexSource::Open(ctx, 0, &window);
-    REQUIRE(index != nullptr);
-    size_t lazy = 0;
-    std::vector<Given> rest;
-    for (;;) {
-      WorkItem w;
-      w.file = 0;
-      if (!index->Read(&w)) break;
-      ++window.produced;
-      if (w.lazy_length > 0) {
-        ++lazy;
-        CHECK(w.offset == want[w.record].offset);
-        continue;
-      }
-      rest.push_back({w.kind, w.status.code(), w.status.message(), w.record, w.offset, w.length,
-                      std::string(w.bytes)});
-    }
-    const uint64_t read = BytesReadSoFar() - before;
-    CHECK(lazy == 5);
-    CHECK(rest == std::vector<Given>(want.begin() + 5, want.end()));
-    INFO("read " << read << " of " << *size);
-    CHECK(read < *size + *size / 5);
+    const LazyStart started = StartLazily(ctx, want, 5);
+    CHECK(started.lazy == 5);
+    CHECK(started.rest == std::vector<Given>(want.begin() + 5, want.end()));
+    INFO("read " << started.bytes_read << " of " << *size);
+    CHECK(started.bytes_read < *size + *size / 5);
   }
 }
 
@@ -833,6 +826,43 @@ TEST_CASE("RanksSharingAShardFillTheRecordCacheThroughItsIndexOrOneBuiltOnOpen")
         CHECK(stats.index_fallbacks == (stale ? 1u : 0u));
       }
     }
+}
+
+// A lazy start over an interleave of files without their `.idx` (cycle_length 4): each file's
+// index is built from its headers alone, so the records past the start point that a file built
+// entries for (the window's records left are those of the whole cycle) cost their headers, not a
+// second read; every file is read about once, and the epoch is the unresumed one's.
+TEST_CASE("ALazyStartOverAnInterleaveOfUnindexedFilesReadsThemAboutOnce") {
+  TempDir dir;
+  uint64_t total = 0;
+  for (int f = 0; f < 4; ++f) {
+    const std::string path = dir.file("shard-" + std::to_string(f) + ".tfrecord");
+    WriteIndexedTFRecord(path, 300, 3000);
+    REQUIRE(std::filesystem::remove(IndexPathFor(path)));
+    total += *GetFileSize(path);
+  }
+  ResolvedOptions options = Resolved(dir);
+  options.cycle_length = 4;
+  PipelineStats stats;
+  RecordSource whole(options, &stats, nullptr, nullptr, nullptr);
+  uint64_t whole_bytes = 0;
+  const std::vector<Given> want = ReadEpochAsRank(whole, 0, &whole_bytes);
+  REQUIRE(want.size() == 1200);
+  RecordSource resumed(options, &stats, nullptr, nullptr, nullptr);
+  uint64_t resumed_bytes = 0;
+  const std::vector<Given> got = ReadEpochAsRank(resumed, 0, &resumed_bytes, /*lazy=*/600);
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < 600; ++i) {
+    INFO("item " << i);
+    CHECK(got[i].bytes.empty());  // lazy: not read
+    CHECK(got[i].record == want[i].record);
+    CHECK(got[i].offset == want[i].offset);
+  }
+  CHECK(std::vector<Given>(got.begin() + 600, got.end()) ==
+        std::vector<Given>(want.begin() + 600, want.end()));
+  INFO("read " << resumed_bytes << " resumed, " << whole_bytes << " whole, of " << total);
+  CHECK(whole_bytes >= total);
+  CHECK(resumed_bytes < total / 2 + total / 10);
 }
 
 // A rank filling the RECORDS cache through a TFRecord file's index keeps its refusals (records

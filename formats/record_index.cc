@@ -169,8 +169,7 @@ bool FrameHeaderWalker::Next(IndexEntry* frame) {
   if (file_size - offset_ < kTFRecordHeaderBytes) {
     return damage("the file ends inside a record header");
   }
-  const size_t read = small_ && !headers_only_ ? FrameHeaderWindow::kBytes : kTFRecordHeaderBytes;
-  Result<const char*> header = window_.Header(offset_, read);
+  Result<const char*> header = window_.Header(offset_, kTFRecordHeaderBytes);
   if (!header.ok()) {
     status_ = header.status();
     return false;
@@ -187,7 +186,6 @@ bool FrameHeaderWalker::Next(IndexEntry* frame) {
   }
   *frame = IndexEntry{offset_, bytes};
   offset_ += bytes;
-  small_ = bytes < FrameHeaderWindow::kBytes;
   return true;
 }
 

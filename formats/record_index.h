@@ -101,30 +101,25 @@ class IndexedFrameChecker {
   size_t advised_until_ = 0;  // entries before it have had their headers hinted
 };
 
-// Walks an uncompressed TFRecord file's frames from their headers alone, payloads seeked over, by
-// TFRecordReader's rules: a header cut short or unreadable, a length that fails its CRC or is over
-// max_record_bytes, or a payload running past the end of the file is damage the reader cannot step
-// past, and ends the walk. After a frame smaller than FrameHeaderWindow::kBytes the next headers
-// come from one read of that many bytes (which holds the small frames' payloads too); after a
-// larger one each header is its own read. With headers_only every header is its own read: for a
-// reader that uses few of the frames (a rank passing over the others'), where windows would read
-// the whole file. What `sluice index` would write, payloads seeked over: how a file without its
-// `.idx` gets one on open (pipeline/record_index_source.cc), and how its records are counted. Not
-// thread-safe; fd outlives it.
+// Walks an uncompressed TFRecord file's frames from their headers alone, each its own 12-byte read,
+// payloads seeked over whatever their size, by TFRecordReader's rules: a header cut short or
+// unreadable, a length that fails its CRC or is over max_record_bytes, or a payload running past
+// the end of the file is damage the reader cannot step past, and ends the walk. What `sluice
+// index` would write: how a file without its `.idx` gets one on open
+// (pipeline/record_index_source.cc), whose users read few of the frames it finds again, and how
+// a file's records are counted. Not thread-safe; fd outlives it.
 class FrameHeaderWalker {
  public:
-  FrameHeaderWalker(int fd, std::string path, uint64_t file_size, bool headers_only = false)
-      : headers_only_(headers_only), window_(fd, std::move(path), file_size) {}
+  FrameHeaderWalker(int fd, std::string path, uint64_t file_size)
+      : window_(fd, std::move(path), file_size) {}
   // The next frame. False at the end of the file, status() OK, or at damage, status() naming
   // path:offset and what is wrong there.
   bool Next(IndexEntry* frame);
   const Status& status() const { return status_; }
 
  private:
-  const bool headers_only_;
   FrameHeaderWindow window_;
   uint64_t offset_ = 0;
-  bool small_ = true;  // the last frame was smaller than a window: read the next header with more
   Status status_;
 };
 

@@ -24,7 +24,7 @@ namespace {
 // ends the walk is one more record, as FileReaderSource counts it before it gives up on the file;
 // a bad data CRC or an over-long record is a record like any other.
 uint64_t ScanFrames(int fd, const std::string& path, uint64_t size) {
-  FrameHeaderWalker walker(fd, path, size, /*headers_only=*/true);
+  FrameHeaderWalker walker(fd, path, size);
   uint64_t records = 0;
   IndexEntry frame;
   while (walker.Next(&frame)) ++records;

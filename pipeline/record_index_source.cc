@@ -172,7 +172,7 @@ std::unique_ptr<RecordIndexSource> RecordIndexSource::Open(const SourceContext& 
   // Built from the headers just read, the entries need no check against them.
   Result<UniqueFd> fd = OpenForPositionalReads(path);
   if (!fd.ok()) return nullptr;
-  FrameHeaderWalker walker(fd->get(), path, *size, /*headers_only=*/true);
+  FrameHeaderWalker walker(fd->get(), path, *size);
   std::vector<IndexEntry> index;
   IndexEntry frame;
   while (index.size() < build_limit && walker.Next(&frame)) index.push_back(frame);

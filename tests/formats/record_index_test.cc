@@ -6,8 +6,8 @@
 #include <utility>
 #include <vector>
 
-#include "formats/tfrecord_writer.h"
 #include "tests/test_support.h"
+#include "tests/tfrecord_test_file.h"
 
 namespace sluice {
 namespace {
@@ -121,61 +121,51 @@ TEST_CASE("BuildRecordIndexRefusesAShardWithACorruptRecord") {
   CHECK(missing.status().code() == StatusCode::kNotFound);
 }
 
-// The frames found from the headers alone are the index the writer and BuildRecordIndex give,
-// whether headers come from windows (small frames) or one read each; damage the reader cannot
-// step past ends the walk, named by path:offset, with the frames before it found; damaged data is
-// no damage to a walk of headers.
+// The frames found from the headers alone are the index the writer gives, small frames or large;
+// damage the reader cannot step past ends the walk, named by path:offset, with the frames before
+// it found; damaged data is no damage to a walk of headers.
 TEST_CASE("TheHeaderWalkFindsTheFramesBeforeAnyDamageItCannotStepPast") {
   TempDir dir;
   const std::string path = dir.file("s");
-  std::vector<IndexEntry> written;
-  {
-    auto writer = TFRecordWriter::Create(path);
-    REQUIRE(writer.ok());
-    // Small frames, one over a window (after which each header is read alone), small again.
-    for (size_t bytes : {size_t{10}, size_t{3000}, size_t{100} << 10, size_t{20}, size_t{5}}) {
-      REQUIRE((*writer)->Write(std::string(bytes, 'x')).ok());
-    }
-    written = (*writer)->index();
-    REQUIRE((*writer)->Close().ok());
+  std::vector<std::string> records;
+  for (size_t bytes : {size_t{10}, size_t{3000}, size_t{100} << 10, size_t{20}, size_t{5}}) {
+    records.push_back(std::string(bytes, 'x'));
   }
+  const std::vector<IndexEntry> written = testing::WriteTFRecordFile(path, records);
   const std::string intact = testing::ReadAll(path);
-  auto walk = [&](const std::string& bytes, bool headers_only) {
+  auto walk = [&](const std::string& bytes) {
     testing::WriteAll(path, bytes);
     auto fd = OpenForPositionalReads(path);
     REQUIRE(fd.ok());
-    FrameHeaderWalker walker(fd->get(), path, bytes.size(), headers_only);
+    FrameHeaderWalker walker(fd->get(), path, bytes.size());
     std::vector<IndexEntry> found;
     IndexEntry frame;
     while (walker.Next(&frame)) found.push_back(frame);
     CHECK_FALSE(walker.Next(&frame));
     return std::make_pair(found, walker.status());
   };
-  for (bool headers_only : {false, true}) {
-    INFO("headers_only " << headers_only);
-    auto [found, status] = walk(intact, headers_only);
-    CHECK(status.ok());
-    CHECK(found == written);
-    const std::vector<IndexEntry> first3(written.begin(), written.begin() + 3);
-    std::string bytes = intact;
-    bytes[written[3].offset + 8] ^= 1;  // the fourth frame's length CRC
-    std::tie(found, status) = walk(bytes, headers_only);
-    CHECK(found == first3);
-    CHECK(status.code() == StatusCode::kDataLoss);
-    CHECK_THAT(status.message(), Catch::StartsWith(path + ":" + std::to_string(written[3].offset) +
-                                                   ": corrupted record length"));
-    std::tie(found, status) = walk(intact.substr(0, written[3].offset + 20), headers_only);
-    CHECK(found == first3);
-    CHECK_THAT(status.message(), Catch::Contains("runs past the end of the file"));
-    std::tie(found, status) = walk(intact.substr(0, written[3].offset + 5), headers_only);
-    CHECK(found == first3);
-    CHECK_THAT(status.message(), Catch::Contains("ends inside a record header"));
-    bytes = intact;
-    bytes[written[2].offset + 12 + 7] ^= 1;  // the third frame's data
-    std::tie(found, status) = walk(bytes, headers_only);
-    CHECK(status.ok());
-    CHECK(found == written);
-  }
+  auto [found, status] = walk(intact);
+  CHECK(status.ok());
+  CHECK(found == written);
+  const std::vector<IndexEntry> first3(written.begin(), written.begin() + 3);
+  std::string bytes = intact;
+  bytes[written[3].offset + 8] ^= 1;  // the fourth frame's length CRC
+  std::tie(found, status) = walk(bytes);
+  CHECK(found == first3);
+  CHECK(status.code() == StatusCode::kDataLoss);
+  CHECK_THAT(status.message(), Catch::StartsWith(path + ":" + std::to_string(written[3].offset) +
+                                                 ": corrupted record length"));
+  std::tie(found, status) = walk(intact.substr(0, written[3].offset + 20));
+  CHECK(found == first3);
+  CHECK_THAT(status.message(), Catch::Contains("runs past the end of the file"));
+  std::tie(found, status) = walk(intact.substr(0, written[3].offset + 5));
+  CHECK(found == first3);
+  CHECK_THAT(status.message(), Catch::Contains("ends inside a record header"));
+  bytes = intact;
+  bytes[written[2].offset + 12 + 7] ^= 1;  // the third frame's data
+  std::tie(found, status) = walk(bytes);
+  CHECK(status.ok());
+  CHECK(found == written);
 }
 
 // Entries that tile the file and still lie: each is caught at the entry it touches, by the frame

@@ -10,13 +10,13 @@
 #include <vector>
 
 #include "formats/tar_index.h"
-#include "formats/tfrecord_writer.h"
 #include "pipeline/cache_sources.h"
 #include "pipeline/file_reader_source.h"
 #include "pipeline/io_pool.h"
 #include "pipeline/record_index_source.h"
 #include "pipeline/record_source.h"
 #include "tests/pipeline/pipeline_test_data.h"
+#include "tests/tfrecord_test_file.h"
 
 namespace sluice {
 namespace {
@@ -132,16 +132,8 @@ TEST_CASE("TheRecordIndexGivesLazyFramesUntilTheWindowClosesThenReadsTheRest") {
 TEST_CASE("RecordOverTheLimitIsABadRecordFromTheReaderAndTheIndexAlike") {
   TempDir dir;
   const std::string path = dir.file("shard-0.tfrecord");
-  std::vector<IndexEntry> entries;
-  {
-    auto writer = TFRecordWriter::Create(path);
-    REQUIRE(writer.ok());
-    for (const std::string& r : {std::string("a"), std::string(5000, 'b'), std::string("c")}) {
-      REQUIRE((*writer)->Write(r).ok());
-    }
-    entries = (*writer)->index();
-    REQUIRE((*writer)->Close().ok());
-  }
+  const std::vector<IndexEntry> entries =
+      testing::WriteTFRecordFile(path, {"a", std::string(5000, 'b'), "c"});
   ResolvedOptions options = Resolved(dir);
   options.max_held_record_bytes = 1000;
   PipelineStats stats;
@@ -188,13 +180,18 @@ struct Given {
   bool operator==(const Given&) const = default;
 };
 
+// What a source gave in w.
+Given GivenOf(const WorkItem& w) {
+  return {w.kind,   w.status.code(), w.status.message(),  w.record,
+          w.offset, w.length,        std::string(w.bytes)};
+}
+
 std::vector<Given> ReadGiven(Source& source) {
   std::vector<Given> given;
   for (;;) {
     WorkItem w;
     if (!source.Read(&w)) break;
-    given.push_back({w.kind, w.status.code(), w.status.message(), w.record, w.offset, w.length,
-                     std::string(w.bytes)});
+    given.push_back(GivenOf(w));
   }
   return given;
 }
@@ -206,15 +203,9 @@ std::vector<Given> ReadGiven(Source& source) {
 TEST_CASE("ARefusedRecordLeavesItsFileCachedAndTheCachesReplayTheRefusal") {
   TempDir dir;
   const std::string path = dir.file("shard-0.tfrecord");
-  {
-    auto writer = TFRecordWriter::Create(path);
-    REQUIRE(writer.ok());
-    for (const std::string& r : {std::string("a"), std::string(5000, 'b'), std::string("c")}) {
-      REQUIRE((*writer)->Write(r).ok());
-    }
-    REQUIRE(WriteRecordIndex(IndexPathFor(path), (*writer)->index()).ok());
-    REQUIRE((*writer)->Close().ok());
-  }
+  REQUIRE(WriteRecordIndex(IndexPathFor(path),
+                           testing::WriteTFRecordFile(path, {"a", std::string(5000, 'b'), "c"}))
+              .ok());
   ResolvedOptions options = Resolved(dir);
   options.max_held_record_bytes = 1000;
   PipelineStats stats;
@@ -357,8 +348,7 @@ std::vector<Given> ReadThroughIndex(const SourceContext& ctx, RecordSource& mate
       materializer.Materialize(&w);
       CHECK(w.lazy_length == 0);
     }
-    got.push_back({w.kind, w.status.code(), w.status.message(), w.record, w.offset, w.length,
-                   std::string(w.bytes)});
+    got.push_back(GivenOf(w));
   }
   return got;
 }
@@ -469,14 +459,11 @@ std::vector<Given> ReadGivenCounting(Source& source, uint64_t* bytes_read) {
 // A TFRecord file of n records (record i is bytes + i bytes of one letter) and its index, which
 // is returned.
 std::vector<IndexEntry> WriteIndexedTFRecord(const std::string& path, int n, size_t bytes) {
-  auto writer = TFRecordWriter::Create(path);
-  REQUIRE(writer.ok());
-  for (int i = 0; i < n; ++i) {
-    REQUIRE((*writer)->Write(std::string(bytes + i, static_cast<char>('a' + i % 26))).ok());
-  }
-  std::vector<IndexEntry> entries = (*writer)->index();
+  std::vector<std::string> records;
+  for (int i = 0; i < n; ++i)
+    records.push_back(std::string(bytes + i, static_cast<char>('a' + i % 26)));
+  std::vector<IndexEntry> entries = testing::WriteTFRecordFile(path, records);
   REQUIRE(WriteRecordIndex(IndexPathFor(path), entries).ok());
-  REQUIRE((*writer)->Close().ok());
   return entries;
 }
 
@@ -605,8 +592,7 @@ LazyStart StartLazily(const SourceContext& ctx, const std::vector<Given>& want,
       CHECK(w.length == want[w.record].length);
       continue;
     }
-    r.rest.push_back({w.kind, w.status.code(), w.status.message(), w.record, w.offset, w.length,
-                      std::string(w.bytes)});
+    r.rest.push_back(GivenOf(w));
   }
   r.bytes_read = BytesReadSoFar() - before;
   return r;
@@ -781,8 +767,7 @@ std::vector<Given> ReadEpochAsRank(RecordSource& source, int64_t epoch, uint64_t
     bool end = false;
     source.Next(&w, &end);
     if (end) break;
-    given.push_back({w.kind, w.status.code(), w.status.message(), w.record, w.offset, w.length,
-                     std::string(w.bytes)});
+    given.push_back(GivenOf(w));
   }
   *bytes_read = BytesReadSoFar() - before;
   return given;
